@@ -1,0 +1,458 @@
+"""Strict parsing of LLM answers against each prompt's own JSON schema (SPEC §3.2: "a
+malformed answer is kept as a failure record with its reason, never silently dropped").
+
+Schemas (read from the prompt files in ``recipematch/prompts/``):
+
+===========================  ====================================================================
+prompt                       answer object (all keys required unless noted)
+===========================  ====================================================================
+d1_recipe, d2_paraphrase,    ``{"original_problem": str, "equivalent_variants": [V...],
+d3_style (+ D1 split         "near_miss_variants": [V...]}``, V = ``{"problem", "justification",
+prompts)                     "tags": [str, 1-4]}``
+d4_restatement               ``{"original_problem", "restatements": [{"problem", "audience",
+                             "justification"}]}``
+d5_survey                    ``{"original_problem", "restatements": [{"problem", "context",
+                             "justification"}]}``
+unrelated_negatives          ``{"original_problem", "restatements": [{"problem", "audience",
+                             "justification"}], "companions": [{"problem", "what_changed"}]}``
+judge                        ``{"verdict": "equivalent"|"not_equivalent", "confidence": float in
+                             [0, 1], "reason": str}``
+===========================  ====================================================================
+
+Counts. Positives (equivalent variants / restatements): exactly ``n_pos``. Near-misses
+(near-miss variants / companions): at most ``n_neg``. The D1–D3 prompt text says "Exactly
+{n_pos} equivalent and {n_neg} near-miss variants", but the paper (SPEC §3.2, Section 5)
+describes the output as "one positive and up to three near-misses", and the peer's released
+D1 rows carry 0–3 near-misses; we follow the paper: fewer than ``n_neg`` is accepted, more
+is a wrong count.
+
+Whole-answer rejections (``ParseOutcome.reason``): ``empty_answer``, ``code_fence``,
+``leading_text``, ``trailing_text``, ``truncated``, ``invalid_json``, ``duplicate_key``,
+``not_an_object``, ``missing_field``, ``unexpected_field``, ``wrong_type``,
+``wrong_positive_count``, ``too_many_near_misses``; judge only: ``bad_verdict``,
+``bad_confidence``, ``null_confidence_not_allowed``.
+
+Item rejections (``ItemRejection.reason``; the rest of the answer is kept):
+``not_an_object``, ``missing_field``, ``unexpected_field``, ``wrong_type``,
+``empty_problem``, ``missing_tags``, ``empty_tags``, ``too_many_tags``,
+``missing_annotation``, ``positive_identical_to_anchor``, ``near_miss_identical_to_anchor``,
+``duplicate_variant``.
+
+Texts are compared after whitespace normalisation (:func:`normalise_ws`: runs of Unicode
+whitespace become one space, ends stripped). Item texts are returned exactly as the model
+wrote them. JSON is read with :func:`json.loads` only (never ``eval``); ``NaN``/``Infinity``
+and duplicate keys are refused.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from typing import Any
+
+__all__ = [
+    "SCHEMAS",
+    "PromptSchema",
+    "ParsedItem",
+    "ItemRejection",
+    "ParseOutcome",
+    "JudgeOutcome",
+    "parse_answer",
+    "parse_judge",
+    "schema_for",
+    "json_schema_for",
+    "normalise_ws",
+    "JUDGE_VERDICTS",
+]
+
+JUDGE_VERDICTS = ("equivalent", "not_equivalent")
+
+
+def normalise_ws(text: str) -> str:
+    """Collapse every run of whitespace (``str.split()`` semantics) to one space; strip ends."""
+    return " ".join(text.split())
+
+
+@dataclass(frozen=True)
+class PromptSchema:
+    """Field names of one answer schema.
+
+    Attributes:
+        positives_key: list of positives (``equivalent_variants`` or ``restatements``).
+        negatives_key: list of near-misses (``near_miss_variants``, ``companions``) or
+            ``None`` for positives-only prompts.
+        positive_fields / negative_fields: item keys besides ``problem``; ``tags`` is a list
+            of strings, every other one a string.
+    """
+
+    positives_key: str
+    negatives_key: str | None
+    positive_fields: tuple[str, ...]
+    negative_fields: tuple[str, ...] = ()
+
+
+_VARIANTS = PromptSchema("equivalent_variants", "near_miss_variants", ("justification", "tags"), ("justification", "tags"))
+
+#: Prompt name → answer schema. The D1 split prompts share D1's schema.
+SCHEMAS: dict[str, PromptSchema] = {
+    "d1_recipe": _VARIANTS,
+    "d2_paraphrase": _VARIANTS,
+    "d3_style": _VARIANTS,
+    "d1_recipe:positives_only": _VARIANTS,
+    "d1_recipe:near_misses_only": _VARIANTS,
+    "d4_restatement": PromptSchema("restatements", None, ("audience", "justification")),
+    "d5_survey": PromptSchema("restatements", None, ("context", "justification")),
+    "unrelated_negatives": PromptSchema("restatements", "companions", ("audience", "justification"), ("what_changed",)),
+}
+
+
+def schema_for(prompt_name: str) -> PromptSchema:
+    """The answer schema of a generation prompt.
+
+    Raises:
+        KeyError: not a generation prompt (the judge has :func:`parse_judge`).
+    """
+    try:
+        return SCHEMAS[prompt_name]
+    except KeyError:
+        raise KeyError(f"no answer schema for prompt {prompt_name!r}; known: {sorted(SCHEMAS)}") from None
+
+
+def json_schema_for(prompt_name: str, n_pos: int, n_neg: int) -> dict[str, Any]:
+    """A JSON Schema (draft 2020-12 subset that vLLM/xgrammar accept) for structured
+    decoding of a prompt's answer; the judge's is returned for ``"judge"``. The strict
+    parser still checks every answer (structured decoding is a help, not a guarantee)."""
+    if prompt_name == "judge":
+        return {
+            "type": "object",
+            "properties": {
+                "verdict": {"type": "string", "enum": list(JUDGE_VERDICTS)},
+                "confidence": {"type": "number", "minimum": 0, "maximum": 1},
+                "reason": {"type": "string"},
+            },
+            "required": ["verdict", "confidence", "reason"],
+            "additionalProperties": False,
+        }
+    sch = schema_for(prompt_name)
+
+    def item(fields: tuple[str, ...]) -> dict[str, Any]:
+        props: dict[str, Any] = {"problem": {"type": "string", "minLength": 1}}
+        for f in fields:
+            props[f] = (
+                {"type": "array", "items": {"type": "string", "minLength": 1}, "minItems": 1, "maxItems": 4}
+                if f == "tags"
+                else {"type": "string"}
+            )
+        return {"type": "object", "properties": props, "required": ["problem", *fields], "additionalProperties": False}
+
+    props: dict[str, Any] = {
+        "original_problem": {"type": "string"},
+        sch.positives_key: {"type": "array", "items": item(sch.positive_fields), "minItems": n_pos, "maxItems": n_pos},
+    }
+    if sch.negatives_key is not None:
+        props[sch.negatives_key] = {"type": "array", "items": item(sch.negative_fields), "maxItems": n_neg}
+    return {"type": "object", "properties": props, "required": list(props), "additionalProperties": False}
+
+
+@dataclass(frozen=True)
+class ParsedItem:
+    """One valid item: ``role`` ``"positive"`` or ``"near_miss"``, its 0-based ``index`` in
+    the answer's list, ``text`` exactly as written, and its other fields (``annotations``)."""
+
+    role: str
+    index: int
+    text: str
+    annotations: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class ItemRejection:
+    """One rejected item: ``role``, ``index``, ``reason`` code, ``detail`` text, and the
+    item's text when it had one (``None`` otherwise)."""
+
+    role: str
+    index: int
+    reason: str
+    detail: str
+    text: str | None = None
+
+
+@dataclass(frozen=True)
+class ParseOutcome:
+    """Result of :func:`parse_answer`.
+
+    ``ok`` is false when the whole answer was rejected (``reason`` and ``detail`` say why;
+    no items). When ``ok``, ``positives`` and ``negatives`` hold the valid items and
+    ``item_rejections`` every item that was dropped.
+    """
+
+    ok: bool
+    reason: str | None = None
+    detail: str | None = None
+    positives: tuple[ParsedItem, ...] = ()
+    negatives: tuple[ParsedItem, ...] = ()
+    item_rejections: tuple[ItemRejection, ...] = ()
+
+    def summary(self) -> dict[str, Any]:
+        """The short form kept in the call store."""
+        return {
+            "ok": self.ok,
+            "reason": self.reason,
+            "detail": self.detail,
+            "n_positives": len(self.positives),
+            "n_negatives": len(self.negatives),
+            "item_rejections": [
+                {"role": r.role, "index": r.index, "reason": r.reason, "detail": r.detail}
+                for r in self.item_rejections
+            ],
+        }
+
+
+class _Reject(Exception):
+    def __init__(self, reason: str, detail: str) -> None:
+        super().__init__(reason, detail)
+        self.reason = reason
+        self.detail = detail
+
+
+def _no_dup_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    seen: dict[str, Any] = {}
+    for k, v in pairs:
+        if k in seen:
+            raise _Reject("duplicate_key", f"key {k!r} appears twice in one object")
+        seen[k] = v
+    return seen
+
+
+def _refuse_constant(name: str) -> None:
+    raise _Reject("invalid_json", f"non-standard JSON constant {name}")
+
+
+def _scan_object_end(text: str) -> int | None:
+    """Index just past the top-level JSON object starting at ``text[0] == '{'``, or
+    ``None`` when the text ends before the object closes (string-aware brace count)."""
+    depth = 0
+    in_str = False
+    esc = False
+    for i, ch in enumerate(text):
+        if in_str:
+            if esc:
+                esc = False
+            elif ch == "\\":
+                esc = True
+            elif ch == '"':
+                in_str = False
+        elif ch == '"':
+            in_str = True
+        elif ch in "{[":
+            depth += 1
+        elif ch in "}]":
+            depth -= 1
+            if depth == 0:
+                return i + 1
+    return None
+
+
+def _load_json_object(raw: str) -> dict[str, Any]:
+    """Strictly read one JSON object that makes up the whole answer (surrounding
+    whitespace allowed). Raises :class:`_Reject`."""
+    if raw is None or not raw.strip():
+        raise _Reject("empty_answer", "the answer is empty")
+    text = raw.strip()
+    if "```" in text:
+        raise _Reject("code_fence", "the answer contains a Markdown code fence")
+    if not text.startswith("{"):
+        if "{" in text:
+            raise _Reject("leading_text", f"text before the JSON object: {text[: text.index('{')][:80]!r}")
+        raise _Reject("not_an_object" if text[0] in '["-0123456789tfn' else "invalid_json", "no JSON object")
+    end = _scan_object_end(text)
+    if end is None:
+        raise _Reject("truncated", f"the JSON object never closes ({len(text)} characters)")
+    if text[end:].strip():
+        raise _Reject("trailing_text", f"text after the JSON object: {text[end:].strip()[:80]!r}")
+    try:
+        obj = json.loads(text, object_pairs_hook=_no_dup_keys, parse_constant=_refuse_constant)
+    except json.JSONDecodeError as e:
+        raise _Reject("invalid_json", f"{e.msg} at character {e.pos}") from None
+    if not isinstance(obj, dict):
+        raise _Reject("not_an_object", f"top level is {type(obj).__name__}")
+    return obj
+
+
+def _check_keys(obj: Mapping[str, Any], required: tuple[str, ...], optional: tuple[str, ...] = ()) -> None:
+    missing = [k for k in required if k not in obj]
+    if missing:
+        raise _Reject("missing_field", f"missing {missing}")
+    extra = sorted(set(obj) - set(required) - set(optional))
+    if extra:
+        raise _Reject("unexpected_field", f"unexpected {extra}")
+
+
+def _check_item(
+    item: Any, fields: tuple[str, ...], require_tags: bool
+) -> tuple[str, dict[str, Any]]:
+    """Validate one item; returns (problem text, annotations). Raises :class:`_Reject`."""
+    if not isinstance(item, dict):
+        raise _Reject("not_an_object", f"item is {type(item).__name__}")
+    if require_tags:
+        _check_keys(item, ("problem", *fields))
+    else:
+        _check_keys(item, ("problem",), fields)
+    problem = item["problem"]
+    if not isinstance(problem, str):
+        raise _Reject("wrong_type", f"problem is {type(problem).__name__}")
+    if not problem.strip():
+        raise _Reject("empty_problem", "problem text is empty")
+    ann: dict[str, Any] = {}
+    for f in fields:
+        if f not in item:
+            continue
+        v = item[f]
+        if f == "tags":
+            if not isinstance(v, list) or not all(isinstance(t, str) for t in v):
+                raise _Reject("wrong_type", "tags must be a list of strings")
+            if require_tags and (not v or not all(t.strip() for t in v)):
+                raise _Reject("empty_tags", "tags empty or holding an empty label")
+            if len(v) > 4:
+                raise _Reject("too_many_tags", f"{len(v)} tags (the prompts ask for 1-4)")
+        else:
+            if not isinstance(v, str):
+                raise _Reject("wrong_type", f"{f} is {type(v).__name__}")
+            if require_tags and not v.strip():
+                raise _Reject("missing_annotation", f"{f} is empty")
+        ann[f] = v
+    return problem, ann
+
+
+def parse_answer(
+    prompt_name: str,
+    raw_text: str | None,
+    *,
+    n_pos: int,
+    n_neg: int,
+    anchor: str,
+    require_tags: bool = True,
+) -> ParseOutcome:
+    """Parse a generation answer strictly against the prompt's schema.
+
+    Args:
+        prompt_name: a key of :data:`SCHEMAS`.
+        raw_text: the answer exactly as received.
+        n_pos: positives asked for; the list must hold exactly this many (≥ 0).
+        n_neg: near-misses asked for; at most this many (≥ 0; must be 0 for a
+            positives-only prompt).
+        anchor: the source problem text; a positive (or near-miss) equal to it after
+            whitespace normalisation is rejected.
+        require_tags: require every per-item annotation field of the schema (``tags``
+            non-empty with 1–4 non-empty labels, ``justification``, ``audience``,
+            ``context``, ``what_changed`` non-empty). Switch it off for the peer's
+            released rows, which carry none of them. Annotations that are present are
+            type-checked either way.
+
+    Returns:
+        A :class:`ParseOutcome`; never raises for a bad answer.
+
+    Raises:
+        KeyError: unknown prompt. ValueError: negative counts, or ``n_neg > 0`` for a
+            positives-only prompt.
+    """
+    sch = schema_for(prompt_name)
+    if n_pos < 0 or n_neg < 0:
+        raise ValueError("n_pos and n_neg must be >= 0")
+    if sch.negatives_key is None and n_neg:
+        raise ValueError(f"{prompt_name} writes positives only; n_neg must be 0")
+    try:
+        obj = _load_json_object(raw_text)  # type: ignore[arg-type]
+        required = ("original_problem", sch.positives_key) + ((sch.negatives_key,) if sch.negatives_key else ())
+        _check_keys(obj, required)
+        if not isinstance(obj["original_problem"], str):
+            raise _Reject("wrong_type", "original_problem is not a string")
+        pos_list = obj[sch.positives_key]
+        neg_list = obj[sch.negatives_key] if sch.negatives_key else []
+        for k, v in ((sch.positives_key, pos_list), (sch.negatives_key, neg_list)):
+            if not isinstance(v, list):
+                raise _Reject("wrong_type", f"{k} is not a list")
+        if len(pos_list) != n_pos:
+            raise _Reject("wrong_positive_count", f"{len(pos_list)} positives, expected exactly {n_pos}")
+        if len(neg_list) > n_neg:
+            raise _Reject("too_many_near_misses", f"{len(neg_list)} near-misses, expected at most {n_neg}")
+    except _Reject as r:
+        return ParseOutcome(ok=False, reason=r.reason, detail=r.detail)
+
+    anchor_n = normalise_ws(anchor)
+    seen: dict[str, tuple[str, int]] = {}
+    positives: list[ParsedItem] = []
+    negatives: list[ParsedItem] = []
+    rejections: list[ItemRejection] = []
+    for role, items, fields in (
+        ("positive", pos_list, sch.positive_fields),
+        ("near_miss", neg_list, sch.negative_fields),
+    ):
+        for i, item in enumerate(items):
+            text = item.get("problem") if isinstance(item, dict) and isinstance(item.get("problem"), str) else None
+            try:
+                problem, ann = _check_item(item, fields, require_tags)
+                norm = normalise_ws(problem)
+                if norm == anchor_n:
+                    raise _Reject(f"{role}_identical_to_anchor", "identical to the source problem after whitespace normalisation")
+                if norm in seen:
+                    r0, i0 = seen[norm]
+                    raise _Reject("duplicate_variant", f"same text as {r0} {i0}")
+                seen[norm] = (role, i)
+            except _Reject as r:
+                rejections.append(ItemRejection(role, i, r.reason, r.detail, text))
+                continue
+            (positives if role == "positive" else negatives).append(ParsedItem(role, i, problem, ann))
+    return ParseOutcome(
+        ok=True, positives=tuple(positives), negatives=tuple(negatives), item_rejections=tuple(rejections)
+    )
+
+
+@dataclass(frozen=True)
+class JudgeOutcome:
+    """Result of :func:`parse_judge`: ``ok``; ``verdict`` (``"equivalent"`` /
+    ``"not_equivalent"``); ``confidence`` (float in [0, 1], or ``None`` = not recorded);
+    ``reason_text`` (the judge's sentence); on failure ``reason``/``detail``."""
+
+    ok: bool
+    verdict: str | None = None
+    confidence: float | None = None
+    reason_text: str | None = None
+    reason: str | None = None
+    detail: str | None = None
+
+    def summary(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def parse_judge(raw_text: str | None, *, allow_null_confidence: bool = False) -> JudgeOutcome:
+    """Parse a judge answer ``{"verdict", "confidence", "reason"}`` strictly.
+
+    ``confidence`` must be a number in [0, 1] (``true``/``false`` refused). A ``null``
+    confidence is accepted only with ``allow_null_confidence=True``, which the pipeline
+    sets only for recordings whose origin is ``"implied_by_release"`` (verdicts implied by
+    the peer's post-judge release, which recorded no confidence); it is returned as ``None``
+    meaning "not recorded", never as a number.
+
+    Returns:
+        A :class:`JudgeOutcome`; never raises for a bad answer.
+    """
+    try:
+        obj = _load_json_object(raw_text)  # type: ignore[arg-type]
+        _check_keys(obj, ("verdict", "confidence", "reason"))
+        verdict, conf, reason = obj["verdict"], obj["confidence"], obj["reason"]
+        if verdict not in JUDGE_VERDICTS:
+            raise _Reject("bad_verdict", f"verdict {verdict!r}")
+        if conf is None:
+            if not allow_null_confidence:
+                raise _Reject("null_confidence_not_allowed", "confidence is null")
+        elif isinstance(conf, bool) or not isinstance(conf, (int, float)) or not math.isfinite(conf) or not 0 <= conf <= 1:
+            raise _Reject("bad_confidence", f"confidence {conf!r} is not a number in [0, 1]")
+        if not isinstance(reason, str):
+            raise _Reject("wrong_type", "reason is not a string")
+    except _Reject as r:
+        return JudgeOutcome(ok=False, reason=r.reason, detail=r.detail)
+    return JudgeOutcome(ok=True, verdict=verdict, confidence=None if conf is None else float(conf), reason_text=reason)
+

@@ -1,0 +1,684 @@
+"""The LLM-written arms: generate, parse, judge, keep (SPEC §3.2; rows as SPEC §3).
+
+:func:`run_llm_pairs` runs one arm (one prompt of D1–D5 or the unrelated near-miss prompt)
+over a list of sources; :func:`run_llm_pairs_separate_calls` is the separate-calls variant of
+D1; :func:`judge_agreement` tabulates two judges; :func:`self_test` is the worker gate.
+
+Keep rule (SPEC §3.2, "our reading of the paper's keep rule"): a positive is kept when the
+judge says ``equivalent``; a near-miss is kept when the judge says ``not_equivalent``. A
+judge call that fails or whose answer does not parse keeps nothing. A source whose
+positive is not kept yields no row (its kept near-misses are then unused and counted).
+
+Every call goes through the :class:`~recipematch.llm.store.CallStore`: a request already
+stored is never sent again, so a rerun (or a resumed, killed run) answers from the store
+and gives byte-identical rows.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from recipematch.llm.backends import GenerationBackend, GenerationRequest, GenerationResult, normalise_sampling
+from recipematch.llm.parsing import (
+    ParsedItem,
+    ParseOutcome,
+    json_schema_for,
+    normalise_ws,
+    parse_answer,
+    parse_judge,
+    schema_for,
+)
+from recipematch.llm.prompts import PromptTemplate, load_prompt, split_d1_prompt
+from recipematch.llm.recordings import ORIGIN_IMPLIED_JUDGE, candidate_key
+from recipematch.llm.store import CallStore, make_record
+
+__all__ = [
+    "ArmResult",
+    "run_llm_pairs",
+    "run_llm_pairs_detailed",
+    "run_llm_pairs_separate_calls",
+    "build_generation_requests",
+    "judge_agreement",
+    "self_test",
+    "recorded_items_from_store",
+    "rows_to_jsonl",
+]
+
+
+@dataclass
+class ArmResult:
+    """Everything one arm run produced.
+
+    Attributes:
+        rows: canonical rows (see :func:`run_llm_pairs`), sorted by ``source_id``.
+        failures: ``{source_id, stage, item, reason}`` records, one per failed thing.
+        counts: per-reason and total counts (see :func:`run_llm_pairs`).
+        judgments: one record per judged candidate ``{source_id, role, index, prompt_name,
+            candidate_key, verdict, confidence, origin, model_id, prompt_sha256, error}``
+            (``verdict`` ``None`` when the call failed or did not parse); the input of
+            :func:`judge_agreement`.
+    """
+
+    rows: list[dict[str, Any]]
+    failures: list[dict[str, Any]]
+    counts: dict[str, Any]
+    judgments: list[dict[str, Any]] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class _Call:
+    template: PromptTemplate
+    schema_name: str
+    n_pos: int
+    n_neg: int
+
+
+def _validate_sources(sources: Sequence[tuple[str, str]]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for sid, text in sources:
+        if not isinstance(sid, str) or not sid:
+            raise ValueError(f"bad source id {sid!r}")
+        if sid in out:
+            raise ValueError(f"source id {sid!r} appears twice")
+        if not isinstance(text, str) or not text.strip():
+            raise ValueError(f"source {sid!r} has an empty text")
+        out[sid] = text
+    return out
+
+
+def _render_slots(t: PromptTemplate, n_pos: int, n_neg: int, problem: str) -> dict[str, Any]:
+    available = {"n_pos": n_pos, "n_neg": n_neg, "problem": problem}
+    unknown = t.slots - available.keys()
+    if unknown:
+        raise ValueError(f"prompt {t.name!r} has slots {sorted(unknown)} that an arm run cannot fill")
+    return {k: available[k] for k in t.slots}
+
+
+def build_generation_requests(
+    sources: Sequence[tuple[str, str]],
+    *,
+    prompt_name: str,
+    n_pos: int,
+    n_neg: int,
+    model_id: str,
+    sampling: Mapping[str, Any],
+    seed: int,
+    variant: int = 0,
+) -> list[GenerationRequest]:
+    """The generation requests of an arm, one per source, in input order.
+
+    The prompt is rendered with ``n_pos``, ``n_neg`` and ``problem`` (only the slots the
+    template has); ``response_schema`` is :func:`~recipematch.llm.parsing.json_schema_for`.
+    """
+    t = load_prompt(prompt_name)
+    return [_gen_request(_Call(t, prompt_name, n_pos, n_neg), sid, text, model_id, sampling, seed, variant)
+            for sid, text in sources]
+
+
+def _gen_request(
+    call: _Call, sid: str, text: str, model_id: str, sampling: Mapping[str, Any], seed: int, variant: int = 0
+) -> GenerationRequest:
+    system, user = call.template.render(**_render_slots(call.template, call.n_pos, call.n_neg, text))
+    return GenerationRequest(
+        prompt_name=call.template.name,
+        prompt_sha256=call.template.sha256,
+        system=system,
+        user=user,
+        source_id=sid,
+        variant=variant,
+        sampling=sampling,
+        seed=seed,
+        model_id=model_id,
+        response_schema=json_schema_for(call.schema_name, call.n_pos, call.n_neg),
+    )
+
+
+class _Progress:
+    def __init__(self, total: int, desc: str, enabled: bool) -> None:
+        self.bar = None
+        if enabled and total:
+            from tqdm import tqdm
+
+            self.bar = tqdm(total=total, desc=desc, file=sys.stderr, leave=False)
+
+    def update(self) -> None:
+        if self.bar is not None:
+            self.bar.update(1)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+def _through_store(
+    store: CallStore,
+    backend: GenerationBackend,
+    requests: Sequence[GenerationRequest],
+    parse_summary: Callable[[GenerationRequest, GenerationResult], Mapping[str, Any] | None],
+    *,
+    progress: bool,
+    desc: str,
+) -> tuple[list[dict[str, Any]], dict[str, int]]:
+    """Answer each request from the store, sending only the unstored ones; each answer is
+    parsed and written to the store as soon as it arrives. Returns the store records aligned
+    with ``requests`` and ``{requests, from_store, sent}``."""
+    todo: list[GenerationRequest] = []
+    queued: set[str] = set()
+    for r in requests:
+        k = r.key
+        if k not in store and k not in queued:
+            todo.append(r)
+            queued.add(k)
+    bar = _Progress(len(todo), desc, progress)
+    done = [False] * len(todo)
+
+    def on_result(i: int, res: GenerationResult) -> None:
+        if done[i]:
+            return
+        store.append(make_record(todo[i], res, parse_summary(todo[i], res)))
+        done[i] = True
+        bar.update()
+
+    try:
+        results = backend.generate(todo, on_result=on_result) if todo else []
+        if len(results) != len(todo):
+            raise RuntimeError(f"backend returned {len(results)} results for {len(todo)} requests")
+        for i, res in enumerate(results):  # a backend that never called on_result
+            on_result(i, res)
+    finally:
+        bar.close()
+    records = [store.get(r.key) for r in requests]
+    assert all(rec is not None for rec in records)
+    return records, {"requests": len(requests), "from_store": len(requests) - len(todo), "sent": len(todo)}  # type: ignore[return-value]
+
+
+def _judge_block(rec: Mapping[str, Any], judge_t: PromptTemplate) -> dict[str, Any]:
+    return {"verdict": None, "confidence": None, "model_id": rec["model_id"], "prompt_sha256": judge_t.sha256,
+            "origin": rec["origin"]}
+
+
+def run_llm_pairs_detailed(
+    sources: Sequence[tuple[str, str]],
+    *,
+    prompt_name: str,
+    n_pos: int,
+    n_neg: int,
+    backend: GenerationBackend,
+    judge_backend: GenerationBackend,
+    store_path: str | Path,
+    model_id: str,
+    judge_model_id: str,
+    sampling: Mapping[str, Any],
+    seed: int,
+    require_tags: bool,
+    progress: bool = True,
+    judge_sampling: Mapping[str, Any] | None = None,
+    separate_calls: bool = False,
+) -> ArmResult:
+    """:func:`run_llm_pairs` that also returns the per-candidate judgments.
+
+    ``separate_calls=True`` (``prompt_name`` must be ``"d1_recipe"``) makes two calls per
+    source, the positives-only and the near-misses-only cut of D1
+    (:func:`~recipematch.llm.prompts.split_d1_prompt`), rendered with ``n_neg=0`` and
+    ``n_pos=0`` respectively; each row item then carries its own call's prompt name and hash.
+    """
+    texts = _validate_sources(sources)
+    if n_pos < 1 or n_neg < 0:
+        raise ValueError("need n_pos >= 1 and n_neg >= 0")
+    sampling = normalise_sampling(sampling)
+    judge_sampling = sampling if judge_sampling is None else normalise_sampling(judge_sampling)
+    if separate_calls:
+        if prompt_name != "d1_recipe":
+            raise ValueError("the separate-calls variant is defined for d1_recipe only")
+        pos_t, neg_t = split_d1_prompt(load_prompt("d1_recipe"))
+        calls = [_Call(pos_t, pos_t.name, n_pos, 0)] + ([_Call(neg_t, neg_t.name, 0, n_neg)] if n_neg else [])
+    else:
+        sch = schema_for(prompt_name)
+        if sch.negatives_key is None and n_neg:
+            raise ValueError(f"{prompt_name} writes positives only; n_neg must be 0")
+        calls = [_Call(load_prompt(prompt_name), prompt_name, n_pos, n_neg)]
+    judge_t = load_prompt("judge")
+    sids = sorted(texts)
+
+    failures: list[dict[str, Any]] = []
+    gen_counts: dict[str, Any] = {"requests": 0, "from_store": 0, "sent": 0, "answered": 0}
+    gen_failed: Counter = Counter()
+    parse_ok = 0
+    parse_rejected: Counter = Counter()
+    item_rejected: Counter = Counter()
+    # per source: list of (call, parsed item) for positives and near-misses, and generator model
+    pos_items: dict[str, list[tuple[_Call, ParsedItem, str]]] = {s: [] for s in sids}
+    neg_items: dict[str, list[tuple[_Call, ParsedItem, str]]] = {s: [] for s in sids}
+
+    with CallStore(store_path) as store:
+        for call in calls:
+            reqs = [_gen_request(call, s, texts[s], model_id, sampling, seed) for s in sids]
+
+            def gen_summary(req: GenerationRequest, res: GenerationResult, _c: _Call = call) -> dict[str, Any] | None:
+                if res.raw_text is None:
+                    return None
+                return parse_answer(_c.schema_name, res.raw_text, n_pos=_c.n_pos, n_neg=_c.n_neg,
+                                    anchor=texts[req.source_id], require_tags=require_tags).summary()
+
+            recs, c = _through_store(store, backend, reqs, gen_summary, progress=progress,
+                                     desc=f"generate {call.template.name}")
+            for k in ("requests", "from_store", "sent"):
+                gen_counts[k] += c[k]
+            for sid, rec in zip(sids, recs):
+                if rec["raw_text"] is None:
+                    gen_failed[rec["error"]] += 1
+                    failures.append({"source_id": sid, "stage": "generate",
+                                     "item": {"role": "answer", "prompt_name": call.template.name,
+                                              "detail": rec["detail"]},
+                                     "reason": rec["error"]})
+                    continue
+                gen_counts["answered"] += 1
+                out: ParseOutcome = parse_answer(call.schema_name, rec["raw_text"], n_pos=call.n_pos,
+                                                 n_neg=call.n_neg, anchor=texts[sid], require_tags=require_tags)
+                if not out.ok:
+                    parse_rejected[out.reason] += 1
+                    failures.append({"source_id": sid, "stage": "parse",
+                                     "item": {"role": "answer", "prompt_name": call.template.name,
+                                              "detail": out.detail},
+                                     "reason": out.reason})
+                    continue
+                parse_ok += 1
+                for rj in out.item_rejections:
+                    item_rejected[f"{rj.role}:{rj.reason}"] += 1
+                    failures.append({"source_id": sid, "stage": "parse",
+                                     "item": {"role": rj.role, "index": rj.index, "prompt_name": call.template.name,
+                                              "detail": rj.detail, "text": rj.text},
+                                     "reason": rj.reason})
+                for it in out.positives:
+                    pos_items[sid].append((call, it, rec["model_id"]))
+                for it in out.negatives:
+                    neg_items[sid].append((call, it, rec["model_id"]))
+
+        if separate_calls:  # the two calls cannot see each other: drop a near-miss equal to a positive
+            for sid in sids:
+                pos_norm = {normalise_ws(it.text) for _, it, _ in pos_items[sid]}
+                kept = []
+                for entry in neg_items[sid]:
+                    call, it, _m = entry
+                    if normalise_ws(it.text) in pos_norm:
+                        item_rejected["near_miss:duplicate_variant"] += 1
+                        failures.append({"source_id": sid, "stage": "parse",
+                                         "item": {"role": "near_miss", "index": it.index,
+                                                  "prompt_name": call.template.name,
+                                                  "detail": "same text as a positive of the other call", "text": it.text},
+                                         "reason": "duplicate_variant"})
+                    else:
+                        kept.append(entry)
+                neg_items[sid] = kept
+
+        # ---- judge every valid positive and near-miss
+        judge_reqs: list[GenerationRequest] = []
+        judge_meta: list[tuple[str, str, _Call, ParsedItem, str]] = []
+        jschema = json_schema_for("judge", 0, 0)
+        for sid in sids:
+            for role, items in (("positive", pos_items[sid]), ("near_miss", neg_items[sid])):
+                for call, it, gen_model in items:
+                    system, user = judge_t.render(anchor=texts[sid], candidate=it.text)
+                    judge_reqs.append(GenerationRequest(
+                        prompt_name="judge", prompt_sha256=judge_t.sha256, system=system, user=user,
+                        source_id=sid, variant=candidate_key(it.text), sampling=judge_sampling, seed=seed,
+                        model_id=judge_model_id, response_schema=jschema))
+                    judge_meta.append((sid, role, call, it, gen_model))
+
+        def judge_summary(req: GenerationRequest, res: GenerationResult) -> dict[str, Any] | None:
+            if res.raw_text is None:
+                return None
+            return parse_judge(res.raw_text, allow_null_confidence=res.origin == ORIGIN_IMPLIED_JUDGE).summary()
+
+        jrecs, jc = _through_store(store, judge_backend, judge_reqs, judge_summary, progress=progress, desc="judge")
+
+    judge_failed: Counter = Counter()
+    judge_parse_rejected: Counter = Counter()
+    judge_answered = 0
+    tallies = {role: Counter() for role in ("positive", "near_miss")}
+    judgments: list[dict[str, Any]] = []
+    kept_pos: dict[str, list[dict[str, Any]]] = {s: [] for s in sids}
+    kept_neg: dict[str, list[dict[str, Any]]] = {s: [] for s in sids}
+    for (sid, role, call, it, gen_model), req, rec in zip(judge_meta, judge_reqs, jrecs):
+        tally = tallies[role]
+        tally["candidates"] += 1
+        jblock = _judge_block(rec, judge_t)
+        judgment = {"source_id": sid, "role": role, "index": it.index, "prompt_name": call.template.name,
+                    "candidate_key": req.variant, "verdict": None, "confidence": None, "origin": rec["origin"],
+                    "model_id": rec["model_id"], "prompt_sha256": judge_t.sha256, "error": None}
+        item_ref = {"role": role, "index": it.index, "prompt_name": call.template.name,
+                    "candidate_key": req.variant, "text": it.text}
+        if rec["raw_text"] is None:
+            judge_failed[rec["error"]] += 1
+            tally["judge_failed"] += 1
+            judgment["error"] = rec["error"]
+            failures.append({"source_id": sid, "stage": "judge", "item": {**item_ref, "detail": rec["detail"]},
+                             "reason": rec["error"]})
+            judgments.append(judgment)
+            continue
+        judge_answered += 1
+        jo = parse_judge(rec["raw_text"], allow_null_confidence=rec["origin"] == ORIGIN_IMPLIED_JUDGE)
+        if not jo.ok:
+            judge_parse_rejected[jo.reason] += 1
+            tally["judge_failed"] += 1
+            judgment["error"] = f"parse:{jo.reason}"
+            failures.append({"source_id": sid, "stage": "judge", "item": {**item_ref, "detail": jo.detail},
+                             "reason": f"judge_answer_{jo.reason}"})
+            judgments.append(judgment)
+            continue
+        judgment["verdict"], judgment["confidence"] = jo.verdict, jo.confidence
+        judgments.append(judgment)
+        jblock["verdict"], jblock["confidence"] = jo.verdict, jo.confidence
+        keep_verdict = "equivalent" if role == "positive" else "not_equivalent"
+        if jo.verdict != keep_verdict:
+            tally["rejected"] += 1
+            failures.append({"source_id": sid, "stage": "judge", "item": {**item_ref, "detail": jo.reason_text},
+                             "reason": f"judged_{jo.verdict}"})
+            continue
+        tally["kept"] += 1
+        entry = {"text": it.text, "call": call, "model_id": gen_model, "judge": jblock, "index": it.index}
+        (kept_pos if role == "positive" else kept_neg)[sid].append(entry)
+
+    rows: list[dict[str, Any]] = []
+    unused_negatives = 0
+    for sid in sids:
+        if not kept_pos[sid]:
+            unused_negatives += len(kept_neg[sid])
+            continue
+        negs = [
+            {"text": e["text"], "generator": e["call"].template.name, "prompt_sha256": e["call"].template.sha256,
+             "model_id": e["model_id"], "judge": e["judge"], "edit": None, "counterexample": None}
+            for e in kept_neg[sid]
+        ]
+        for p in kept_pos[sid]:
+            rows.append({
+                "source_id": sid,
+                "anchor": texts[sid],
+                "positive": p["text"],
+                "positive_provenance": {"generator": p["call"].template.name,
+                                        "prompt_sha256": p["call"].template.sha256,
+                                        "model_id": p["model_id"], "judge": p["judge"]},
+                "negatives": [dict(n) for n in negs],
+            })
+
+    failure_reasons = Counter(f"{f['stage']}:{f['reason']}" for f in failures)
+    counts: dict[str, Any] = {
+        "prompt_name": prompt_name,
+        "separate_calls": separate_calls,
+        "sources": len(sids),
+        "generate": {**gen_counts, "failed": dict(sorted(gen_failed.items()))},
+        "parse": {"ok": parse_ok, "rejected": dict(sorted(parse_rejected.items())),
+                  "rejected_total": sum(parse_rejected.values()),
+                  "item_rejected": dict(sorted(item_rejected.items())),
+                  "item_rejected_total": sum(item_rejected.values())},
+        "judge": {**jc, "answered": judge_answered, "failed": dict(sorted(judge_failed.items())),
+                  "parse_rejected": dict(sorted(judge_parse_rejected.items()))},
+        "positives": {k: tallies["positive"][k] for k in ("candidates", "kept", "rejected", "judge_failed")},
+        "negatives": {k: tallies["near_miss"][k] for k in ("candidates", "kept", "rejected", "judge_failed")},
+        "negatives_unused_no_positive": unused_negatives,
+        "rows": len(rows),
+        "rows_without_negatives": sum(1 for r in rows if not r["negatives"]),
+        "negatives_in_rows": sum(len(r["negatives"]) for r in rows),
+        "failures": dict(sorted(failure_reasons.items())),
+        "failures_total": len(failures),
+    }
+    failures.sort(key=lambda f: (f["source_id"], ["generate", "parse", "judge"].index(f["stage"])))
+    return ArmResult(rows=rows, failures=failures, counts=counts, judgments=judgments)
+
+
+def run_llm_pairs(
+    sources: list[tuple[str, str]],
+    *,
+    prompt_name: str,
+    n_pos: int,
+    n_neg: int,
+    backend: GenerationBackend,
+    judge_backend: GenerationBackend,
+    store_path: str | Path,
+    model_id: str,
+    judge_model_id: str,
+    sampling: dict,
+    seed: int,
+    require_tags: bool,
+    progress: bool = True,
+) -> tuple[list[dict], list[dict], dict]:
+    """Build one LLM-written arm (SPEC §3.2): render, generate, parse, judge, keep.
+
+    Args:
+        sources: ``(source_id, problem text)`` pairs; ids unique, texts non-empty.
+        prompt_name: ``d1_recipe``, ``d2_paraphrase``, ``d3_style``, ``d4_restatement``,
+            ``d5_survey`` or ``unrelated_negatives``.
+        n_pos: positives per source (the paper: 1). n_neg: near-misses asked for (the
+            paper: 3 for D1–D3 and the unrelated prompt; 0 for D4/D5); an answer may hold
+            fewer (see :mod:`recipematch.llm.parsing`).
+        backend / judge_backend: :class:`~recipematch.llm.backends.GenerationBackend` s.
+        store_path: the run's call store (created if absent; reused on rerun/resume).
+        model_id / judge_model_id: recorded with every call; backends refuse a mismatch.
+        sampling: ``{temperature, top_p, max_tokens}`` for generation and judging.
+        seed: sampling seed sent with every call.
+        require_tags: parse per-item annotations strictly (False for the peer's release).
+        progress: progress bars on stderr.
+
+    Returns:
+        ``(rows, failures, counts)``:
+
+        * rows, sorted by ``source_id`` (then positive order), each exactly::
+
+            {"source_id", "anchor", "positive",
+             "positive_provenance": {"generator", "prompt_sha256", "model_id",
+                                     "judge": {"verdict", "confidence", "model_id",
+                                               "prompt_sha256", "origin"}},
+             "negatives": [{"text", "generator", "prompt_sha256", "model_id", "judge",
+                            "edit": None, "counterexample": None}]}
+
+          ``confidence`` is ``None`` when the judge's confidence was not recorded
+          (origin ``implied_by_release``). The same inputs and store give byte-identical
+          rows (:func:`rows_to_jsonl`).
+        * failures: ``{"source_id", "stage": "generate"|"parse"|"judge", "item", "reason"}``
+          one per failed call, rejected answer, rejected item, failed judge call, and
+          judge rejection (``judged_not_equivalent`` for a positive, ``judged_equivalent``
+          for a near-miss); ``item`` says which (role, index, prompt, candidate key, text,
+          detail).
+        * counts: ``generate`` {requests, from_store, sent, answered, failed by code},
+          ``parse`` {ok, rejected by reason, item_rejected by role:reason}, ``judge``
+          {requests, from_store, sent, answered, failed, parse_rejected}, ``positives`` and
+          ``negatives`` {candidates, kept, rejected, judge_failed}, ``rows``,
+          ``rows_without_negatives``, ``negatives_in_rows``, ``failures`` by
+          ``stage:reason`` and ``failures_total``.
+
+    Raises:
+        ValueError: bad sources, counts, sampling, or ``n_neg > 0`` for D4/D5.
+        StoreCorruptError: the store is damaged beyond a torn last line.
+    """
+    res = run_llm_pairs_detailed(
+        sources, prompt_name=prompt_name, n_pos=n_pos, n_neg=n_neg, backend=backend,
+        judge_backend=judge_backend, store_path=store_path, model_id=model_id, judge_model_id=judge_model_id,
+        sampling=sampling, seed=seed, require_tags=require_tags, progress=progress,
+    )
+    return res.rows, res.failures, res.counts
+
+
+def run_llm_pairs_separate_calls(
+    sources: list[tuple[str, str]],
+    *,
+    n_pos: int,
+    n_neg: int,
+    backend: GenerationBackend,
+    judge_backend: GenerationBackend,
+    store_path: str | Path,
+    model_id: str,
+    judge_model_id: str,
+    sampling: dict,
+    seed: int,
+    require_tags: bool,
+    progress: bool = True,
+) -> tuple[list[dict], list[dict], dict]:
+    """The separate-calls variant of the recipe arm (SPEC §3.2; paper App. C "exact_split"):
+    D1 cut into a positives-only call and a near-misses-only call per source (see
+    :func:`~recipematch.llm.prompts.split_d1_prompt`); same judge and keep rule. Rows and
+    failures as :func:`run_llm_pairs`; the positive's ``generator`` is
+    ``"d1_recipe:positives_only"`` and each negative's ``"d1_recipe:near_misses_only"``. A
+    near-miss equal to the positive (after whitespace normalisation) is dropped as
+    ``duplicate_variant``."""
+    res = run_llm_pairs_detailed(
+        sources, prompt_name="d1_recipe", n_pos=n_pos, n_neg=n_neg, backend=backend,
+        judge_backend=judge_backend, store_path=store_path, model_id=model_id, judge_model_id=judge_model_id,
+        sampling=sampling, seed=seed, require_tags=require_tags, progress=progress, separate_calls=True,
+    )
+    return res.rows, res.failures, res.counts
+
+
+def rows_to_jsonl(rows: Iterable[Mapping[str, Any]]) -> str:
+    """Rows as JSONL text (UTF-8 characters kept, keys in the canonical order, ``\\n``
+    line ends): the byte form that must be identical across reruns."""
+    import json
+
+    return "".join(json.dumps(r, ensure_ascii=False, allow_nan=False) + "\n" for r in rows)
+
+
+def _kappa(a: int, b: int, c: int, d: int) -> float | None:
+    """Cohen's kappa of a 2x2 table [[a, b], [c, d]] (a = both accept, d = neither)."""
+    n = a + b + c + d
+    if n == 0:
+        return None
+    po = (a + d) / n
+    p1, p2 = (a + b) / n, (a + c) / n
+    pe = p1 * p2 + (1 - p1) * (1 - p2)
+    return None if math.isclose(pe, 1.0) else (po - pe) / (1 - pe)
+
+
+def judge_agreement(first: Sequence[Mapping[str, Any]], second: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Agreement table of two judges over the same candidates (SPEC §3.2, paper App. C R12-a).
+
+    Args:
+        first, second: judgment records ``{source_id, role, candidate_key, verdict}``
+            (``role`` ``"positive"``/``"near_miss"``; ``verdict`` ``"equivalent"``,
+            ``"not_equivalent"`` or ``None`` = the call failed or did not parse), e.g.
+            :attr:`ArmResult.judgments`. Candidates are matched on
+            ``(source_id, role, candidate_key)``.
+
+    Returns:
+        ``{"positive": T, "near_miss": T, "all": T, "only_in_first": int,
+        "only_in_second": int}`` where each table ``T`` over the matched candidates has
+
+        * ``n``; ``both_accept``, ``only_first_accepts``, ``only_second_accepts``,
+          ``neither`` (accept = the keep verdict: ``equivalent`` for a positive,
+          ``not_equivalent`` for a near-miss; a missing verdict is not an accept, as the
+          paper counted unparsed second-judge verdicts "as not verified");
+        * ``agreement`` = (both_accept + neither) / n (fraction in [0, 1]) and
+          ``cohen_kappa`` on that 2x2 table (``None`` when undefined);
+        * ``accept_rate_first`` / ``accept_rate_second`` (fractions);
+        * ``exact_verdict_agreement``: fraction with the same label among
+          {equivalent, not_equivalent, missing};
+        * ``opposite_verdicts``: both judged and disagree (the binary analogue of a
+          "0 against 2" disagreement); ``one_missing``: exactly one verdict missing;
+          ``missing_first`` / ``missing_second``.
+        Fractions are ``None`` when ``n == 0``.
+
+    Raises:
+        ValueError: a candidate appears twice in one list, or a verdict is not one of the
+            three labels.
+    """
+
+    def index(js: Sequence[Mapping[str, Any]]) -> dict[tuple[str, str, str], str | None]:
+        out: dict[tuple[str, str, str], str | None] = {}
+        for j in js:
+            k = (j["source_id"], j["role"], j["candidate_key"])
+            if k in out:
+                raise ValueError(f"candidate {k} judged twice in one list")
+            if j["verdict"] not in ("equivalent", "not_equivalent", None):
+                raise ValueError(f"bad verdict {j['verdict']!r}")
+            out[k] = j["verdict"]
+        return out
+
+    a, b = index(first), index(second)
+    common = sorted(a.keys() & b.keys())
+
+    def table(keys: list[tuple[str, str, str]]) -> dict[str, Any]:
+        c: Counter = Counter()
+        for k in keys:
+            role = k[1]
+            keep = "equivalent" if role == "positive" else "not_equivalent"
+            va, vb = a[k], b[k]
+            acc_a, acc_b = va == keep, vb == keep
+            c["both_accept" if acc_a and acc_b else "only_first_accepts" if acc_a else
+              "only_second_accepts" if acc_b else "neither"] += 1
+            c["same_label"] += va == vb
+            c["opposite_verdicts"] += va is not None and vb is not None and va != vb
+            c["one_missing"] += (va is None) != (vb is None)
+            c["missing_first"] += va is None
+            c["missing_second"] += vb is None
+        n = len(keys)
+        ba, of, os_, ne = c["both_accept"], c["only_first_accepts"], c["only_second_accepts"], c["neither"]
+        frac = (lambda x: x / n) if n else (lambda x: None)
+        return {
+            "n": n, "both_accept": ba, "only_first_accepts": of, "only_second_accepts": os_, "neither": ne,
+            "agreement": frac(ba + ne), "cohen_kappa": _kappa(ba, of, os_, ne),
+            "accept_rate_first": frac(ba + of), "accept_rate_second": frac(ba + os_),
+            "exact_verdict_agreement": frac(c["same_label"]), "opposite_verdicts": c["opposite_verdicts"],
+            "one_missing": c["one_missing"], "missing_first": c["missing_first"], "missing_second": c["missing_second"],
+        }
+
+    return {
+        "positive": table([k for k in common if k[1] == "positive"]),
+        "near_miss": table([k for k in common if k[1] == "near_miss"]),
+        "all": table(common),
+        "only_in_first": len(a.keys() - b.keys()),
+        "only_in_second": len(b.keys() - a.keys()),
+    }
+
+
+def self_test(
+    backend: GenerationBackend, recorded_items: Sequence[tuple[GenerationRequest, str]]
+) -> tuple[bool, list[dict[str, Any]]]:
+    """Worker self-test gate: re-answer a small recorded set; every answer must match.
+
+    A worker runs this before it writes any output (cf. the judging design's self-test
+    gate); with greedy or seeded decoding the same model must reproduce its recorded
+    answers byte for byte.
+
+    Args:
+        backend: the worker's backend.
+        recorded_items: ``(request, expected raw text)`` pairs (see
+            :func:`recorded_items_from_store`), at least one.
+
+    Returns:
+        ``(ok, mismatches)``: ``ok`` is true iff every answer equals its recording
+        exactly; ``mismatches`` lists ``{key, source_id, variant, expected, got, error}``
+        for each that does not.
+
+    Raises:
+        ValueError: no items (a gate over nothing would pass vacuously).
+    """
+    if not recorded_items:
+        raise ValueError("self_test needs at least one recorded item")
+    reqs = [r for r, _ in recorded_items]
+    results = backend.generate(reqs)
+    mismatches = []
+    for (req, expected), res in zip(recorded_items, results):
+        if res.raw_text != expected:
+            mismatches.append({"key": req.key, "source_id": req.source_id, "variant": req.variant,
+                               "expected": expected, "got": res.raw_text, "error": res.error})
+    return not mismatches, mismatches
+
+
+def recorded_items_from_store(
+    requests: Sequence[GenerationRequest], store_path: str | Path, limit: int
+) -> list[tuple[GenerationRequest, str]]:
+    """Up to ``limit`` ``(request, stored raw text)`` pairs for :func:`self_test`, in the
+    order of ``requests``, taken from the requests that the store answered with text."""
+    out: list[tuple[GenerationRequest, str]] = []
+    with CallStore(store_path) as store:
+        for r in requests:
+            rec = store.get(r.key)
+            if rec is not None and rec["raw_text"] is not None:
+                out.append((r, rec["raw_text"]))
+                if len(out) >= limit:
+                    break
+    return out

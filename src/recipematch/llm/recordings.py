@@ -1,0 +1,204 @@
+"""Replay recordings built from the peer's released pair files (the only recorded LLM
+outputs we have; ``shared/data/peer_release/MANIFEST.md``).
+
+The release is *post-judge*: it holds, per source, the positive and near-misses that the
+peer's judge kept. The generator's full answers (justification, tags, audience, ...), the
+items the judge rejected and the judge's own answers were not released. So the recordings
+built here are reconstructions, and every record says so in its ``origin``:
+
+* a **generation recording** (origin ``"peer_release_post_judge"``) is a JSON answer in the
+  prompt's own schema that holds exactly the released texts: ``original_problem`` is the
+  corpus problem, the positive goes into the positives list, the near-misses into the
+  near-miss list, and *no* annotation fields (no ``justification``/``tags``), so replaying
+  it needs ``require_tags=False``. Keyed by the prompt's template SHA-256, the source id and
+  variant 0;
+* a **judge recording** (origin ``"implied_by_release"``) for every released item: the
+  release is the judge's keep set, so each released positive gets the verdict
+  ``"equivalent"`` and each released near-miss ``"not_equivalent"``, with
+  ``"confidence": null`` (not recorded; :func:`recipematch.llm.parsing.parse_judge` accepts
+  null only for this origin). Keyed by the judge template's SHA-256, the source id and the
+  candidate key (first 16 hex characters of the SHA-256 of the candidate text's UTF-8 bytes,
+  :func:`candidate_key`).
+
+Replaying these through :func:`recipematch.llm.pipeline.run_llm_pairs` therefore re-derives
+the released rows; its counts measure our pipeline's plumbing on real LLM text (and our
+parser's verdict on it), not the peer's generator or judge acceptance rates.
+
+The D4 file: the peer's D4 restatements sit in a folder named ``llm_pairs_unrelated``
+(``data/llm_pairs_unrelated/pairs.jsonl``, shipped here as ``pairs_d4_unrelated.jsonl``),
+but they are positives-only D4 rows (every ``negatives`` list is empty), so they map to
+the ``d4_restatement`` prompt, not to ``unrelated_negatives``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from recipematch.llm.parsing import schema_for
+from recipematch.llm.prompts import load_prompt
+
+__all__ = [
+    "ORIGIN_RELEASE",
+    "ORIGIN_IMPLIED_JUDGE",
+    "candidate_key",
+    "build_recordings",
+    "write_recordings",
+    "read_jsonl",
+    "load_corpus_texts",
+]
+
+ORIGIN_RELEASE = "peer_release_post_judge"
+ORIGIN_IMPLIED_JUDGE = "implied_by_release"
+
+_IMPLIED_REASON = (
+    "Not recorded: verdict implied by the peer's post-judge release, which keeps only the "
+    "items its judge accepted."
+)
+
+
+def candidate_key(text: str) -> str:
+    """First 16 hex characters of ``sha256(text.encode("utf-8"))`` (exact text, no
+    normalisation). The judge request's ``variant``."""
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+
+
+def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
+    """Every non-blank line of a JSONL file, parsed (UTF-8)."""
+    with open(path, encoding="utf-8") as fh:
+        return [json.loads(line) for line in fh if line.strip()]
+
+
+def load_corpus_texts(path: str | Path) -> dict[str, str]:
+    """``{_id: text}`` from a BEIR ``corpus.jsonl`` (``title`` is ignored; MathNet's is empty).
+
+    Raises:
+        ValueError: an ``_id`` appears twice.
+    """
+    out: dict[str, str] = {}
+    for row in read_jsonl(path):
+        if row["_id"] in out:
+            raise ValueError(f"duplicate corpus id {row['_id']!r}")
+        out[row["_id"]] = row["text"]
+    return out
+
+
+def build_recordings(
+    release_rows: Iterable[Mapping[str, Any]],
+    corpus_texts: Mapping[str, str],
+    prompt_name: str,
+    *,
+    n_pos: int,
+    n_neg: int,
+    model_id: str,
+    judge_model_id: str | None = None,
+) -> list[dict[str, Any]]:
+    """Turn released rows into the recordings :class:`~recipematch.llm.backends.ReplayBackend`
+    replays (see the module docstring for what they are and are not).
+
+    Args:
+        release_rows: ``{source_id, positive_text, negatives: [{text, ...}]}`` rows.
+        corpus_texts: ``{corpus _id: problem text}``; every ``source_id`` must be in it.
+        prompt_name: the prompt the rows came from: ``"d1_recipe"`` for
+            ``pairs_d1_recipe.jsonl``, ``"d4_restatement"`` for ``pairs_d4_unrelated.jsonl``
+            (any prompt of :data:`recipematch.llm.parsing.SCHEMAS` works).
+        n_pos: positives the replayed run asks for; must be 1 (a released row has one).
+        n_neg: near-misses asked for; a row with more raises. 0 for positives-only prompts.
+        model_id: the generator's model id recorded with each answer (e.g.
+            ``"Qwen/Qwen3-32B-AWQ"``); a replayed request must carry the same id.
+        judge_model_id: the judge's model id (default: ``model_id``; the paper's judge is
+            its generator).
+
+    Returns:
+        Records ``{kind, prompt_name, prompt_sha256, source_id, variant, model_id, raw_text,
+        origin, role}`` (``role`` is ``None`` for generation records), generation records
+        first, each group sorted by ``(source_id, variant)``; the same input always gives
+        the same list.
+
+    Raises:
+        ValueError: ``n_pos != 1``; a row's source id is unknown or repeated; a row has more
+            than ``n_neg`` near-misses, a near-miss for a positives-only prompt, or an empty
+            text; one text is both a positive and a near-miss of the same source.
+    """
+    if n_pos != 1:
+        raise ValueError("a released row holds exactly one positive; n_pos must be 1")
+    sch = schema_for(prompt_name)
+    if sch.negatives_key is None and n_neg != 0:
+        raise ValueError(f"{prompt_name} writes positives only; n_neg must be 0")
+    gen_t = load_prompt(prompt_name)
+    judge_t = load_prompt("judge")
+    judge_model = judge_model_id or model_id
+    gen_records: list[dict[str, Any]] = []
+    judge_records: dict[tuple[str, str], dict[str, Any]] = {}
+    seen_sources: set[str] = set()
+    for row in release_rows:
+        sid = row["source_id"]
+        if sid in seen_sources:
+            raise ValueError(f"source id {sid!r} appears twice in the release rows")
+        seen_sources.add(sid)
+        if sid not in corpus_texts:
+            raise ValueError(f"source id {sid!r} is not in the corpus")
+        positive = row["positive_text"]
+        negatives = [n["text"] for n in row.get("negatives", [])]
+        if not isinstance(positive, str) or not positive.strip() or not all(
+            isinstance(t, str) and t.strip() for t in negatives
+        ):
+            raise ValueError(f"source {sid!r}: empty or non-string text in the release row")
+        if len(negatives) > n_neg:
+            raise ValueError(f"source {sid!r}: {len(negatives)} near-misses but n_neg={n_neg}")
+        answer: dict[str, Any] = {
+            "original_problem": corpus_texts[sid],
+            sch.positives_key: [{"problem": positive}],
+        }
+        if sch.negatives_key is not None:
+            answer[sch.negatives_key] = [{"problem": t} for t in negatives]
+        gen_records.append(
+            {
+                "kind": "generation",
+                "prompt_name": prompt_name,
+                "prompt_sha256": gen_t.sha256,
+                "source_id": sid,
+                "variant": 0,
+                "model_id": model_id,
+                "raw_text": json.dumps(answer, ensure_ascii=False),
+                "origin": ORIGIN_RELEASE,
+                "role": None,
+            }
+        )
+        for role, verdict, texts in (
+            ("positive", "equivalent", [positive]),
+            ("near_miss", "not_equivalent", negatives),
+        ):
+            for text in texts:
+                ck = candidate_key(text)
+                old = judge_records.get((sid, ck))
+                if old is not None:
+                    if old["role"] != role:
+                        raise ValueError(f"source {sid!r}: one text is both a positive and a near-miss")
+                    continue  # a repeated near-miss: one judge recording serves both copies
+                raw = json.dumps({"verdict": verdict, "confidence": None, "reason": _IMPLIED_REASON}, ensure_ascii=False)
+                judge_records[(sid, ck)] = {
+                    "kind": "judge",
+                    "prompt_name": "judge",
+                    "prompt_sha256": judge_t.sha256,
+                    "source_id": sid,
+                    "variant": ck,
+                    "model_id": judge_model,
+                    "raw_text": raw,
+                    "origin": ORIGIN_IMPLIED_JUDGE,
+                    "role": role,
+                }
+    gen_records.sort(key=lambda r: r["source_id"])
+    return gen_records + [judge_records[k] for k in sorted(judge_records)]
+
+
+def write_recordings(path: str | Path, records: Iterable[Mapping[str, Any]]) -> None:
+    """Write records as UTF-8 JSONL, one per line, keys in insertion order (deterministic)."""
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    with open(p, "w", encoding="utf-8", newline="\n") as fh:
+        for rec in records:
+            fh.write(json.dumps(rec, ensure_ascii=False) + "\n")
