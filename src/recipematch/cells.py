@@ -1,0 +1,285 @@
+"""Factorial cells and the matched budget (SPEC §3.4, §5; paper Tables 2, 11–12).
+
+A *cell* is positives × negatives × negative volume. Positives come from one generator's
+pair file (``cas``, ``d1``, ``d4``, … ); negatives are attached per source from another
+generator's rows (``none``, ``cas``, ``recipe``, ``unrelated``). The named *arms* are cells:
+
+=========  =========  =========  ======
+arm        positives  negatives  volume
+=========  =========  =========  ======
+verified   cas        cas        full
+recipe     d1         recipe     full
+reference  d4         cas        full
+d4         d4         none       full
+=========  =========  =========  ======
+
+Attachment rules (SPEC §3.4):
+
+* same generator for both (``cas``×``cas``, ``d1``×``recipe``): a row keeps its own negatives;
+* ``cas`` negatives on other positives: each positive row takes the negatives of ONE computer-
+  algebra row of the same source, chosen once at random (seeded) when the file is built;
+* LLM negatives (``recipe``, ``unrelated``) on other positives: the negatives of that source's
+  row; with volume ``matched`` only the first k, k = the count the same source carries in
+  the reference cell (D4 × CAS); ``full`` keeps all of them.
+
+A source with no partner row is dropped and counted (``no_partner``).
+
+The budget (:func:`budget_rows`): sources in a seeded random order, their rows kept together
+and listed source after source, truncated to exactly ``rows`` rows — so a smaller budget is
+a prefix of the same order; dev sources (5%) chosen by a seeded hash of the source id, so
+no source is in both splits.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from recipematch.gates import ExclusionList, NgramGate
+from recipematch.pairs import n_examples, sort_rows
+
+#: Generators of positives and the pair-file key each reads (SPEC §3.4).
+POSITIVES = {"cas": "cas", "d1": "d1_recipe", "d2": "d2_paraphrase", "d3": "d3_style", "d4": "d4_restatement",
+             "d5": "d5_survey", "bt": "bt", "bt3": "bt3"}
+#: Negatives and the pair-file key they come from (``none`` attaches nothing).
+NEGATIVES = {"none": None, "cas": "cas", "recipe": "d1_recipe", "unrelated": "unrelated_negatives"}
+VOLUMES = ("matched", "full")
+
+
+@dataclass(frozen=True)
+class CellSpec:
+    """One cell of the factorial.
+
+    Raises:
+        ValueError: an unknown positives, negatives or volume value.
+    """
+
+    positives: str
+    negatives: str
+    volume: str = "full"
+
+    def __post_init__(self) -> None:
+        if self.positives not in POSITIVES:
+            raise ValueError(f"unknown positives={self.positives!r}; choose from {sorted(POSITIVES)}")
+        if self.negatives not in NEGATIVES:
+            raise ValueError(f"unknown negatives={self.negatives!r}; choose from {sorted(NEGATIVES)}")
+        if self.volume not in VOLUMES:
+            raise ValueError(f"unknown volume={self.volume!r}; choose from {VOLUMES}")
+
+    @property
+    def name(self) -> str:
+        """``<positives>x<negatives>-<volume>``, e.g. ``d4xrecipe-matched``."""
+        return f"{self.positives}x{self.negatives}-{self.volume}"
+
+    @property
+    def _own(self) -> bool:
+        return POSITIVES[self.positives] == NEGATIVES[self.negatives]
+
+    def inputs(self) -> list[str]:
+        """Pair-file keys this cell reads (the reference's CAS file for ``matched``)."""
+        keys = [POSITIVES[self.positives]]
+        neg = NEGATIVES[self.negatives]
+        if neg and neg not in keys:
+            keys.append(neg)
+        if self.volume == "matched" and neg not in (None, "cas") and not self._own:
+            for k in (POSITIVES["d4"], "cas"):
+                if k not in keys:
+                    keys.append(k)
+        return keys
+
+
+NAMED_ARMS: dict[str, CellSpec] = {
+    "verified": CellSpec("cas", "cas"),
+    "recipe": CellSpec("d1", "recipe"),
+    "reference": CellSpec("d4", "cas"),
+    "d4": CellSpec("d4", "none"),
+}
+
+
+class MissingInput(RuntimeError):
+    """A cell needs a pair file that this configuration does not produce."""
+
+
+def _rng_for(seed: int, *parts: str) -> np.random.Generator:
+    digest = hashlib.sha256("\x1f".join([str(seed), *parts]).encode()).digest()
+    return np.random.default_rng(int.from_bytes(digest[:8], "little"))
+
+
+def _by_source(rows: Sequence[Mapping[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    out: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for r in sort_rows(rows):
+        out[r["source_id"]].append(r)
+    return out
+
+
+def assemble_cell(spec: CellSpec, pair_files: Mapping[str, Sequence[Mapping[str, Any]]], *, seed: int) -> tuple[list[dict], dict[str, int]]:
+    """Build a cell's full row pool (before gates and budget).
+
+    Args:
+        spec: the cell.
+        pair_files: pair-file key (``"cas"``, ``"d1_recipe"``, …) → its rows.
+        seed: seeds the one-time random choice of a CAS partner row per source.
+
+    Returns:
+        ``(rows, counts)``; counts hold ``sources_in``, ``no_partner`` and ``rows_out``.
+
+    Raises:
+        MissingInput: a needed pair file is absent (``"no input for positives=d5"``).
+    """
+    for key in spec.inputs():
+        if key not in pair_files:
+            which = "positives" if key == POSITIVES[spec.positives] else "negatives"
+            val = spec.positives if which == "positives" else spec.negatives
+            if key not in (POSITIVES[spec.positives], NEGATIVES[spec.negatives]):
+                which, val = "volume", spec.volume
+            raise MissingInput(f"no input for {which}={val} (pair file '{key}' is not built in this configuration)")
+    pos = _by_source(pair_files[POSITIVES[spec.positives]])
+    counts = {"sources_in": len(pos), "no_partner": 0, "rows_out": 0}
+    neg_key = NEGATIVES[spec.negatives]
+    if neg_key is None:
+        rows = [{**r, "negatives": []} for rs in pos.values() for r in rs]
+    elif spec._own:
+        rows = [r for rs in pos.values() for r in rs]
+    else:
+        partners = _by_source(pair_files[neg_key])
+        matched_k: dict[str, int] | None = None
+        if spec.volume == "matched" and neg_key != "cas":
+            ref_rows, _ = assemble_cell(NAMED_ARMS["reference"], pair_files, seed=seed)
+            matched_k = {}
+            for r in ref_rows:
+                matched_k[r["source_id"]] = len(r["negatives"])
+        rows = []
+        for sid, rs in pos.items():
+            cand = partners.get(sid)
+            if not cand or (matched_k is not None and sid not in matched_k):
+                counts["no_partner"] += 1
+                continue
+            if neg_key == "cas":
+                pick = cand[int(_rng_for(seed, "cas-partner", sid).integers(len(cand)))]
+                negs = pick["negatives"]
+            else:
+                negs = [n for c in cand for n in c["negatives"]]
+                if matched_k is not None:
+                    negs = negs[: matched_k[sid]]
+            rows.extend({**r, "negatives": list(negs)} for r in rs)
+    rows = sort_rows(rows)
+    counts["rows_out"] = len(rows)
+    return rows, counts
+
+
+def apply_gates(rows: Sequence[Mapping[str, Any]], exclusion: ExclusionList, ngram: NgramGate | None,
+                heldout_sources: set[str] = frozenset()) -> tuple[list[dict], dict[str, int], list[dict]]:
+    """Drop rows and negatives that touch evaluation data (SPEC §4).
+
+    A row is dropped when its source is held out for evaluation, its anchor id is on the
+    exclusion list, or its anchor or positive matches an evaluation text (list's own
+    normaliser) or trips the n-gram gate. A negative that matches or trips the gate is
+    removed from its row. Every drop is counted per gate and recorded.
+
+    Returns:
+        ``(kept_rows, counts, drop_records)``.
+    """
+    counts = defaultdict(int)
+    drops: list[dict] = []
+    ids = set(exclusion.ids)
+    kept = []
+    for r in rows:
+        sid = r["source_id"]
+        reason = None
+        if sid in heldout_sources:
+            reason = "heldout_source"
+        elif sid in ids:
+            reason = f"exclusion_{exclusion.version}_anchor_id"
+        elif exclusion.hits_text(r["anchor"]):
+            reason = f"exclusion_{exclusion.version}_anchor_text"
+        elif exclusion.hits_text(r["positive"]):
+            reason = f"exclusion_{exclusion.version}_positive_text"
+        elif ngram is not None and (ngram.flags(r["anchor"]) or ngram.flags(r["positive"])):
+            reason = "ngram_containment"
+        if reason:
+            counts[f"rows_dropped.{reason}"] += 1
+            drops.append({"source_id": sid, "what": "row", "reason": reason})
+            continue
+        negs = []
+        for n in r.get("negatives") or []:
+            nreason = None
+            if exclusion.hits_text(n["text"]):
+                nreason = f"exclusion_{exclusion.version}_negative_text"
+            elif ngram is not None and ngram.flags(n["text"]):
+                nreason = "ngram_containment"
+            if nreason:
+                counts[f"negatives_dropped.{nreason}"] += 1
+                drops.append({"source_id": sid, "what": "negative", "reason": nreason, "text_head": n["text"][:80]})
+            else:
+                negs.append(n)
+        kept.append({**r, "negatives": negs})
+    counts["rows_kept"] = len(kept)
+    return kept, dict(sorted(counts.items())), drops
+
+
+def is_dev_source(source_id: str, *, seed: int, dev_fraction: float) -> bool:
+    """Seeded, order-free dev assignment: the source's hash falls below ``dev_fraction``."""
+    h = int.from_bytes(hashlib.sha256(f"dev\x1f{seed}\x1f{source_id}".encode()).digest()[:8], "little")
+    return h / 2**64 < dev_fraction
+
+
+def budget_rows(rows: Sequence[Mapping[str, Any]], *, n_rows: int, seed: int, dev_fraction: float = 0.05) -> tuple[list[dict], dict[str, Any]]:
+    """Matched budget: seeded shuffle-then-truncate with sources kept together (SPEC §5).
+
+    Sources are put in a random order drawn from ``seed``; their rows (canonical order inside
+    a source) are listed source after source and the list is cut at exactly ``n_rows`` rows,
+    so a smaller budget is a prefix of the same order (the last source may be cut). Each row
+    gets ``split`` = ``"dev"`` when its source is a dev source (:func:`is_dev_source`), else
+    ``"train"``. When no selected source falls in dev, the last whole source becomes dev, so a
+    dev split always exists.
+
+    Args:
+        rows: the gated pool of one cell.
+        n_rows: the budget (row count), ≥ 1.
+        seed: the training seed (each seed draws its own rows).
+        dev_fraction: share of sources held out for checkpoint selection, in (0, 1).
+
+    Returns:
+        ``(rows_with_split, info)``; info holds ``requested``, ``available``, ``selected``,
+        ``sources``, ``dev_sources``, ``train_examples``, ``dev_examples``. When the pool is
+        smaller than the budget the result is short and validation fails on it.
+
+    Raises:
+        ValueError: ``n_rows < 1`` or ``dev_fraction`` outside (0, 1).
+    """
+    if n_rows < 1:
+        raise ValueError(f"budget rows must be >= 1, got {n_rows}")
+    if not 0.0 < dev_fraction < 1.0:
+        raise ValueError(f"dev_fraction must lie in (0, 1), got {dev_fraction}")
+    groups = _by_source(rows)
+    order = sorted(groups)
+    perm = np.random.default_rng(seed).permutation(len(order))
+    ordered = [order[i] for i in perm]
+    out: list[dict] = []
+    for sid in ordered:
+        if len(out) >= n_rows:
+            break
+        out.extend(groups[sid][: n_rows - len(out)])
+    srcs = list(dict.fromkeys(r["source_id"] for r in out))
+    dev = {s for s in srcs if is_dev_source(s, seed=seed, dev_fraction=dev_fraction)}
+    if not dev and len(srcs) >= 2:
+        # the last source whose rows are all in (cut sources are fine too: still whole in dev)
+        dev = {srcs[-1]}
+    if len(dev) == len(srcs) and len(srcs) >= 2:
+        # every source hashed into dev (tiny budgets): keep only the first ceil(frac * n)
+        dev = set(srcs[: max(1, math.ceil(len(srcs) * dev_fraction))])
+    result = [{**r, "split": "dev" if r["source_id"] in dev else "train"} for r in out]
+    info = {
+        "requested": n_rows, "available": len(rows), "selected": len(result), "sources": len(srcs),
+        "dev_sources": len(dev),
+        "train_examples": sum(n_examples(r) for r in result if r["split"] == "train"),
+        "dev_examples": sum(n_examples(r) for r in result if r["split"] == "dev"),
+        "negatives_per_row": round(sum(len(r["negatives"]) for r in result) / len(result), 4) if result else 0.0,
+    }
+    return result, info

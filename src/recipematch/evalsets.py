@@ -1,0 +1,95 @@
+"""The two evaluations of the embedded default, written as BEIR folders (SPEC §7).
+
+(a) **LLM-built tier** in the benchmark's own shape (MathNet-Retrieve, SPEC §2): the query is
+    a held-out source problem (its corpus id, so self-masking removes its own entry), the
+    gold is that source's recorded D1 rewrite (``d1-pos-<id>``) and the corpus holds every
+    corpus problem plus, as distractors, the recorded D1 near-misses of the held-out sources
+    (``d1-neg-<id>-<i>``), as the hard tier does.
+(b) **Near-miss probe** (generator-free; SPEC §7): the query is the probe item's source
+    problem, the gold its computer-algebra positive (``cp-pos-<id>``, the released qrels'
+    naming) and its counterexampled near-misses (``cp-neg-<id>-<i>``) are distractors; ranked
+    against corpus + probe documents, and against probe documents alone.
+
+Held-out sources (:func:`choose_heldout`) are drawn with a seed from the sources that have a
+recorded D1 rewrite; no arm may train on them (the gates stage excludes them).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+
+def choose_heldout(candidates: Sequence[str], n: int, *, seed: int) -> list[str]:
+    """``n`` source ids drawn without replacement with ``seed`` from ``candidates``
+    (order-free: candidates are sorted first), returned sorted.
+
+    Raises:
+        ValueError: ``n`` < 1 or larger than the number of candidates.
+    """
+    pool = sorted(set(candidates))
+    if not 1 <= n <= len(pool):
+        raise ValueError(f"cannot hold out {n} sources from {len(pool)} candidates")
+    idx = np.random.default_rng(seed).choice(len(pool), size=n, replace=False)
+    return sorted(pool[i] for i in idx)
+
+
+Beir = tuple[dict[str, dict[str, str]], dict[str, str], dict[str, dict[str, int]]]
+
+
+def _corpus_docs(corpus_rows: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, str]]:
+    return {r["doc_id"]: {"title": r.get("title", ""), "text": r["text"]} for r in corpus_rows}
+
+
+def build_llm_tier(corpus_rows: Sequence[Mapping[str, Any]], d1_rows: Sequence[Mapping[str, Any]],
+                   heldout: Sequence[str]) -> Beir:
+    """Evaluation (a). ``d1_rows`` are recorded D1 answers ``{source_id, positive_text,
+    negatives:[{text}]}``; every held-out id must be a corpus id with a D1 row.
+
+    Raises:
+        KeyError: a held-out id is missing from the corpus or from ``d1_rows``.
+    """
+    docs = _corpus_docs(corpus_rows)
+    by_src = {r["source_id"]: r for r in d1_rows}
+    queries, qrels = {}, {}
+    for sid in sorted(heldout):
+        if sid not in docs:
+            raise KeyError(f"held-out source {sid} is not in the corpus")
+        if sid not in by_src:
+            raise KeyError(f"held-out source {sid} has no recorded D1 rewrite")
+        r = by_src[sid]
+        queries[sid] = docs[sid]["text"]
+        gold = f"d1-pos-{sid}"
+        docs[gold] = {"title": "", "text": r["positive_text"]}
+        for i, n in enumerate(r.get("negatives") or []):
+            docs[f"d1-neg-{sid}-{i}"] = {"title": "", "text": n["text"]}
+        qrels[sid] = {gold: 1}
+    return docs, queries, qrels
+
+
+def build_probe(corpus_rows: Sequence[Mapping[str, Any]] | None, items: Sequence[Mapping[str, Any]]) -> Beir:
+    """Evaluation (b). ``items`` are probe rows ``{source_id, source_text, positive_text,
+    negatives:[{text}]}``; ``corpus_rows=None`` gives the probe-only ranking."""
+    docs = _corpus_docs(corpus_rows) if corpus_rows is not None else {}
+    queries, qrels = {}, {}
+    for it in sorted(items, key=lambda x: x["source_id"]):
+        sid = it["source_id"]
+        queries[sid] = it["source_text"]
+        gold = f"cp-pos-{sid}"
+        docs[gold] = {"title": "", "text": it["positive_text"]}
+        for i, n in enumerate(it.get("negatives") or []):
+            docs[f"cp-neg-{sid}-{i}"] = {"title": "", "text": n["text"]}
+        qrels[sid] = {gold: 1}
+    return docs, queries, qrels
+
+
+def evaluation_texts(*beirs: Beir, corpus_ids: set[str]) -> list[str]:
+    """Every text an evaluation shows a model apart from the plain search corpus: queries,
+    golds and distractors. These feed the contamination gates (SPEC §4)."""
+    out: list[str] = []
+    for docs, queries, qrels in beirs:
+        out.extend(queries.values())
+        out.extend(d["text"] for k, d in docs.items() if k not in corpus_ids)
+    return sorted(set(out))

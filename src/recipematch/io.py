@@ -1,0 +1,136 @@
+"""Small, deterministic file helpers shared by every stage.
+
+All writers are atomic (write to a temporary file in the same folder, then rename), so an
+interrupted stage never leaves a half-written output that a rerun would mistake for a
+finished one. JSON is written with sorted keys and ``ensure_ascii=False`` so that the same
+inputs give byte-identical files.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+
+def canonical_json(obj: Any) -> str:
+    """One-line JSON with sorted keys, no ASCII escaping: the project's canonical form."""
+    return json.dumps(obj, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
+
+
+def sha256_bytes(data: bytes) -> str:
+    """Hex SHA-256 of ``data`` (64 lowercase hex characters)."""
+    return hashlib.sha256(data).hexdigest()
+
+
+def sha256_text(text: str) -> str:
+    """Hex SHA-256 of ``text`` encoded as UTF-8."""
+    return sha256_bytes(text.encode("utf-8"))
+
+
+def sha256_file(path: str | os.PathLike[str], chunk: int = 1 << 20) -> str:
+    """Hex SHA-256 of a file's bytes, read in ``chunk``-byte pieces.
+
+    Raises:
+        FileNotFoundError: if ``path`` does not exist.
+    """
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(chunk):
+            h.update(block)
+    return h.hexdigest()
+
+
+def sha256_tree(path: str | os.PathLike[str]) -> str:
+    """Content hash of a file or of a folder (relative paths and file hashes, sorted).
+
+    The hash ignores timestamps and permissions, so two folders with the same files give
+    the same value. Used for checkpoints (SPEC §1: every checkpoint versioned by content).
+    """
+    p = Path(path)
+    if p.is_file():
+        return sha256_file(p)
+    h = hashlib.sha256()
+    for f in sorted(x for x in p.rglob("*") if x.is_file()):
+        h.update(f.relative_to(p).as_posix().encode("utf-8") + b"\0")
+        h.update(sha256_file(f).encode("ascii") + b"\n")
+    return h.hexdigest()
+
+
+def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:
+    """Write ``text`` (UTF-8) to ``path`` atomically, creating parent folders."""
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=p.parent, prefix=f".{p.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, p)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_json(path: str | os.PathLike[str], obj: Any) -> None:
+    """Write ``obj`` as indented, key-sorted JSON (metrics and run records)."""
+    atomic_write_text(path, json.dumps(obj, ensure_ascii=False, sort_keys=True, indent=2) + "\n")
+
+
+def read_json(path: str | os.PathLike[str]) -> Any:
+    """Read a JSON file written by :func:`write_json`."""
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)
+
+
+def write_jsonl(path: str | os.PathLike[str], rows: Iterable[Any]) -> int:
+    """Write rows as canonical JSON lines atomically; returns the number of rows."""
+    lines = [canonical_json(r) for r in rows]
+    atomic_write_text(path, "".join(line + "\n" for line in lines))
+    return len(lines)
+
+
+@dataclass(frozen=True)
+class BadLine:
+    """A JSONL line that could not be read: where it is and why (never dropped silently)."""
+
+    path: str
+    line_no: int
+    reason: str
+    raw: str
+
+    def as_record(self) -> dict[str, Any]:
+        return {"path": self.path, "line_no": self.line_no, "reason": self.reason, "raw": self.raw[:500]}
+
+
+def iter_jsonl(path: str | os.PathLike[str]) -> Iterator[tuple[int, Any | BadLine]]:
+    """Yield ``(line_no, obj)`` for each non-blank line; ``obj`` is a :class:`BadLine` when
+    the line is not valid JSON (1-based line numbers). Never raises on bad content."""
+    with open(path, encoding="utf-8", errors="replace") as f:
+        for i, line in enumerate(f, start=1):
+            if not line.strip():
+                continue
+            try:
+                yield i, json.loads(line)
+            except json.JSONDecodeError as e:
+                yield i, BadLine(str(path), i, f"invalid JSON: {e.msg} at column {e.colno}", line.rstrip("\n"))
+
+
+def read_jsonl_strict(path: str | os.PathLike[str]) -> list[Any]:
+    """Read a JSONL file that the project itself wrote; raise on the first bad line.
+
+    Raises:
+        ValueError: naming the file and line of the first malformed line.
+    """
+    out = []
+    for i, obj in iter_jsonl(path):
+        if isinstance(obj, BadLine):
+            raise ValueError(f"{path}:{i}: {obj.reason}")
+        out.append(obj)
+    return out

@@ -1,0 +1,162 @@
+"""Great Expectations suites that must pass before any training stage (SPEC §5).
+
+Each cell file (one arm, one seed, after the budget) is flattened to one table row per pair
+row with derived check columns, then validated by a Great Expectations suite:
+
+* row count equals the budget;
+* each source lies in exactly one split (train and dev disjoint by source) and both
+  splits exist;
+* no anchor id, anchor, positive or negative on the active exclusion list;
+* no empty anchor or positive text, no empty negative;
+* provenance complete (generator, model id, prompt SHA-256 for LLM texts).
+
+A failing suite raises :class:`ValidationFailed` whose message names each failed
+expectation and the offending rows (source ids), so the pipeline stops before training.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import pandas as pd
+
+from recipematch.gates import ExclusionList
+from recipematch.pairs import n_examples, provenance_problems
+
+
+class ValidationFailed(RuntimeError):
+    """A validation suite failed; ``failures`` lists ``{expectation, column, offending}``."""
+
+    def __init__(self, suite: str, failures: list[dict[str, Any]]):
+        self.suite = suite
+        self.failures = failures
+        lines = [f"validation suite '{suite}' failed ({len(failures)} expectation(s)):"]
+        for f in failures:
+            lines.append(f"  - {f['expectation']}" + (f" on '{f['column']}'" if f.get("column") else "")
+                         + f": {f['detail']}")
+        super().__init__("\n".join(lines))
+
+
+def flatten_for_validation(rows: Sequence[Mapping[str, Any]], exclusion: ExclusionList) -> pd.DataFrame:
+    """One table row per pair row with the derived columns the suite checks."""
+    ids = set(exclusion.ids)
+    splits_per_source: dict[str, set[str]] = {}
+    for r in rows:
+        splits_per_source.setdefault(r["source_id"], set()).add(r.get("split", ""))
+    recs = []
+    for r in rows:
+        negs = r.get("negatives") or []
+        prov = provenance_problems(r)
+        recs.append({
+            "source_id": r["source_id"],
+            "split": r.get("split"),
+            "anchor_len": len((r.get("anchor") or "").strip()),
+            "positive_len": len((r.get("positive") or "").strip()),
+            "min_negative_len": min((len((n.get("text") or "").strip()) for n in negs), default=-1),
+            "splits_of_source": len(splits_per_source[r["source_id"]]),
+            "anchor_id_excluded": r["source_id"] in ids,
+            "anchor_text_excluded": exclusion.hits_text(r.get("anchor") or ""),
+            "positive_text_excluded": exclusion.hits_text(r.get("positive") or ""),
+            "negatives_excluded": sum(exclusion.hits_text(n.get("text") or "") for n in negs),
+            "provenance_ok": not prov,
+            "provenance_problem": "; ".join(prov),
+            "n_negatives": len(negs),
+            "n_examples": n_examples(r),
+        })
+    return pd.DataFrame(recs, columns=["source_id", "split", "anchor_len", "positive_len", "min_negative_len",
+                                       "splits_of_source", "anchor_id_excluded", "anchor_text_excluded",
+                                       "positive_text_excluded", "negatives_excluded", "provenance_ok",
+                                       "provenance_problem", "n_negatives", "n_examples"])
+
+
+def _expectations(budget_rows: int):
+    import great_expectations.expectations as gxe
+
+    return [
+        gxe.ExpectTableRowCountToEqual(value=budget_rows),
+        gxe.ExpectColumnValuesToBeInSet(column="split", value_set=["train", "dev"]),
+        gxe.ExpectColumnDistinctValuesToEqualSet(column="split", value_set=["train", "dev"]),
+        gxe.ExpectColumnValuesToBeInSet(column="splits_of_source", value_set=[1]),
+        gxe.ExpectColumnValuesToBeInSet(column="anchor_id_excluded", value_set=[False]),
+        gxe.ExpectColumnValuesToBeInSet(column="anchor_text_excluded", value_set=[False]),
+        gxe.ExpectColumnValuesToBeInSet(column="positive_text_excluded", value_set=[False]),
+        gxe.ExpectColumnValuesToBeInSet(column="negatives_excluded", value_set=[0]),
+        gxe.ExpectColumnValuesToBeBetween(column="anchor_len", min_value=1),
+        gxe.ExpectColumnValuesToBeBetween(column="positive_len", min_value=1),
+        gxe.ExpectColumnValuesToNotBeInSet(column="min_negative_len", value_set=[0]),
+        gxe.ExpectColumnValuesToBeInSet(column="provenance_ok", value_set=[True]),
+    ]
+
+
+def validate_cell(rows: Sequence[Mapping[str, Any]], exclusion: ExclusionList, *, budget_rows: int,
+                  suite_name: str) -> dict[str, Any]:
+    """Run the suite on one budgeted cell file.
+
+    Args:
+        rows: the cell's rows, each with ``split``.
+        exclusion: the active exclusion list (SPEC §4).
+        budget_rows: the exact row count required (SPEC §5).
+        suite_name: e.g. ``"cell-recipe-seed42"`` (shown in messages and records).
+
+    Returns:
+        A record ``{"suite", "success": True, "expectations": [...], "rows", "examples",
+        "negatives_per_row"}`` to write next to the file.
+
+    Raises:
+        ValidationFailed: any expectation fails; the message names it and the offending
+        source ids (at most 20 shown per expectation).
+    """
+    os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
+    logging.getLogger("great_expectations").setLevel(logging.ERROR)
+    import great_expectations as gx
+
+    df = flatten_for_validation(rows, exclusion)
+    from great_expectations.data_context.types.base import ProgressBarsConfig
+
+    context = gx.get_context(mode="ephemeral")
+    context.variables.progress_bars = ProgressBarsConfig(globally=False, metric_calculations=False)
+    source = context.data_sources.add_pandas(name=f"src-{suite_name}")
+    asset = source.add_dataframe_asset(name=f"asset-{suite_name}")
+    batch_def = asset.add_batch_definition_whole_dataframe(f"batch-{suite_name}")
+    suite = context.suites.add(gx.ExpectationSuite(name=suite_name))
+    for e in _expectations(budget_rows):
+        suite.add_expectation(e)
+    vd = context.validation_definitions.add(gx.ValidationDefinition(name=f"vd-{suite_name}", data=batch_def, suite=suite))
+    result = vd.run(batch_parameters={"dataframe": df}, result_format={"result_format": "COMPLETE"})
+    records, failures = [], []
+    for r in result.results:
+        cfg = r.expectation_config
+        column = cfg.kwargs.get("column")
+        records.append({"expectation": cfg.type, "column": column, "success": bool(r.success)})
+        if r.success:
+            continue
+        res = r.result or {}
+        if cfg.type == "expect_table_row_count_to_equal":
+            detail = (f"{res.get('observed_value')} rows, budget is {budget_rows}"
+                      + (" (the arm cannot supply the budget: lower budget.rows or widen its sources)"
+                         if (res.get("observed_value") or 0) < budget_rows else ""))
+        elif cfg.type == "expect_column_distinct_values_to_equal_set":
+            detail = f"observed splits {res.get('observed_value')}, need both train and dev"
+        else:
+            idx = res.get("unexpected_index_list") or []
+            idx = [i if isinstance(i, int) else next(iter(i.values())) for i in idx]
+            bad = df.iloc[[i for i in idx if isinstance(i, int)]] if idx else df.iloc[0:0]
+            srcs = list(dict.fromkeys(bad["source_id"].tolist()))
+            extra = ""
+            if column == "provenance_ok" and len(bad):
+                extra = f"; first problem: {bad['provenance_problem'].iloc[0]}"
+            detail = (f"{res.get('unexpected_count', len(idx))} offending row(s), sources "
+                      f"{srcs[:20]}{' …' if len(srcs) > 20 else ''}{extra}")
+        failures.append({"expectation": cfg.type, "column": column, "detail": detail})
+    if failures:
+        raise ValidationFailed(suite_name, failures)
+    return {
+        "suite": suite_name, "success": True, "expectations": records, "rows": int(len(df)),
+        "examples": int(df["n_examples"].sum()),
+        "negatives_per_row": round(float(df["n_negatives"].mean()), 4) if len(df) else 0.0,
+        "splits": dict(sorted(Counter(df["split"]).items())),
+    }
