@@ -33,9 +33,10 @@ Whole-answer rejections (``ParseOutcome.reason``): ``empty_answer``, ``code_fenc
 ``bad_confidence``, ``null_confidence_not_allowed``.
 
 Item rejections (``ItemRejection.reason``; the rest of the answer is kept):
-``not_an_object``, ``missing_field``, ``unexpected_field``, ``wrong_type``,
+``not_an_object``, ``missing_field`` (no ``problem``), ``unexpected_field``, ``wrong_type``,
 ``empty_problem``, ``missing_tags``, ``empty_tags``, ``too_many_tags``,
-``missing_annotation``, ``positive_identical_to_anchor``, ``near_miss_identical_to_anchor``,
+``missing_annotation`` (another annotation absent or empty under ``require_tags``),
+``positive_identical_to_anchor``, ``near_miss_identical_to_anchor``,
 ``duplicate_variant``.
 
 Texts are compared after whitespace normalisation (:func:`normalise_ws`: runs of Unicode
@@ -296,10 +297,13 @@ def _check_item(
     """Validate one item; returns (problem text, annotations). Raises :class:`_Reject`."""
     if not isinstance(item, dict):
         raise _Reject("not_an_object", f"item is {type(item).__name__}")
+    _check_keys(item, ("problem",), fields)
     if require_tags:
-        _check_keys(item, ("problem", *fields))
-    else:
-        _check_keys(item, ("problem",), fields)
+        absent = [f for f in fields if f not in item]
+        if "tags" in absent:
+            raise _Reject("missing_tags", "no tags")
+        if absent:
+            raise _Reject("missing_annotation", f"missing {absent}")
     problem = item["problem"]
     if not isinstance(problem, str):
         raise _Reject("wrong_type", f"problem is {type(problem).__name__}")
