@@ -235,3 +235,32 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
 
 def fixture_corpus() -> dict[str, str]:
     return {r["_id"]: r["text"] for r in read_jsonl(FIXTURES / "corpus.sample.jsonl")}
+
+
+def fixture_d1_rows() -> list[dict[str, Any]]:
+    return read_jsonl(FIXTURES / "pairs_d1_recipe.sample.jsonl")
+
+
+def release_script(corpus: dict[str, str], rows: list[dict[str, Any]]) -> Callable[[GenerationRequest], str | None]:
+    """Answers like a live model would, from the fixture's released D1 rows: generation gets
+    a D1 answer holding the released texts (no tags); the judge says ``equivalent`` (0.9)
+    for a released positive and ``not_equivalent`` (0.8) otherwise. Unreleased sources get
+    no answer (``None``)."""
+    by_sid = {r["source_id"]: r for r in rows}
+    positives = {r["positive_text"] for r in rows}
+
+    def script(req: GenerationRequest) -> str | None:
+        if req.prompt_name == "judge":
+            cand = req.user.split("Problem B:\n", 1)[1][:-1]
+            ok = cand in positives
+            return json.dumps({"verdict": "equivalent" if ok else "not_equivalent",
+                               "confidence": 0.9 if ok else 0.8, "reason": "scripted"})
+        row = by_sid.get(req.source_id)
+        if row is None:
+            return None
+        return json.dumps({"original_problem": corpus[req.source_id],
+                           "equivalent_variants": [{"problem": row["positive_text"]}],
+                           "near_miss_variants": [{"problem": n["text"]} for n in row["negatives"]]},
+                          ensure_ascii=False)
+
+    return script
