@@ -1,0 +1,382 @@
+"""The one BEIR-format reader and writer (STYLE "one BEIR-format loader").
+
+A BEIR folder holds ``corpus.jsonl`` (one ``{"_id", "title", "text", ...}`` object a
+line), ``queries.jsonl`` (``{"_id", "text", "metadata"?}``) and
+``qrels/<split>.tsv`` (``query-id<TAB>corpus-id<TAB>score``, optional header). The Hugging
+Face copy of MathNet-Retrieve ships ``qrels/<split>.jsonl`` (one
+``{"query-id", "corpus-id", "score"}`` object a line) instead; it is read when no TSV exists.
+
+Rules (each one counted in :class:`BeirCounts`, never applied silently):
+
+- **Malformed rows** (bad JSON, missing or non-string ``_id``/``text``, a duplicate id, a
+  qrels row without three fields or with a non-integer score) raise :class:`BeirFormatError`
+  naming the file and the 1-based line.
+- **Empty corpus text**: a corpus row whose title and text are both empty or whitespace is
+  *kept* (it is a document of the collection and dropping it would change every rank
+  behind it); the count is stored in ``BeirCounts.n_empty_corpus_texts`` and a warning is
+  issued. Such a document is encoded as the empty string.
+- **Qrels scores**: a pair is a gold when its score is > 0 (BEIR's convention); rows with
+  score <= 0 are kept in the qrels mapping (so a round trip is lossless) and counted.
+- **Queries without a positive qrel** are not evaluated (they are counted); qrels rows whose
+  query is absent from ``queries.jsonl`` are counted and ignored by evaluation.
+
+The document text that is embedded is ``title + " " + text`` when the title is non-empty and
+``text`` otherwise (:func:`doc_text`), the convention of sentence-transformers' BEIR code.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import warnings
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+__all__ = [
+    "BeirFormatError",
+    "BeirCounts",
+    "BeirDataset",
+    "read_beir",
+    "load_beir",
+    "write_beir",
+    "doc_text",
+    "corpus_sha256",
+    "queries_sha256",
+    "qrels_sha256",
+    "positive_qrels",
+]
+
+Corpus = dict[str, dict]
+Queries = dict[str, str]
+Qrels = dict[str, dict[str, int]]
+
+
+class BeirFormatError(ValueError):
+    """A BEIR file is malformed; the message names the file and the 1-based line."""
+
+
+@dataclass(frozen=True)
+class BeirCounts:
+    """What the reader saw, so that no row disappears without a number.
+
+    Attributes:
+        n_corpus: corpus rows read.
+        n_empty_corpus_texts: corpus rows kept although title and text are both blank.
+        n_queries: query rows read.
+        n_qrels_rows: qrels rows read (all scores).
+        n_qrels_nonpositive: qrels rows with score <= 0 (kept, never a gold).
+        n_queries_without_positive: queries with no qrels row of score > 0 (not evaluated).
+        n_qrels_queries_missing: distinct qrels query ids absent from queries.jsonl.
+        n_qrels_docs_missing: distinct positive qrels doc ids absent from corpus.jsonl.
+    """
+
+    n_corpus: int
+    n_empty_corpus_texts: int
+    n_queries: int
+    n_qrels_rows: int
+    n_qrels_nonpositive: int
+    n_queries_without_positive: int
+    n_qrels_queries_missing: int
+    n_qrels_docs_missing: int
+
+    def to_dict(self) -> dict[str, int]:
+        return dict(self.__dict__)
+
+
+@dataclass
+class BeirDataset:
+    """A loaded BEIR folder.
+
+    Attributes:
+        corpus: ``doc_id -> {"title": str, "text": str, ...extra fields}`` in file order.
+        queries: ``query_id -> text`` in file order.
+        qrels: ``query_id -> {doc_id: score}`` in file order (all scores, see module rules).
+        query_meta: ``query_id -> metadata dict`` (the ``metadata`` field, ``{}`` if absent).
+        counts: :class:`BeirCounts`.
+        folder: where it was read from.
+        split: the qrels split.
+    """
+
+    corpus: Corpus
+    queries: Queries
+    qrels: Qrels
+    query_meta: dict[str, dict] = field(default_factory=dict)
+    counts: BeirCounts | None = None
+    folder: Path | None = None
+    split: str = "test"
+
+
+def _read_jsonl(path: Path, required: tuple[str, ...]) -> list[tuple[int, dict]]:
+    rows: list[tuple[int, dict]] = []
+    with open(path, encoding="utf-8") as fh:
+        for lineno, line in enumerate(fh, start=1):
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise BeirFormatError(f"{path}:{lineno}: not valid JSON ({exc.msg})") from exc
+            if not isinstance(obj, dict):
+                raise BeirFormatError(f"{path}:{lineno}: expected a JSON object")
+            for key in required:
+                if key not in obj:
+                    raise BeirFormatError(f"{path}:{lineno}: missing field {key!r}")
+                if not isinstance(obj[key], str):
+                    raise BeirFormatError(
+                        f"{path}:{lineno}: field {key!r} must be a string, got "
+                        f"{type(obj[key]).__name__}"
+                    )
+            rows.append((lineno, obj))
+    return rows
+
+
+def _parse_score(raw, path: Path, lineno: int) -> int:
+    if isinstance(raw, bool):
+        raise BeirFormatError(f"{path}:{lineno}: score must be an integer, got {raw!r}")
+    if isinstance(raw, int):
+        return raw
+    if isinstance(raw, float) and raw.is_integer():
+        return int(raw)
+    if isinstance(raw, str):
+        try:
+            return int(raw.strip())
+        except ValueError:
+            pass
+    raise BeirFormatError(f"{path}:{lineno}: score must be an integer, got {raw!r}")
+
+
+def _read_qrels(folder: Path, split: str) -> tuple[Qrels, int]:
+    tsv = folder / "qrels" / f"{split}.tsv"
+    jsonl = folder / "qrels" / f"{split}.jsonl"
+    qrels: Qrels = {}
+    n_rows = 0
+
+    def add(qid: str, did: str, score: int, path: Path, lineno: int) -> None:
+        per_q = qrels.setdefault(qid, {})
+        if did in per_q:
+            raise BeirFormatError(f"{path}:{lineno}: duplicate qrels pair ({qid!r}, {did!r})")
+        per_q[did] = score
+
+    if tsv.exists():
+        with open(tsv, encoding="utf-8") as fh:
+            for lineno, line in enumerate(fh, start=1):
+                line = line.rstrip("\n").rstrip("\r")
+                if not line.strip():
+                    continue
+                parts = line.split("\t")
+                if lineno == 1 and parts[0].strip().lower() in ("query-id", "query_id", "qid"):
+                    continue
+                if len(parts) != 3:
+                    raise BeirFormatError(
+                        f"{tsv}:{lineno}: expected 3 tab-separated fields "
+                        f"(query-id, corpus-id, score), got {len(parts)}"
+                    )
+                qid, did, raw = (p.strip() for p in parts)
+                if not qid or not did:
+                    raise BeirFormatError(f"{tsv}:{lineno}: empty query-id or corpus-id")
+                add(qid, did, _parse_score(raw, tsv, lineno), tsv, lineno)
+                n_rows += 1
+    elif jsonl.exists():
+        for lineno, obj in _read_jsonl(jsonl, ("query-id", "corpus-id")):
+            if "score" not in obj:
+                raise BeirFormatError(f"{jsonl}:{lineno}: missing field 'score'")
+            add(obj["query-id"], obj["corpus-id"], _parse_score(obj["score"], jsonl, lineno),
+                jsonl, lineno)
+            n_rows += 1
+    else:
+        raise FileNotFoundError(f"no qrels file: neither {tsv} nor {jsonl} exists")
+    return qrels, n_rows
+
+
+def read_beir(folder: str | os.PathLike, split: str = "test") -> BeirDataset:
+    """Read a BEIR folder with its query metadata and the counts of every rule applied.
+
+    Args:
+        folder: directory with ``corpus.jsonl``, ``queries.jsonl`` and ``qrels/<split>.tsv``
+            (or ``qrels/<split>.jsonl``).
+        split: qrels split name.
+
+    Returns:
+        :class:`BeirDataset`.
+
+    Raises:
+        FileNotFoundError: a required file is missing.
+        BeirFormatError: a malformed row (message gives file and line).
+    """
+    folder = Path(folder)
+    corpus_path = folder / "corpus.jsonl"
+    queries_path = folder / "queries.jsonl"
+    for p in (corpus_path, queries_path):
+        if not p.exists():
+            raise FileNotFoundError(f"missing BEIR file {p}")
+
+    corpus: Corpus = {}
+    n_empty = 0
+    for lineno, obj in _read_jsonl(corpus_path, ("_id", "text")):
+        did = obj["_id"]
+        if did in corpus:
+            raise BeirFormatError(f"{corpus_path}:{lineno}: duplicate corpus _id {did!r}")
+        title = obj.get("title", "")
+        if title is None:
+            title = ""
+        if not isinstance(title, str):
+            raise BeirFormatError(f"{corpus_path}:{lineno}: field 'title' must be a string")
+        row = {k: v for k, v in obj.items() if k != "_id"}
+        row["title"] = title
+        if not (title.strip() or obj["text"].strip()):
+            n_empty += 1
+        corpus[did] = row
+
+    queries: Queries = {}
+    query_meta: dict[str, dict] = {}
+    for lineno, obj in _read_jsonl(queries_path, ("_id", "text")):
+        qid = obj["_id"]
+        if qid in queries:
+            raise BeirFormatError(f"{queries_path}:{lineno}: duplicate query _id {qid!r}")
+        meta = obj.get("metadata") or {}
+        if not isinstance(meta, dict):
+            raise BeirFormatError(f"{queries_path}:{lineno}: 'metadata' must be an object")
+        queries[qid] = obj["text"]
+        query_meta[qid] = meta
+
+    qrels, n_rows = _read_qrels(folder, split)
+    n_nonpos = sum(1 for per_q in qrels.values() for s in per_q.values() if s <= 0)
+    positive = positive_qrels(qrels)
+    counts = BeirCounts(
+        n_corpus=len(corpus),
+        n_empty_corpus_texts=n_empty,
+        n_queries=len(queries),
+        n_qrels_rows=n_rows,
+        n_qrels_nonpositive=n_nonpos,
+        n_queries_without_positive=sum(1 for q in queries if not positive.get(q)),
+        n_qrels_queries_missing=sum(1 for q in qrels if q not in queries),
+        n_qrels_docs_missing=len({d for per_q in positive.values() for d in per_q
+                                  if d not in corpus}),
+    )
+    if n_empty:
+        warnings.warn(
+            f"{corpus_path}: {n_empty} corpus rows have empty title and text; they are kept "
+            "and encoded as the empty string",
+            stacklevel=2,
+        )
+    return BeirDataset(corpus=corpus, queries=queries, qrels=qrels, query_meta=query_meta,
+                       counts=counts, folder=folder, split=split)
+
+
+def load_beir(folder: str | os.PathLike, split: str = "test") -> tuple[Corpus, Queries, Qrels]:
+    """Load a BEIR folder as ``(corpus, queries, qrels)``.
+
+    ``corpus`` maps doc id to ``{"title", "text", ...}``; ``queries`` maps query id to its
+    text; ``qrels`` maps query id to ``{doc_id: score}`` (gold when score > 0). See the
+    module docstring for the rules on malformed rows and empty texts, and
+    :func:`read_beir` for the version that also returns metadata and counts.
+    """
+    ds = read_beir(folder, split)
+    return ds.corpus, ds.queries, ds.qrels
+
+
+def _dumps(obj) -> str:
+    return json.dumps(obj, ensure_ascii=False, sort_keys=True)
+
+
+def write_beir(
+    folder: str | os.PathLike,
+    corpus: Mapping[str, Mapping],
+    queries: Mapping[str, str],
+    qrels: Mapping[str, Mapping[str, int]],
+    split: str = "test",
+    *,
+    query_meta: Mapping[str, Mapping] | None = None,
+) -> Path:
+    """Write a BEIR folder with deterministic bytes.
+
+    Rows come in the order given; each JSON line is ``json.dumps(row, ensure_ascii=False,
+    sort_keys=True)``; files are UTF-8 with ``\\n`` line ends; the qrels TSV starts with the
+    header ``query-id<TAB>corpus-id<TAB>score``. Corpus rows keep their extra fields and get
+    ``title`` ``""`` when absent. A query's metadata, when given, is written as
+    ``metadata``. Same inputs give byte-identical files.
+
+    Raises:
+        BeirFormatError: an id or a field contains a tab or newline that would break the TSV,
+            or a text is not a string.
+    """
+    folder = Path(folder)
+    (folder / "qrels").mkdir(parents=True, exist_ok=True)
+    with open(folder / "corpus.jsonl", "w", encoding="utf-8", newline="\n") as fh:
+        for did, row in corpus.items():
+            if not isinstance(row.get("text"), str):
+                raise BeirFormatError(f"corpus row {did!r}: 'text' must be a string")
+            out = {k: v for k, v in row.items() if k != "_id"}
+            out["_id"] = did
+            out.setdefault("title", "")
+            fh.write(_dumps(out) + "\n")
+    with open(folder / "queries.jsonl", "w", encoding="utf-8", newline="\n") as fh:
+        for qid, text in queries.items():
+            if not isinstance(text, str):
+                raise BeirFormatError(f"query {qid!r}: text must be a string")
+            out = {"_id": qid, "text": text}
+            if query_meta is not None and query_meta.get(qid):
+                out["metadata"] = dict(query_meta[qid])
+            fh.write(_dumps(out) + "\n")
+    with open(folder / "qrels" / f"{split}.tsv", "w", encoding="utf-8", newline="\n") as fh:
+        fh.write("query-id\tcorpus-id\tscore\n")
+        for qid, per_q in qrels.items():
+            for did, score in per_q.items():
+                for ident in (qid, did):
+                    if any(c in ident for c in "\t\n\r"):
+                        raise BeirFormatError(f"qrels id {ident!r} contains a tab or newline")
+                fh.write(f"{qid}\t{did}\t{int(score)}\n")
+    return folder
+
+
+def doc_text(row: Mapping) -> str:
+    """The text that is embedded for a corpus row: ``title + " " + text`` or ``text``."""
+    title = (row.get("title") or "").strip()
+    text = row.get("text") or ""
+    return f"{title} {text}" if title else text
+
+
+def _sha256_lines(lines) -> str:
+    h = hashlib.sha256()
+    for line in lines:
+        data = line.encode("utf-8")
+        h.update(len(data).to_bytes(8, "little"))
+        h.update(data)
+    return h.hexdigest()
+
+
+def corpus_sha256(corpus: Mapping[str, Mapping]) -> str:
+    """SHA-256 of the corpus content: ids, titles and texts, taken in sorted id order.
+
+    Independent of row order and of extra metadata fields, so two files with the same
+    documents get the same identity.
+    """
+    return _sha256_lines(
+        _dumps([did, corpus[did].get("title") or "", corpus[did].get("text") or ""])
+        for did in sorted(corpus)
+    )
+
+
+def queries_sha256(queries: Mapping[str, str]) -> str:
+    """SHA-256 of the queries (ids and texts, sorted by id)."""
+    return _sha256_lines(_dumps([qid, queries[qid]]) for qid in sorted(queries))
+
+
+def qrels_sha256(qrels: Mapping[str, Mapping[str, int]]) -> str:
+    """SHA-256 of the qrels (sorted ``query, doc, score`` triples)."""
+    return _sha256_lines(
+        _dumps([qid, did, int(qrels[qid][did])])
+        for qid in sorted(qrels) for did in sorted(qrels[qid])
+    )
+
+
+def positive_qrels(qrels: Mapping[str, Mapping[str, int]]) -> dict[str, list[str]]:
+    """``query_id -> [doc ids with score > 0]`` in qrels order (queries with none omitted)."""
+    out: dict[str, list[str]] = {}
+    for qid, per_q in qrels.items():
+        golds = [did for did, s in per_q.items() if s > 0]
+        if golds:
+            out[qid] = golds
+    return out

@@ -1,0 +1,144 @@
+"""Retrieval metrics as pure functions over rank arrays (STYLE "metrics are pure functions").
+
+A *rank* is the number of documents scoring strictly higher than the query's best gold
+(SPEC §7; :mod:`recipematch.retrieval`): 0 means the gold is first, and ``-1``
+(:data:`recipematch.retrieval.NO_GOLD`) means the query had no gold to rank, which counts as
+a miss at every cut-off. Recall values are **percent** (0–100) unless a name says otherwise.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+__all__ = [
+    "hits_at_k",
+    "recall_at_k",
+    "recall_by_group",
+    "recall_by_slices",
+    "near_miss_win_rate",
+    "strict_crosslingual_qrels",
+]
+
+
+def _ranks(ranks) -> np.ndarray:
+    r = np.asarray(ranks)
+    if r.ndim != 1:
+        raise ValueError(f"ranks must be 1-D, got shape {r.shape}")
+    if r.size and not np.issubdtype(r.dtype, np.integer):
+        raise ValueError(f"ranks must be integers, got dtype {r.dtype}")
+    if r.size and r.min() < -1:
+        raise ValueError("ranks must be >= 0, or -1 for a query without a gold")
+    return r.astype(np.int64, copy=False)
+
+
+def hits_at_k(ranks, k: int) -> np.ndarray:
+    """``(n_queries,)`` bool: ``0 <= rank < k`` (a query without a gold is never a hit)."""
+    if k < 1:
+        raise ValueError(f"k must be >= 1, got {k}")
+    r = _ranks(ranks)
+    return (r >= 0) & (r < k)
+
+
+def recall_at_k(ranks, ks: Sequence[int] = (1, 5, 10)) -> dict[str, float]:
+    """R@k in percent (0–100): the share of queries whose best gold has rank < k.
+
+    Args:
+        ranks: ``(n_queries,)`` integer ranks (``-1`` = no gold = miss).
+        ks: cut-offs, each >= 1.
+
+    Returns:
+        ``{"R@1": .., "R@5": .., ...}``, floats in [0, 100].
+
+    Raises:
+        ValueError: empty ``ranks`` or an invalid rank or k.
+
+    Example:
+        >>> recall_at_k([0, 3, 12, -1], ks=(1, 5))
+        {'R@1': 25.0, 'R@5': 50.0}
+    """
+    r = _ranks(ranks)
+    if r.size == 0:
+        raise ValueError("recall of zero queries is undefined")
+    return {f"R@{int(k)}": float(100.0 * hits_at_k(r, int(k)).mean()) for k in ks}
+
+
+def recall_by_group(ranks, groups: Sequence, ks: Sequence[int] = (1, 5, 10)
+                    ) -> dict[str, dict[str, float]]:
+    """R@k (percent) per group label (for example a query's domain), with ``n`` per group.
+
+    Groups are returned in sorted order of their string labels.
+    """
+    r = _ranks(ranks)
+    g = np.asarray([str(x) for x in groups], dtype=object)
+    if g.shape != r.shape:
+        raise ValueError("groups must align with ranks")
+    out: dict[str, dict[str, float]] = {}
+    for label in sorted(set(g.tolist())):
+        m = g == label
+        res: dict[str, float] = dict(recall_at_k(r[m], ks))
+        res["n"] = int(m.sum())
+        out[label] = res
+    return out
+
+
+def recall_by_slices(ranks, slices: Mapping[str, Sequence[bool]],
+                     ks: Sequence[int] = (1, 5, 10)) -> dict[str, dict[str, float]]:
+    """R@k (percent) on named boolean slices of the queries (e.g. the same-language set's
+    primary / English / leaked / exact slices, SPEC §7). An empty slice gives ``n = 0`` and
+    NaN recalls."""
+    r = _ranks(ranks)
+    out: dict[str, dict[str, float]] = {}
+    for name, mask in slices.items():
+        m = np.asarray(mask, dtype=bool)
+        if m.shape != r.shape:
+            raise ValueError(f"slice {name!r} must align with ranks")
+        res = (dict(recall_at_k(r[m], ks)) if m.any()
+               else {f"R@{int(k)}": float("nan") for k in ks})
+        res["n"] = int(m.sum())
+        out[name] = res
+    return out
+
+
+def near_miss_win_rate(wins) -> dict[str, float]:
+    """Hard tier: percent of queries whose gold beats every near-miss (SPEC §7; the paper's
+    "11 of 14,993"). ``wins`` holds 1.0 / 0.0, and NaN for queries without near-misses,
+    which are left out and counted.
+
+    Returns:
+        ``{"gold_beats_all_near_misses": percent, "n_wins": .., "n_scored": ..,
+        "n_without_near_misses": ..}``.
+    """
+    w = np.asarray(wins, dtype=np.float64)
+    scored = ~np.isnan(w)
+    n = int(scored.sum())
+    n_wins = int(w[scored].sum())
+    return {
+        "gold_beats_all_near_misses": float(100.0 * n_wins / n) if n else float("nan"),
+        "n_wins": n_wins,
+        "n_scored": n,
+        "n_without_near_misses": int((~scored).sum()),
+    }
+
+
+def strict_crosslingual_qrels(
+    qrels: Mapping[str, Mapping[str, int]],
+    query_lang: Mapping[str, str | None],
+    doc_lang: Mapping[str, str | None],
+) -> dict[str, dict[str, int]]:
+    """Keep only golds whose language tag differs from the query's (SPEC §7 strict rule).
+
+    Tags are used as released (noisy). A gold whose tag is unknown (``None``/missing) or a
+    query whose tag is unknown never counts as a different language. Queries left with no
+    gold map to ``{}``; scored with ``query_ids`` given they are misses (rank -1).
+    """
+    out: dict[str, dict[str, int]] = {}
+    for qid, per_q in qrels.items():
+        ql = query_lang.get(qid)
+        out[qid] = {
+            did: s for did, s in per_q.items()
+            if s > 0 and ql is not None and doc_lang.get(did) is not None
+            and doc_lang.get(did) != ql
+        }
+    return out
