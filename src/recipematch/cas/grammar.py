@@ -1,0 +1,1227 @@
+"""A whitelist LaTeX grammar that builds SymPy objects through constructors (SPEC §3.1).
+
+Why our own grammar: SymPy's ``parse_latex`` returns plausible wrong expressions without
+any error (``d \\cdot k`` read as a symbol ``dcdot``, ``a \\pm b`` as ``a*pm*b``, chained
+relations crashing with ``TypeError``), and ``sympify``/``parse_expr`` evaluate Python.
+This recursive-descent parser never evaluates text: every token is matched against a
+fixed vocabulary and every SymPy object is built by calling a constructor (``Add``,
+``Mul``, ``Pow``, ``Symbol`` …). Anything outside the vocabulary is rejected with a
+reason (:class:`ParseError`), never guessed.
+
+Reading rules (each one removes a whole class of silent misparses):
+
+* juxtaposition is multiplication (``x^2y`` → ``x**2*y``, ``2^{n} k`` → ``2**n*k``), but a
+  number right after a factor (``x2``, ``(a+b)3``), a mixed number (``2\\frac{1}{2}``) and
+  a product after ``/`` (``1/2x``) are ambiguous and rejected;
+* a superscript or subscript is one TeX token or a brace group; ``x^23`` and ``x_12``
+  (TeX reads ``x^2·3``) are rejected as ambiguous;
+* a run of capital letters without blanks is one geometric name (``AB`` is a segment,
+  ``A_1B_1`` too), so a Ptolemy-type relation is never expanded as a product;
+* ``letter(`` is a function application only for letters the problem uses as functions
+  (:func:`function_letters`), otherwise a product;
+* unknown commands, ``\\pm``, words (``\\text{and}``, ``mod``, ``sin`` without a
+  backslash), square brackets (integer part, area or grouping?), ``\\{x\\}`` (fractional
+  part or set?), ellipses, sums and integrals are rejected;
+* chained relations are split into their links (``-1 \\leq x < 1`` →
+  ``And(-1 <= x, x < 1)``);
+* a structural check compares the Latin letters of the input with the letters of the
+  parsed object's symbol and function names: a letter that vanished (``x - x + 1``,
+  ``0 \\cdot y``) rejects the parse, so nothing the grammar misses can pass silently.
+
+Symbols are named by their canonical LaTeX (``x_{1}``, ``\\alpha``, ``A'B'``,
+``\\angle ABC``), so printing uses SymPy's LaTeX printer with ``symbol_names`` mapping a
+symbol to its own name (:func:`to_latex`), and a rename is a token rewrite of that name.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+import sympy as sp
+from sympy.core.function import AppliedUndef
+
+from recipematch.cas.normalize import normalize_latex
+
+__all__ = [
+    "ParseError",
+    "Parsed",
+    "DEGREE",
+    "CONSTANT_SYMBOLS",
+    "parse_segment",
+    "try_parse",
+    "function_letters",
+    "to_latex",
+    "latex_letters",
+    "REL_OPS",
+]
+
+#: The degree sign as a constant symbol (numeric value pi/180, never sampled or renamed).
+DEGREE = sp.Symbol("^{\\circ}")
+#: Symbols that are constants, not unknowns.
+CONSTANT_SYMBOLS = frozenset({DEGREE})
+
+#: Canonical relation operators and their SymPy classes.
+REL_OPS: dict[str, type] = {
+    "=": sp.Eq, "<": sp.StrictLessThan, "<=": sp.LessThan, ">": sp.StrictGreaterThan,
+    ">=": sp.GreaterThan, "!=": sp.Ne,
+}
+_REL_OF_CLASS = {v: k for k, v in REL_OPS.items()}
+_REL_TOKENS = {"=": "=", "<": "<", ">": ">", "leq": "<=", "geq": ">=", "neq": "!="}
+_REL_TOKENS_STRICT = {"=": "=", "<": "<", ">": ">", "leq": "<=", "geq": ">=", "neq": "!="}
+
+_GREEK = frozenset("""alpha beta gamma delta epsilon varepsilon zeta eta theta vartheta iota
+kappa lambda mu nu xi omicron rho varrho sigma varsigma tau upsilon phi varphi chi psi omega
+Gamma Delta Theta Lambda Xi Pi Sigma Upsilon Phi Psi Omega ell""".split())
+_FUNCS = {
+    "sin": sp.sin, "cos": sp.cos, "tan": sp.tan, "cot": sp.cot, "sec": sp.sec, "csc": sp.csc,
+    "arcsin": sp.asin, "arccos": sp.acos, "arctan": sp.atan, "sinh": sp.sinh, "cosh": sp.cosh,
+    "tanh": sp.tanh, "ln": sp.log, "log": sp.log, "exp": sp.exp,
+}
+_MULTI_FUNCS = {"max": sp.Max, "min": sp.Min}
+_OPAQUE_FUNCS = frozenset({"gcd", "lcm", "deg", "sgn", "arccot"})
+_DECORATIONS = frozenset({"overline", "bar", "hat", "widehat", "tilde", "widetilde", "vec",
+                          "overrightarrow", "mathcal", "mathbf", "mathfrak", "mathscr",
+                          "boldsymbol", "dot", "check", "breve", "underline", "mathit"})
+_NAME_PREFIX_CMDS = frozenset({"angle", "triangle", "odot"})
+_WORD_ARG_CMDS = frozenset({"operatorname", "text", "mathbb", "begin", "end", "textrm",
+                            "textit", "textbf", "mbox", "hbox", "mathrm"})
+_BAD_WORDS = ("sin", "cos", "tan", "cot", "log", "exp", "max", "min", "gcd", "lcm", "mod",
+              "deg", "det", "lim", "sgn", "arg")
+_REJECT_CMDS = {
+    "pm": "\\pm stands for two expressions", "mp": "\\mp stands for two expressions",
+    "vdots": "vertical ellipsis", "ddots": "diagonal ellipsis",
+    "sum": "big operator (sum) not supported", "prod": "big operator (product) not supported",
+    "int": "integral not supported", "lim": "limit not supported", "infty": "infinity is not a number",
+    "mid": "divisibility needs a left side", "nmid": "divisibility needs a left side",
+    "equiv": "congruence needs a left side", "pmod": "modulus without a congruence",
+    "bmod": "modulus without a congruence", "mod": "modulus without a congruence", "to": "arrow/map not supported", "rightarrow": "arrow not supported",
+    "mapsto": "map not supported", "circ": "composition or degree sign without a number",
+    "parallel": "parallelism is not an equation", "perp": "perpendicularity is not an equation",
+    "sim": "similarity is not an equation", "cong": "geometric congruence is not an equation",
+    "approx": "approximation is not an equation", "cap": "set operation", "cup": "set operation",
+    "setminus": "set operation", "subset": "set relation", "subseteq": "set relation",
+    "supset": "set relation", "cdot": "dangling operator",
+    "text": "words inside a formula", "iff": "logical connective", "emptyset": "empty set",
+    "partial": "derivative not supported", "nabla": "operator not supported",
+    "binom": "binomial", "colon": "map declaration", "langle": "angle brackets",
+}
+
+
+class ParseError(ValueError):
+    """Raised when a segment is outside the grammar; ``str(err)`` is the reason."""
+
+
+@dataclass(frozen=True)
+class Parsed:
+    """A parsed segment.
+
+    Attributes:
+        kind: ``"relation"`` (one link), ``"chain"`` (≥ 2 links), ``"expression"``,
+            ``"membership"`` (``x \\in S``), ``"set"`` or ``"tuple"``.
+        ops: canonical operators of the links (``"=", "<", "<=", ">", ">=", "!="``).
+        sides: ``len(ops) + 1`` SymPy objects (one for an expression).
+        obj: the SymPy object (``Relational``, ``And`` of links, ``Expr``, ``Contains`` …).
+        letters: the Latin letters of the input (for the structural check and renames).
+        flags: reading notes: ``log_base_ambiguous`` (``\\log`` without base),
+            ``opaque_function`` (``\\gcd`` …, no numeric value), ``applied_function``,
+            ``e_symbol``/``i_symbol`` (a bare ``e``/``i``, constant or unknown?), ``degree``.
+    """
+
+    kind: str
+    ops: tuple[str, ...]
+    sides: tuple[sp.Basic, ...]
+    obj: sp.Basic
+    letters: frozenset[str]
+    flags: frozenset[str] = field(default_factory=frozenset)
+
+    @property
+    def is_relation(self) -> bool:
+        """True for a relation or a chain of relations."""
+        return self.kind in ("relation", "chain")
+
+    @property
+    def is_any_relation(self) -> bool:
+        """Relations, chains, divisibility and congruences (the census's "relation")."""
+        return self.kind in ("relation", "chain", "divides", "congruence")
+
+    @property
+    def unknowns(self) -> frozenset[sp.Symbol]:
+        """Free symbols that are unknowns (constant symbols such as the degree removed)."""
+        return frozenset(s for s in self.obj.free_symbols
+                         if s not in CONSTANT_SYMBOLS and not s.name.startswith("\\ldots"))
+
+
+@dataclass
+class _Tok:
+    kind: str  # num, let, cmd, op, eof
+    value: str
+    pos: int
+    space: bool  # a blank precedes it
+    arg: str | None = None  # brace argument of word commands (\text{..}, \mathbb{..})
+
+
+_TOKEN_RE = re.compile(r"\s*(?:(\d+(?:\.\d+)?)|([A-Za-z])|\\([A-Za-z]+)|\\(.)|(.))", re.S)
+
+
+def _tokenize(s: str) -> list[_Tok]:
+    toks: list[_Tok] = []
+    i, n = 0, len(s)
+    while i < n:
+        m = _TOKEN_RE.match(s, i)
+        if not m or m.end() == i:
+            break
+        num, let, cmd, esc, other = m.groups()
+        pos = m.start(m.lastindex) if m.lastindex else i
+        space = pos > i
+        i = m.end()
+        if num is not None:
+            toks.append(_Tok("num", num, pos, space))
+        elif let is not None:
+            toks.append(_Tok("let", let, pos, space))
+        elif cmd is not None:
+            tok = _Tok("cmd", cmd, pos, space)
+            if cmd in _WORD_ARG_CMDS or cmd in _DECORATIONS:
+                j = i
+                while j < n and s[j] == " ":
+                    j += 1
+                if j < n and s[j] == "{":
+                    depth, k = 0, j
+                    while k < n:
+                        if s[k] == "\\":
+                            k += 2
+                            continue
+                        if s[k] == "{":
+                            depth += 1
+                        elif s[k] == "}":
+                            depth -= 1
+                            if depth == 0:
+                                break
+                        k += 1
+                    tok.arg = s[j + 1:k]
+                    i = k + 1
+                elif cmd in _DECORATIONS and j < n and s[j].isalpha():
+                    tok.arg = s[j]
+                    i = j + 1
+            toks.append(tok)
+        elif esc is not None:
+            if esc.isspace():
+                continue
+            toks.append(_Tok("cmd", esc, pos, space))
+        else:
+            if other.isspace():
+                continue
+            if other.isalpha():
+                raise ParseError(f"non-Latin letter {other!r}")
+            if other not in "+-*/^_()[]{}|!'=<>,.":
+                raise ParseError(f"unexpected character {other!r}")
+            toks.append(_Tok("op", other, pos, space))
+    toks.append(_Tok("eof", "", n, True))
+    return toks
+
+
+def _safe_pow(base: sp.Expr, exp: sp.Expr) -> sp.Expr:
+    """``Pow`` that refuses 0 to a negative power and keeps huge numeric powers unevaluated."""
+    if base.is_zero and exp.is_number and (exp.is_negative or exp.is_zero is False and exp.is_real is False):
+        raise ParseError("division by zero")
+    if base.is_Number and exp.is_Number:
+        try:
+            b_bits = max(1, int(abs(sp.Rational(base).p)).bit_length()) if base.is_Rational else 64
+        except (TypeError, ValueError):
+            b_bits = 64
+        e_val = abs(exp) if exp.is_Rational else sp.Integer(1)
+        if (exp.is_Integer and int(e_val) * b_bits > 20000) or (not exp.is_Integer and b_bits > 200):
+            return sp.Pow(base, exp, evaluate=False)
+    return sp.Pow(base, exp)
+
+
+def _canonical_tokens(toks: list[_Tok]) -> str:
+    """Canonical text of a run of simple tokens (names and subscripts)."""
+    out: list[str] = []
+    for k, t in enumerate(toks):
+        if t.kind == "cmd":
+            txt = "\\" + t.value
+            if t.arg is not None:
+                txt += "{" + t.arg.strip() + "}"
+            nxt = toks[k + 1] if k + 1 < len(toks) else None
+            if t.arg is None and nxt is not None and nxt.kind in ("let", "num") and t.value.isalpha():
+                txt += " "
+            out.append(txt)
+        else:
+            out.append(t.value)
+    return "".join(out)
+
+
+class _Parser:
+    def __init__(self, toks: list[_Tok], functions: frozenset[str], strict: bool):
+        self.toks = toks
+        self.i = 0
+        self.functions = functions
+        self.strict = strict
+        self.abs_depth = 0
+        self.flags: set[str] = set()
+        self.name_letters: set[str] = set()
+        self.n_ellipsis = 0
+
+    # ----------------------------------------------------------------- helpers
+    @property
+    def tok(self) -> _Tok:
+        return self.toks[self.i]
+
+    def peek(self, k: int = 1) -> _Tok:
+        return self.toks[min(self.i + k, len(self.toks) - 1)]
+
+    def advance(self) -> _Tok:
+        t = self.toks[self.i]
+        if t.kind != "eof":
+            self.i += 1
+        return t
+
+    def is_op(self, v: str, t: _Tok | None = None) -> bool:
+        t = t or self.tok
+        return t.kind == "op" and t.value == v
+
+    def is_cmd(self, v: str, t: _Tok | None = None) -> bool:
+        t = t or self.tok
+        return t.kind == "cmd" and t.value == v
+
+    def expect_op(self, v: str) -> None:
+        if not self.is_op(v):
+            raise ParseError(f"expected {v!r} at {self.describe(self.tok)}")
+        self.advance()
+
+    @staticmethod
+    def describe(t: _Tok) -> str:
+        if t.kind == "eof":
+            return "end of formula"
+        return ("\\" if t.kind == "cmd" else "") + t.value
+
+    def relop(self) -> str | None:
+        t = self.tok
+        table = _REL_TOKENS_STRICT if self.strict else _REL_TOKENS
+        if t.kind == "op" and t.value in ("=", "<", ">"):
+            return table[t.value]
+        if t.kind == "cmd" and t.value in table:
+            return table[t.value]
+        if t.kind == "cmd" and t.value in ("in", "notin", "mid", "nmid", "equiv"):
+            return t.value
+        return None
+
+    # ----------------------------------------------------------------- grammar
+    def segment(self) -> tuple[str, list[str], list[sp.Basic]]:
+        if self.tok.kind == "eof":
+            raise ParseError("empty formula")
+        first = self.expr_or_tuple()
+        sides = [first]
+        ops: list[str] = []
+        while True:
+            op = self.relop()
+            if op is None:
+                break
+            self.advance()
+            if op in ("in", "notin"):
+                if ops:
+                    raise ParseError("membership inside a chain")
+                sides.append(self.set_expr())
+                ops.append(op)
+                if self.tok.kind != "eof":
+                    raise ParseError(f"unexpected {self.describe(self.tok)} after a set")
+                return "membership", ops, sides
+            if op in ("mid", "nmid", "equiv"):
+                if ops:
+                    raise ParseError("divisibility or congruence inside a chain")
+                sides.append(self.expr())
+                ops.append(op)
+                if op == "equiv":
+                    sides.append(self.modulus())
+                    kind = "congruence"
+                else:
+                    kind = "divides"
+                if self.tok.kind != "eof":
+                    raise ParseError(f"unexpected {self.describe(self.tok)}")
+                return kind, ops, sides
+            ops.append(op)
+            sides.append(self.expr_or_tuple())
+        if self.tok.kind != "eof":
+            raise ParseError(f"unexpected {self.describe(self.tok)}")
+        if not ops:
+            kind = "tuple" if isinstance(first, sp.Tuple) else ("set" if isinstance(first, sp.Set) else "expression")
+            return kind, ops, sides
+        return ("relation" if len(ops) == 1 else "chain"), ops, sides
+
+    def expr_or_tuple(self) -> sp.Basic:
+        if self.is_cmd("{"):
+            s = self.set_literal()
+            return s
+        if self.is_cmd("mathbb"):
+            return self.set_expr()
+        return self.expr()
+
+    def modulus(self) -> sp.Expr:
+        """``\\pmod{n}``, ``\\pmod n``, ``(\\bmod n)``, ``(\\mod n)``, ``\\mod n``."""
+        paren = False
+        if self.is_op("(") and self.peek().kind == "cmd" and self.peek().value in ("mod", "bmod"):
+            self.advance()
+            paren = True
+        if not (self.tok.kind == "cmd" and self.tok.value in ("pmod", "mod", "bmod")):
+            raise ParseError("congruence without a modulus")
+        self.advance()
+        n = self.brace_arg() if self.is_op("{") else self.power()
+        if paren:
+            self.expect_op(")")
+        return n
+
+    def expr(self) -> sp.Expr:
+        terms: list[sp.Expr] = []
+        sign = 1
+        if self.is_op("+"):
+            self.advance()
+        elif self.is_op("-"):
+            self.advance()
+            sign = -1
+        t = self.term()
+        terms.append(-t if sign < 0 else t)
+        while True:
+            if self.is_op("+"):
+                self.advance()
+                terms.append(self.term())
+            elif self.is_op("-"):
+                self.advance()
+                terms.append(-self.term())
+            elif self.tok.kind == "cmd" and self.tok.value in ("pm", "mp"):
+                raise ParseError(_REJECT_CMDS[self.tok.value])
+            else:
+                break
+        if len(terms) > 1 and any(isinstance(t, sp.Tuple) for t in terms):
+            raise ParseError("a tuple inside a sum")
+        if len(terms) == 1:
+            return terms[0]
+        return sp.Add(*terms)
+
+    def starts_factor(self, t: _Tok) -> bool:
+        if t.kind in ("let", "num"):
+            return True
+        if t.kind == "op":
+            if t.value == "|":
+                return self.abs_depth == 0
+            return t.value in "({["
+        if t.kind == "cmd":
+            v = t.value
+            return (v in ("frac", "sqrt", "binom", "pi", "lfloor", "lceil", "{", "operatorname", "ldots")
+                    or v in _GREEK or v in _FUNCS or v in _MULTI_FUNCS or v in _OPAQUE_FUNCS
+                    or v in _DECORATIONS or v in _NAME_PREFIX_CMDS or v in _REJECT_CMDS
+                    and v not in ("cdot", "pm", "mp", "mid", "nmid", "equiv", "to", "rightarrow",
+                                  "parallel", "perp", "sim", "cong", "approx", "cap", "cup",
+                                  "setminus", "subset", "subseteq", "supset", "iff", "colon", "mapsto",
+                                  "pmod", "bmod", "mod", "circ"))
+        return False
+
+    def term(self) -> sp.Expr:
+        factors = [self.unary()]
+        after_div = False
+        while True:
+            t = self.tok
+            if self.is_cmd("cdot", t) or self.is_op("*", t) or self.is_cmd("times", t):
+                self.advance()
+                factors.append(self.unary())
+                after_div = False
+            elif self.is_op("/", t) or self.is_cmd("div", t):
+                self.advance()
+                d = self.unary()
+                if d.is_zero:
+                    raise ParseError("division by zero")
+                factors.append(_safe_pow(d, sp.Integer(-1)))
+                after_div = True
+            elif self.starts_factor(t):
+                if after_div:
+                    raise ParseError("product after '/' is ambiguous (a/bc)")
+                if t.kind == "num":
+                    raise ParseError(f"number {t.value} right after a factor needs an explicit operator")
+                factors.append(self.power())
+            else:
+                break
+        if len(factors) > 1 and any(isinstance(f, sp.Tuple) for f in factors):
+            raise ParseError("a tuple inside a product")
+        if len(factors) == 1:
+            return factors[0]
+        return sp.Mul(*factors)
+
+    def unary(self) -> sp.Expr:
+        if self.is_op("-"):
+            self.advance()
+            return -self.power()
+        if self.is_op("+"):
+            self.advance()
+        return self.power()
+
+    def power(self) -> sp.Expr:
+        base = self.postfix()
+        if self.is_op("^"):
+            self.advance()
+            e = self.script(sup=True)
+            if e is DEGREE:
+                self.flags.add("degree")
+                res = sp.Mul(base, DEGREE)
+            else:
+                res = _safe_pow(base, e)
+            if self.is_op("^"):
+                raise ParseError("double superscript")
+            if self.is_op("_"):
+                raise ParseError("subscript after a superscript")
+            if self.is_op("!"):
+                raise ParseError("factorial after a power is ambiguous")
+            return res
+        return base
+
+    def postfix(self) -> sp.Expr:
+        p = self.primary()
+        while self.is_op("!") or self.is_cmd("%"):
+            if self.is_cmd("%"):
+                self.advance()
+                p = sp.Mul(p, sp.Rational(1, 100))
+                continue
+            self.advance()
+            if self.is_op("!"):
+                raise ParseError("double factorial not supported")
+            if p.is_Integer and p > 3000:
+                p = sp.factorial(p, evaluate=False)
+            elif p.is_Integer and p < 0:
+                raise ParseError("factorial of a negative integer")
+            else:
+                p = sp.factorial(p)
+        if self.is_op("_"):
+            raise ParseError("subscript on a group or number")
+        if self.is_op("'"):
+            raise ParseError("prime on a group or number")
+        return p
+
+    def script(self, sup: bool) -> sp.Expr:
+        """A superscript: one token or a brace group."""
+        t = self.tok
+        if self.is_op("{", t):
+            self.advance()
+            if self.is_cmd("circ"):
+                self.advance()
+                self.expect_op("}")
+                return DEGREE
+            if self.is_op("(") and self._paren_group_is_whole_script():
+                raise ParseError("parenthesised superscript (an index?)")
+            e = self.expr()
+            self.expect_op("}")
+            return e
+        if t.kind == "num":
+            if len(t.value) > 1:
+                raise ParseError(f"ambiguous superscript ^{t.value}: TeX reads only its first digit")
+            self.advance()
+            return sp.Integer(t.value)
+        if t.kind == "let":
+            self.advance()
+            self.name_letters.add(t.value)
+            return sp.Symbol(t.value)
+        if t.kind == "cmd" and t.value in _GREEK:
+            self.advance()
+            return sp.Symbol("\\" + t.value)
+        if t.kind == "cmd" and t.value == "pi":
+            self.advance()
+            return sp.pi
+        if t.kind == "cmd" and t.value == "circ":
+            self.advance()
+            return DEGREE
+        raise ParseError(f"unsupported superscript {self.describe(t)}")
+
+    def _paren_group_is_whole_script(self) -> bool:
+        depth = 0
+        j = self.i
+        while j < len(self.toks):
+            t = self.toks[j]
+            if t.kind == "op" and t.value == "(":
+                depth += 1
+            elif t.kind == "op" and t.value == ")":
+                depth -= 1
+                if depth == 0:
+                    nxt = self.toks[j + 1]
+                    return nxt.kind == "op" and nxt.value == "}"
+            elif t.kind == "eof":
+                return False
+            j += 1
+        return False
+
+    # ----------------------------------------------------------------- names
+    def subscript_text(self) -> str:
+        """Canonical text of a subscript (after ``_``)."""
+        t = self.tok
+        if self.is_op("{", t):
+            self.advance()
+            start = self.i
+            depth = 1
+            while True:
+                u = self.tok
+                if u.kind == "eof":
+                    raise ParseError("unclosed subscript")
+                if self.is_op("{", u):
+                    depth += 1
+                elif self.is_op("}", u):
+                    depth -= 1
+                    if depth == 0:
+                        break
+                if u.kind == "cmd" and u.value not in _GREEK and u.value not in ("cdot", "prime", "pi", "ldots") :
+                    raise ParseError(f"unsupported command in a subscript: \\{u.value}")
+                if u.kind == "let":
+                    self.name_letters.add(u.value)
+                self.advance()
+            inner = self.toks[start:self.i]
+            self.advance()
+            if not inner:
+                raise ParseError("empty subscript")
+            return _canonical_tokens(inner)
+        if t.kind == "num":
+            if len(t.value) > 1:
+                raise ParseError(f"ambiguous subscript _{t.value}: TeX reads only its first digit")
+            self.advance()
+            return t.value
+        if t.kind == "let":
+            self.name_letters.add(t.value)
+            self.advance()
+            return t.value
+        if t.kind == "cmd" and t.value in _GREEK:
+            self.advance()
+            return "\\" + t.value
+        raise ParseError(f"unsupported subscript {self.describe(t)}")
+
+    def name_unit(self) -> str:
+        """A letter or Greek command with its primes and subscript, as canonical LaTeX."""
+        t = self.advance()
+        if t.kind == "let":
+            name = t.value
+            self.name_letters.add(t.value)
+        else:
+            name = "\\" + t.value
+        while self.is_op("'"):
+            self.advance()
+            name += "'"
+        if self.is_op("_"):
+            self.advance()
+            name += "_{" + self.subscript_text() + "}"
+            while self.is_op("'"):
+                self.advance()
+                name += "'"
+        return name
+
+    def uppercase_run(self) -> str:
+        units = [self.name_unit()]
+        while self.tok.kind == "let" and self.tok.value.isupper() and not self.tok.space:
+            units.append(self.name_unit())
+        return "".join(units)
+
+    def check_word(self) -> None:
+        j = self.i
+        run = ""
+        while self.toks[j].kind == "let" and self.toks[j].value.islower() and (j == self.i or not self.toks[j].space):
+            run += self.toks[j].value
+            j += 1
+        if len(run) >= 2:
+            for w in _BAD_WORDS:
+                if w in run:
+                    raise ParseError(f"function name {w!r} written without a backslash")
+            if run.startswith("ln"):
+                raise ParseError("function name 'ln' written without a backslash")
+
+    # ----------------------------------------------------------------- primaries
+    def primary(self) -> sp.Expr:
+        t = self.tok
+        if t.kind == "num":
+            self.advance()
+            if self.is_cmd("frac") and self._frac_is_numeric():
+                raise ParseError("a number followed by a numeric fraction is an ambiguous mixed number")
+            if "." in t.value:
+                return sp.Rational(t.value)
+            return sp.Integer(t.value)
+        if t.kind == "let":
+            return self.letter()
+        if t.kind == "op":
+            if t.value == "(":
+                return self.paren()
+            if t.value == "{":
+                self.advance()
+                if self.is_op("}"):
+                    raise ParseError("empty group")
+                e = self.expr()
+                self.expect_op("}")
+                return e
+            if t.value == "|":
+                self.advance()
+                self.abs_depth += 1
+                e = self.expr()
+                self.abs_depth -= 1
+                self.expect_op("|")
+                return sp.Abs(e)
+            if t.value == "[":
+                raise ParseError("square brackets are ambiguous (integer part, area or grouping)")
+            raise ParseError(f"unexpected {self.describe(t)}")
+        if t.kind == "cmd":
+            return self.command()
+        raise ParseError("unexpected end of formula")
+
+    def _frac_is_numeric(self) -> bool:
+        # \frac { num } { num }
+        k = self.i
+        want = ["cmd", "{", "num", "}", "{", "num", "}"]
+        for w in want:
+            u = self.toks[k]
+            if w == "cmd":
+                pass
+            elif w == "num":
+                if u.kind != "num":
+                    return False
+            elif not (u.kind == "op" and u.value == w):
+                return False
+            k += 1
+        return True
+
+    def letter(self) -> sp.Expr:
+        t = self.tok
+        if t.value.islower():
+            self.check_word()
+        nxt = self.peek()
+        if t.value in self.functions and (self.is_op("(", nxt) or (self.is_op("'", nxt))
+                                          or (self.is_op("{", nxt) and self.is_op("(", self.peek(2)))):
+            return self.applied_function()
+        if t.value.isupper() and nxt.kind == "let" and nxt.value.isupper() and not nxt.space:
+            name = self.uppercase_run()
+        elif t.value.isupper() and nxt.kind == "op" and nxt.value in ("_", "'"):
+            # A_1B_1 or A'B': a run continues after the first unit
+            name = self.uppercase_run()
+        else:
+            name = self.name_unit()
+        if self.is_op("(") and (self._paren_has_top_comma() or (t.value in self.functions and name != t.value)):
+            # a name before an argument list: N(a, b), f_k(x), c(O, R) (a product with a
+            # tuple means nothing, so this reading is the only one)
+            args = self.call_args()
+            self.flags.add("applied_function")
+            return sp.Function(name)(*args)
+        if name == "e":
+            self.flags.add("e_symbol")
+        if name == "i":
+            self.flags.add("i_symbol")
+        return sp.Symbol(name)
+
+    def applied_function(self) -> sp.Expr:
+        t = self.advance()
+        self.name_letters.add(t.value)
+        name = t.value
+        while self.is_op("'"):
+            self.advance()
+            name += "'"
+        braced = False
+        if self.is_op("{"):
+            self.advance()
+            braced = True
+        if not self.is_op("("):
+            raise ParseError(f"function {name} without an argument list")
+        args = self.call_args()
+        if braced:
+            self.expect_op("}")
+        self.flags.add("applied_function")
+        return sp.Function(name)(*args)
+
+    def _paren_has_top_comma(self) -> bool:
+        depth = 0
+        j = self.i
+        while j < len(self.toks):
+            u = self.toks[j]
+            if u.kind == "op" and u.value in "([{":
+                depth += 1
+            elif u.kind == "op" and u.value in ")]}":
+                depth -= 1
+                if depth == 0:
+                    return False
+            elif u.kind == "op" and u.value == "," and depth == 1:
+                return True
+            elif u.kind == "eof":
+                return False
+            j += 1
+        return False
+
+    def call_args(self) -> list[sp.Expr]:
+        self.expect_op("(")
+        args = [self.expr()]
+        while self.is_op(","):
+            self.advance()
+            args.append(self.expr())
+        self.expect_op(")")
+        return args
+
+    def paren(self) -> sp.Basic:
+        self.expect_op("(")
+        saved = self.abs_depth
+        self.abs_depth = 0
+        e = self.expr()
+        if self.is_op(","):
+            items = [e]
+            while self.is_op(","):
+                self.advance()
+                items.append(self.expr())
+            self.expect_op(")")
+            self.abs_depth = saved
+            if self.tok.kind != "eof" and self.relop() is None:
+                raise ParseError("a tuple inside an expression")
+            return sp.Tuple(*items)
+        self.expect_op(")")
+        self.abs_depth = saved
+        return e
+
+    def brace_arg(self) -> sp.Expr:
+        if not self.is_op("{"):
+            raise ParseError(f"expected a brace argument at {self.describe(self.tok)}")
+        self.advance()
+        e = self.expr()
+        self.expect_op("}")
+        return e
+
+    def command(self) -> sp.Expr:
+        t = self.tok
+        v = t.value
+        if v == "frac":
+            self.advance()
+            num = self.brace_arg()
+            den = self.brace_arg()
+            if den.is_zero:
+                raise ParseError("division by zero")
+            return sp.Mul(num, _safe_pow(den, sp.Integer(-1)))
+        if v == "sqrt":
+            self.advance()
+            n = None
+            if self.is_op("["):
+                self.advance()
+                n = self.expr()
+                self.expect_op("]")
+                if not (n.is_Integer and n >= 2):
+                    raise ParseError("root index must be an integer >= 2")
+            arg = self.brace_arg()
+            return sp.sqrt(arg) if n is None else _safe_pow(arg, sp.Rational(1, int(n)))
+        if v == "binom":
+            self.advance()
+            a = self.brace_arg()
+            b = self.brace_arg()
+            if a.is_Integer and a > 3000:
+                return sp.binomial(a, b, evaluate=False)
+            return sp.binomial(a, b)
+        if v == "pi":
+            self.advance()
+            return sp.pi
+        if v in _GREEK:
+            if self.peek().kind == "op" and self.peek().value == "(" and ("\\" + v) in self.functions:
+                raise ParseError("Greek function application not supported")
+            return sp.Symbol(self.name_unit())
+        if v in _FUNCS:
+            return self.function_command()
+        if v in _MULTI_FUNCS:
+            self.advance()
+            if self.is_op("{") and self.is_op("(", self.peek()):
+                self.advance()
+                args = self.call_args()
+                self.expect_op("}")
+            elif self.is_cmd("{"):
+                self.advance()
+                args = [self.expr()]
+                while self.is_op(","):
+                    self.advance()
+                    args.append(self.expr())
+                if not self.is_cmd("}"):
+                    raise ParseError("expected \\}")
+                self.advance()
+            else:
+                args = self.call_args()
+            if len(args) < 2:
+                raise ParseError(f"\\{v} needs at least two arguments")
+            return _MULTI_FUNCS[v](*args)
+        if v in _OPAQUE_FUNCS or v == "operatorname":
+            name = v if v != "operatorname" else (t.arg or "").strip()
+            if name not in _OPAQUE_FUNCS:
+                raise ParseError(f"unknown operator {name!r}")
+            self.advance()
+            if self.is_op("{") and self.is_op("(", self.peek()):
+                self.advance()
+                args = self.call_args()
+                self.expect_op("}")
+            else:
+                args = self.call_args()
+            self.flags.add("opaque_function")
+            return sp.Function(name)(*args)
+        if v in ("lfloor", "lceil"):
+            self.advance()
+            e = self.expr()
+            close = "rfloor" if v == "lfloor" else "rceil"
+            if not self.is_cmd(close):
+                raise ParseError(f"expected \\{close}")
+            self.advance()
+            return sp.floor(e) if v == "lfloor" else sp.ceiling(e)
+        if v in _NAME_PREFIX_CMDS:
+            self.advance()
+            units: list[str] = []
+            paren = v == "odot" and self.is_op("(")
+            if paren:
+                self.advance()
+            while self.tok.kind == "let" and self.tok.value.isupper():
+                units.append(self.name_unit())
+            if paren:
+                self.expect_op(")")
+            if not units:
+                raise ParseError(f"\\{v} without a point name")
+            return sp.Symbol("\\" + v + " " + "".join(units))
+        if v in _DECORATIONS:
+            body = (t.arg or "").strip()
+            if not re.fullmatch(r"(?:[A-Z]'*(?:_\{?[0-9A-Za-z]\}?)?'*)+|[a-z]", body):
+                raise ParseError(f"\\{v}{{{body}}} is not a plain name")
+            if v in ("overline", "underline") and body.islower():
+                raise ParseError("overline of lowercase letters reads as digits of a number")
+            self.advance()
+            for ch in body:
+                if ch.isalpha():
+                    self.name_letters.add(ch)
+            body_tokens = _tokenize(body)[:-1]
+            name = "\\" + v + "{" + _canonical_tokens(body_tokens) + "}"
+            while self.is_op("'"):
+                self.advance()
+                name += "'"
+            if self.is_op("_"):
+                self.advance()
+                name += "_{" + self.subscript_text() + "}"
+            return sp.Symbol(name)
+        if v == "ldots":
+            self.advance()
+            self.flags.add("ellipsis")
+            self.n_ellipsis += 1
+            return sp.Symbol("\\ldots_{" + str(self.n_ellipsis) + "}")
+        if v == "{":
+            raise ParseError("\\{x\\} is ambiguous (fractional part or set)")
+        if v in _REJECT_CMDS:
+            raise ParseError(_REJECT_CMDS[v])
+        if v in ("leq", "geq", "neq", "in", "notin"):
+            raise ParseError(f"relation \\{v} without a left side")
+        raise ParseError(f"unknown command \\{v}")
+
+    def function_command(self) -> sp.Expr:
+        v = self.advance().value
+        fn = _FUNCS[v]
+        power = None
+        base = None
+        if v == "log" and self.is_op("_"):
+            self.advance()
+            base = self.script(sup=False)
+        if self.is_op("^"):
+            self.advance()
+            power = self.script(sup=True)
+            if not (power.is_Integer and power > 0):
+                raise ParseError(f"\\{v}^{{{power}}}: only positive integer powers of a function")
+        if v == "log" and base is None:
+            self.flags.add("log_base_ambiguous")
+        if self.is_op("(") or (self.is_op("{") and self.is_op("(", self.peek())):
+            braced = self.is_op("{")
+            if braced:
+                self.advance()
+            self.expect_op("(")
+            saved = self.abs_depth
+            self.abs_depth = 0
+            arg = self.expr()
+            self.abs_depth = saved
+            self.expect_op(")")
+            if braced:
+                self.expect_op("}")
+        elif self.is_op("{"):
+            arg = self.brace_arg()
+        else:
+            arg = self.power()
+            nxt = self.tok
+            if self.starts_factor(nxt) and not (nxt.kind == "cmd" and (nxt.value in _FUNCS or nxt.value in _MULTI_FUNCS)):
+                raise ParseError(f"argument of \\{v} without parentheses is ambiguous")
+        if base is not None:
+            if base.is_zero or base == 1:
+                raise ParseError("logarithm base 0 or 1")
+            val = sp.log(arg, base)
+        else:
+            val = fn(arg)
+        if power is not None:
+            val = _safe_pow(val, power)
+        return val
+
+    # ----------------------------------------------------------------- sets
+    def set_literal(self) -> sp.Basic:
+        self.advance()  # \{
+        items = [self.expr()]
+        while self.is_op(","):
+            self.advance()
+            items.append(self.expr())
+        if not self.is_cmd("}"):
+            raise ParseError("expected \\}")
+        self.advance()
+        if len(items) < 2:
+            raise ParseError("\\{x\\} is ambiguous (fractional part or set)")
+        return sp.FiniteSet(*items)
+
+    def set_expr(self) -> sp.Basic:
+        t = self.tok
+        if t.kind == "cmd" and t.value == "mathbb":
+            self.advance()
+            letter = (t.arg or "").strip()
+            sets = {"R": sp.S.Reals, "Z": sp.S.Integers, "N": sp.S.Naturals, "Q": sp.S.Rationals,
+                    "C": sp.S.Complexes}
+            if letter not in sets:
+                raise ParseError(f"unknown set \\mathbb{{{letter}}}")
+            base = sets[letter]
+            if self.is_op("^") or self.is_op("_"):
+                self.advance()
+                if self.is_op("{"):
+                    self.advance()
+                    depth = 1
+                    inner = []
+                    while depth:
+                        u = self.advance()
+                        if u.kind == "eof":
+                            raise ParseError("unclosed set decoration")
+                        if self.is_op("{", u):
+                            depth += 1
+                        elif self.is_op("}", u):
+                            depth -= 1
+                            if not depth:
+                                break
+                        inner.append(u)
+                    txt = _canonical_tokens(inner)
+                else:
+                    txt = self.advance().value
+                if txt in ("+", "*", ">0", "+*", "*+"):
+                    positive = sp.Interval.open(0, sp.oo)
+                    base = base.intersect(positive) if letter != "N" else sp.S.Naturals
+                elif txt in ("\\geq 0", "0", "+0", "\\geq0", "+_0") and letter in ("R", "Z"):
+                    base = base.intersect(sp.Interval(0, sp.oo))
+                else:
+                    raise ParseError(f"unknown set decoration {txt!r}")
+            return base
+        if t.kind == "cmd" and t.value == "{":
+            return self.set_literal()
+        if self.is_op("[") or self.is_op("("):
+            left_open = self.is_op("(")
+            self.advance()
+            a = self.expr()
+            self.expect_op(",")
+            b = self.expr()
+            if self.is_op("]") or self.is_op(")"):
+                right_open = self.is_op(")")
+                self.advance()
+            else:
+                raise ParseError("unclosed interval")
+            return sp.Interval(a, b, left_open, right_open)
+        raise ParseError(f"unsupported set {self.describe(t)}")
+
+
+def _letters_of_name(name: str) -> set[str]:
+    """Latin letters of a canonical name, outside command names and word arguments."""
+    stripped = re.sub(r"\\(?:operatorname|mathbb|text)\{[^{}]*\}", " ", name)
+    stripped = re.sub(r"\\[A-Za-z]+", " ", stripped)
+    return {c for c in stripped if c.isascii() and c.isalpha()}
+
+
+def latex_letters(latex: str) -> frozenset[str]:
+    """Latin letters of a LaTeX string outside command names, ``\\text{…}``,
+    ``\\operatorname{…}``, ``\\mathbb{…}`` and environment names."""
+    s = re.sub(r"\\(?:operatorname|mathbb|text|textrm|textit|textbf|mbox|begin|end|label)\s*\{[^{}]*\}", " ", latex)
+    s = re.sub(r"\\[A-Za-z]+", " ", s)
+    return frozenset(c for c in s if c.isascii() and c.isalpha())
+
+
+def _object_letters(obj: sp.Basic) -> set[str]:
+    out: set[str] = set()
+    for s in obj.free_symbols:
+        out |= _letters_of_name(s.name)
+    for f in obj.atoms(AppliedUndef):
+        if f.func.__name__ not in _OPAQUE_FUNCS:
+            out |= _letters_of_name(f.func.__name__)
+    return out
+
+
+_ALLOWED_FUNCS = (sp.sin, sp.cos, sp.tan, sp.cot, sp.sec, sp.csc, sp.asin, sp.acos, sp.atan,
+                  sp.sinh, sp.cosh, sp.tanh, sp.log, sp.exp, sp.Abs, sp.floor, sp.ceiling,
+                  sp.factorial, sp.binomial, sp.Max, sp.Min)
+
+
+def _check_tree(obj: sp.Basic) -> None:
+    """Reject undefined values and anything that is not a plain algebraic tree."""
+    if obj.has(sp.zoo, sp.nan, sp.oo, -sp.oo):
+        raise ParseError("undefined value (division by zero or infinity)")
+
+
+def parse_segment(latex: str, *, functions: frozenset[str] = frozenset(), normalize: bool = True) -> Parsed:
+    """Parse one segment of LaTeX into a :class:`Parsed` object.
+
+    Args:
+        latex: the segment (no ``$``; one relation, chain, expression, membership or set).
+        functions: letters read as function names before ``(`` (see :func:`function_letters`).
+        normalize: run :func:`recipematch.cas.normalize.normalize_latex` first; ``False``
+            is the census's "before normalisation" reading (canonical vocabulary only,
+            no chains).
+
+    Returns:
+        The parsed segment.
+
+    Raises:
+        ParseError: with the reason when the segment is outside the grammar, ambiguous,
+            or fails the structural letter check.
+
+    Example:
+        >>> parse_segment(r"d \\cdot k = 6").obj
+        Eq(d*k, 6)
+    """
+    text = normalize_latex(latex) if normalize else latex.strip()
+    if not text:
+        raise ParseError("empty formula")
+    if len(text) > 1000:
+        raise ParseError("formula longer than 1000 characters")
+    toks = _tokenize(text)
+    if len(toks) > 600:
+        raise ParseError("formula longer than 600 tokens")
+    p = _Parser(toks, functions, strict=not normalize)
+    for tk in toks:
+        if tk.kind == "cmd" and tk.value in ("text", "textrm", "textit", "textbf", "mbox", "hbox"):
+            raise ParseError("words inside a formula")
+        if not normalize and tk.kind == "cmd" and tk.value in (
+                "left", "right", "dfrac", "tfrac", "le", "ge", "ne", "leqslant", "geqslant",
+                "displaystyle", ",", ";", "!", ":", "quad", "mathrm", "lvert", "rvert"):
+            raise ParseError(f"\\{tk.value} needs the normaliser")
+    try:
+        kind, ops, sides = p.segment()
+    except RecursionError as exc:
+        raise ParseError("formula nested too deeply") from exc
+    if kind in ("chain",) and not normalize:
+        raise ParseError("chained relation needs the normaliser")
+    if kind in ("divides", "congruence"):
+        if kind == "divides":
+            a, b = sides
+            body = sp.Mod(b, a)
+        else:
+            a, b, n = sides
+            body = sp.Mod(a - b, n)
+        obj = (sp.Ne if ops[0] == "nmid" else sp.Eq)(body, 0, evaluate=False)
+        p.flags.add("integer_semantics")
+    elif kind == "membership":
+        obj = sp.Contains(sides[0], sides[1], evaluate=False)
+        if ops[0] == "notin":
+            obj = sp.Not(obj, evaluate=False)
+    elif kind in ("relation", "chain"):
+        if "!=" in ops and len(ops) > 1:
+            raise ParseError("\\neq inside a chain")
+        dirs = {("<" if o in ("<", "<=") else ">") for o in ops if o not in ("=", "!=")}
+        if len(dirs) > 1:
+            raise ParseError("chain mixes < and >")
+        links = []
+        for k, op in enumerate(ops):
+            a, b = sides[k], sides[k + 1]
+            if isinstance(a, (sp.Tuple, sp.Set)) or isinstance(b, (sp.Tuple, sp.Set)):
+                if op != "=" or len(ops) > 1:
+                    raise ParseError("only = between tuples or sets")
+                links.append(sp.Eq(a, b, evaluate=False))
+                continue
+            rel = REL_OPS[op](a, b)
+            if rel in (sp.true, sp.false):
+                if a.free_symbols or b.free_symbols:
+                    raise ParseError("relation evaluates to a truth value (its unknowns cancel)")
+                rel = REL_OPS[op](a, b, evaluate=False)
+                p.flags.add("numeric")
+            links.append(rel)
+        obj = links[0] if len(links) == 1 else sp.And(*links, evaluate=False)
+    else:
+        obj = sides[0]
+    if kind in ("relation", "chain", "expression"):
+        _check_tree(obj)
+    tok_letters = {t.value for t in toks if t.kind == "let"}
+    for t in toks:
+        if t.kind == "cmd" and t.arg is not None and t.value in _DECORATIONS:
+            tok_letters |= {c for c in t.arg if c.isascii() and c.isalpha()}
+    got = _object_letters(obj)
+    lost = tok_letters - got
+    if lost:
+        raise ParseError("structural check: letters " + ", ".join(sorted(lost)) + " lost in the parse")
+    extra = got - tok_letters
+    if extra:
+        raise ParseError("structural check: letters " + ", ".join(sorted(extra)) + " not in the input")
+    return Parsed(kind, tuple(ops), tuple(sides), obj, frozenset(tok_letters), frozenset(p.flags))
+
+
+def try_parse(latex: str, *, functions: frozenset[str] = frozenset(), normalize: bool = True
+              ) -> tuple[Parsed | None, str | None]:
+    """:func:`parse_segment` that returns ``(parsed, None)`` or ``(None, reason)``; it never
+    raises on any input (a ``RecursionError`` or an unexpected error becomes a reason)."""
+    try:
+        return parse_segment(latex, functions=functions, normalize=normalize), None
+    except ParseError as exc:
+        return None, str(exc)
+    except RecursionError:
+        return None, "formula nested too deeply"
+    except (TypeError, ValueError, AttributeError, IndexError, KeyError, ZeroDivisionError,
+            OverflowError, NotImplementedError) as exc:
+        return None, f"internal parser error: {type(exc).__name__}: {exc}"
+
+
+_DEFAULT_FUNCTION_LETTERS = frozenset("fgFGPQ")
+
+
+def function_letters(latex_spans: list[str]) -> frozenset[str]:
+    """Letters the problem uses as function names.
+
+    Rule (one per problem, shared by every span and by printed re-parses): a letter is a
+    function when it is followed by ``(`` somewhere and either it is one of ``f g F G P Q``,
+    or it is declared with ``L:``/``L\\colon``, or every occurrence of it (at least two) is
+    followed by ``(``. Otherwise ``a(b+c)`` is a product.
+
+    Args:
+        latex_spans: the contents of the problem's math spans.
+
+    Returns:
+        The function letters.
+    """
+    before_paren: dict[str, int] = {}
+    total: dict[str, int] = {}
+    declared: set[str] = set()
+    for s in latex_spans:
+        s2 = re.sub(r"\\[A-Za-z]+", " ", re.sub(r"\\left\s*\(", "(", s))
+        for m in re.finditer(r"(?<![A-Za-z])([A-Za-z])(?![A-Za-z])('*)", s2):
+            ch = m.group(1)
+            total[ch] = total.get(ch, 0) + 1
+            rest = s2[m.end():].lstrip()
+            if rest.startswith("(") or rest.startswith("{("):
+                before_paren[ch] = before_paren.get(ch, 0) + 1
+            if rest.startswith(":") or rest.startswith("\\colon"):
+                declared.add(ch)
+        for m in re.finditer(r"(?<![A-Za-z\\])([A-Za-z])\s*\\colon", s):
+            declared.add(m.group(1))
+    out = set()
+    for ch, k in before_paren.items():
+        if ch in _DEFAULT_FUNCTION_LETTERS or ch in declared or (k >= 2 and k == total.get(ch, 0)):
+            out.add(ch)
+    return frozenset(out)
+
+
+def _symbol_names(obj: sp.Basic) -> dict[sp.Symbol, str]:
+    return {s: s.name for s in obj.free_symbols}
+
+
+_LATEX_OP = {"=": "=", "<": "<", "<=": "\\leq", ">": ">", ">=": "\\geq", "!=": "\\neq"}
+
+
+def to_latex(obj: sp.Basic | tuple[tuple[str, ...], tuple[sp.Basic, ...]]) -> str:
+    """Print with SymPy's LaTeX printer, each symbol under its own canonical name.
+
+    Args:
+        obj: a SymPy expression or relation, or ``(ops, sides)`` of a chain, printed as
+            ``latex(side_0) op_1 latex(side_1) …``.
+
+    Returns:
+        LaTeX text (no ``$``).
+    """
+    if isinstance(obj, tuple):
+        ops, sides = obj
+        parts = [to_latex(sides[0])]
+        for op, side in zip(ops, sides[1:]):
+            parts.append(_LATEX_OP[op])
+            parts.append(to_latex(side))
+        return " ".join(parts)
+    return sp.latex(obj, symbol_names=_symbol_names(obj))
