@@ -74,8 +74,12 @@ class CellSpec:
 
     @property
     def name(self) -> str:
-        """``<positives>x<negatives>-<volume>``, e.g. ``d4xrecipe-matched``."""
-        return f"{self.positives}x{self.negatives}-{self.volume}"
+        """``<positives>x<negatives>``, plus ``-<volume>`` where the volume matters (LLM
+        negatives attached to other positives), e.g. ``d4xnone``, ``d4xrecipe-matched``."""
+        base = f"{self.positives}x{self.negatives}"
+        if self.negatives in ("none", "cas") or self._own:
+            return base
+        return f"{base}-{self.volume}"
 
     @property
     def _own(self) -> bool:

@@ -155,10 +155,12 @@ class GatesConfig:
 @dataclass(frozen=True)
 class EvalSetConfig:
     """Held-out evaluation sources (no arm trains on them). ``n_heldout`` sources with a
-    recorded D1 rewrite are drawn with ``seed`` for the LLM-built tier."""
+    recorded D1 rewrite are drawn with ``seed`` for the LLM-built tier; ``corpus_docs`` corpus
+    problems are searched (0 = the whole corpus, as the paper does; SPEC §7)."""
 
     seed: int
     n_heldout: int
+    corpus_docs: int
 
 
 @dataclass(frozen=True)

@@ -43,6 +43,32 @@ def _corpus_docs(corpus_rows: Sequence[Mapping[str, Any]]) -> dict[str, dict[str
     return {r["doc_id"]: {"title": r.get("title", ""), "text": r["text"]} for r in corpus_rows}
 
 
+def sample_search_corpus(corpus_rows: Sequence[Mapping[str, Any]], n_docs: int, *, seed: int,
+                         must_include: Sequence[str] = ()) -> list[Mapping[str, Any]]:
+    """The corpus problems an evaluation searches, in corpus order.
+
+    ``n_docs = 0`` keeps every problem (the paper: nothing subsampled, SPEC §7). A positive
+    ``n_docs`` keeps ``must_include`` (the queries' own entries, so self-masking is exercised)
+    plus a seeded random sample of the others up to ``n_docs`` in all — the CPU default, where
+    encoding the whole corpus once per trained model would dominate the run.
+
+    Raises:
+        ValueError: ``n_docs`` negative, or smaller than ``len(must_include)``.
+    """
+    if n_docs < 0:
+        raise ValueError(f"n_docs must be >= 0, got {n_docs}")
+    if n_docs == 0 or n_docs >= len(corpus_rows):
+        return list(corpus_rows)
+    ids = [r["doc_id"] for r in corpus_rows]
+    keep = set(must_include) & set(ids)
+    if n_docs < len(keep):
+        raise ValueError(f"n_docs={n_docs} is smaller than the {len(keep)} documents that must be searched")
+    others = sorted(set(ids) - keep)
+    extra = np.random.default_rng(seed).choice(len(others), size=n_docs - len(keep), replace=False)
+    keep |= {others[i] for i in extra}
+    return [r for r in corpus_rows if r["doc_id"] in keep]
+
+
 def build_llm_tier(corpus_rows: Sequence[Mapping[str, Any]], d1_rows: Sequence[Mapping[str, Any]],
                    heldout: Sequence[str]) -> Beir:
     """Evaluation (a). ``d1_rows`` are recorded D1 answers ``{source_id, positive_text,

