@@ -297,6 +297,10 @@ class OpenAICompatibleBackend(GenerationBackend):
             request carries a ``response_schema`` (servers such as vLLM honour it).
         sleep: the sleep function (tests pass a fast one).
 
+    Raises:
+        ValueError: ``concurrency < 1``, ``max_retries < 0``, ``backoff < 0`` or
+            ``timeout_s <= 0``.
+
     The body sends ``messages=[system, user]``, ``temperature``, ``top_p``,
     ``max_tokens``, ``seed`` and ``n=1``; the answer is ``choices[0].message.content``.
     """
