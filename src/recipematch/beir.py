@@ -39,6 +39,7 @@ __all__ = [
     "BeirCounts",
     "BeirDataset",
     "read_beir",
+    "read_corpus",
     "load_beir",
     "write_beir",
     "doc_text",
@@ -190,6 +191,42 @@ def _read_qrels(folder: Path, split: str) -> tuple[Qrels, int]:
     return qrels, n_rows
 
 
+def _read_corpus(corpus_path: Path) -> tuple[Corpus, int]:
+    corpus: Corpus = {}
+    n_empty = 0
+    for lineno, obj in _read_jsonl(corpus_path, ("_id", "text")):
+        did = obj["_id"]
+        if did in corpus:
+            raise BeirFormatError(f"{corpus_path}:{lineno}: duplicate corpus _id {did!r}")
+        title = obj.get("title", "")
+        if title is None:
+            title = ""
+        if not isinstance(title, str):
+            raise BeirFormatError(f"{corpus_path}:{lineno}: field 'title' must be a string")
+        row = {k: v for k, v in obj.items() if k != "_id"}
+        row["title"] = title
+        if not (title.strip() or obj["text"].strip()):
+            n_empty += 1
+        corpus[did] = row
+    return corpus, n_empty
+
+
+def read_corpus(path: str | os.PathLike) -> Corpus:
+    """Read one ``corpus.jsonl`` (a file, or the folder holding it) under the module's rules.
+
+    Returns ``doc_id -> {"title", "text", ...}`` in file order; blank documents are kept
+    and warned about.
+    """
+    path = Path(path)
+    if path.is_dir():
+        path = path / "corpus.jsonl"
+    corpus, n_empty = _read_corpus(path)
+    if n_empty:
+        warnings.warn(f"{path}: {n_empty} corpus rows have empty title and text; they are "
+                      "kept and encoded as the empty string", stacklevel=2)
+    return corpus
+
+
 def read_beir(folder: str | os.PathLike, split: str = "test") -> BeirDataset:
     """Read a BEIR folder with its query metadata and the counts of every rule applied.
 
@@ -212,22 +249,7 @@ def read_beir(folder: str | os.PathLike, split: str = "test") -> BeirDataset:
         if not p.exists():
             raise FileNotFoundError(f"missing BEIR file {p}")
 
-    corpus: Corpus = {}
-    n_empty = 0
-    for lineno, obj in _read_jsonl(corpus_path, ("_id", "text")):
-        did = obj["_id"]
-        if did in corpus:
-            raise BeirFormatError(f"{corpus_path}:{lineno}: duplicate corpus _id {did!r}")
-        title = obj.get("title", "")
-        if title is None:
-            title = ""
-        if not isinstance(title, str):
-            raise BeirFormatError(f"{corpus_path}:{lineno}: field 'title' must be a string")
-        row = {k: v for k, v in obj.items() if k != "_id"}
-        row["title"] = title
-        if not (title.strip() or obj["text"].strip()):
-            n_empty += 1
-        corpus[did] = row
+    corpus, n_empty = _read_corpus(corpus_path)
 
     queries: Queries = {}
     query_meta: dict[str, dict] = {}

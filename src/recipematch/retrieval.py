@@ -5,9 +5,13 @@ paper; STYLE "one retrieval function").
 
 Rules, identical in every path (fresh encode, cached embeddings, any ``chunk_size``, BM25):
 
-- **Similarity** is the inner product of L2-normalised float32 vectors (cosine). Scores of a
-  query against all documents come from one matrix product per block of queries, so memory
-  is bounded by ``chunk_size x n_docs`` floats, never the full score matrix.
+- **Similarity** is the inner product of L2-normalised float32 vectors (cosine). Scores come
+  from matrix products of exactly 64 queries against all documents (the last block
+  zero-padded), gathered into blocks of ``chunk_size`` queries, so memory is bounded by
+  ``chunk_size x n_docs`` floats, never the full score matrix. Because every product has the
+  same shape, a query's scores are bit-identical whatever ``chunk_size`` is and whichever
+  queries are scored with it (BLAS picks its kernel, hence its summation order, by shape;
+  measured, and tested).
 - **Rank** of a query (SPEC §7, the peer's rule) is the number of ranked documents that score
   *strictly higher* than the query's best-scoring gold; 0 means the gold is first. A hit at
   k is ``0 <= rank < k``.
@@ -92,7 +96,8 @@ _SCORE_BLOCK_ELEMENTS = 1 << 25  # floats per score block: 128 MiB in float32
 
 
 def default_chunk_size(n_docs: int) -> int:
-    """Queries per score block so a block holds at most 2**25 float32 scores (128 MiB)."""
+    """Queries per score block so a block holds about 2**25 float32 scores (128 MiB); it is
+    rounded up to a multiple of 64, the rows of every score product."""
     return max(1, _SCORE_BLOCK_ELEMENTS // max(1, n_docs))
 
 
@@ -441,12 +446,33 @@ def _ranks_from_blocks(blocks: Iterator[tuple[int, int, torch.Tensor]], n_querie
     return ranks, ties
 
 
+_SCORE_ROWS = 64  # every score product has exactly this many query rows
+
+
 def _embedding_blocks(q: np.ndarray, d: np.ndarray, chunk_size: int):
-    dt = torch.from_numpy(d)
-    qt = torch.from_numpy(q)
-    for start in range(0, q.shape[0], chunk_size):
-        stop = min(start + chunk_size, q.shape[0])
-        yield start, stop, qt[start:stop] @ dt.T  # (c, n_docs) float32
+    """Score blocks ``(start, stop, scores (stop - start, n_docs) float32)``.
+
+    Every matrix product has the same shape, ``(64, dim) @ (dim, n_docs)`` (the last block is
+    zero-padded): BLAS picks its kernel by shape, so a query's scores are bit-identical
+    whatever ``chunk_size`` is, whichever queries share its block and wherever it sits in it.
+    """
+    dt = torch.from_numpy(d).T  # (dim, n_docs), a view
+    n = d.shape[0]
+    rows = _SCORE_ROWS
+    chunk = max(rows, -(-chunk_size // rows) * rows)
+    nq = q.shape[0]
+    pad = torch.zeros((rows, q.shape[1]), dtype=torch.float32)
+    for start in range(0, nq, chunk):
+        stop = min(start + chunk, nq)
+        out = torch.empty((-(-(stop - start) // rows) * rows, n), dtype=torch.float32)
+        for r in range(start, stop, rows):
+            block = torch.from_numpy(q[r:r + rows])
+            if block.shape[0] < rows:
+                pad.zero_()
+                pad[:block.shape[0]] = block
+                block = pad
+            torch.mm(block, dt, out=out[r - start:r - start + rows])
+        yield start, stop, out[:stop - start]
 
 
 def rank_of_gold(
@@ -799,10 +825,14 @@ def evaluate(
 # --------------------------------------------------------------------------- BM25
 
 
+BM25_TOKEN_PATTERN = r"(?u)\b\w+\b"
+
+
 def _bm25_index(doc_texts, k1, b, stopwords):
     import bm25s
 
-    tokens = bm25s.tokenize(list(doc_texts), stopwords=stopwords, show_progress=False)
+    tokens = bm25s.tokenize(list(doc_texts), stopwords=stopwords, show_progress=False,
+                            token_pattern=BM25_TOKEN_PATTERN)
     retriever = bm25s.BM25(k1=k1, b=b)
     retriever.index(tokens, show_progress=False)
     return retriever, tokens.vocab
@@ -812,7 +842,7 @@ def _bm25_blocks(retriever, vocab, query_texts, n_docs, chunk_size, stopwords):
     import bm25s
 
     q_tokens = bm25s.tokenize(list(query_texts), stopwords=stopwords, return_ids=False,
-                              show_progress=False)
+                              show_progress=False, token_pattern=BM25_TOKEN_PATTERN)
     for start in range(0, len(q_tokens), chunk_size):
         stop = min(start + chunk_size, len(q_tokens))
         block = np.zeros((stop - start, n_docs), dtype=np.float32)
@@ -832,14 +862,18 @@ def bm25_ranks(
     self_mask: bool,
     k1: float = 1.5,
     b: float = 0.75,
-    stopwords: str | None = "en",
+    stopwords: str | None = None,
     chunk_size: int | None = None,
 ) -> RankDetails:
     """BM25 (bm25s, Lucene variant; SPEC §7: k1 1.5, b 0.75) ranks under the same rules
-    as :func:`rank_of_gold`. Tokenisation: bm25s's default (lower-case, ``\\w\\w+``),
-    English stop words unless ``stopwords=None``. A query with no indexed token scores 0
+    as :func:`rank_of_gold`.
+
+    Tokenisation: bm25s's tokenizer, lower-cased, with the pattern ``\\b\\w+\\b`` (single
+    characters kept: in math problems they are the variables) and no stop-word list by
+    default (the corpora are multilingual, and ``a`` is a variable as often as an article);
+    pass ``stopwords="en"`` for bm25s's English list. A query with no indexed token scores 0
     everywhere, so its gold ties with every document and gets rank 0 by the tie rule; such
-    queries show ``n_ties_at_gold = n_docs - n_gold``.
+    queries show ``n_ties_at_gold = n_docs - n_gold`` and are easy to filter.
     """
     doc_ids = list(corpus)
     self_idx = _self_index(query_ids, doc_ids)
@@ -866,7 +900,7 @@ def evaluate_bm25(
     query_ids: Sequence[str] | None = None,
     k1: float = 1.5,
     b: float = 0.75,
-    stopwords: str | None = "en",
+    stopwords: str | None = None,
 ) -> tuple[dict, pd.DataFrame]:
     """The BM25 baseline through the same metric code as :func:`evaluate`."""
     ids = _eval_query_ids(queries, qrels, query_ids)
@@ -874,7 +908,8 @@ def evaluate_bm25(
                          b=b, stopwords=stopwords)
     doc_ids = list(corpus)
     settings = {"model": "bm25s", "k1": k1, "b": b, "method": "lucene",
-                "stopwords": stopwords, "tokenizer": "bm25s.tokenize (lower, \\w\\w+)"}
+                "stopwords": stopwords,
+                "tokenizer": f"bm25s.tokenize (lower, {BM25_TOKEN_PATTERN})"}
     return _build_result(ids, [queries[q] for q in ids], doc_ids,
                          [doc_text(corpus[d]) for d in doc_ids], details, ks=ks,
                          self_mask=self_mask,

@@ -1,0 +1,146 @@
+"""The BEIR reader/writer: exact contents, deterministic bytes, errors with file and line."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from recipematch.beir import (
+    BeirFormatError,
+    corpus_sha256,
+    doc_text,
+    load_beir,
+    positive_qrels,
+    read_beir,
+    read_corpus,
+    write_beir,
+)
+
+FIX = Path(__file__).parent / "fixtures" / "beir"
+
+
+def test_two_doc_fixture_loads_exactly():
+    corpus, queries, qrels = load_beir(FIX / "two_doc")
+    assert corpus == {"q1": {"title": "", "text": "A"}, "d2": {"title": "", "text": "B"}}
+    assert queries == {"q1": "A"}
+    assert qrels == {"q1": {"d2": 1}}
+
+
+def test_small_fixture_counts_every_rule():
+    with pytest.warns(UserWarning, match="1 corpus rows have empty title and text"):
+        ds = read_beir(FIX / "small")
+    assert list(ds.corpus) == ["qa", "d1", "d2", "d3", "d4", "d5", "qb", "d6"]
+    assert ds.corpus["d5"]["text"] == ""  # empty text kept, not dropped
+    assert ds.counts.to_dict() == {
+        "n_corpus": 8,
+        "n_empty_corpus_texts": 1,
+        "n_queries": 5,
+        "n_qrels_rows": 6,
+        "n_qrels_nonpositive": 1,
+        "n_queries_without_positive": 1,  # qz
+        "n_qrels_queries_missing": 1,  # orphan
+        "n_qrels_docs_missing": 0,
+    }
+    assert ds.qrels["qc"] == {"d4": 1, "d2": 0}
+    assert positive_qrels(ds.qrels)["qc"] == ["d4"]
+    assert ds.query_meta["qa"] == {"domain": "Algebra"}
+    assert ds.query_meta["qz"] == {}
+
+
+def test_jsonl_qrels_of_the_hugging_face_layout():
+    _, _, qrels = load_beir(FIX / "mathnet_mini" / "hard")
+    assert qrels == {"m1": {"h1": 1}, "m2": {"h2": 1}}
+
+
+def test_round_trip_gives_identical_bytes(tmp_path):
+    with pytest.warns(UserWarning):
+        ds = read_beir(FIX / "small")
+    write_beir(tmp_path / "a", ds.corpus, ds.queries, ds.qrels, query_meta=ds.query_meta)
+    for name in ("corpus.jsonl", "queries.jsonl", "qrels/test.tsv"):
+        assert (tmp_path / "a" / name).read_bytes() == (FIX / "small" / name).read_bytes()
+    with pytest.warns(UserWarning):
+        again = read_beir(tmp_path / "a")
+    assert (again.corpus, again.queries, again.qrels) == (ds.corpus, ds.queries, ds.qrels)
+
+
+def test_write_is_deterministic_and_unicode_verbatim(tmp_path):
+    corpus = {"z": {"text": "Sea $x^2$ — número", "title": "", "lang": "es"}}
+    for name in ("a", "b"):
+        write_beir(tmp_path / name, corpus, {"q": "¿x?"}, {"q": {"z": 1}})
+    assert (tmp_path / "a" / "corpus.jsonl").read_bytes() == (
+        tmp_path / "b" / "corpus.jsonl").read_bytes()
+    line = (tmp_path / "a" / "corpus.jsonl").read_text(encoding="utf-8")
+    assert line == '{"_id": "z", "lang": "es", "text": "Sea $x^2$ — número", "title": ""}\n'
+    assert (tmp_path / "a" / "qrels" / "test.tsv").read_text() == (
+        "query-id\tcorpus-id\tscore\nq\tz\t1\n")
+
+
+def _folder(tmp_path, corpus_lines, query_lines=None, qrels_text=None):
+    (tmp_path / "qrels").mkdir(parents=True)
+    (tmp_path / "corpus.jsonl").write_text("\n".join(corpus_lines) + "\n", encoding="utf-8")
+    (tmp_path / "queries.jsonl").write_text(
+        "\n".join(query_lines or ['{"_id": "q", "text": "x"}']) + "\n", encoding="utf-8")
+    (tmp_path / "qrels" / "test.tsv").write_text(
+        qrels_text or "query-id\tcorpus-id\tscore\nq\td\t1\n", encoding="utf-8")
+    return tmp_path
+
+
+@pytest.mark.parametrize("lines, message", [
+    (['{"_id": "d", "text": "a"}', '{"_id": "e", "text": '], r"corpus.jsonl:2: not valid JSON"),
+    (['{"_id": "d"}'], r"corpus.jsonl:1: missing field 'text'"),
+    (['{"_id": 3, "text": "a"}'], r"corpus.jsonl:1: field '_id' must be a string"),
+    (['{"_id": "d", "text": "a"}', '{"_id": "d", "text": "b"}'],
+     r"corpus.jsonl:2: duplicate corpus _id 'd'"),
+    (['["d", "a"]'], r"corpus.jsonl:1: expected a JSON object"),
+])
+def test_malformed_corpus_rows_name_file_and_line(tmp_path, lines, message):
+    folder = _folder(tmp_path, lines)
+    with pytest.raises(BeirFormatError, match=message):
+        load_beir(folder)
+
+
+@pytest.mark.parametrize("qrels_text, message", [
+    ("query-id\tcorpus-id\tscore\nq\td\n", r"test.tsv:2: expected 3 tab-separated fields"),
+    ("q\td\tone\n", r"test.tsv:1: score must be an integer"),
+    ("q\td\t1\nq\td\t1\n", r"test.tsv:2: duplicate qrels pair"),
+])
+def test_malformed_qrels_rows_name_file_and_line(tmp_path, qrels_text, message):
+    folder = _folder(tmp_path, ['{"_id": "d", "text": "a"}'], qrels_text=qrels_text)
+    with pytest.raises(BeirFormatError, match=message):
+        load_beir(folder)
+
+
+def test_missing_qrels_file(tmp_path):
+    folder = _folder(tmp_path, ['{"_id": "d", "text": "a"}'])
+    (folder / "qrels" / "test.tsv").unlink()
+    with pytest.raises(FileNotFoundError, match="no qrels file"):
+        load_beir(folder)
+
+
+def test_corpus_hash_ignores_row_order_and_metadata():
+    a = {"x": {"title": "", "text": "1"}, "y": {"title": "t", "text": "2"}}
+    b = {"y": {"title": "t", "text": "2", "lang": "en"}, "x": {"title": "", "text": "1"}}
+    c = {"x": {"title": "", "text": "1"}, "y": {"title": "t", "text": "3"}}
+    assert corpus_sha256(a) == corpus_sha256(b) != corpus_sha256(c)
+
+
+def test_doc_text_rule():
+    assert doc_text({"title": "", "text": "body"}) == "body"
+    assert doc_text({"title": "T", "text": "body"}) == "T body"
+
+
+def test_read_corpus_accepts_file_or_folder():
+    assert list(read_corpus(FIX / "probe_mini" / "corpus.jsonl")) == ["s1", "x1", "x2", "x3"]
+    assert read_corpus(FIX / "two_doc") == load_beir(FIX / "two_doc")[0]
+
+
+def test_peer_corpus_sample_reads_if_present():
+    path = Path(__file__).resolve().parents[2] / "shared" / "data" / "peer_release" / "corpus.jsonl"
+    if not path.exists():
+        pytest.skip("shared peer release not present")
+    corpus = read_corpus(path)
+    assert len(corpus) == 2500
+    assert next(iter(corpus)) == "0000"
+    assert json.loads(path.open(encoding="utf-8").readline())["text"] == corpus["0000"]["text"]
