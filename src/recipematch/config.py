@@ -211,6 +211,8 @@ class TrainConfig:
     max_seq_length: int
     eval_steps: int
     max_dev_triplets: int
+    device: str
+    bf16: bool
 
 
 @dataclass(frozen=True)
@@ -220,6 +222,7 @@ class EvaluateConfig:
     ks: tuple[int, ...]
     max_seq_length: int
     batch_size: int
+    device: str
 
 
 @dataclass(frozen=True)

