@@ -230,7 +230,7 @@ def _safe_pow(base: sp.Expr, exp: sp.Expr) -> sp.Expr:
         except (TypeError, ValueError):
             b_bits = 64
         e_val = abs(exp) if exp.is_Rational else sp.Integer(1)
-        if (exp.is_Integer and int(e_val) * b_bits > 20000) or (not exp.is_Integer and b_bits > 200):
+        if (exp.is_Integer and int(e_val) * b_bits > 1000) or (not exp.is_Integer and b_bits > 200):
             return sp.Pow(base, exp, evaluate=False)
     return sp.Pow(base, exp)
 
@@ -483,7 +483,7 @@ class _Parser:
             self.advance()
             if self.is_op("!"):
                 raise ParseError("double factorial not supported")
-            if p.is_Integer and p > 3000:
+            if p.is_Integer and p > 150:
                 p = sp.factorial(p, evaluate=False)
             elif p.is_Integer and p < 0:
                 raise ParseError("factorial of a negative integer")
@@ -803,7 +803,7 @@ class _Parser:
             self.advance()
             a = self.brace_arg()
             b = self.brace_arg()
-            if a.is_Integer and a > 3000:
+            if a.is_Integer and a > 300:
                 return sp.binomial(a, b, evaluate=False)
             return sp.binomial(a, b)
         if v == "pi":

@@ -1,0 +1,167 @@
+"""Declared and implied variable domains of a problem (SPEC §3.1, "Domains").
+
+Sources, strongest first:
+
+* bounds declared in the problem's own math: ``x > 0``, ``0 < x < 1``, ``a \\geq 1``,
+  lists ``a, b, c > 0`` (a bound closing a run of bare names in one span applies to each
+  of them), memberships ``n \\in \\mathbb{N}``, ``x \\in \\mathbb{R}^+``, ``x \\in [0, 1]``;
+* implied integrality: a bare variable inside a factorial or a binomial;
+* words, in the corpus's languages: "positive" makes every variable without a declared
+  lower bound positive; an "integer" word makes ``k``, ``m`` and ``n`` integers.
+
+Restricting a domain can only lose counterexamples, never make a wrong one: a point
+inside the declared domain is a valid counterexample for any wider reading. Equivalence
+of positives is checked over the complex numbers and does not depend on domains. The
+relation being edited is never used as its own domain bound.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import replace
+from fractions import Fraction
+
+import sympy as sp
+
+from recipematch.cas.grammar import Parsed
+from recipematch.cas.numeric import Domain
+
+__all__ = ["infer_domains", "POSITIVE_WORDS", "INTEGER_WORDS"]
+
+#: Words for "positive" (stems), languages of MathNet.
+POSITIVE_WORDS = re.compile(
+    r"\b(positive|positiv|positif|positifs|positives|positivo|positivos|positiva|positivas|"
+    r"pozitiv|pozitív|dodatni|dodatnie|dodatnich|pozytywn|kladn|положительн|додатн|"
+    r"pozitivn|dương|正|양의|양수|pozitif|jákvæð)",
+    re.IGNORECASE)
+NONNEG_WORDS = re.compile(r"(non-?negative|nonnegative|no negativ|non négati|неотрицательн|nicht-?negativ|nenegativ|không âm)",
+                          re.IGNORECASE)
+#: Words for "integer".
+INTEGER_WORDS = re.compile(
+    r"(integer|entier|entero|inteiro|intero|ganze|ganzzahl|целы|цілі|całkowit|egész|"
+    r"întreg|intreg|số nguyên|整数|정수|tam sayı|celé|cijel|natural|naturel|natürlich|натуральн)",
+    re.IGNORECASE)
+
+
+def _const(e: sp.Basic) -> Fraction | None:
+    if e.is_Rational:
+        return Fraction(int(e.p), int(e.q))
+    return None
+
+
+def _tighten(dom: Domain, op: str, c: Fraction) -> Domain:
+    """Intersect with ``x op c`` (``op`` one of < <= > >= =)."""
+    if op in (">", ">="):
+        strict = op == ">"
+        if dom.lo is None or c > dom.lo or (c == dom.lo and strict):
+            dom = replace(dom, lo=c, lo_strict=strict)
+    elif op in ("<", "<="):
+        strict = op == "<"
+        if dom.hi is None or c < dom.hi or (c == dom.hi and strict):
+            dom = replace(dom, hi=c, hi_strict=strict)
+    return dom
+
+
+_FLIP = {"<": ">", "<=": ">=", ">": "<", ">=": "<="}
+
+
+def _bounds_of(parsed: Parsed) -> list[tuple[str, str, Fraction]]:
+    """(variable name, op, constant) for every link ``var op const`` or ``const op var``."""
+    out = []
+    for op, a, b in zip(parsed.ops, parsed.sides, parsed.sides[1:]):
+        if op in ("=", "!="):
+            continue
+        if isinstance(a, sp.Symbol) and _const(b) is not None:
+            out.append((a.name, op, _const(b)))
+        elif isinstance(b, sp.Symbol) and _const(a) is not None:
+            out.append((b.name, _FLIP[op], _const(a)))
+    return out
+
+
+def infer_domains(segments: list[tuple[int, int, Parsed | None]], text: str,
+                  exclude: int | None = None) -> dict[str, Domain]:
+    """Domains of the problem's variables.
+
+    Args:
+        segments: ``(span_index, segment_index, parsed or None)`` for every segment of the
+            problem, in text order.
+        text: the problem text (for the positive/integer words).
+        exclude: a segment's position in ``segments`` whose own bound is ignored (the
+            relation being edited).
+
+    Returns:
+        ``{symbol name: Domain}``; a variable without information is absent (sampled over
+        both signs).
+    """
+    doms: dict[str, Domain] = {}
+    run: list[str] = []  # bare names waiting for a list bound in the same span
+    last_span = None
+    for pos, (span_i, _seg_i, parsed) in enumerate(segments):
+        if span_i != last_span:
+            run = []
+            last_span = span_i
+        if parsed is None:
+            run = []
+            continue
+        if parsed.kind == "expression" and isinstance(parsed.obj, sp.Symbol):
+            run.append(parsed.obj.name)
+            continue
+        if pos == exclude:
+            run = []
+            continue
+        if parsed.kind in ("relation", "chain"):
+            bounds = _bounds_of(parsed)
+            for name, op, c in bounds:
+                doms[name] = _tighten(doms.get(name, Domain()), op, c)
+            if len(bounds) >= 1 and parsed.kind == "relation":
+                name, op, c = bounds[0]
+                if isinstance(parsed.sides[0], sp.Symbol) and parsed.sides[0].name == name:
+                    for other in run:
+                        doms[other] = _tighten(doms.get(other, Domain()), op, c)
+        elif parsed.kind == "membership" and isinstance(parsed.sides[0], sp.Symbol) and parsed.ops == ("in",):
+            s = parsed.sides[1]
+            names = run + [parsed.sides[0].name]
+            for name in names:
+                d = doms.get(name, Domain())
+                if s in (sp.S.Integers, sp.S.Naturals, sp.S.Naturals0) or isinstance(s, sp.Range):
+                    d = replace(d, integer=True)
+                    if s == sp.S.Naturals or (isinstance(s, sp.Range) and s.inf == 1):
+                        d = _tighten(d, ">=", Fraction(1))
+                elif isinstance(s, sp.Interval):
+                    lo, hi = _const(s.start), _const(s.end)
+                    if lo is not None:
+                        d = _tighten(d, ">" if s.left_open else ">=", lo)
+                    if hi is not None:
+                        d = _tighten(d, "<" if s.right_open else "<=", hi)
+                elif isinstance(s, sp.Intersection) or s == sp.S.Reals:
+                    for part in (s.args if isinstance(s, sp.Intersection) else [s]):
+                        if part in (sp.S.Integers, sp.S.Naturals):
+                            d = replace(d, integer=True)
+                        if isinstance(part, sp.Interval) and _const(part.start) is not None:
+                            d = _tighten(d, ">" if part.left_open else ">=", _const(part.start))
+                doms[name] = d
+        run = []
+    # implied: factorial / binomial arguments are integers
+    for _span_i, _seg_i, parsed in segments:
+        if parsed is None:
+            continue
+        for f in parsed.obj.atoms(sp.factorial, sp.binomial):
+            for arg in f.args:
+                if isinstance(arg, sp.Symbol):
+                    doms[arg.name] = replace(_tighten(doms.get(arg.name, Domain()), ">=", Fraction(0)), integer=True)
+    # words
+    positive = bool(POSITIVE_WORDS.search(text)) and not NONNEG_WORDS.search(text)
+    integer_words = bool(INTEGER_WORDS.search(text))
+    names: set[str] = set()
+    for _span_i, _seg_i, parsed in segments:
+        if parsed is not None and parsed.kind in ("relation", "chain", "expression"):
+            names |= {s.name for s in parsed.unknowns}
+    for name in sorted(names):
+        d = doms.get(name, Domain())
+        if positive and d.lo is None and len(name) == 1:
+            d = _tighten(d, ">", Fraction(0))
+        if integer_words and name in ("k", "m", "n"):
+            d = replace(d, integer=True)
+        if d != Domain():
+            doms[name] = d
+    return doms

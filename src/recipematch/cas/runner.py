@@ -1,0 +1,401 @@
+"""Isolated, parallel, resumable run of the generator over many problems (SPEC §3.1).
+
+Each problem runs in a worker process under a wall-clock limit (params, 30 s by default,
+the paper's per-problem limit) and an address-space cap (``RLIMIT_AS``). A worker that
+exceeds the limit is killed and replaced, and the problem is recorded as ``timeout``; a
+worker that dies (signal, ``os._exit``, out of memory in C code) gives ``crash`` with the
+exit code or signal; an exception that escapes :func:`generate_for_problem`
+(``MemoryError``, ``RecursionError``, a SymPy error) gives ``crash`` with its type and
+message. No error escapes the runner.
+
+Files (all derived from ``out_path``; the library receives paths, never invents them):
+
+* ``<out_path>.journal.jsonl``: the append log. One JSON line per finished problem, written
+  and flushed as soon as it finishes: ``{"source_id", "text_sha256", "generator_version",
+  "seed", "status", "reason", "elapsed_s", "rows", "census"}``. A rerun reads it and
+  skips problems already present with the same text hash, generator version and seed;
+  a truncated last line (a killed run) is ignored and that problem is redone.
+* ``out_path``: the final file, written at the end (atomically), one line per input
+  problem sorted by ``source_id`` then text hash, **without** ``elapsed_s``, keys sorted:
+  byte-identical across runs whatever the completion order.
+* ``<out_path>.timings.jsonl``: ``{"source_id", "status", "elapsed_s"}`` sorted the same
+  way (timing is kept out of the deterministic output).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import multiprocessing as mp
+import os
+import resource
+import signal
+import time
+import traceback
+from multiprocessing.connection import Connection, wait
+from pathlib import Path
+
+from recipematch.cas import generator as _gen_mod
+from recipematch.cas.generator import GENERATOR_VERSION
+
+__all__ = ["run_generator", "journal_path", "timings_path", "aggregate_census", "metrics_from_summary",
+           "STATUSES"]
+
+#: Every status a problem can end with.
+STATUSES = ("ok", "no_relation", "no_pair", "timeout", "crash")
+
+
+def journal_path(out_path: Path) -> Path:
+    """The append log next to ``out_path``."""
+    return out_path.with_name(out_path.name + ".journal.jsonl")
+
+
+def timings_path(out_path: Path) -> Path:
+    """The timings file next to ``out_path``."""
+    return out_path.with_name(out_path.name + ".timings.jsonl")
+
+
+def _sha(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def _generate(source_id: str, text: str, seed: int) -> dict:
+    """The function a worker runs (a module attribute so tests can replace it)."""
+    return _gen_mod.generate_for_problem(source_id, text, seed=seed)
+
+
+def _set_memory_cap(memory_mb: int) -> None:
+    limit = int(memory_mb) * 1024 * 1024
+    try:
+        with open("/proc/self/statm") as fh:
+            vm_pages = int(fh.read().split()[0])
+        current = vm_pages * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError):
+        current = 0
+    # the cap bounds what the problem may add; the inherited interpreter is not counted twice
+    limit = max(limit, current + 64 * 1024 * 1024)
+    resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+
+
+def _worker(conn: Connection, memory_mb: int) -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        _set_memory_cap(memory_mb)
+    except (ValueError, OSError):
+        pass
+    while True:
+        try:
+            task = conn.recv()
+        except (EOFError, OSError):
+            return
+        if task is None:
+            return
+        source_id, text, seed = task
+        t0 = time.perf_counter()
+        try:
+            res = _generate(source_id, text, seed)
+            payload = {"status": res.get("status", "ok"), "reason": res.get("reason"),
+                       "rows": res.get("rows", []), "census": res.get("census", {})}
+        except MemoryError:
+            payload = {"status": "crash", "reason": "MemoryError: memory cap exceeded", "rows": [], "census": {}}
+        except RecursionError as exc:
+            payload = {"status": "crash", "reason": f"RecursionError: {exc}"[:300], "rows": [], "census": {}}
+        except Exception as exc:  # noqa: BLE001 - every failure becomes a recorded outcome
+            tb = traceback.extract_tb(exc.__traceback__)
+            where = f" at {tb[-1].name}:{tb[-1].lineno}" if tb else ""
+            payload = {"status": "crash", "reason": f"{type(exc).__name__}: {exc}"[:300] + where,
+                       "rows": [], "census": {}}
+        payload["elapsed_s"] = round(time.perf_counter() - t0, 4)
+        try:
+            conn.send(payload)
+        except (OSError, ValueError, TypeError) as exc:
+            conn.send({"status": "crash", "reason": f"unsendable result: {type(exc).__name__}", "rows": [],
+                       "census": {}, "elapsed_s": payload["elapsed_s"]})
+
+
+class _Slot:
+    def __init__(self, ctx, memory_mb: int):
+        parent, child = ctx.Pipe(duplex=True)
+        self.conn = parent
+        self.proc = ctx.Process(target=_worker, args=(child, memory_mb), daemon=True)
+        self.proc.start()
+        child.close()
+        self.task: tuple[str, str, str] | None = None  # (source_id, text, sha)
+        self.started = 0.0
+
+    def kill(self) -> None:
+        try:
+            self.proc.kill()
+        except (OSError, AttributeError):
+            pass
+        self.proc.join(timeout=5)
+        self.conn.close()
+
+    def stop(self) -> None:
+        try:
+            self.conn.send(None)
+        except (OSError, BrokenPipeError):
+            pass
+        self.proc.join(timeout=5)
+        if self.proc.is_alive():
+            self.kill()
+        else:
+            self.conn.close()
+
+
+def _read_journal(path: Path) -> dict[tuple[str, str], dict]:
+    done: dict[tuple[str, str], dict] = {}
+    if not path.exists():
+        return done
+    with path.open("r", encoding="utf-8") as fh:
+        for line in fh:
+            if not line.endswith("\n"):
+                break  # truncated by a kill: redo that problem
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if not isinstance(rec, dict) or "source_id" not in rec:
+                continue
+            done[(rec["source_id"], rec.get("text_sha256", ""))] = rec
+    return done
+
+
+def _repair_journal(path: Path) -> None:
+    """Cut a truncated last line so new lines start on a fresh line."""
+    if not path.exists():
+        return
+    data = path.read_bytes()
+    if data and not data.endswith(b"\n"):
+        cut = data.rfind(b"\n")
+        with path.open("r+b") as fh:
+            fh.truncate(cut + 1 if cut >= 0 else 0)
+
+
+def aggregate_census(records: list[dict]) -> dict:
+    """Corpus census over problem records (SPEC §3.1: "unique-expression coverage").
+
+    Unique expressions are unique span contents (by key) over all records; a key parsed
+    in any record counts once. Shares are fractions in [0, 1].
+
+    Returns:
+        ``{"unique_expressions", "coverage_before", "coverage_after", "relation_share",
+        "spans", "segments", "segments_parsed", "qualifying_relations", "tried_relations",
+        "problems_with_relation", "rejections": {reason: count}}``.
+    """
+    uniq: dict[str, list[bool]] = {}
+    totals = {"spans": 0, "segments": 0, "segments_parsed": 0, "qualifying_relations": 0,
+              "tried_relations": 0}
+    rej: dict[str, int] = {}
+    with_rel = 0
+    for rec in records:
+        c = rec.get("census") or {}
+        for k in totals:
+            totals[k] += int(c.get(k, 0) or 0)
+        if c.get("qualifying_relations"):
+            with_rel += 1
+        for key, b, a, r in c.get("expressions", []):
+            cur = uniq.setdefault(key, [False, False, False])
+            cur[0] |= bool(b)
+            cur[1] |= bool(a)
+            cur[2] |= bool(r)
+        for k, v in (c.get("rejections") or {}).items():
+            rej[k] = rej.get(k, 0) + int(v)
+    n = len(uniq)
+    return {
+        "unique_expressions": n,
+        "coverage_before": (sum(v[0] for v in uniq.values()) / n) if n else 0.0,
+        "coverage_after": (sum(v[1] for v in uniq.values()) / n) if n else 0.0,
+        "relation_share": (sum(v[2] for v in uniq.values()) / n) if n else 0.0,
+        **totals,
+        "problems_with_relation": with_rel,
+        "rejections": dict(sorted(rej.items(), key=lambda kv: (-kv[1], kv[0]))),
+    }
+
+
+def run_generator(problems: list[tuple[str, str]], *, out_path: Path, seed: int, timeout_s: float,
+                  memory_mb: int, workers: int, progress: bool = True) -> dict:
+    """Run :func:`recipematch.cas.generate_for_problem` over ``problems`` in worker processes.
+
+    Args:
+        problems: ``(source_id, text)`` pairs.
+        out_path: the final JSONL file (its journal and timings files sit next to it).
+        seed: the run's seed.
+        timeout_s: wall-clock limit per problem, seconds (> 0); paper: 30.
+        memory_mb: address-space cap per worker process (``RLIMIT_AS``), MiB, counted on
+            top of what the forked interpreter already maps.
+        workers: number of worker processes (≥ 1).
+        progress: show a tqdm bar.
+
+    Returns:
+        ``{"counts": {status: n}, "census": aggregate_census(...), "problems": n,
+        "resumed": n skipped from the journal, "generator_version", "rows": n,
+        "distinct_negatives": n, "negative_attachments": n, "out_path", "journal_path",
+        "timings_path"}``.
+
+    Raises:
+        ValueError: on a non-positive ``timeout_s``, ``workers`` or ``memory_mb``.
+    """
+    if timeout_s <= 0 or workers < 1 or memory_mb <= 0:
+        raise ValueError("timeout_s, workers and memory_mb must be positive")
+    out_path = Path(out_path)
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    jpath = journal_path(out_path)
+    _repair_journal(jpath)
+    journal = _read_journal(jpath)
+    todo: list[tuple[str, str, str]] = []
+    resumed = 0
+    keys: list[tuple[str, str]] = []
+    for source_id, text in problems:
+        text = text if isinstance(text, str) else ""
+        sha = _sha(text)
+        keys.append((str(source_id), sha))
+        rec = journal.get((str(source_id), sha))
+        if rec is not None and rec.get("generator_version") == GENERATOR_VERSION and rec.get("seed") == seed:
+            resumed += 1
+            continue
+        todo.append((str(source_id), text, sha))
+
+    bar = None
+    if progress:
+        from tqdm.auto import tqdm
+        bar = tqdm(total=len(todo), desc="cas", unit="problem")
+    ctx = mp.get_context("fork")
+    slots: list[_Slot] = []
+    pending = list(reversed(todo))
+    with jpath.open("a", encoding="utf-8") as jf:
+        def record(task: tuple[str, str, str], payload: dict) -> None:
+            source_id, _text, sha = task
+            rec = {"source_id": source_id, "text_sha256": sha, "generator_version": GENERATOR_VERSION,
+                   "seed": seed, "status": payload["status"], "reason": payload.get("reason"),
+                   "elapsed_s": payload.get("elapsed_s"), "rows": payload.get("rows", []),
+                   "census": payload.get("census", {})}
+            jf.write(json.dumps(rec, ensure_ascii=False, sort_keys=True) + "\n")
+            jf.flush()
+            journal[(source_id, sha)] = rec
+            if bar is not None:
+                bar.update(1)
+
+        def assign(slot: _Slot) -> None:
+            if not pending:
+                slot.task = None
+                return
+            task = pending.pop()
+            slot.task = task
+            slot.started = time.monotonic()
+            try:
+                slot.conn.send((task[0], task[1], seed))
+            except (OSError, BrokenPipeError):
+                record(task, {"status": "crash", "reason": "worker pipe closed before the task", "elapsed_s": 0.0})
+                slot.task = None
+
+        try:
+            for _ in range(min(workers, len(todo))):
+                slots.append(_Slot(ctx, memory_mb))
+            for s in slots:
+                assign(s)
+            while any(s.task is not None for s in slots):
+                busy = [s for s in slots if s.task is not None]
+                now = time.monotonic()
+                next_deadline = min(s.started + timeout_s for s in busy)
+                ready = wait([s.conn for s in busy] + [s.proc.sentinel for s in busy],
+                             timeout=max(0.0, next_deadline - now))
+                ready_set = set(ready)
+                for idx, s in enumerate(slots):
+                    if s.task is None:
+                        continue
+                    got = None
+                    if s.conn in ready_set:
+                        try:
+                            got = s.conn.recv()
+                        except (EOFError, OSError):
+                            got = None
+                    if got is not None:
+                        record(s.task, got)
+                        assign(s)
+                        continue
+                    dead = s.proc.sentinel in ready_set or not s.proc.is_alive()
+                    if s.conn in ready_set or dead:
+                        s.proc.join(timeout=1)
+                        code = s.proc.exitcode
+                        why = (f"worker killed by signal {-code}" if code is not None and code < 0
+                               else f"worker exited with code {code}")
+                        record(s.task, {"status": "crash", "reason": why,
+                                        "elapsed_s": round(time.monotonic() - s.started, 4)})
+                        s.kill()
+                        slots[idx] = _Slot(ctx, memory_mb)
+                        assign(slots[idx])
+                        continue
+                    if time.monotonic() - s.started >= timeout_s:
+                        record(s.task, {"status": "timeout",
+                                        "reason": f"wall-clock limit of {timeout_s:g} s exceeded",
+                                        "elapsed_s": round(time.monotonic() - s.started, 4)})
+                        s.kill()
+                        slots[idx] = _Slot(ctx, memory_mb)
+                        assign(slots[idx])
+        finally:
+            for s in slots:
+                if s.task is None:
+                    s.stop()
+                else:
+                    s.kill()
+            if bar is not None:
+                bar.close()
+
+    # final deterministic outputs
+    final: list[dict] = []
+    seen: set[tuple[str, str]] = set()
+    for key in keys:
+        if key in seen or key not in journal:
+            continue
+        seen.add(key)
+        rec = journal[key]
+        final.append(rec)
+    final.sort(key=lambda r: (r["source_id"], r["text_sha256"]))
+    tmp = out_path.with_name(out_path.name + ".tmp")
+    with tmp.open("w", encoding="utf-8") as fh:
+        for rec in final:
+            clean = {k: v for k, v in rec.items() if k != "elapsed_s"}
+            fh.write(json.dumps(clean, ensure_ascii=False, sort_keys=True) + "\n")
+    os.replace(tmp, out_path)
+    tpath = timings_path(out_path)
+    tmp = tpath.with_name(tpath.name + ".tmp")
+    with tmp.open("w", encoding="utf-8") as fh:
+        for rec in final:
+            fh.write(json.dumps({"source_id": rec["source_id"], "status": rec["status"],
+                                 "elapsed_s": rec.get("elapsed_s")}, sort_keys=True) + "\n")
+    os.replace(tmp, tpath)
+
+    counts = {s: 0 for s in STATUSES}
+    rows = distinct = attach = 0
+    for rec in final:
+        counts[rec["status"]] = counts.get(rec["status"], 0) + 1
+        rows += len(rec.get("rows", []))
+        texts = set()
+        for row in rec.get("rows", []):
+            attach += len(row.get("negatives", []))
+            texts |= {n["text"] for n in row.get("negatives", [])}
+        distinct += len(texts)
+    return {"counts": counts, "census": aggregate_census(final), "problems": len(final), "resumed": resumed,
+            "generator_version": GENERATOR_VERSION, "rows": rows, "distinct_negatives": distinct,
+            "negative_attachments": attach, "out_path": str(out_path), "journal_path": str(jpath),
+            "timings_path": str(timings_path(out_path))}
+
+
+def metrics_from_summary(summary: dict) -> dict:
+    """Flat metrics for ``metrics/`` (small JSON, one level): outcome counts per status,
+    rows, negatives, and the census shares (fractions), from :func:`run_generator`'s
+    summary."""
+    c = summary["census"]
+    flat = {f"status_{k}": int(v) for k, v in sorted(summary["counts"].items())}
+    flat.update({
+        "problems": summary["problems"], "rows": summary["rows"],
+        "distinct_negatives": summary["distinct_negatives"],
+        "negative_attachments": summary["negative_attachments"],
+        "unique_expressions": c["unique_expressions"],
+        "coverage_before": round(c["coverage_before"], 6), "coverage_after": round(c["coverage_after"], 6),
+        "relation_share": round(c["relation_share"], 6),
+        "problems_with_relation": c["problems_with_relation"],
+        "generator_version": summary["generator_version"],
+    })
+    return flat
