@@ -227,7 +227,9 @@ class SentenceTransformerEncoder:
     def _encode(self, texts: list[str], prompt: str | None) -> np.ndarray:
         texts = list(texts)
         if not texts:
-            dim = self.model.get_sentence_embedding_dimension() or 0
+            get_dim = getattr(self.model, "get_embedding_dimension", None) or (
+                self.model.get_sentence_embedding_dimension)
+            dim = get_dim() or 0
             return np.zeros((0, dim), dtype=np.float32)
         emb = self.model.encode(texts, batch_size=self.batch_size, prompt=prompt,
                                 convert_to_numpy=True, show_progress_bar=False,
