@@ -95,17 +95,24 @@ def cas() -> None:
     """Debug the computer-algebra (verified) pair generator."""
 
 
-@cas.command("parse")
-@click.argument("latex")
-def parse_cmd(latex: str) -> None:
+_ARGS = {"ignore_unknown_options": True}  # "-1 \\leq x < 1" is LaTeX, not an option
+
+
+@cas.command("parse", context_settings=_ARGS)
+@click.argument("latex", nargs=-1, type=click.UNPROCESSED)
+def parse_cmd(latex: tuple[str, ...]) -> None:
     """Parse LATEX with the whitelist grammar and print one JSON object."""
-    click.echo(json.dumps(parse_report(latex), ensure_ascii=False))
+    if len(latex) != 1:
+        raise click.UsageError("expected exactly one LATEX argument (quote it)")
+    click.echo(json.dumps(parse_report(latex[0]), ensure_ascii=False))
 
 
-@cas.command("check")
-@click.argument("latex_a")
-@click.argument("latex_b")
+@cas.command("check", context_settings=_ARGS)
+@click.argument("latex", nargs=-1, type=click.UNPROCESSED)
 @click.option("--seed", type=int, default=0, show_default=True, help="Sampling seed.")
-def check_cmd(latex_a: str, latex_b: str, seed: int) -> None:
-    """Check whether two relations (or expressions) are equivalent; print one JSON object."""
-    click.echo(json.dumps(check_report(latex_a, latex_b, seed=seed), ensure_ascii=False))
+def check_cmd(latex: tuple[str, ...], seed: int) -> None:
+    """Check whether two relations (or expressions) LATEX_A LATEX_B are equivalent; print one
+    JSON object."""
+    if len(latex) != 2:
+        raise click.UsageError("expected exactly two arguments LATEX_A LATEX_B (quote them)")
+    click.echo(json.dumps(check_report(latex[0], latex[1], seed=seed), ensure_ascii=False))

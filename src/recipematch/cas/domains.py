@@ -78,13 +78,18 @@ def _bounds_of(parsed: Parsed) -> list[tuple[str, str, Fraction]]:
     return out
 
 
-def infer_domains(segments: list[tuple[int, int, Parsed | None]], text: str,
-                  exclude: int | None = None) -> dict[str, Domain]:
+_LIST_GAP = re.compile(r"\s*(?:,|;|and|y|et|und|и|e|és|i|và|ve|oraz|și|a|or|o|ou|или)?\s*,?\s*",
+                       re.IGNORECASE)
+
+
+def infer_domains(segments: list[tuple], text: str, exclude: int | None = None) -> dict[str, Domain]:
     """Domains of the problem's variables.
 
     Args:
-        segments: ``(span_index, segment_index, parsed or None)`` for every segment of the
-            problem, in text order.
+        segments: ``(span_index, segment_index, parsed or None, start, end)`` for every
+            segment of the problem, in text order (offsets into ``text``). A run of bare
+            names continues across spans separated only by a comma or a conjunction
+            (``$a$, $b$ y $c > 0$``).
         text: the problem text (for the positive/integer words).
         exclude: a segment's position in ``segments`` whose own bound is ignored (the
             relation being edited).
@@ -94,12 +99,18 @@ def infer_domains(segments: list[tuple[int, int, Parsed | None]], text: str,
         both signs).
     """
     doms: dict[str, Domain] = {}
-    run: list[str] = []  # bare names waiting for a list bound in the same span
+    run: list[str] = []  # bare names waiting for a list bound
     last_span = None
-    for pos, (span_i, _seg_i, parsed) in enumerate(segments):
+    last_end = 0
+    for pos, (span_i, _seg_i, parsed, start, end) in enumerate(segments):
         if span_i != last_span:
-            run = []
+            gap = text[last_end:start]
+            # the gap holds the closing and opening delimiters too
+            gap = gap.replace("$", " ").replace("\\(", " ").replace("\\)", " ")
+            if not _LIST_GAP.fullmatch(gap):
+                run = []
             last_span = span_i
+        last_end = end
         if parsed is None:
             run = []
             continue
@@ -142,7 +153,7 @@ def infer_domains(segments: list[tuple[int, int, Parsed | None]], text: str,
                 doms[name] = d
         run = []
     # implied: factorial / binomial arguments are integers
-    for _span_i, _seg_i, parsed in segments:
+    for _span_i, _seg_i, parsed, *_ in segments:
         if parsed is None:
             continue
         for f in parsed.obj.atoms(sp.factorial, sp.binomial):
@@ -153,7 +164,7 @@ def infer_domains(segments: list[tuple[int, int, Parsed | None]], text: str,
     positive = bool(POSITIVE_WORDS.search(text)) and not NONNEG_WORDS.search(text)
     integer_words = bool(INTEGER_WORDS.search(text))
     names: set[str] = set()
-    for _span_i, _seg_i, parsed in segments:
+    for _span_i, _seg_i, parsed, *_ in segments:
         if parsed is not None and parsed.kind in ("relation", "chain", "expression"):
             names |= {s.name for s in parsed.unknowns}
     for name in sorted(names):

@@ -301,7 +301,7 @@ def generate_for_problem(source_id: str, text: str, *, seed: int) -> dict:
 
     negatives: list[dict] = []
     neg_texts: set[str] = set()
-    seg_triples = [(sg.span_i, sg.seg_i, sg.parsed) for sg in segs]
+    seg_triples = [(sg.span_i, sg.seg_i, sg.parsed, sg.seg.start, sg.seg.end) for sg in segs]
     for i in tried:
         if len(negatives) >= MAX_NEGATIVES:
             break

@@ -307,6 +307,20 @@ class _Parser:
             return t.value
         return None
 
+    def fail_here(self) -> None:
+        """Raise the most specific reason for the current token."""
+        t = self.tok
+        if t.kind == "cmd":
+            if t.value in _REJECT_CMDS:
+                raise ParseError(_REJECT_CMDS[t.value])
+            known = (t.value in _GREEK or t.value in _FUNCS or t.value in _MULTI_FUNCS or t.value in _OPAQUE_FUNCS
+                     or t.value in _DECORATIONS or t.value in _NAME_PREFIX_CMDS or t.value in _REL_TOKENS
+                     or t.value in ("frac", "sqrt", "binom", "pi", "lfloor", "lceil", "rfloor", "rceil", "cdot",
+                                    "times", "div", "ldots", "in", "notin", "mathbb", "{", "}", "%"))
+            if not known:
+                raise ParseError(f"unknown command \\{t.value}")
+        raise ParseError(f"unexpected {self.describe(t)}")
+
     # ----------------------------------------------------------------- grammar
     def segment(self) -> tuple[str, list[str], list[sp.Basic]]:
         if self.tok.kind == "eof":
@@ -343,7 +357,7 @@ class _Parser:
             ops.append(op)
             sides.append(self.expr_or_tuple())
         if self.tok.kind != "eof":
-            raise ParseError(f"unexpected {self.describe(self.tok)}")
+            self.fail_here()
         if not ops:
             kind = "tuple" if isinstance(first, sp.Tuple) else ("set" if isinstance(first, sp.Set) else "expression")
             return kind, ops, sides

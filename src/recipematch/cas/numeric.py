@@ -31,7 +31,7 @@ from typing import Callable
 import sympy as sp
 from sympy.core.function import AppliedUndef
 
-from recipematch.cas.grammar import DEGREE, REL_OPS
+from recipematch.cas.grammar import _OPAQUE_FUNCS, DEGREE, REL_OPS
 
 __all__ = [
     "Undefined",
@@ -213,6 +213,9 @@ def compile_expr(expr: sp.Basic, mode: str, log_base: float | None = None) -> Ca
                     raise Undefined(f"no value for {e}") from exc
             return sym
         if isinstance(e, AppliedUndef):
+            if e.func.__name__ in _OPAQUE_FUNCS:
+                raise Undefined(f"no numeric rule for {e.func.__name__}")
+
             def app(env, e=e):
                 try:
                     return env[e]
@@ -806,7 +809,7 @@ def _compile_forms(rel: Rel, log_base: float | None) -> list[tuple[str, Callable
 
 
 def _solve_and_check(first: Rel, second: Rel, variables, rng, domains, judge, tries, e_sym):
-    g = first.sides[0] - first.sides[1]
+    g = (first.sides[0] - first.sides[1]).xreplace({DEGREE: sp.pi / 180})
     subs_atoms = {}
     for v in variables:
         if isinstance(v, AppliedUndef):
@@ -859,7 +862,7 @@ def _solve_and_check(first: Rel, second: Rel, variables, rng, domains, judge, tr
                 continue
             if poly.degree() == 1:
                 c1, c0 = poly.all_coeffs()
-                if not (c1.is_Rational and c0.is_Rational):
+                if not (c1.is_number and c0.is_number) or c1 == 0:
                     continue
                 roots = [(-c0 / c1)]
             else:
@@ -869,7 +872,10 @@ def _solve_and_check(first: Rel, second: Rel, variables, rng, domains, judge, tr
             continue
         dom = (domains or {}).get(_var_name(v))
         for r in roots:
-            rv = float(sp.re(r))
+            try:
+                rv = float(sp.re(r))
+            except (TypeError, ValueError, OverflowError):
+                continue
             if dom is not None and not dom.contains(rv):
                 continue
             env2 = dict(env)

@@ -129,13 +129,14 @@ def reformulations(rel: Rel) -> list[tuple[str, Rel, sp.Expr]]:
 
     lt = _add_terms(lhs)
     rt = _add_terms(rhs)
-    if len(lt) >= 2 or (len(lt) == 1 and rhs != 0):
-        movable = [t for t in lt if not t.is_Number] or lt
-        t = sorted(movable, key=sp.default_sort_key)[-1]
-        add("move_term", lhs - t, rhs - t, sp.Integer(1))
-    elif len(rt) >= 2:
-        t = sorted(rt, key=sp.default_sort_key)[-1]
-        add("move_term", lhs - t, rhs - t, sp.Integer(1))
+    # move one term off a side that has several (the last in SymPy's order, a non-number
+    # when there is one)
+    for terms in (lt, rt):
+        if len(terms) >= 2:
+            movable = [t for t in terms if not t.is_Number] or terms
+            t = sorted(movable, key=sp.default_sort_key)[-1]
+            add("move_term", lhs - t, rhs - t, sp.Integer(1))
+            break
     if rhs != 0:
         add("move_all_terms", lhs - rhs, sp.Integer(0), sp.Integer(1))
     for side_name, side, other, first in (("lhs", lhs, rhs, True), ("rhs", rhs, lhs, False)):

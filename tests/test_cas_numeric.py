@@ -1,0 +1,166 @@
+"""Numeric rules: evaluation, domains, equivalence and counterexamples (SPEC §3.1).
+
+Counterexamples are checked exactly: the stored point is substituted into the relations
+with SymPy's exact arithmetic, and the stored truth values must come out.
+"""
+
+from __future__ import annotations
+
+import random
+from fractions import Fraction
+
+import pytest
+import sympy as sp
+
+from recipematch.cas.domains import infer_domains
+from recipematch.cas.grammar import parse_segment
+from recipematch.cas.numeric import Domain, Rel, Undefined, check_equivalent, compile_expr, find_counterexample
+
+x, y = sp.symbols("x y")
+
+
+def rel(latex: str) -> Rel:
+    p = parse_segment(latex)
+    return Rel(p.ops, p.sides)
+
+
+def exact_value(s: str) -> sp.Expr:
+    """A stored point value as an exact SymPy number (decimals and p/q are exact)."""
+    if s == "E":
+        return sp.E
+    if "/" in s:
+        p, q = s.split("/")
+        return sp.Rational(int(p), int(q))
+    return sp.Rational(Fraction(s))
+
+
+def exact_truth(r: Rel, point: dict) -> bool:
+    subs = {sym: exact_value(point[sym.name]) for sym in r.obj.free_symbols}
+    val = r.obj.subs(subs)
+    assert val in (sp.true, sp.false), val
+    return bool(val)
+
+
+@pytest.mark.parametrize("a, b, k", [
+    ("x^2+2x+1 = y", "(x+1)^2 - y = 0", "1"),
+    (r"a+b \geq 2", r"2a+2b \geq 4", "2"),
+    (r"a+b \geq 2", r"2 \leq a+b", "1"),
+    (r"\frac{a}{b} + 1 < c", r"\frac{a}{2b} + \frac{1}{2} < \frac{c}{2}", "1/2"),
+    (r"-1 \leq x < 1", r"1 > x \geq -1", "1,1"),
+    (r"\sqrt{x} + 1", r"1 + \sqrt{x}", "1"),
+])
+def test_equivalent_pairs(a, b, k):
+    ver = check_equivalent(rel(a), rel(b), rng=random.Random(0))
+    assert ver["verdict"] == "equivalent"
+    assert ver["points_tested"] >= 20
+    assert ver["k"] == k
+
+
+@pytest.mark.parametrize("a, b", [
+    (r"a+b \geq 2", r"a+b \leq 2"),        # flipped: k would be negative
+    ("x^2 = 1", "x = 1"),
+    (r"a + b > 2", r"a + b \geq 2"),       # strictness differs
+    ("(x+1)^2", "x^2+1"),
+])
+def test_not_equivalent_pairs(a, b):
+    assert check_equivalent(rel(a), rel(b), rng=random.Random(0))["verdict"] == "not_equivalent"
+
+
+def test_too_few_valid_points_is_unknown_never_equivalent():
+    # log of a product of five factors: sqrt(-...) is never evaluable at these real points
+    r = Rel(("=",), (sp.floor(x) + sp.sqrt(-x ** 2 - 1), sp.Integer(0)))
+    ver = check_equivalent(r, r, rng=random.Random(0))
+    assert ver["verdict"] == "unknown"
+    assert "valid points" in ver["reason"]
+
+
+def test_real_mode_semantics():
+    assert compile_expr(x ** sp.Rational(1, 3), "real")({x: -8.0}) == pytest.approx(-2.0)
+    with pytest.raises(Undefined):
+        compile_expr(sp.sqrt(x), "real")({x: -1.0})
+    with pytest.raises(Undefined):
+        compile_expr(sp.log(x), "real")({x: 0.0})
+    with pytest.raises(Undefined):
+        compile_expr(1 / x, "real")({x: 0.0})
+    with pytest.raises(Undefined):
+        compile_expr(sp.Function("gcd")(x, y), "real")
+
+
+@pytest.mark.parametrize("a, b", [
+    (r"a+b \geq 2", r"a+b \leq 2"),
+    (r"\frac{a}{b+c} \geq \frac{1}{2}", r"\frac{a}{b+c} \geq \frac{1}{3}"),
+    (r"x^2 - 5x + 6 = 0", r"x^2 - 5x + 7 = 0"),
+    (r"n = 6", r"n = 7"),
+    (r"-1 \leq x < 1", r"-2 \leq x < 2"),
+    (r"x + 2y = 7", r"x + 2y = 8"),
+])
+def test_counterexamples_are_exactly_valid(a, b):
+    ra, rb = rel(a), rel(b)
+    cx = find_counterexample(ra, rb, rng=random.Random(3))
+    assert cx is not None
+    assert cx["orig"]["holds"] != cx["edited"]["holds"]
+    exact = all(v == "E" or "/" in v or len(v.split(".")[-1]) <= 2 for v in cx["point"].values())
+    if exact:
+        assert exact_truth(ra, cx["point"]) == cx["orig"]["holds"]
+        assert exact_truth(rb, cx["point"]) == cx["edited"]["holds"]
+    else:  # a solved root: check at 30 digits
+        subs = {s: sp.Float(cx["point"][s.name], 30) for s in ra.obj.free_symbols | rb.obj.free_symbols}
+        res_a = abs(sp.N((ra.sides[0] - ra.sides[1]).subs(subs), 30))
+        res_b = abs(sp.N((rb.sides[0] - rb.sides[1]).subs(subs), 30))
+        held, failed = (res_a, res_b) if cx["orig"]["holds"] else (res_b, res_a)
+        assert held < 1e-10 and failed > 1e-6
+
+
+def test_no_counterexample_for_an_equivalent_edit():
+    assert find_counterexample(rel(r"2x \geq 2"), rel(r"x \geq 1"), rng=random.Random(0)) is None
+
+
+def test_counterexample_respects_the_declared_domain():
+    text = "Sean $a$, $b$, $c > 0$. Pruebe que $a + b + c \\geq 0$."
+    segs = []
+    from recipematch.cas.spans import find_spans, split_segments
+    for i, sp_ in enumerate(find_spans(text)):
+        for j, sg in enumerate(split_segments(text, sp_)):
+            segs.append((i, j, parse_segment(text[sg.start:sg.end]), sg.start, sg.end))
+    doms = infer_domains(segs, text, exclude=len(segs) - 1)
+    assert doms["a"] == Domain(lo=Fraction(0), lo_strict=True)
+    assert doms["b"] == doms["c"] == doms["a"]
+    # a+b+c >= -1 and a+b+c >= -2 agree wherever a, b, c > 0: no counterexample in the domain
+    assert find_counterexample(rel(r"a + b + c \geq -1"), rel(r"a + b + c \geq -2"),
+                               rng=random.Random(0), domains=doms) is None
+    # over the reals (sampled with both signs) there is one
+    assert find_counterexample(rel(r"a + b + c \geq -1"), rel(r"a + b + c \geq -2"), rng=random.Random(0))
+    # a counterexample found in the domain lies in it
+    cx = find_counterexample(rel(r"a + b + c \geq 0"), rel(r"a + b + c \leq 0"), rng=random.Random(0), domains=doms)
+    assert cx is not None and all(exact_value(v) > 0 for v in cx["point"].values())
+
+
+def test_sampling_exercises_both_signs():
+    rng = random.Random(0)
+    from recipematch.cas.numeric import _draw_real
+    vals = [_draw_real(rng, None) for _ in range(200)]
+    assert any(v < 0 for v in vals) and any(v > 0 for v in vals)
+    assert all(v.denominator in (1, 2, 4, 5, 10, 20, 25, 50, 100) for v in vals)
+    ints = [_draw_real(rng, Domain(lo=Fraction(1), integer=True)) for _ in range(50)]
+    assert all(v.denominator == 1 and v >= 1 for v in ints)
+
+
+def test_ambiguous_log_needs_both_readings():
+    p = parse_segment(r"\log x > 1")
+    q = parse_segment(r"\log x > 2")
+    # ln x in (1, 2) needs x in (2.7, 7.4); log10 x in (1, 2) needs x in (10, 100): no common point
+    assert find_counterexample(Rel(p.ops, p.sides), Rel(q.ops, q.sides), rng=random.Random(0),
+                               flags=p.flags, max_points=300) is None
+    p = parse_segment(r"\ln x > 1")
+    q = parse_segment(r"\ln x > 2")
+    assert find_counterexample(Rel(p.ops, p.sides), Rel(q.ops, q.sides), rng=random.Random(0), flags=p.flags)
+
+
+def test_euler_e_is_pinned_in_counterexamples():
+    p = parse_segment(r"e^x > 1")
+    q = parse_segment(r"e^x > 2")
+    cx = find_counterexample(Rel(p.ops, p.sides), Rel(q.ops, q.sides), rng=random.Random(0), flags=p.flags)
+    assert cx is not None and cx["point"]["e"] == "E"
+    xv = float(exact_value(cx["point"]["x"]))
+    import math
+    assert (math.exp(xv) > 1) == cx["orig"]["holds"] and (math.exp(xv) > 2) == cx["edited"]["holds"]

@@ -1,0 +1,144 @@
+"""run_generator: isolation (timeout, crash, memory), resume and determinism.
+
+Workers are forked, so replacing ``runner._generate`` in the test process before the run
+replaces it in the workers too; the replacement hangs, crashes or raises on marker texts
+and calls the real generator otherwise.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from recipematch.cas import GENERATOR_VERSION, metrics_from_summary, run_generator
+from recipematch.cas import runner as runner_mod
+from recipematch.cas.runner import journal_path, timings_path
+
+FIXTURES = Path(__file__).parent / "fixtures" / "cas" / "problems.jsonl"
+PROBLEMS = [(r["_id"], r["text"]) for r in map(json.loads, FIXTURES.read_text(encoding="utf-8").splitlines())]
+SMALL = [p for p in PROBLEMS if p[0] in ("fx-quad-ru", "fx-count-de", "fx-chain-fr", "fx-empty", "fx-sys-vi")]
+
+_real_generate = runner_mod._generate
+
+
+def _misbehaving(source_id: str, text: str, seed: int) -> dict:
+    log = os.environ.get("CAS_TEST_CALL_LOG")
+    if log:
+        with open(log, "a", encoding="utf-8") as fh:
+            fh.write(source_id + "\n")
+    if text == "HANG":
+        time.sleep(120)
+    if text == "EXIT":
+        os._exit(7)
+    if text == "RECURSE":
+        def f(n):
+            return f(n + 1)
+        f(0)
+    if text == "MEMORY":
+        blob = bytearray(6 * 1024 ** 3)
+        return {"status": "ok", "rows": [len(blob)], "census": {}}
+    return _real_generate(source_id, text, seed)
+
+
+@pytest.fixture
+def misbehaving(monkeypatch):
+    monkeypatch.setattr(runner_mod, "_generate", _misbehaving)
+
+
+def _run(problems, out, **kw):
+    args = dict(seed=42, timeout_s=20.0, memory_mb=512, workers=2, progress=False)
+    args.update(kw)
+    return run_generator(problems, out_path=out, **args)
+
+
+def _lines(path: Path) -> list[dict]:
+    return [json.loads(x) for x in path.read_text(encoding="utf-8").splitlines()]
+
+
+def test_timeout_is_recorded_and_others_proceed(misbehaving, tmp_path):
+    out = tmp_path / "pairs.jsonl"
+    t0 = time.monotonic()
+    summary = _run([("h", "HANG")] + SMALL, out, timeout_s=2.0)
+    assert time.monotonic() - t0 < 60
+    recs = {r["source_id"]: r for r in _lines(out)}
+    assert recs["h"]["status"] == "timeout" and "2 s" in recs["h"]["reason"]
+    assert recs["fx-quad-ru"]["status"] == "ok" and recs["fx-quad-ru"]["rows"]
+    assert summary["counts"]["timeout"] == 1
+    assert summary["counts"]["ok"] + summary["counts"]["no_relation"] == len(SMALL)
+
+
+def test_crash_recursion_and_memory_are_recorded(misbehaving, tmp_path):
+    out = tmp_path / "pairs.jsonl"
+    summary = _run([("x", "EXIT"), ("r", "RECURSE"), ("m", "MEMORY")] + SMALL[:2], out)
+    recs = {r["source_id"]: r for r in _lines(out)}
+    assert recs["x"]["status"] == "crash" and "code 7" in recs["x"]["reason"]
+    assert recs["r"]["status"] == "crash" and recs["r"]["reason"].startswith("RecursionError")
+    assert recs["m"]["status"] == "crash" and "MemoryError" in recs["m"]["reason"]
+    assert summary["counts"]["crash"] == 3
+    assert recs["fx-quad-ru"]["status"] == "ok"
+
+
+def test_final_file_is_byte_identical_across_runs(tmp_path):
+    a, b = tmp_path / "a" / "pairs.jsonl", tmp_path / "b" / "pairs.jsonl"
+    _run(PROBLEMS, a, workers=2)
+    _run(list(reversed(PROBLEMS)), b, workers=1)
+    assert a.read_bytes() == b.read_bytes()
+    recs = _lines(a)
+    assert [r["source_id"] for r in recs] == sorted(r["source_id"] for r in recs)
+    assert all("elapsed_s" not in r for r in recs)
+    assert all(r["generator_version"] == GENERATOR_VERSION for r in recs)
+    assert all("elapsed_s" in r for r in _lines(timings_path(a)))
+
+
+def test_resume_after_a_kill_redoes_only_unfinished(misbehaving, tmp_path, monkeypatch):
+    out = tmp_path / "pairs.jsonl"
+    fresh = tmp_path / "fresh" / "pairs.jsonl"
+    _run(SMALL, fresh)
+    _run(SMALL, out)
+    # simulate a kill during the write of the last journal line, before the final file
+    jp = journal_path(out)
+    data = jp.read_bytes()
+    last_start = data.rstrip(b"\n").rfind(b"\n") + 1
+    last_id = json.loads(data[last_start:])["source_id"]
+    jp.write_bytes(data[:last_start + 25])
+    out.unlink()
+    log = tmp_path / "calls.log"
+    monkeypatch.setenv("CAS_TEST_CALL_LOG", str(log))
+    summary = _run(SMALL, out)
+    assert log.read_text().split() == [last_id]
+    assert summary["resumed"] == len(SMALL) - 1
+    assert out.read_bytes() == fresh.read_bytes()
+    # every journal line is whole JSON again
+    assert len(_lines(jp)) == len(SMALL)
+
+
+def test_rerun_skips_everything_and_a_changed_text_is_redone(misbehaving, tmp_path, monkeypatch):
+    out = tmp_path / "pairs.jsonl"
+    _run(SMALL, out)
+    log = tmp_path / "calls.log"
+    monkeypatch.setenv("CAS_TEST_CALL_LOG", str(log))
+    changed = [(sid, text + " $y = 2$" if sid == "fx-count-de" else text) for sid, text in SMALL]
+    summary = _run(changed, out)
+    assert log.read_text().split() == ["fx-count-de"]
+    assert summary["resumed"] == len(SMALL) - 1
+    recs = {r["source_id"]: r for r in _lines(out)}
+    assert recs["fx-count-de"]["status"] == "ok"
+
+
+def test_summary_and_metrics(tmp_path):
+    summary = _run(PROBLEMS, tmp_path / "pairs.jsonl")
+    c = summary["census"]
+    assert c["unique_expressions"] > 0 and 0 <= c["coverage_before"] <= c["coverage_after"] <= 1
+    m = metrics_from_summary(summary)
+    assert m["problems"] == len(PROBLEMS)
+    assert sum(v for k, v in m.items() if k.startswith("status_")) == len(PROBLEMS)
+    assert all(not isinstance(v, (dict, list)) for v in m.values())
+
+
+def test_bad_arguments():
+    with pytest.raises(ValueError):
+        run_generator([], out_path=Path("/tmp/never.jsonl"), seed=1, timeout_s=0, memory_mb=1, workers=1)
