@@ -140,7 +140,10 @@ def _loop_reference(tests, *, n_boot, seed, paired):
             for t, (a, b, clusters) in enumerate(tests):
                 rng_q, rng_b = streams[2 + 2 * t], streams[3 + 2 * t]
                 q = a.shape[1]
-                if clusters is None:
+                if clusters is None and st._use_grouping(a, b) is None:
+                    drawn = [int(u * q) for u in rng_q.random(q)]
+                    total = q
+                elif clusters is None:
                     informative = [j for j in range(q)
                                    if not (np.all(a[:, j] == a[0, j]) and np.all(b[:, j] == a[0, j]))]
                     k = len(informative)
@@ -168,11 +171,13 @@ def _arms(rng, s_a, s_b, q):
 
 
 @pytest.mark.parametrize("paired", [False, True])
-def test_vectorised_gap_equals_the_plain_loop(paired):
+@pytest.mark.parametrize("n_constant", [0, 20])  # plain draws; grouped constant queries
+def test_vectorised_gap_equals_the_plain_loop(paired, n_constant):
     rng = np.random.default_rng(11)
     a, b = _arms(rng, 4, 4, 60)
-    a[:, :10] = 1.0  # constant columns take the grouped path
-    b[:, :10] = 1.0
+    a[:, :n_constant] = 1.0
+    b[:, :n_constant] = 1.0
+    assert (st._use_grouping(a, b) is None) == (n_constant == 0)
     _, reps = nested_bootstrap_gap(a, b, n_boot=1100, seed=7, paired_seeds=paired,
                                    return_replicates=True)  # three chunks
     (ref,) = _loop_reference([(a, b, None)], n_boot=1100, seed=7, paired=paired)
@@ -215,7 +220,7 @@ def test_results_do_not_depend_on_blocking_or_threads(monkeypatch):
     monkeypatch.setattr(st, "_DRAWS_PER_BLOCK", 7)
     _, small_blocks = did_bootstrap(ba, bb, ra, rb, **kw)
     reps = st._run([(ba, bb, None), (ra, rb, cl)], n_boot=1200, seed=2, paired_seeds=False,
-                   n_seeds_a=3, n_seeds_b=3, n_threads=1)
+                   n_seeds_a=3, n_seeds_b=3, n_threads=2)
     np.testing.assert_array_equal(small_blocks, ref)
     np.testing.assert_array_equal(np.stack([reps[0], reps[1]], axis=1), ref[:, :2])
 

@@ -51,18 +51,19 @@ over replicates reading the same streams gives the same numbers (tested).
 
 Resampling uses integer count matrices: a block of replicates' query draws becomes a
 ``(block, n_queries)`` matrix of counts (``np.bincount``), and the per-seed sums are one
-matrix product ``counts @ scores.T``; no Python loop runs over queries, seeds or clusters.
-In the query scheme, queries whose scores are one constant in every run of both arms
+matrix product ``counts @ scores.T``; seed draws are ``(block, n_seeds)`` count matrices too.
+No Python loop runs over queries, seeds or clusters. When at least a quarter of the queries
+score one constant in every run of both arms (typical of the hard tier), those queries
 cannot move a gap, so each replicate draws how many of its ``n_queries`` draws land on the
 other queries, ``N ~ Binomial(n_queries, n_other / n_queries)``, and then draws only those
 ``N``: the multinomial of the plain scheme, grouped, hence the same distribution. Integer
 scores whose sums stay below ``2**24`` are summed in float32 (exact); others in float64.
-Chunks run on a thread pool (numpy releases the GIL in the heavy steps).
+BLAS is pinned to one thread during the bootstrap (its products are tiny); ``n_threads``
+runs chunks on a thread pool, with identical numbers.
 """
 
 from __future__ import annotations
 
-import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 
@@ -80,7 +81,7 @@ __all__ = [
 ]
 
 _CHUNK = 500  # replicates per independent random stream set (fixed: part of the method)
-_DRAWS_PER_BLOCK = 1 << 18  # query draws vectorised at once; results do not depend on it
+_DRAWS_PER_BLOCK = 1 << 17  # query draws vectorised at once; results do not depend on it
 
 
 @dataclass(frozen=True)
@@ -170,23 +171,44 @@ def _row_counts(idx: np.ndarray, n: int) -> np.ndarray:
     return np.bincount(flat.ravel(), minlength=rows * n).reshape(rows, n)
 
 
-class _QueryDraws:
-    """Query counts for blocks of replicates of one test: query scheme or cluster scheme.
+GROUPING_MIN_CONSTANT = 0.25  # group constant queries when at least this share is constant
 
-    Query scheme: queries whose column is one constant in both arms (say every run hits, or
-    every run misses) add ``c * (1 - 1) = 0`` to every replicate gap, so only the number of
-    draws that land on the other ("informative") queries matters. Each replicate draws that
-    number ``N ~ Binomial(n_queries, n_informative / n_queries)`` (stream ``rng_b``), then
-    ``N`` uniform draws among the informative queries (stream ``rng_q``); this is exactly the
-    multinomial of ``n_queries`` draws, grouped. Cluster scheme: ``rng_q`` draws the
-    clusters, ``rng_b`` the members within them.
+
+def _use_grouping(a: np.ndarray, b: np.ndarray) -> np.ndarray | None:
+    """Indices of the non-constant queries when grouping pays, else None (plain draws).
+
+    A query is constant when every run of both arms gives it the same score. Grouping costs
+    a little per draw, so it is used only when at least :data:`GROUPING_MIN_CONSTANT` of the
+    queries are constant; the rule depends on the data alone, so results stay deterministic.
+    """
+    constant = np.all(a == a[:1], axis=0) & np.all(b == a[:1], axis=0)  # (Q,)
+    if constant.mean() < GROUPING_MIN_CONSTANT:
+        return None
+    return np.flatnonzero(~constant)
+
+
+class _QueryDraws:
+    """Per-seed sums over the queries drawn by blocks of replicates, for one test.
+
+    Query scheme, plain: each replicate draws ``n_queries`` uniform indices (stream
+    ``rng_q``, ``n_queries`` doubles per replicate). Query scheme, grouped (when
+    :func:`_use_grouping` says so): queries whose score is one constant in every run of
+    both arms add ``c * (1 - 1) = 0`` to every replicate gap, so each replicate draws how
+    many of its ``n_queries`` draws land on the other k queries, ``N ~ Binomial(n_queries,
+    k / n_queries)`` (stream ``rng_b``), then ``N`` uniform indices among those k (stream
+    ``rng_q``): the same multinomial, grouped. Cluster scheme: ``rng_q`` draws the clusters
+    (as many as there are), ``rng_b`` the members within each drawn cluster (as many as it
+    has). The draws of a block become a ``(block, n_cols)`` count matrix ``W`` (bincount)
+    and the per-seed sums are ``W @ [a; b].T``.
     """
 
     def __init__(self, a: np.ndarray, b: np.ndarray, clusters, rng_q, rng_b) -> None:
         self.n = a.shape[1]
+        self.sa = a.shape[0]
         self.rng_q = rng_q
         self.rng_b = rng_b
         self.clusters = None
+        self.grouped = None
         if clusters is not None:
             labels = np.asarray(clusters)
             if labels.shape != (self.n,):
@@ -197,38 +219,26 @@ class _QueryDraws:
             self.sizes = np.bincount(codes)  # (C,)
             self.starts = np.concatenate([[0], np.cumsum(self.sizes)[:-1]])
             self.clusters = codes
-            self.cols = np.arange(self.n)
+            cols = np.arange(self.n)
         else:
-            first = a[:1]
-            constant = np.all(a == first, axis=0) & np.all(b == first, axis=0)  # (Q,)
-            self.cols = np.flatnonzero(~constant)  # informative queries
+            self.grouped = _use_grouping(a, b)
+            cols = np.arange(self.n) if self.grouped is None else self.grouped
         # integer-valued scores whose sums stay below 2**24 are summed exactly in float32
         exact32 = (np.all(a == np.round(a)) and np.all(b == np.round(b))
                    and max(np.abs(a).max(), np.abs(b).max()) * self.n < 2 ** 24)
         self.dtype = np.float32 if exact32 else np.float64
-        self.a = np.ascontiguousarray(a[:, self.cols], dtype=self.dtype)  # (Sa, n_cols)
-        self.b = np.ascontiguousarray(b[:, self.cols], dtype=self.dtype)  # (Sb, n_cols)
+        self.k = cols.size
+        self.scores_t = np.ascontiguousarray(np.vstack([a, b])[:, cols].T,
+                                             dtype=self.dtype)  # (k, Sa + Sb)
 
     @property
     def n_clusters(self) -> int | None:
         return None if self.clusters is None else int(self.sizes.size)
 
-    def sums(self, n_rep: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Per-seed sums over each replicate's drawn queries, and the number drawn.
-
-        Returns ``(va (n_rep, Sa), vb (n_rep, Sb), totals (n_rep,))``, float64.
-        """
-        if self.clusters is None:
-            k = self.cols.size
-            totals = np.full(n_rep, float(self.n))
-            if k == 0:
-                return (np.zeros((n_rep, self.a.shape[0])), np.zeros((n_rep, self.b.shape[0])),
-                        totals)
-            n_inf = (np.full(n_rep, self.n, dtype=np.int64) if k == self.n
-                     else self.rng_b.binomial(self.n, k / self.n, size=n_rep))
-            idx = _uniform_index(self.rng_q, k, int(n_inf.sum()))
-            rep = np.repeat(np.arange(n_rep, dtype=np.int64), n_inf)
-        else:
+    def _flat_draws(self, n_rep: int) -> tuple[np.ndarray, np.ndarray]:
+        """Flat indices ``rep * k + col`` of every draw of the block, and the totals."""
+        k = self.k
+        if self.clusters is not None:
             c = self.sizes.size
             drawn = _uniform_index(self.rng_q, c, (n_rep, c))  # (n_rep, C) cluster draws
             sz = self.sizes[drawn]  # (n_rep, C): members to draw in each drawn cluster
@@ -237,15 +247,44 @@ class _QueryDraws:
             cl = np.repeat(drawn.ravel(), flat_sz)
             member = self.starts[cl] + (u * self.sizes[cl]).astype(np.int64)
             idx = self.order[member]
-            totals = sz.sum(axis=1).astype(np.float64)
-            rep = np.repeat(np.arange(n_rep, dtype=np.int64), sz.sum(axis=1))
-            k = self.n
-        rep *= k
-        rep += idx
-        w = np.bincount(rep, minlength=n_rep * k).reshape(n_rep, k).astype(self.dtype)
-        va = (w @ self.a.T).astype(np.float64)  # (n_rep, Sa)
-        vb = (w @ self.b.T).astype(np.float64)  # (n_rep, Sb)
-        return va, vb, totals
+            per_rep = sz.sum(axis=1)
+            flat = np.repeat(np.arange(n_rep, dtype=np.int64) * k, per_rep)
+            flat += idx
+            return flat, per_rep.astype(np.float64)
+        totals = np.full(n_rep, float(self.n))
+        if self.grouped is None:
+            idx = _uniform_index(self.rng_q, k, (n_rep, k))  # (n_rep, Q)
+            idx += (np.arange(n_rep, dtype=np.int64) * k)[:, None]
+            return idx.ravel(), totals
+        n_inf = (np.full(n_rep, self.n, dtype=np.int64) if k == self.n
+                 else self.rng_b.binomial(self.n, k / self.n, size=n_rep))
+        flat = np.repeat(np.arange(n_rep, dtype=np.int64) * k, n_inf)
+        flat += _uniform_index(self.rng_q, k, int(n_inf.sum()))
+        return flat, totals
+
+    def sums(self, n_rep: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(va (n_rep, Sa), vb (n_rep, Sb), totals (n_rep,))``, float64: per-seed sums over
+        each replicate's drawn queries, and the number of queries drawn."""
+        if self.k == 0:
+            totals = np.full(n_rep, float(self.n))
+            return np.zeros((n_rep, self.sa)), np.zeros(
+                (n_rep, self.scores_t.shape[1] - self.sa)), totals
+        flat, totals = self._flat_draws(n_rep)
+        w = np.bincount(flat, minlength=n_rep * self.k).reshape(n_rep, self.k)
+        v = (w.astype(self.dtype) @ self.scores_t).astype(np.float64)  # (n_rep, Sa + Sb)
+        return v[:, :self.sa], v[:, self.sa:], totals
+
+
+def _blas_single_thread():
+    """Pin BLAS to one thread during the bootstrap: its products are tiny, and a
+    multi-threaded BLAS on a busy machine slows them down by orders of magnitude."""
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:  # pragma: no cover - threadpoolctl comes with scikit-learn
+        from contextlib import nullcontext
+
+        return nullcontext()
+    return threadpool_limits(1, user_api="blas")
 
 
 def _seed_counts(rng, n_seeds: int, n_rep: int) -> np.ndarray:
@@ -278,7 +317,7 @@ def _chunk_streams(seed: int, n_boot: int, n_tests: int) -> list[list[np.random.
 
 
 def _run(tests, *, n_boot: int, seed: int, paired_seeds: bool, n_seeds_a: int,
-         n_seeds_b: int, n_threads: int | None = None) -> list[np.ndarray]:
+         n_seeds_b: int, n_threads: int = 1) -> list[np.ndarray]:
     """Replicate gaps for each test; tests = [(a, b, clusters), ...] sharing seed draws."""
     if n_boot < 1:
         raise ValueError(f"n_boot must be >= 1, got {n_boot}")
@@ -301,13 +340,14 @@ def _run(tests, *, n_boot: int, seed: int, paired_seeds: bool, n_seeds_a: int,
                 mean_b = np.einsum("rs,rs->r", ub, vb) / (n_seeds_b * total)
                 out[t][start:start + m] = mean_a - mean_b
 
-    workers = n_threads or min(len(chunks), os.cpu_count() or 1)
-    if workers <= 1 or len(chunks) == 1:
-        for c in range(len(chunks)):
-            run_chunk(c)
-    else:
-        with ThreadPoolExecutor(max_workers=workers) as pool:
-            list(pool.map(run_chunk, range(len(chunks))))
+    workers = max(1, min(n_threads, len(chunks)))
+    with _blas_single_thread():
+        if workers == 1:
+            for c in range(len(chunks)):
+                run_chunk(c)
+        else:
+            with ThreadPoolExecutor(max_workers=workers) as pool:
+                list(pool.map(run_chunk, range(len(chunks))))
     return out
 
 
@@ -329,6 +369,7 @@ def nested_bootstrap_gap(
     paired_seeds: bool = False,
     level: float = 0.95,
     return_replicates: bool = False,
+    n_threads: int = 1,
 ):
     """Gap between two arms with a nested bootstrap interval (Appendix A, SPEC §8).
 
@@ -344,6 +385,7 @@ def nested_bootstrap_gap(
             recipe − verified contrast); default independent draws per arm.
         level: interval coverage.
         return_replicates: also return the ``(n_boot,)`` replicate gaps.
+        n_threads: threads running the chunks of replicates; the numbers do not depend on it.
 
     Returns:
         :class:`BootstrapInterval` whose ``estimate`` is mean(a) − mean(b) over all seeds and
@@ -361,7 +403,7 @@ def nested_bootstrap_gap(
     """
     a, b = _check_pair(hits_a, hits_b, "hits_a", "hits_b", paired_seeds)
     (reps,) = _run([(a, b, clusters)], n_boot=n_boot, seed=seed, paired_seeds=paired_seeds,
-                   n_seeds_a=a.shape[0], n_seeds_b=b.shape[0])
+                   n_seeds_a=a.shape[0], n_seeds_b=b.shape[0], n_threads=n_threads)
     single = a.shape[0] == 1 and b.shape[0] == 1
     res = _interval(a.mean() - b.mean(), reps, n_boot=n_boot, seed=seed,
                     scheme="query" if clusters is None else "cluster",
@@ -400,6 +442,7 @@ def did_bootstrap(
     paired_seeds: bool = False,
     level: float = 0.95,
     return_replicates: bool = False,
+    n_threads: int = 1,
 ):
     """Difference-in-differences, benchmark gap − real-duplicate gap (Appendix A, SPEC §8).
 
@@ -411,7 +454,7 @@ def did_bootstrap(
         real_clusters: ``(n_real_queries,)`` cluster labels: the real set is resampled by
             clusters, then queries within them (the paper's cross-language intervals).
         bench_clusters: likewise for the benchmark (default: queries).
-        paired_seeds, n_boot, seed, level: as in :func:`nested_bootstrap_gap`.
+        paired_seeds, n_boot, seed, level, n_threads: as in :func:`nested_bootstrap_gap`.
 
     Every replicate draws each arm's seeds once, shared by both tests, and draws the two
     tests' queries independently; the DiD is computed inside the replicate. With the same
@@ -427,7 +470,8 @@ def did_bootstrap(
         raise ValueError("each arm needs the same seeds (rows) on both tests")
     rep_bench, rep_real = _run([(ba, bb, bench_clusters), (ra, rb, real_clusters)],
                                n_boot=n_boot, seed=seed, paired_seeds=paired_seeds,
-                               n_seeds_a=ba.shape[0], n_seeds_b=bb.shape[0])
+                               n_seeds_a=ba.shape[0], n_seeds_b=bb.shape[0],
+                               n_threads=n_threads)
     seeds = "paired" if paired_seeds else "independent"
     if ba.shape[0] == 1 and bb.shape[0] == 1:
         seeds = "single_run"
