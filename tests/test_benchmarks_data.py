@@ -11,6 +11,7 @@ import pytest
 from recipematch.beir import BeirFormatError
 from recipematch.benchmarks_data import (
     evaluate_benchmark,
+    evaluate_benchmark_bm25,
     fetch_mathnet_retrieve,
     load_crosslingual,
     load_mathnet_retrieve,
@@ -157,3 +158,12 @@ def test_probe_loads_the_real_peer_sample():
     assert len(only.corpus) == 68 + full.counts["n_negatives"]
     assert len(full.corpus) == 2500 + len(only.corpus)
     assert all(q["domain"] for q in full.query_meta.values())
+
+
+def test_bm25_on_a_benchmark_set_uses_the_same_rules():
+    bset = load_crosslingual(FIX / "crosslingual_mini")
+    s, pq = evaluate_benchmark_bm25(bset)
+    # c1 "a": its twin c9 "a" outscores gold "a b" -> rank 1; c7 has no strict gold
+    assert pq["rank"].tolist()[0] == 1 and pq["rank"].tolist()[3] == NO_GOLD
+    assert s["benchmark"] == "crosslingual-strict" and "high_confidence" in s["slices"]
+    assert pq["cluster"].tolist() == ["K1", "K1", "K2", "K3"]

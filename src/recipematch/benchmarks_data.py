@@ -45,6 +45,7 @@ from recipematch.retrieval import (
     Encoder,
     EmbeddingCache,
     encode_cached,
+    evaluate_bm25,
     evaluate_embeddings,
     gold_beats_near_misses,
 )
@@ -59,6 +60,7 @@ __all__ = [
     "load_samelang",
     "load_probe",
     "evaluate_benchmark",
+    "evaluate_benchmark_bm25",
 ]
 
 MATHNET_RETRIEVE_REPO = "ShadenA/MathNet-Retrieve"
@@ -391,15 +393,34 @@ def evaluate_benchmark(
         query_emb, doc_emb, bset.corpus, bset.queries, bset.qrels, query_ids=bset.query_ids,
         ks=ks, self_mask=self_mask, model=encoder.cache_key, query_meta=bset.query_meta,
         chunk_size=chunk_size, extra=extra)
+    _add_slices_and_clusters(summary, per_query, bset, ks)
+    if bset.near_misses:
+        wins = gold_beats_near_misses(query_emb, doc_emb, bset.query_ids, doc_ids, bset.qrels,
+                                      bset.near_misses)
+        per_query["gold_beats_near_misses"] = wins
+        summary["near_miss"] = near_miss_win_rate(wins)
+    return summary, per_query
+
+
+def _add_slices_and_clusters(summary: dict, per_query: pd.DataFrame, bset: BenchmarkSet,
+                             ks: Sequence[int]) -> None:
     if bset.slices:
         summary["slices"] = recall_by_slices(per_query["rank"].to_numpy(), bset.slices, ks)
         for name, mask in bset.slices.items():
             per_query[f"slice_{name}"] = np.asarray(mask, dtype=bool)
     if bset.clusters is not None:
         per_query["cluster"] = [str(c) for c in bset.clusters]
-    if bset.near_misses:
-        wins = gold_beats_near_misses(query_emb, doc_emb, bset.query_ids, doc_ids, bset.qrels,
-                                      bset.near_misses)
-        per_query["gold_beats_near_misses"] = wins
-        summary["near_miss"] = near_miss_win_rate(wins)
+
+
+def evaluate_benchmark_bm25(bset: BenchmarkSet, *, ks: Sequence[int] = (1, 5, 10),
+                            self_mask: bool = True) -> tuple[dict, pd.DataFrame]:
+    """The BM25 baseline (SPEC §7) on a :class:`BenchmarkSet`, through the same metric code;
+    slices and clusters as in :func:`evaluate_benchmark` (no near-miss rate: BM25 has no
+    embeddings to compare pairwise)."""
+    summary, per_query = evaluate_bm25(bset.corpus, bset.queries, bset.qrels, ks=ks,
+                                       self_mask=self_mask, query_meta=bset.query_meta,
+                                       query_ids=bset.query_ids)
+    summary["benchmark"] = bset.name
+    summary["loader_counts"] = dict(bset.counts)
+    _add_slices_and_clusters(summary, per_query, bset, ks)
     return summary, per_query

@@ -632,9 +632,10 @@ def gold_beats_near_misses(
 
     def seg_max(rows, cols):
         best = np.full(len(query_ids), -np.inf)
-        if rows:
-            r = np.asarray(rows)
-            c = np.asarray(cols)
+        r_all = np.asarray(rows, dtype=np.int64)
+        c_all = np.asarray(cols, dtype=np.int64)
+        for start in range(0, r_all.size, 8192):  # bounded memory: 8192 pairs at a time
+            r, c = r_all[start:start + 8192], c_all[start:start + 8192]
             s = np.einsum("ij,ij->i", q[r], d[c])  # (n_pairs,)
             np.maximum.at(best, r, s.astype(np.float64))
         return best
