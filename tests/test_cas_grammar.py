@@ -83,9 +83,10 @@ def test_ne_is_an_unequality():
     (r"sinx = 1", "without a backslash"),
     (r"[x] = 2", "square brackets"),
     (r"\{x\} = 0.5", "fractional part"),
-    (r"\sin 2x = 1", "without parentheses"),
+    (r"\sin x y = 1", "without parentheses"),
+    (r"x * y = y * x", "custom operation"),
     (r"x = 0,5", "unexpected ,"),                      # decimal comma or list?
-    (r"\sum_{i=1}^{n} i = n", "big operator"),
+    (r"\sum_{i<j} a_i = n", "over a condition"),
     (r"a \mid b + c \cdot", "unexpected"),
 ])
 def test_structural_rejections(latex, fragment):
@@ -108,10 +109,20 @@ def test_primes_and_functions():
     assert parse_segment("f'(x) = 0", functions=frozenset("f")).obj == sp.Eq(fp(x), 0)
 
 
+def test_function_argument_conventions():
+    assert parse_segment(r"\sin 2x = 1").obj == sp.Eq(sp.sin(2 * x), 1)
+    assert parse_segment(r"\sin x \cos y = \frac12").obj == sp.Eq(sp.sin(x) * sp.cos(y), sp.Rational(1, 2))
+    assert parse_segment(r"\log_2 x > 1").obj == sp.Gt(sp.log(x, 2), 1)
+
+
 def test_geometric_names_are_atoms():
     p = parse_segment(r"AB \cdot CD + AC \cdot BD = AD \cdot BC")
     AB, CD, AC, BD, AD, BC = sp.symbols("AB CD AC BD AD BC")
     assert p.obj == sp.Eq(AB * CD + AC * BD, AD * BC)
+    # spaced capitals (OCR, printers) name one object; two glued names stay a product
+    assert parse_segment(r"|A B| = |B C|").obj == sp.Eq(sp.Abs(AB), sp.Abs(BC))
+    assert parse_segment(r"AB CD = 1").obj == sp.Eq(AB * CD, 1)
+    assert parse_segment(r"A BC = 1").obj == sp.Eq(sp.Symbol("A") * BC, 1)
     p = parse_segment(r"\angle A=90^{\circ}")
     assert p.obj == sp.Eq(sp.Symbol(r"\angle A"), 90 * DEGREE)
     assert p.unknowns == {sp.Symbol(r"\angle A")}
@@ -132,6 +143,14 @@ def test_divisibility_and_congruence_are_integer_relations():
     assert p.kind == "divides" and p.obj == sp.Eq(sp.Mod(y ** 3, x), 0, evaluate=False)
     p = parse_segment(r"a \equiv b \pmod{n}")
     assert p.kind == "congruence" and p.obj == sp.Eq(sp.Mod(a - b, n), 0, evaluate=False)
+
+
+def test_sums_bind_their_index():
+    i, m = sp.symbols("i m")
+    p = parse_segment(r"\sum_{i=1}^{n} m_i a_i = 1")
+    A, M = sp.IndexedBase(a), sp.IndexedBase(m)
+    assert p.obj == sp.Eq(sp.Sum(A[i] * M[i], (i, 1, n)), 1)
+    assert "big_operator" in p.flags
 
 
 def test_ellipsis_is_an_opaque_atom_per_position():

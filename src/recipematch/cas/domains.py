@@ -5,9 +5,13 @@ Sources, strongest first:
 * bounds declared in the problem's own math: ``x > 0``, ``0 < x < 1``, ``a \\geq 1``,
   lists ``a, b, c > 0`` (a bound closing a run of bare names in one span applies to each
   of them), memberships ``n \\in \\mathbb{N}``, ``x \\in \\mathbb{R}^+``, ``x \\in [0, 1]``;
-* implied integrality: a bare variable inside a factorial or a binomial;
-* words, in the corpus's languages: "positive" makes every variable without a declared
-  lower bound positive; an "integer" word makes ``k``, ``m`` and ``n`` integers.
+* implied integrality: a bare variable inside a factorial or a binomial, a letter used
+  in a subscript (an index: ``a_n``, ``x_{k+1}``), and the conventional index letters
+  ``i j k m n``;
+* implied positivity: geometric names (``AB``, ``A'B'``, ``\\overline{AB}``) are lengths
+  (> 0) and ``\\angle ABC`` lies in (0, π);
+* words, in the corpus's languages: "positive" makes every single-letter variable
+  without a declared lower bound positive.
 
 Restricting a domain can only lose counterexamples, never make a wrong one: a point
 inside the declared domain is a valid counterexample for any wider reading. Equivalence
@@ -160,19 +164,35 @@ def infer_domains(segments: list[tuple], text: str, exclude: int | None = None) 
             for arg in f.args:
                 if isinstance(arg, sp.Symbol):
                     doms[arg.name] = replace(_tighten(doms.get(arg.name, Domain()), ">=", Fraction(0)), integer=True)
-    # words
+    # implied integrality and positivity, words
     positive = bool(POSITIVE_WORDS.search(text)) and not NONNEG_WORDS.search(text)
-    integer_words = bool(INTEGER_WORDS.search(text))
     names: set[str] = set()
+    index_letters: set[str] = set()
     for _span_i, _seg_i, parsed, *_ in segments:
         if parsed is not None and parsed.kind in ("relation", "chain", "expression"):
             names |= {s.name for s in parsed.unknowns}
+            for s in parsed.obj.atoms(sp.Symbol):
+                for sub in _SUBSCRIPT.findall(s.name):
+                    index_letters |= set(re.sub(r"\\[A-Za-z]+", " ", sub)) & _LATIN
     for name in sorted(names):
         d = doms.get(name, Domain())
-        if positive and d.lo is None and len(name) == 1:
-            d = _tighten(d, ">", Fraction(0))
-        if integer_words and name in ("k", "m", "n"):
+        if name in _INDEX_LETTERS or name in index_letters:
             d = replace(d, integer=True)
+        if _GEOMETRIC_NAME.fullmatch(name) or name.startswith("\\overline") or name.startswith("\\triangle"):
+            d = _tighten(d, ">", Fraction(0))
+        elif name.startswith("\\angle"):
+            d = _tighten(_tighten(d, ">", Fraction(0)), "<", _PI_BELOW)
+        elif positive and d.lo is None and len(name) == 1:
+            d = _tighten(d, ">", Fraction(0))
         if d != Domain():
             doms[name] = d
     return doms
+
+
+_SUBSCRIPT = re.compile(r"_\{([^{}]*)\}")
+_LATIN = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
+#: Conventional index letters: always sampled as integers (a subset of any wider reading).
+_INDEX_LETTERS = frozenset("ijkmn")
+_GEOMETRIC_NAME = re.compile(r"(?:[A-Z]'*(?:_\{[^{}]*\})?'*){2,}")
+#: A rational just below pi: angles are sampled in (0, 3.14159).
+_PI_BELOW = Fraction(314159, 100000)

@@ -69,6 +69,12 @@ REL_OPS: dict[str, type] = {
 _REL_OF_CLASS = {v: k for k, v in REL_OPS.items()}
 _REL_TOKENS = {"=": "=", "<": "<", ">": ">", "leq": "<=", "geq": ">=", "neq": "!="}
 _REL_TOKENS_STRICT = {"=": "=", "<": "<", ">": ">", "leq": "<=", "geq": ">=", "neq": "!="}
+#: Geometric relations kept as uninterpreted predicates (structure only, never evaluated).
+_PREDICATES = frozenset({"parallel", "perp", "sim", "cong", "subset", "subseteq", "supset", "supseteq",
+                         "nparallel"})
+_SET_OPS = frozenset({"cap", "cup", "setminus"})
+_ARROWS = frozenset({"to", "rightarrow", "longrightarrow"})
+_BIG_OPS = {"sum": sp.Sum, "prod": sp.Product}
 
 _GREEK = frozenset("""alpha beta gamma delta epsilon varepsilon zeta eta theta vartheta iota
 kappa lambda mu nu xi omicron rho varrho sigma varsigma tau upsilon phi varphi chi psi omega
@@ -91,17 +97,18 @@ _BAD_WORDS = ("sin", "cos", "tan", "cot", "log", "exp", "max", "min", "gcd", "lc
 _REJECT_CMDS = {
     "pm": "\\pm stands for two expressions", "mp": "\\mp stands for two expressions",
     "vdots": "vertical ellipsis", "ddots": "diagonal ellipsis",
-    "sum": "big operator (sum) not supported", "prod": "big operator (product) not supported",
+    "sum": "big operator (sum) needs an index", "prod": "big operator (product) needs an index",
     "int": "integral not supported", "lim": "limit not supported", "infty": "infinity is not a number",
     "mid": "divisibility needs a left side", "nmid": "divisibility needs a left side",
     "equiv": "congruence needs a left side", "pmod": "modulus without a congruence",
     "bmod": "modulus without a congruence", "mod": "modulus without a congruence", "to": "arrow/map not supported", "rightarrow": "arrow not supported",
     "mapsto": "map not supported", "circ": "composition or degree sign without a number",
-    "parallel": "parallelism is not an equation", "perp": "perpendicularity is not an equation",
-    "sim": "similarity is not an equation", "cong": "geometric congruence is not an equation",
-    "approx": "approximation is not an equation", "cap": "set operation", "cup": "set operation",
-    "setminus": "set operation", "subset": "set relation", "subseteq": "set relation",
-    "supset": "set relation", "cdot": "dangling operator",
+    "parallel": "parallelism needs two sides", "perp": "perpendicularity needs two sides",
+    "sim": "similarity needs two sides", "cong": "geometric congruence needs two sides",
+    "approx": "approximation is not an equation", "cap": "set operation needs two sides",
+    "cup": "set operation needs two sides",
+    "setminus": "set operation",
+    "cdot": "dangling operator",
     "text": "words inside a formula", "iff": "logical connective", "emptyset": "empty set",
     "partial": "derivative not supported", "nabla": "operator not supported",
     "binom": "binomial", "colon": "map declaration", "langle": "angle brackets",
@@ -118,7 +125,10 @@ class Parsed:
 
     Attributes:
         kind: ``"relation"`` (one link), ``"chain"`` (≥ 2 links), ``"expression"``,
-            ``"membership"`` (``x \\in S``), ``"set"`` or ``"tuple"``.
+            ``"membership"`` (``x \\in S``), ``"set"``, ``"tuple"``, ``"divides"``
+            (``a \\mid b`` as ``Mod(b, a) = 0``), ``"congruence"``, ``"predicate"`` (an
+            uninterpreted geometric relation such as ``AB \\parallel CD`` or ``D \\in BC``)
+            or ``"signature"`` (``f: A \\to B`` as ``Tuple(f, A, B)``).
         ops: canonical operators of the links (``"=", "<", "<=", ">", ">=", "!="``).
         sides: ``len(ops) + 1`` SymPy objects (one for an expression).
         obj: the SymPy object (``Relational``, ``And`` of links, ``Expr``, ``Contains`` …).
@@ -143,13 +153,14 @@ class Parsed:
     @property
     def is_any_relation(self) -> bool:
         """Relations, chains, divisibility and congruences (the census's "relation")."""
-        return self.kind in ("relation", "chain", "divides", "congruence")
+        return self.kind in ("relation", "chain", "divides", "congruence", "predicate")
 
     @property
     def unknowns(self) -> frozenset[sp.Symbol]:
         """Free symbols that are unknowns (constant symbols such as the degree removed)."""
         return frozenset(s for s in self.obj.free_symbols
-                         if s not in CONSTANT_SYMBOLS and not s.name.startswith("\\ldots"))
+                         if isinstance(s, sp.Symbol) and s not in CONSTANT_SYMBOLS
+                         and not s.name.startswith("\\ldots"))
 
 
 @dataclass
@@ -213,7 +224,7 @@ def _tokenize(s: str) -> list[_Tok]:
                 continue
             if other.isalpha():
                 raise ParseError(f"non-Latin letter {other!r}")
-            if other not in "+-*/^_()[]{}|!'=<>,.":
+            if other not in "+-*/^_()[]{}|!'=<>,.:;":
                 raise ParseError(f"unexpected character {other!r}")
             toks.append(_Tok("op", other, pos, space))
     toks.append(_Tok("eof", "", n, True))
@@ -262,6 +273,9 @@ class _Parser:
         self.flags: set[str] = set()
         self.name_letters: set[str] = set()
         self.n_ellipsis = 0
+        self.exempt_letters: set[str] = set()
+        self.bound: list[str] = []  # index letters of enclosing sums and products
+        self.bound_used: set[str] = set()  # letters naming a set (\\mathbf{R})
 
     # ----------------------------------------------------------------- helpers
     @property
@@ -305,6 +319,10 @@ class _Parser:
             return table[t.value]
         if t.kind == "cmd" and t.value in ("in", "notin", "mid", "nmid", "equiv"):
             return t.value
+        if t.kind == "cmd" and t.value in _PREDICATES:
+            return t.value
+        if t.kind == "op" and t.value == ":" and self.is_op("=", self.peek()):
+            return ":="
         return None
 
     def fail_here(self) -> None:
@@ -325,7 +343,10 @@ class _Parser:
     def segment(self) -> tuple[str, list[str], list[sp.Basic]]:
         if self.tok.kind == "eof":
             raise ParseError("empty formula")
-        first = self.expr_or_tuple()
+        sig = self.signature()
+        if sig is not None:
+            return "signature", [], [sig]
+        first = self.side()
         sides = [first]
         ops: list[str] = []
         while True:
@@ -333,9 +354,27 @@ class _Parser:
             if op is None:
                 break
             self.advance()
+            if op == ":=":
+                self.advance()  # the "=" of ":=": a definition is an equation
+                op = "="
+            if op in _PREDICATES:
+                if ops:
+                    raise ParseError("geometric relation inside a chain")
+                sides.append(self.side())
+                if self.tok.kind != "eof":
+                    self.fail_here()
+                self.flags.add("uninterpreted")
+                return "predicate", [op], sides
             if op in ("in", "notin"):
                 if ops:
                     raise ParseError("membership inside a chain")
+                if self.tok.kind == "let" and not self.is_op("(", self.peek()):
+                    # membership in a named set or a line (k \in S, D \in BC): a predicate
+                    sides.append(self.side())
+                    if self.tok.kind != "eof":
+                        self.fail_here()
+                    self.flags.add("uninterpreted")
+                    return "predicate", [op], sides
                 sides.append(self.set_expr())
                 ops.append(op)
                 if self.tok.kind != "eof":
@@ -355,13 +394,78 @@ class _Parser:
                     raise ParseError(f"unexpected {self.describe(self.tok)}")
                 return kind, ops, sides
             ops.append(op)
-            sides.append(self.expr_or_tuple())
+            sides.append(self.side())
+            if (op == "=" and len(ops) == 1 and self.is_op(",") and isinstance(first, sp.Symbol)
+                    and first.name in ("i", "j", "k", "m", "n") and sides[1].is_Integer):
+                # "n = 1,2": an index letter is an integer, so the comma lists its values
+                values = [sides[1]]
+                while self.is_op(","):
+                    self.advance()
+                    v = self.expr()
+                    if not v.is_Integer:
+                        raise ParseError("value list of an index with a non-integer")
+                    values.append(v)
+                if self.tok.kind != "eof":
+                    self.fail_here()
+                return "membership", ["in"], [first, sp.FiniteSet(*values)]
         if self.tok.kind != "eof":
             self.fail_here()
         if not ops:
             kind = "tuple" if isinstance(first, sp.Tuple) else ("set" if isinstance(first, sp.Set) else "expression")
             return kind, ops, sides
         return ("relation" if len(ops) == 1 else "chain"), ops, sides
+
+    def side(self) -> sp.Basic:
+        """One side of a relation: an expression, a two-term ratio ``a : b`` (read a/b), or
+        names joined by set operations (``AB \\cap CD``, uninterpreted)."""
+        e = self.expr_or_tuple()
+        if self.is_op(":") and not self.is_op("=", self.peek()):
+            self.advance()
+            d = self.expr()
+            if self.is_op(":"):
+                raise ParseError("ratio of more than two terms")
+            if not isinstance(e, sp.Expr) or not isinstance(d, sp.Expr) or d.is_zero:
+                raise ParseError("ratio of non-numbers or by zero")
+            self.flags.add("ratio")
+            e = sp.Mul(e, _safe_pow(d, sp.Integer(-1)))
+        while self.tok.kind == "cmd" and self.tok.value in _SET_OPS:
+            op = self.advance().value
+            rhs = self.expr_or_tuple()
+            self.flags.add("uninterpreted")
+            e = sp.Function("\\" + op)(e, rhs)
+        return e
+
+    def signature(self) -> sp.Basic | None:
+        """``f: A \\to B`` (a map declaration) as ``Tuple(f, A, B)``, or None."""
+        j = self.i
+        t = self.toks[j]
+        if t.kind != "let":
+            return None
+        k = j + 1
+        if self.toks[k].kind == "op" and self.toks[k].value == "_":
+            return None
+        colon = self.toks[k]
+        if not ((colon.kind == "op" and colon.value == ":") or (colon.kind == "cmd" and colon.value == "colon")):
+            return None
+        if self.toks[k + 1].kind == "op" and self.toks[k + 1].value == "=":
+            return None
+        self.i = k + 1
+        name = t.value
+        self.name_letters.add(name)
+        a = self.any_set()
+        if not (self.tok.kind == "cmd" and self.tok.value in _ARROWS):
+            raise ParseError("map declaration without an arrow")
+        self.advance()
+        b = self.any_set()
+        if self.tok.kind != "eof":
+            self.fail_here()
+        self.flags.add("uninterpreted")
+        return sp.Tuple(sp.Symbol(name), a, b)
+
+    def any_set(self) -> sp.Basic:
+        if self.tok.kind == "let" and self.tok.value.isupper():
+            return sp.Symbol(self.name_unit())
+        return self.set_expr()
 
     def expr_or_tuple(self) -> sp.Basic:
         if self.is_cmd("{"):
@@ -435,7 +539,9 @@ class _Parser:
         after_div = False
         while True:
             t = self.tok
-            if self.is_cmd("cdot", t) or self.is_op("*", t) or self.is_cmd("times", t):
+            if self.is_op("*", t):
+                raise ParseError("* is a custom operation here (a product is written \\cdot or \\times)")
+            if self.is_cmd("cdot", t) or self.is_cmd("times", t):
                 self.advance()
                 factors.append(self.unary())
                 after_div = False
@@ -621,10 +727,47 @@ class _Parser:
                 name += "'"
         return name
 
+    def make_symbol(self, name: str) -> sp.Expr:
+        """A symbol, or ``Indexed(base, index)`` when its subscript mentions the index of an
+        enclosing sum or product (``a_i`` inside ``\\sum_{i=1}^{n}``)."""
+        if self.bound and name.count("_{") == 1 and name.endswith("}"):
+            base, _, sub = name.partition("_{")
+            sub = sub[:-1]
+            used = set(re.sub(r"\\\\[A-Za-z]+", " ", sub)) & set(self.bound)
+            if used:
+                p = parse_segment(sub)
+                if p.kind == "expression":
+                    idx = [p.obj]
+                elif p.kind == "tuple":
+                    idx = list(p.obj)
+                else:
+                    raise ParseError("unsupported index")
+                self.bound_used |= used
+                return sp.Indexed(sp.IndexedBase(sp.Symbol(base)), *idx)
+        return sp.Symbol(name)
+
+    def _spaced_capital_follows(self) -> bool:
+        """A blank then a bare capital letter that is not a function call: ``A B``."""
+        t, nxt = self.tok, self.peek()
+        return (t.kind == "let" and t.value.isupper() and t.space
+                and not (t.value in self.functions and self.is_op("(", nxt))
+                and not (nxt.kind == "op" and nxt.value in ("_", "'"))
+                and not (nxt.kind == "let" and nxt.value.isupper() and not nxt.space))
+
     def uppercase_run(self) -> str:
+        """Capital letters naming one geometric object: glued (``AB``, ``A_1B_1``,
+        ``A'B'``), or bare letters separated by blanks (``A B C``, as OCR and printers
+        write segment and triangle names); ``AB CD`` stays a product of two names."""
         units = [self.name_unit()]
-        while self.tok.kind == "let" and self.tok.value.isupper() and not self.tok.space:
-            units.append(self.name_unit())
+        spaced = False
+        while self.tok.kind == "let" and self.tok.value.isupper():
+            if not self.tok.space and not spaced:
+                units.append(self.name_unit())
+            elif all(len(u) == 1 for u in units) and (spaced or len(units) == 1) and self._spaced_capital_follows():
+                spaced = True
+                units.append(self.name_unit())
+            else:
+                break
         return "".join(units)
 
     def check_word(self) -> None:
@@ -700,7 +843,7 @@ class _Parser:
         if t.value in self.functions and (self.is_op("(", nxt) or (self.is_op("'", nxt))
                                           or (self.is_op("{", nxt) and self.is_op("(", self.peek(2)))):
             return self.applied_function()
-        if t.value.isupper() and nxt.kind == "let" and nxt.value.isupper() and not nxt.space:
+        if t.value.isupper() and nxt.kind == "let" and nxt.value.isupper():
             name = self.uppercase_run()
         elif t.value.isupper() and nxt.kind == "op" and nxt.value in ("_", "'"):
             # A_1B_1 or A'B': a run continues after the first unit
@@ -715,9 +858,9 @@ class _Parser:
             return sp.Function(name)(*args)
         if name == "e":
             self.flags.add("e_symbol")
-        if name == "i":
+        if name == "i" and "i" not in self.bound:
             self.flags.add("i_symbol")
-        return sp.Symbol(name)
+        return self.make_symbol(name)
 
     def applied_function(self) -> sp.Expr:
         t = self.advance()
@@ -770,9 +913,10 @@ class _Parser:
         saved = self.abs_depth
         self.abs_depth = 0
         e = self.expr()
-        if self.is_op(","):
+        if self.is_op(",") or self.is_op(";"):
+            sep = self.tok.value
             items = [e]
-            while self.is_op(","):
+            while self.is_op(sep):
                 self.advance()
                 items.append(self.expr())
             self.expect_op(")")
@@ -826,7 +970,9 @@ class _Parser:
         if v in _GREEK:
             if self.peek().kind == "op" and self.peek().value == "(" and ("\\" + v) in self.functions:
                 raise ParseError("Greek function application not supported")
-            return sp.Symbol(self.name_unit())
+            return self.make_symbol(self.name_unit())
+        if v in _BIG_OPS:
+            return self.big_operator(v)
         if v in _FUNCS:
             return self.function_command()
         if v in _MULTI_FUNCS:
@@ -915,6 +1061,34 @@ class _Parser:
             raise ParseError(f"relation \\{v} without a left side")
         raise ParseError(f"unknown command \\{v}")
 
+    def big_operator(self, v: str) -> sp.Expr:
+        """``\\sum_{i=a}^{b} body`` / ``\\prod``: the body is one product of factors (the
+        usual reading: the operator binds to the next term)."""
+        self.advance()
+        if not self.is_op("_"):
+            raise ParseError(f"\\{v} without an index")
+        self.advance()
+        self.expect_op("{")
+        var_tok = self.tok
+        if var_tok.kind != "let" or not self.is_op("=", self.peek()):
+            raise ParseError(f"\\{v} over a condition (only index = lower bound)")
+        self.advance()
+        self.advance()
+        lower = self.expr()
+        self.expect_op("}")
+        if not self.is_op("^"):
+            raise ParseError(f"\\{v} without an upper limit")
+        self.advance()
+        upper = self.script(sup=True)
+        self.bound.append(var_tok.value)
+        try:
+            body = self.term()
+        finally:
+            self.bound.pop()
+        self.bound_used.add(var_tok.value)
+        self.flags.add("big_operator")
+        return _BIG_OPS[v](body, (sp.Symbol(var_tok.value), lower, upper))
+
     def function_command(self) -> sp.Expr:
         v = self.advance().value
         fn = _FUNCS[v]
@@ -946,6 +1120,10 @@ class _Parser:
             arg = self.brace_arg()
         else:
             arg = self.power()
+            if arg.is_Number:
+                # the convention \sin 2x = sin(2x): a number and the names glued to it
+                while self.tok.kind == "let" or (self.tok.kind == "cmd" and self.tok.value in _GREEK):
+                    arg = sp.Mul(arg, self.power())
             nxt = self.tok
             if self.starts_factor(nxt) and not (nxt.kind == "cmd" and (nxt.value in _FUNCS or nxt.value in _MULTI_FUNCS)):
                 raise ParseError(f"argument of \\{v} without parentheses is ambiguous")
@@ -960,7 +1138,7 @@ class _Parser:
         return val
 
     # ----------------------------------------------------------------- sets
-    def set_literal(self) -> sp.Basic:
+    def set_literal(self, allow_single: bool = False) -> sp.Basic:
         self.advance()  # \{
         items = [self.expr()]
         while self.is_op(","):
@@ -969,15 +1147,16 @@ class _Parser:
         if not self.is_cmd("}"):
             raise ParseError("expected \\}")
         self.advance()
-        if len(items) < 2:
+        if len(items) < 2 and not allow_single:
             raise ParseError("\\{x\\} is ambiguous (fractional part or set)")
         return sp.FiniteSet(*items)
 
     def set_expr(self) -> sp.Basic:
         t = self.tok
-        if t.kind == "cmd" and t.value == "mathbb":
+        if t.kind == "cmd" and (t.value == "mathbb" or (t.value == "mathbf" and (t.arg or "").strip() in "RZNQC")):
             self.advance()
             letter = (t.arg or "").strip()
+            self.exempt_letters.add(letter)
             sets = {"R": sp.S.Reals, "Z": sp.S.Integers, "N": sp.S.Naturals, "Q": sp.S.Rationals,
                     "C": sp.S.Complexes}
             if letter not in sets:
@@ -1003,22 +1182,42 @@ class _Parser:
                     txt = _canonical_tokens(inner)
                 else:
                     txt = self.advance().value
-                if txt in ("+", "*", ">0", "+*", "*+"):
+                m_bound = re.fullmatch(r"(>|\\geq ?)(\d+)", txt)
+                if m_bound and txt not in (">0",):
+                    c = sp.Integer(m_bound.group(2))
+                    base = base.intersect(sp.Interval(c, sp.oo, left_open=m_bound.group(1) == ">"))
+                elif txt in ("+", "*", ">0", "+*", "*+"):
                     positive = sp.Interval.open(0, sp.oo)
                     base = base.intersect(positive) if letter != "N" else sp.S.Naturals
                 elif txt in ("\\geq 0", "0", "+0", "\\geq0", "+_0") and letter in ("R", "Z"):
                     base = base.intersect(sp.Interval(0, sp.oo))
+                elif txt == "0" and letter == "N":
+                    base = sp.S.Naturals0
                 else:
                     raise ParseError(f"unknown set decoration {txt!r}")
+            if self.is_cmd("setminus"):
+                self.advance()
+                base = sp.Complement(base, self.set_expr(), evaluate=False)
             return base
         if t.kind == "cmd" and t.value == "{":
-            return self.set_literal()
+            return self.set_literal(allow_single=True)
         if self.is_op("[") or self.is_op("("):
             left_open = self.is_op("(")
             self.advance()
-            a = self.expr()
+            a = -sp.oo if (self.is_op("-") and self.is_cmd("infty", self.peek())) else None
+            if a is not None:
+                self.advance()
+                self.advance()
+            else:
+                a = self.expr()
             self.expect_op(",")
-            b = self.expr()
+            if self.is_cmd("infty") or (self.is_op("+") and self.is_cmd("infty", self.peek())):
+                if self.is_op("+"):
+                    self.advance()
+                self.advance()
+                b = sp.oo
+            else:
+                b = self.expr()
             if self.is_op("]") or self.is_op(")"):
                 right_open = self.is_op(")")
                 self.advance()
@@ -1046,7 +1245,8 @@ def latex_letters(latex: str) -> frozenset[str]:
 def _object_letters(obj: sp.Basic) -> set[str]:
     out: set[str] = set()
     for s in obj.free_symbols:
-        out |= _letters_of_name(s.name)
+        if isinstance(s, sp.Symbol):
+            out |= _letters_of_name(s.name)
     for f in obj.atoms(AppliedUndef):
         if f.func.__name__ not in _OPAQUE_FUNCS:
             out |= _letters_of_name(f.func.__name__)
@@ -1088,6 +1288,8 @@ def parse_segment(latex: str, *, functions: frozenset[str] = frozenset(), normal
     text = normalize_latex(latex) if normalize else latex.strip()
     if not text:
         raise ParseError("empty formula")
+    if normalize:
+        text = _strip_outer_parens(text)
     if len(text) > 1000:
         raise ParseError("formula longer than 1000 characters")
     toks = _tokenize(text)
@@ -1107,7 +1309,11 @@ def parse_segment(latex: str, *, functions: frozenset[str] = frozenset(), normal
         raise ParseError("formula nested too deeply") from exc
     if kind in ("chain",) and not normalize:
         raise ParseError("chained relation needs the normaliser")
-    if kind in ("divides", "congruence"):
+    if kind == "predicate":
+        obj = sp.Function("\\" + ops[0])(sides[0], sides[1])
+    elif kind == "signature":
+        obj = sides[0]
+    elif kind in ("divides", "congruence"):
         if kind == "divides":
             a, b = sides
             body = sp.Mod(b, a)
@@ -1150,7 +1356,8 @@ def parse_segment(latex: str, *, functions: frozenset[str] = frozenset(), normal
     for t in toks:
         if t.kind == "cmd" and t.arg is not None and t.value in _DECORATIONS:
             tok_letters |= {c for c in t.arg if c.isascii() and c.isalpha()}
-    got = _object_letters(obj)
+    got = _object_letters(obj) | p.bound_used
+    tok_letters -= p.exempt_letters
     lost = tok_letters - got
     if lost:
         raise ParseError("structural check: letters " + ", ".join(sorted(lost)) + " lost in the parse")
@@ -1158,6 +1365,27 @@ def parse_segment(latex: str, *, functions: frozenset[str] = frozenset(), normal
     if extra:
         raise ParseError("structural check: letters " + ", ".join(sorted(extra)) + " not in the input")
     return Parsed(kind, tuple(ops), tuple(sides), obj, frozenset(tok_letters), frozenset(p.flags))
+
+
+_TOP_REL = re.compile(r"=|<|>|\\leq|\\geq|\\neq")
+
+
+def _strip_outer_parens(text: str) -> str:
+    """``(n > 2)``: one pair of parentheses around a whole relation is punctuation."""
+    if not (text.startswith("(") and text.endswith(")")):
+        return text
+    depth = 0
+    for k, ch in enumerate(text):
+        if ch == "(":
+            depth += 1
+        elif ch == ")":
+            depth -= 1
+            if depth == 0 and k != len(text) - 1:
+                return text
+    inner = text[1:-1]
+    if "," in inner or not _TOP_REL.search(inner):
+        return text
+    return inner.strip()
 
 
 def try_parse(latex: str, *, functions: frozenset[str] = frozenset(), normalize: bool = True

@@ -53,7 +53,7 @@ UNICODE_MAP: dict[str, str] = {
     "\u0394": r"\Delta ", "\u03a9": r"\Omega ", "\u2026": r"\ldots ", "\u22ef": r"\ldots ",
     "\u00a0": " ", "\u2009": " ", "\u202f": " ", "\u2002": " ", "\u2003": " ", "\u3000": " ",
     "\uff1d": "=", "\uff0b": "+", "\uff08": "(", "\uff09": ")", "\uff1c": "<", "\uff1e": ">",
-    "\u2217": r"\cdot ", "\u2236": ":",
+    "\u2217": "*", "\u2236": ":",
 }
 
 _CMD_ALIASES: dict[str, str] = {
@@ -61,7 +61,7 @@ _CMD_ALIASES: dict[str, str] = {
     "le": r"\leq", "leqslant": r"\leq", "leqq": r"\leq", "leq": r"\leq",
     "ge": r"\geq", "geqslant": r"\geq", "geqq": r"\geq", "geq": r"\geq",
     "ne": r"\neq", "neq": r"\neq", "lt": "<", "gt": ">",
-    "times": r"\cdot", "ast": r"\cdot", "cdotp": r"\cdot", "centerdot": r"\cdot", "bullet": r"\cdot",
+    "times": r"\cdot", "ast": "*", "cdotp": r"\cdot", "centerdot": r"\cdot", "bullet": r"\cdot",
     "div": "/", "lvert": "|", "rvert": "|", "vert": "|",
     "lbrace": r"\{", "rbrace": r"\}",
     "dots": r"\ldots", "cdots": r"\ldots", "dotsb": r"\ldots", "dotsc": r"\ldots",
@@ -128,7 +128,9 @@ def _rewrite_commands(s: str) -> str:
             if ch == "&":
                 out.append(" ")
             elif ch == "*":
-                out.append(r"\cdot ")
+                # a bare * is kept: after ^ it decorates a set (N^*), elsewhere it is
+                # usually a custom operation, which the parser rejects
+                out.append("*")
             elif ch == "~":
                 out.append(" ")
             else:
@@ -175,6 +177,10 @@ def _rewrite_commands(s: str) -> str:
                 continue
             body, after = arg
             b = body.strip()
+            if len(b) > 1 and _UNIT_RE.fullmatch(b):
+                out.append(" ")
+                i = after
+                continue
             if name == "operatorname" or (name == "mathrm" and len(b) > 1):
                 if b in _OPERATOR_NAMES:
                     out.append(_OPERATOR_NAMES[b] + " ")
@@ -287,12 +293,17 @@ def normalize_latex(s: str) -> str:
     """
     t = "".join(UNICODE_MAP.get(c, c) for c in s)
     t = t.replace("{,}", ".")
+    # thousands separated by a thin space: 100\,000
+    t = re.sub(r"(?<=\d)\\[,;:!]\s*(?=\d{3}(?!\d))", "", t)
     t = re.sub(r"(?<![.])\.\.\.(?![.])", r"\\ldots ", t)
     t = _rewrite_commands(t)
     # a second pass resolves aliases introduced by the first (e.g. \lg -> \log_{10})
     t = _DEGREE.sub(r"^{\\circ}", t)
     t = _PRIME_SUP.sub(lambda m: (m.group(1) or m.group(2)).replace(" ", ""), t)
     t = _brace_arguments(t)
+    # "AB || CD" written with two bars between names (and no other bar) is parallelism
+    if t.count("|") == 2:
+        t = re.sub(r"(?<=[A-Z'])\s*\|\|\s*(?=[A-Z])", r" \\parallel ", t)
     t = re.sub(r"\s+", " ", t).strip()
     t = t.rstrip(" .,;:")
     return t

@@ -368,8 +368,16 @@ def compile_expr(expr: sp.Basic, mode: str, log_base: float | None = None) -> Ca
 
 # --------------------------------------------------------------------------- variables
 
+_KEY_CACHE: dict[sp.Basic, str] = {}
+
+
 def _sort_key(b: sp.Basic) -> str:
-    return sp.srepr(b)
+    key = _KEY_CACHE.get(b)
+    if key is None:
+        if len(_KEY_CACHE) > 4096:
+            _KEY_CACHE.clear()
+        key = _KEY_CACHE[b] = sp.srepr(b)
+    return key
 
 
 def relation_variables(rel: Rel) -> list[sp.Basic]:
@@ -382,25 +390,48 @@ def relation_variables(rel: Rel) -> list[sp.Basic]:
     return sorted(syms, key=_sort_key)
 
 
+_ATOM_CHECKERS: dict[tuple, Callable[[dict], bool] | None] = {}
+
+
 def _atoms_consistent(rel_list: list[Rel], env: dict) -> bool:
     """Two applications of one function whose arguments coincide at the point must not get
-    independent values: such a point is skipped."""
-    apps: list[AppliedUndef] = []
+    independent values: such a point is skipped. (Compiled once per relation pair.)"""
+    key = tuple((r.ops, r.sides) for r in rel_list)
+    checker = _ATOM_CHECKERS.get(key, False)
+    if checker is False:
+        checker = _make_atom_checker(rel_list)
+        if len(_ATOM_CHECKERS) > 256:
+            _ATOM_CHECKERS.clear()
+        _ATOM_CHECKERS[key] = checker
+    return True if checker is None else checker(env)
+
+
+def _make_atom_checker(rel_list: list[Rel]) -> Callable[[dict], bool] | None:
+    apps: set[AppliedUndef] = set()
     for rel in rel_list:
         for s in rel.sides:
-            apps.extend(s.atoms(AppliedUndef))
-    apps = sorted(set(apps), key=_sort_key)
-    seen: dict[tuple, sp.Basic] = {}
-    for a in apps:
-        try:
-            vals = tuple(compile_expr(x, "complex")(env) for x in a.args)
-        except Undefined:
-            return False
-        key = (a.func.__name__,) + tuple((round(complex(v).real, 9), round(complex(v).imag, 9)) for v in vals)
-        if key in seen and seen[key] != a:
-            return False
-        seen[key] = a
-    return True
+            apps |= s.atoms(AppliedUndef)
+    if len(apps) < 2:
+        return None
+    try:
+        compiled = [(a, a.func.__name__, [compile_expr(x, "complex") for x in a.args])
+                    for a in sorted(apps, key=_sort_key)]
+    except Undefined:
+        return lambda env: False
+
+    def check(env: dict) -> bool:
+        seen: dict[tuple, sp.Basic] = {}
+        for a, name, fargs in compiled:
+            try:
+                vals = [complex(f(env)) for f in fargs]
+            except (Undefined, ZeroDivisionError, OverflowError, ValueError, TypeError):
+                return False
+            k = (name,) + tuple((round(v.real, 9), round(v.imag, 9)) for v in vals)
+            if k in seen and seen[k] != a:
+                return False
+            seen[k] = a
+        return True
+    return check
 
 
 def _is_real_only(rel_list: list[Rel]) -> bool:
@@ -523,8 +554,20 @@ def _complex_point(rng: random.Random, variables: list[sp.Basic], real: bool,
     return env
 
 
+_NAME_CACHE: dict[sp.Basic, str] = {}
+
+
 def _var_name(v: sp.Basic) -> str:
-    return v.name if v.is_Symbol else sp.sstr(v)
+    """A variable's name in a stored point: the symbol name, or ``f(x + y)`` for an
+    applied function (cached: printing is slow)."""
+    if v.is_Symbol:
+        return v.name
+    name = _NAME_CACHE.get(v)
+    if name is None:
+        if len(_NAME_CACHE) > 4096:
+            _NAME_CACHE.clear()
+        name = _NAME_CACHE[v] = sp.sstr(v)
+    return name
 
 
 def check_equivalent(a: Rel, b: Rel, *, rng: random.Random, domains: dict[str, Domain] | None = None,
@@ -810,6 +853,10 @@ def _compile_forms(rel: Rel, log_base: float | None) -> list[tuple[str, Callable
 
 def _solve_and_check(first: Rel, second: Rel, variables, rng, domains, judge, tries, e_sym):
     g = (first.sides[0] - first.sides[1]).xreplace({DEGREE: sp.pi / 180})
+    for p in g.atoms(sp.Pow):
+        # a degree above 6 is never solved; a large exponent would be expanded (2010)
+        if not p.base.is_number and not (p.exp.is_Rational and abs(int(p.exp.p)) <= 12 and int(p.exp.q) <= 12):
+            return None
     subs_atoms = {}
     for v in variables:
         if isinstance(v, AppliedUndef):

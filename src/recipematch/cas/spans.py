@@ -163,6 +163,7 @@ _OPEN = {"{": "}", "(": ")", "[": "]"}
 _CMD_RE = re.compile(r"\\([A-Za-z]+|.)", re.S)
 _TRAIL = " \t\n\r.,;:~?"
 _LIST_ENVS = frozenset({"cases", "array", "matrix", "pmatrix", "bmatrix", "tabular", "dcases", "rcases"})
+_LABEL = re.compile(r"(?:[a-hA-H1-9]\)|\\bullet)\s+")
 _DIGIT_LIST = re.compile(r"\d+(?:,\d+)+")
 
 
@@ -311,6 +312,10 @@ def split_segments(text: str, span: Span) -> list[Segment]:
             b -= 2
             while b > a and s[b - 1] in _TRAIL:
                 b -= 1
+        # an enumeration label ("a)", "1)", "\\bullet") opening a segment is not math
+        m = _LABEL.match(s, a, b)
+        if m and m.end() < b:
+            a = m.end()
         if b > a:
             out.append(Segment(a, b))
     return out

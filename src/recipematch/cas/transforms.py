@@ -157,16 +157,27 @@ def reformulations(rel: Rel) -> list[tuple[str, Rel, sp.Expr]]:
     return out
 
 
-def _has_big_power(e: sp.Expr) -> bool:
+def _has_big_power(e: sp.Expr, limit: int = 6) -> bool:
+    """True when a power of a non-number has an exponent that is not a small integer
+    (``|n| > limit``, or a non-integer number, or a large unevaluated number): expanding
+    or factoring it could take unbounded time (``(a+b)^{2010}``)."""
     for p in e.atoms(sp.Pow):
-        if p.base.is_Add and p.exp.is_Integer and abs(int(p.exp)) > 6:
+        if p.base.is_number:
+            continue
+        ex = p.exp
+        if ex.is_Integer:
+            if abs(int(ex)) > limit:
+                return True
+        elif ex.is_number and not ex.is_Rational:
+            return True
+        elif ex.is_Rational and (abs(int(ex.p)) > limit or int(ex.q) > limit):
             return True
     return False
 
 
 def _factorable(e: sp.Expr) -> bool:
     syms = e.free_symbols - {DEGREE}
-    if not syms or len(syms) > 3 or not _is_small(e, 40):
+    if not syms or len(syms) > 3 or not _is_small(e, 40) or _has_big_power(e):
         return False
     if not e.is_polynomial(*syms):
         return False
@@ -307,4 +318,4 @@ def negative_edits(rel: Rel) -> list[tuple[str, Rel]]:
 def rename_symbol_map(parsed: Parsed, mapping: dict[str, str]) -> dict[sp.Symbol, sp.Symbol]:
     """The symbol substitution a letter mapping induces on a parsed object (names are
     canonical LaTeX, so the new name is :func:`rename_latex` of the old one)."""
-    return {s: sp.Symbol(rename_latex(s.name, mapping)) for s in parsed.obj.free_symbols if s is not DEGREE}
+    return {s: sp.Symbol(rename_latex(s.name, mapping)) for s in parsed.obj.atoms(sp.Symbol) if s is not DEGREE}
