@@ -196,6 +196,11 @@ def test_never_raises_on_garbage():
         assert parsed is not None or isinstance(reason, str)
 
 
+def test_imaginary_values_are_rejected():
+    parsed, reason = try_parse(r"\sqrt{-4} = x")
+    assert parsed is None and "imaginary" in reason
+
+
 def test_huge_numeric_powers_stay_unevaluated():
     p = parse_segment(r"x = 2^{2^{2^{2^{2}}}}")
     assert p.kind == "relation"  # 2^65536 is not computed
@@ -271,6 +276,8 @@ def _combine(children):
 @settings(max_examples=60, deadline=None)
 @given(st.recursive(_leaf, _combine, max_leaves=8), st.sampled_from(["=", "<", ">=", "<=", ">"]))
 def test_printed_relations_reparse_exactly(expr, op):
+    if expr.has(sp.I):  # SymPy prints I as "i"; the grammar never builds I (tested below)
+        return
     rel = {"=": sp.Eq, "<": sp.Lt, "<=": sp.Le, ">": sp.Gt, ">=": sp.Ge}[op](expr, sp.Symbol("y") + 1)
     if rel in (sp.true, sp.false):
         return

@@ -368,6 +368,18 @@ class _Parser:
             if op in ("in", "notin"):
                 if ops:
                     raise ParseError("membership inside a chain")
+                line = (self.is_op("(") and self.peek().kind == "let" and self.peek().value.isupper()
+                        and self.is_op(")", self.peek(2)) and self.peek(3).kind == "eof")
+                line = line or (self.is_op("(") and self.peek().kind == "let" and self.peek().value.isupper()
+                                and self._paren_is_name_run())
+                if line:
+                    self.advance()
+                    name = self.uppercase_run()
+                    self.expect_op(")")
+                    if self.tok.kind != "eof":
+                        self.fail_here()
+                    self.flags.add("uninterpreted")
+                    return "predicate", [op], [sides[0], sp.Symbol("(" + name + ")")]
                 if self.tok.kind == "let" and not self.is_op("(", self.peek()):
                     # membership in a named set or a line (k \in S, D \in BC): a predicate
                     sides.append(self.side())
@@ -684,7 +696,8 @@ class _Parser:
                     depth -= 1
                     if depth == 0:
                         break
-                if u.kind == "cmd" and u.value not in _GREEK and u.value not in ("cdot", "prime", "pi", "ldots") :
+                if u.kind == "cmd" and u.value not in _GREEK and u.value not in (
+                        "cdot", "prime", "pi", "ldots", "max", "min"):
                     raise ParseError(f"unsupported command in a subscript: \\{u.value}")
                 if u.kind == "let":
                     self.name_letters.add(u.value)
@@ -880,6 +893,12 @@ class _Parser:
             self.expect_op("}")
         self.flags.add("applied_function")
         return sp.Function(name)(*args)
+
+    def _paren_is_name_run(self) -> bool:
+        j = self.i + 1
+        while self.toks[j].kind == "let" and self.toks[j].value.isupper():
+            j += 1
+        return self.toks[j].kind == "op" and self.toks[j].value == ")" and self.toks[j + 1].kind == "eof"
 
     def _paren_has_top_comma(self) -> bool:
         depth = 0
@@ -1079,7 +1098,16 @@ class _Parser:
         if not self.is_op("^"):
             raise ParseError(f"\\{v} without an upper limit")
         self.advance()
-        upper = self.script(sup=True)
+        if self.is_cmd("infty") or (self.is_op("{") and self.is_cmd("infty", self.peek())
+                                    and self.is_op("}", self.peek(2))):
+            braced = self.is_op("{")
+            self.advance()
+            if braced:
+                self.advance()
+                self.advance()
+            upper = sp.oo
+        else:
+            upper = self.script(sup=True)
         self.bound.append(var_tok.value)
         try:
             body = self.term()
@@ -1140,6 +1168,9 @@ class _Parser:
     # ----------------------------------------------------------------- sets
     def set_literal(self, allow_single: bool = False) -> sp.Basic:
         self.advance()  # \{
+        builder = self.set_builder()
+        if builder is not None:
+            return builder
         items = [self.expr()]
         while self.is_op(","):
             self.advance()
@@ -1150,6 +1181,63 @@ class _Parser:
         if len(items) < 2 and not allow_single:
             raise ParseError("\\{x\\} is ambiguous (fractional part or set)")
         return sp.FiniteSet(*items)
+
+    def set_builder(self) -> sp.Basic | None:
+        """``\\{x \\mid cond\\}``, ``\\{x : cond\\}``, ``\\{x \\in S \\mid cond\\}`` as
+        ``ConditionSet`` (conditions separated by commas are joined with And)."""
+        j = self.i
+        t = self.toks[j]
+        if t.kind != "let":
+            return None
+        k = j + 1
+        while self.toks[k].kind == "op" and self.toks[k].value in ("_", "{", "}") or (
+                self.toks[k].kind in ("let", "num") and self.toks[k - 1].kind == "op"
+                and self.toks[k - 1].value in ("_", "{")):
+            k += 1
+        u = self.toks[k]
+        has_base = u.kind == "cmd" and u.value == "in"
+        if not (has_base or (u.kind == "cmd" and u.value == "mid") or (u.kind == "op" and u.value in ("|", ":"))):
+            return None
+        var = self.letter()
+        if not isinstance(var, sp.Symbol):
+            raise ParseError("set-builder variable must be a name")
+        base = sp.S.Reals
+        if has_base:
+            self.advance()
+            base = self.any_set() if not (self.tok.kind == "let") else sp.Symbol(self.name_unit())
+            if isinstance(base, sp.Symbol):
+                raise ParseError("set-builder over a named set")
+        if not ((self.tok.kind == "cmd" and self.tok.value == "mid") or self.is_op("|") or self.is_op(":")):
+            raise ParseError("set-builder without a condition")
+        self.advance()
+        conds = [self.condition()]
+        while self.is_op(","):
+            self.advance()
+            conds.append(self.condition())
+        if not self.is_cmd("}"):
+            raise ParseError("expected \\}")
+        self.advance()
+        self.flags.add("set_builder")
+        self.bound_used |= _letters_of_name(var.name)
+        return sp.ConditionSet(var, sp.And(*conds), base)
+
+    def condition(self) -> sp.Basic:
+        """One relation or chain inside a set-builder."""
+        sides = [self.expr()]
+        ops = []
+        while True:
+            op = self.relop()
+            if op is None or op in ("in", "notin", "mid", "nmid", "equiv", ":=") or op in _PREDICATES:
+                break
+            self.advance()
+            ops.append(op)
+            sides.append(self.expr())
+        if not ops:
+            raise ParseError("set-builder condition is not a relation")
+        links = [REL_OPS[o](a, b) for o, a, b in zip(ops, sides, sides[1:])]
+        if any(lk in (sp.true, sp.false) for lk in links):
+            raise ParseError("set-builder condition evaluates to a truth value")
+        return sp.And(*links)
 
     def set_expr(self) -> sp.Basic:
         t = self.tok
@@ -1258,10 +1346,19 @@ _ALLOWED_FUNCS = (sp.sin, sp.cos, sp.tan, sp.cot, sp.sec, sp.csc, sp.asin, sp.ac
                   sp.factorial, sp.binomial, sp.Max, sp.Min)
 
 
-def _check_tree(obj: sp.Basic) -> None:
-    """Reject undefined values and anything that is not a plain algebraic tree."""
-    if obj.has(sp.zoo, sp.nan, sp.oo, -sp.oo):
-        raise ParseError("undefined value (division by zero or infinity)")
+def _check_tree(obj: sp.Basic, allow_infinite_limits: bool = False) -> None:
+    """Reject undefined values (and infinity outside the limits of a sum or product)."""
+    if obj.has(sp.zoo, sp.nan):
+        raise ParseError("undefined value (division by zero)")
+    if obj.has(sp.I):
+        # SymPy prints I as "i", which reads back as a variable: never let it in
+        raise ParseError("imaginary value (even root of a negative number)")
+    if obj.has(sp.oo, -sp.oo):
+        if not allow_infinite_limits:
+            raise ParseError("undefined value (infinity)")
+        stripped = obj.replace(lambda e: isinstance(e, (sp.Sum, sp.Product)), lambda e: sp.Symbol("_big_op"))
+        if stripped.has(sp.oo, -sp.oo):
+            raise ParseError("undefined value (infinity)")
 
 
 def parse_segment(latex: str, *, functions: frozenset[str] = frozenset(), normalize: bool = True) -> Parsed:
@@ -1351,7 +1448,7 @@ def parse_segment(latex: str, *, functions: frozenset[str] = frozenset(), normal
     else:
         obj = sides[0]
     if kind in ("relation", "chain", "expression"):
-        _check_tree(obj)
+        _check_tree(obj, allow_infinite_limits="big_operator" in p.flags)
     tok_letters = {t.value for t in toks if t.kind == "let"}
     for t in toks:
         if t.kind == "cmd" and t.arg is not None and t.value in _DECORATIONS:
