@@ -224,8 +224,9 @@ class _QueryDraws:
             self.grouped = _use_grouping(a, b)
             cols = np.arange(self.n) if self.grouped is None else self.grouped
         # integer-valued scores whose sums stay below 2**24 are summed exactly in float32
+        max_draws = self.n if clusters is None else int(self.sizes.size * self.sizes.max())
         exact32 = (np.all(a == np.round(a)) and np.all(b == np.round(b))
-                   and max(np.abs(a).max(), np.abs(b).max()) * self.n < 2 ** 24)
+                   and max(np.abs(a).max(), np.abs(b).max()) * max_draws < 2 ** 24)
         self.dtype = np.float32 if exact32 else np.float64
         self.k = cols.size
         self.scores_t = np.ascontiguousarray(np.vstack([a, b])[:, cols].T,
