@@ -73,7 +73,8 @@ def test_ne_is_an_unequality():
 # --------------------------------------------------------------------------- the whole class
 
 @pytest.mark.parametrize("latex, fragment", [
-    (r"a \oplus b = 1", "unknown command"),           # a command the grammar does not know
+    (r"a \boxplus b = 1", "unknown command"),         # a command the grammar does not know
+    (r"a * b + c = 1", "unbracketed"),                 # a custom operation next to +
     (r"(a+b)_n = 1", "subscript on a group"),          # subscript on a group
     (r"x - x + y = 1", "structural check"),            # a letter vanished in evaluation
     (r"x^23 = 1", "ambiguous superscript"),            # TeX reads x^2·3
@@ -84,7 +85,6 @@ def test_ne_is_an_unequality():
     (r"[x] = 2", "square brackets"),
     (r"\{x\} = 0.5", "fractional part"),
     (r"\sin x y = 1", "without parentheses"),
-    (r"x * y = y * x", "custom operation"),
     (r"x = 0,5", "unexpected ,"),                      # decimal comma or list?
     (r"\sum_{i<j} a_i = n", "over a condition"),
     (r"a \mid b + c \cdot", "unexpected"),
@@ -145,6 +145,15 @@ def test_divisibility_and_congruence_are_integer_relations():
     assert p.kind == "congruence" and p.obj == sp.Eq(sp.Mod(a - b, n), 0, evaluate=False)
 
 
+def test_custom_operations_are_never_multiplication():
+    star = sp.Function("*")
+    p = parse_segment("x * y = y * x")
+    assert p.obj == sp.Eq(star(x, y), star(y, x))  # SymPy would have read True
+    assert "uninterpreted" in p.flags
+    assert parse_segment(r"a \circ b = a + b - a b").obj == sp.Eq(sp.Function(r"\circ")(a, b), a + b - a * b)
+    assert parse_segment(r"60^\circ").obj == 60 * DEGREE
+
+
 def test_sums_bind_their_index():
     i, m = sp.symbols("i m")
     p = parse_segment(r"\sum_{i=1}^{n} m_i a_i = 1")
@@ -194,6 +203,16 @@ def test_never_raises_on_garbage():
               "a = = b", "\u00e9 = 1", "1 = 2", "=", "x^{x^{x^{x^{x}}}} = 2^{2^{2^{2^{2^{2}}}}}"]:
         parsed, reason = try_parse(s)
         assert parsed is not None or isinstance(reason, str)
+
+
+def test_declared_notation_resolves_brackets():
+    from recipematch.cas.grammar import declared_notation
+    text = "Here $[x]$ denotes the integer part and $\\{x\\}$ the fractional part of $x$."
+    notation = declared_notation(text)
+    assert notation == {"integer_part", "fractional_part"}
+    assert parse_segment("[x] + \\{x\\} = x", notation=notation).obj == sp.Eq(sp.floor(x) + sp.frac(x), x)
+    assert try_parse("[x] = 2")[0] is None
+    assert parse_segment("\\{1, 2\\}", notation=notation).obj == sp.FiniteSet(1, 2)
 
 
 def test_imaginary_values_are_rejected():

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 import sympy as sp
 
 from recipematch.cas.domains import infer_domains
-from recipematch.cas.grammar import Parsed, function_letters, latex_letters, try_parse
+from recipematch.cas.grammar import Parsed, declared_notation, function_letters, latex_letters, try_parse
 from recipematch.cas.numeric import Rel, check_equivalent, find_counterexample
 from recipematch.cas.spans import Segment, Span, find_spans, split_segments
 from recipematch.cas.transforms import (
@@ -118,13 +118,14 @@ def census_of_problem(text: str) -> tuple[list[Span], list[_Seg], frozenset[str]
     spans = find_spans(text)
     contents = [s.content(text) for s in spans]
     functions = function_letters(contents)
+    notation = declared_notation(text)
     segs: list[_Seg] = []
     expressions = []
     rejections: dict[str, int] = {}
     n_before = n_after = n_rel = n_seg_parsed = 0
     for span_i, span in enumerate(spans):
         content = contents[span_i].strip()
-        before, _ = try_parse(content, functions=functions, normalize=False)
+        before, _ = try_parse(content, functions=functions, normalize=False, notation=notation)
         all_ok = True
         any_rel = False
         any_seg = False
@@ -133,7 +134,7 @@ def census_of_problem(text: str) -> tuple[list[Span], list[_Seg], frozenset[str]
             if _ELLIPSIS_ONLY.match(seg_text):
                 continue
             any_seg = True
-            parsed, reason = try_parse(seg_text, functions=functions)
+            parsed, reason = try_parse(seg_text, functions=functions, notation=notation)
             segs.append(_Seg(span_i, seg_i, seg, parsed, reason))
             if parsed is None:
                 all_ok = False
@@ -203,7 +204,8 @@ def _rename_positive(text: str, spans: list[Span], segs: list[_Seg], functions: 
     for sg in segs:
         if sg.parsed is None:
             continue
-        reparsed, _ = try_parse(new_text[sg.seg.start:sg.seg.end], functions=new_functions)
+        reparsed, _ = try_parse(new_text[sg.seg.start:sg.seg.end], functions=new_functions,
+                                notation=declared_notation(new_text))
         expected = sg.parsed.obj.xreplace(rename_symbol_map(sg.parsed, mapping))
         if reparsed is None or reparsed.obj != expected or reparsed.kind != sg.parsed.kind:
             return None

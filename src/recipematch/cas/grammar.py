@@ -51,6 +51,7 @@ __all__ = [
     "parse_segment",
     "try_parse",
     "function_letters",
+    "declared_notation",
     "to_latex",
     "latex_letters",
     "REL_OPS",
@@ -75,6 +76,10 @@ _PREDICATES = frozenset({"parallel", "perp", "sim", "cong", "subset", "subseteq"
 _SET_OPS = frozenset({"cap", "cup", "setminus"})
 _ARROWS = frozenset({"to", "rightarrow", "longrightarrow"})
 _BIG_OPS = {"sum": sp.Sum, "prod": sp.Product}
+#: Binary operations a problem defines itself (``a * b = a + b - ab``): uninterpreted
+#: functions, never multiplication.
+_CUSTOM_OPS = {"*": "*", "circ": "\\circ", "nabla": "\\nabla", "star": "\\star", "diamond": "\\diamond",
+               "oplus": "\\oplus", "otimes": "\\otimes", "bullet": "\\bullet", "triangledown": "\\triangledown"}
 
 _GREEK = frozenset("""alpha beta gamma delta epsilon varepsilon zeta eta theta vartheta iota
 kappa lambda mu nu xi omicron rho varrho sigma varsigma tau upsilon phi varphi chi psi omega
@@ -264,8 +269,10 @@ def _canonical_tokens(toks: list[_Tok]) -> str:
 
 
 class _Parser:
-    def __init__(self, toks: list[_Tok], functions: frozenset[str], strict: bool):
+    def __init__(self, toks: list[_Tok], functions: frozenset[str], strict: bool,
+                 notation: frozenset[str] = frozenset()):
         self.toks = toks
+        self.notation = notation
         self.i = 0
         self.functions = functions
         self.strict = strict
@@ -273,6 +280,7 @@ class _Parser:
         self.flags: set[str] = set()
         self.name_letters: set[str] = set()
         self.n_ellipsis = 0
+        self.last_had_addop = False
         self.exempt_letters: set[str] = set()
         self.bound: list[str] = []  # index letters of enclosing sums and products
         self.bound_used: set[str] = set()  # letters naming a set (\\mathbf{R})
@@ -485,7 +493,7 @@ class _Parser:
             return s
         if self.is_cmd("mathbb"):
             return self.set_expr()
-        return self.expr()
+        return self.op_expr()
 
     def modulus(self) -> sp.Expr:
         """``\\pmod{n}``, ``\\pmod n``, ``(\\bmod n)``, ``(\\mod n)``, ``\\mod n``."""
@@ -501,9 +509,37 @@ class _Parser:
             self.expect_op(")")
         return n
 
+    def custom_op(self) -> str | None:
+        t = self.tok
+        if t.kind == "op" and t.value == "*":
+            return "*"
+        if t.kind == "cmd" and t.value in _CUSTOM_OPS and t.value != "*":
+            if t.value == "circ" and self.is_op("^", self.toks[self.i - 1]):
+                return None
+            return _CUSTOM_OPS[t.value]
+        return None
+
+    def op_expr(self) -> sp.Basic:
+        """An expression, possibly joined by a problem's own binary operation
+        (``x * (y * z)``), kept as an uninterpreted function; mixing it with an unbracketed
+        ``+``/``-`` is ambiguous and rejected."""
+        e = self.expr()
+        plain = not self.last_had_addop
+        while self.custom_op() is not None:
+            name = self.custom_op()
+            self.advance()
+            rhs = self.expr()
+            if not (plain and not self.last_had_addop):
+                raise ParseError(f"operation {name} next to an unbracketed + or -")
+            self.flags.add("uninterpreted")
+            e = sp.Function(name)(e, rhs)
+            plain = True
+        return e
+
     def expr(self) -> sp.Expr:
         terms: list[sp.Expr] = []
         sign = 1
+        self.last_had_addop = False
         if self.is_op("+"):
             self.advance()
         elif self.is_op("-"):
@@ -524,6 +560,7 @@ class _Parser:
                 break
         if len(terms) > 1 and any(isinstance(t, sp.Tuple) for t in terms):
             raise ParseError("a tuple inside a sum")
+        self.last_had_addop = len(terms) > 1 or sign < 0
         if len(terms) == 1:
             return terms[0]
         return sp.Add(*terms)
@@ -551,8 +588,6 @@ class _Parser:
         after_div = False
         while True:
             t = self.tok
-            if self.is_op("*", t):
-                raise ParseError("* is a custom operation here (a product is written \\cdot or \\times)")
             if self.is_cmd("cdot", t) or self.is_cmd("times", t):
                 self.advance()
                 factors.append(self.unary())
@@ -826,6 +861,14 @@ class _Parser:
                 self.expect_op("|")
                 return sp.Abs(e)
             if t.value == "[":
+                if "integer_part" in self.notation:
+                    self.advance()
+                    saved = self.abs_depth
+                    self.abs_depth = 0
+                    e = self.expr()
+                    self.abs_depth = saved
+                    self.expect_op("]")
+                    return sp.floor(e)
                 raise ParseError("square brackets are ambiguous (integer part, area or grouping)")
             raise ParseError(f"unexpected {self.describe(t)}")
         if t.kind == "cmd":
@@ -894,6 +937,21 @@ class _Parser:
         self.flags.add("applied_function")
         return sp.Function(name)(*args)
 
+    def _brace_set_has_comma(self) -> bool:
+        depth = 0
+        for u in self.toks[self.i:]:
+            if u.kind == "cmd" and u.value == "{":
+                depth += 1
+            elif u.kind == "cmd" and u.value == "}":
+                depth -= 1
+                if depth == 0:
+                    return False
+            elif u.kind == "op" and u.value == "," and depth == 1:
+                return True
+            elif u.kind == "eof":
+                return False
+        return False
+
     def _paren_is_name_run(self) -> bool:
         j = self.i + 1
         while self.toks[j].kind == "let" and self.toks[j].value.isupper():
@@ -931,7 +989,7 @@ class _Parser:
         self.expect_op("(")
         saved = self.abs_depth
         self.abs_depth = 0
-        e = self.expr()
+        e = self.op_expr()
         if self.is_op(",") or self.is_op(";"):
             sep = self.tok.value
             items = [e]
@@ -1073,6 +1131,13 @@ class _Parser:
             self.n_ellipsis += 1
             return sp.Symbol("\\ldots_{" + str(self.n_ellipsis) + "}")
         if v == "{":
+            if "fractional_part" in self.notation and not self._brace_set_has_comma():
+                self.advance()
+                e = self.expr()
+                if not self.is_cmd("}"):
+                    raise ParseError("expected \\}")
+                self.advance()
+                return sp.frac(e)
             raise ParseError("\\{x\\} is ambiguous (fractional part or set)")
         if v in _REJECT_CMDS:
             raise ParseError(_REJECT_CMDS[v])
@@ -1341,7 +1406,7 @@ def _object_letters(obj: sp.Basic) -> set[str]:
     return out
 
 
-_ALLOWED_FUNCS = (sp.sin, sp.cos, sp.tan, sp.cot, sp.sec, sp.csc, sp.asin, sp.acos, sp.atan,
+_ALLOWED_FUNCS = (sp.frac, sp.sin, sp.cos, sp.tan, sp.cot, sp.sec, sp.csc, sp.asin, sp.acos, sp.atan,
                   sp.sinh, sp.cosh, sp.tanh, sp.log, sp.exp, sp.Abs, sp.floor, sp.ceiling,
                   sp.factorial, sp.binomial, sp.Max, sp.Min)
 
@@ -1361,7 +1426,8 @@ def _check_tree(obj: sp.Basic, allow_infinite_limits: bool = False) -> None:
             raise ParseError("undefined value (infinity)")
 
 
-def parse_segment(latex: str, *, functions: frozenset[str] = frozenset(), normalize: bool = True) -> Parsed:
+def parse_segment(latex: str, *, functions: frozenset[str] = frozenset(), normalize: bool = True,
+                  notation: frozenset[str] = frozenset()) -> Parsed:
     """Parse one segment of LaTeX into a :class:`Parsed` object.
 
     Args:
@@ -1370,6 +1436,9 @@ def parse_segment(latex: str, *, functions: frozenset[str] = frozenset(), normal
         normalize: run :func:`recipematch.cas.normalize.normalize_latex` first; ``False``
             is the census's "before normalisation" reading (canonical vocabulary only,
             no chains).
+        notation: notations the problem's text declares (:func:`declared_notation`):
+            ``"integer_part"`` reads ``[x]`` as ``floor(x)``, ``"fractional_part"`` reads
+            ``\\{x\\}`` as ``frac(x)``; without them both are rejected as ambiguous.
 
     Returns:
         The parsed segment.
@@ -1392,7 +1461,7 @@ def parse_segment(latex: str, *, functions: frozenset[str] = frozenset(), normal
     toks = _tokenize(text)
     if len(toks) > 600:
         raise ParseError("formula longer than 600 tokens")
-    p = _Parser(toks, functions, strict=not normalize)
+    p = _Parser(toks, functions, strict=not normalize, notation=notation)
     for tk in toks:
         if tk.kind == "cmd" and tk.value in ("text", "textrm", "textit", "textbf", "mbox", "hbox"):
             raise ParseError("words inside a formula")
@@ -1485,12 +1554,12 @@ def _strip_outer_parens(text: str) -> str:
     return inner.strip()
 
 
-def try_parse(latex: str, *, functions: frozenset[str] = frozenset(), normalize: bool = True
-              ) -> tuple[Parsed | None, str | None]:
+def try_parse(latex: str, *, functions: frozenset[str] = frozenset(), normalize: bool = True,
+              notation: frozenset[str] = frozenset()) -> tuple[Parsed | None, str | None]:
     """:func:`parse_segment` that returns ``(parsed, None)`` or ``(None, reason)``; it never
     raises on any input (a ``RecursionError`` or an unexpected error becomes a reason)."""
     try:
-        return parse_segment(latex, functions=functions, normalize=normalize), None
+        return parse_segment(latex, functions=functions, normalize=normalize, notation=notation), None
     except ParseError as exc:
         return None, str(exc)
     except RecursionError:
@@ -1498,6 +1567,27 @@ def try_parse(latex: str, *, functions: frozenset[str] = frozenset(), normalize:
     except (TypeError, ValueError, AttributeError, IndexError, KeyError, ZeroDivisionError,
             OverflowError, NotImplementedError) as exc:
         return None, f"internal parser error: {type(exc).__name__}: {exc}"
+
+
+_INTEGER_PART_WORDS = re.compile(
+    r"integer part|integral part|partie enti|parte entera|parte intera|parte inteira|целая часть|"
+    r"целой част|phần nguyên|greatest integer|Ganzteil|größte ganze|część całkowit|egészrész|"
+    r"partea întreagă|cel mai mare întreg", re.IGNORECASE)
+_FRACTIONAL_PART_WORDS = re.compile(
+    r"fractional part|partie fractionnaire|parte fraccionaria|parte frazionaria|parte fracionária|"
+    r"дробная часть|дробной част|phần lẻ|Bruchteil|część ułamkow|törtrész|partea fracționară",
+    re.IGNORECASE)
+
+
+def declared_notation(text: str) -> frozenset[str]:
+    """Notations a problem declares in words (any of the corpus's languages):
+    ``"integer_part"`` ("[x] denotes the integer part of x") and ``"fractional_part"``."""
+    out = set()
+    if _INTEGER_PART_WORDS.search(text):
+        out.add("integer_part")
+    if _FRACTIONAL_PART_WORDS.search(text):
+        out.add("fractional_part")
+    return frozenset(out)
 
 
 _DEFAULT_FUNCTION_LETTERS = frozenset("fgFGPQ")

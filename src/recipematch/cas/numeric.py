@@ -327,10 +327,10 @@ def compile_expr(expr: sp.Basic, mode: str, log_base: float | None = None) -> Ca
                     raise Undefined("pole")
                 return _finite(1 / d)
             return recip
-        if isinstance(e, (sp.floor, sp.ceiling, sp.Max, sp.Min)):
+        if isinstance(e, (sp.floor, sp.ceiling, sp.frac, sp.Max, sp.Min)):
             fs = [comp(a) for a in e.args]
             op = {sp.floor: lambda xs: float(math.floor(xs[0])), sp.ceiling: lambda xs: float(math.ceil(xs[0])),
-                  sp.Max: max, sp.Min: min}[type(e)]
+                  sp.frac: lambda xs: xs[0] - math.floor(xs[0]), sp.Max: max, sp.Min: min}[type(e)]
 
             def realonly(env):
                 xs = []
@@ -437,7 +437,7 @@ def _make_atom_checker(rel_list: list[Rel]) -> Callable[[dict], bool] | None:
 def _is_real_only(rel_list: list[Rel]) -> bool:
     for rel in rel_list:
         for s in rel.sides:
-            if s.has(sp.floor, sp.ceiling, sp.Max, sp.Min, sp.factorial, sp.binomial):
+            if s.has(sp.floor, sp.ceiling, sp.frac, sp.Max, sp.Min, sp.factorial, sp.binomial):
                 return True
     return False
 
