@@ -198,6 +198,24 @@ def test_attachment_rule(outputs):
         assert len(set(texts)) == 1
 
 
+def test_rename_leaves_letters_named_in_the_prose():
+    text = "Sea B el punto medio y sea $ABCD$ un cuadrado con $AB + x = 2y$."
+    for seed in range(5):
+        out = generate_for_problem("prose", text, seed=seed)
+        for row in out["rows"]:
+            if row["transform_family"] == "rename":
+                mapping = dict(t.split(":")[1].split("->") for t in row["positive_transforms"])
+                assert "B" not in mapping and "y" not in mapping  # "B" and "y" stand alone in the prose
+                assert not set(mapping.values()) & {"B", "y"}
+
+
+def test_non_numeric_relations_are_rename_only():
+    text = r"Prove that $\sum_{k=1}^{n} k^2 x_k \geq n$ and $a \mid b^2 + c$."
+    out = generate_for_problem("sum", text, seed=3)
+    assert {row["transform_family"] for row in out["rows"]} <= {"rename"}
+    assert all(not row["negatives"] for row in out["rows"])
+
+
 def test_deterministic_and_seeded():
     text = PROBLEMS["fx-ineq-es"]
     a = generate_for_problem("s1", text, seed=7)

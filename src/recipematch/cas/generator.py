@@ -61,7 +61,7 @@ __all__ = [
 ]
 
 #: Bump whenever the output for some input would change.
-GENERATOR_VERSION = "cas-2026.1"
+GENERATOR_VERSION = "cas-1.0"
 #: Peer: at most 8 spans tried per problem.
 MAX_RELATIONS = 8
 MAX_REFORMULATE = 2
@@ -75,6 +75,7 @@ _NON_NUMERIC_FLAGS = frozenset({"ellipsis", "integer_semantics", "opaque_functio
                                 "big_operator"})
 _ELLIPSIS_ONLY = re.compile(r"^\s*(?:\\(?:l|c|v|d)?dots[a-z]*|\.\.\.|…|\\cdots)\s*$")
 _FAMILY_ORDER = {"rename": 0, "reformulate": 1, "mirror": 2}
+_PROSE_LETTER = re.compile(r"(?<![A-Za-z\\])([A-Za-z])(?![A-Za-z])")
 #: Errors inside SymPy that end the work on one relation (recorded in the census), not
 #: on the problem.
 _RELATION_ERRORS = (ValueError, TypeError, AttributeError, RecursionError, NotImplementedError,
@@ -107,12 +108,14 @@ def census_of_problem(text: str) -> tuple[list[Span], list[_Seg], frozenset[str]
     ``key``): *parsed before* = the whole span parses without the normaliser;
     *parsed after* = every segment parses after normalisation (segments that are a bare
     ellipsis are list punctuation and skipped); *relation* = some segment parses as an
-    equation, inequality, chain, divisibility or congruence.
+    equation, inequality, chain, divisibility, congruence or geometric predicate;
+    *interpreted* = parsed after, with no uninterpreted part (geometric predicates, map
+    declarations, problem-defined operations).
 
     Returns:
         ``(spans, segments, function_letters, census)`` where census is
         ``{"spans", "parsed_before", "parsed_after", "relations", "segments",
-        "segments_parsed", "expressions": [[key, before, after, relation], …],
+        "segments_parsed", "expressions": [[key, before, after, relation, interpreted], …],
         "rejections": {reason class: count}}``.
     """
     spans = find_spans(text)
@@ -129,6 +132,7 @@ def census_of_problem(text: str) -> tuple[list[Span], list[_Seg], frozenset[str]
         all_ok = True
         any_rel = False
         any_seg = False
+        interpreted = True
         for seg_i, seg in enumerate(split_segments(text, span)):
             seg_text = text[seg.start:seg.end]
             if _ELLIPSIS_ONLY.match(seg_text):
@@ -143,11 +147,12 @@ def census_of_problem(text: str) -> tuple[list[Span], list[_Seg], frozenset[str]
             else:
                 n_seg_parsed += 1
                 any_rel = any_rel or parsed.is_any_relation
+                interpreted = interpreted and "uninterpreted" not in parsed.flags
         after = all_ok and any_seg
         n_before += before is not None
         n_after += after
         n_rel += any_rel
-        expressions.append([_expr_key(content), before is not None, after, any_rel])
+        expressions.append([_expr_key(content), before is not None, after, any_rel, after and interpreted])
     census = {"spans": len(spans), "parsed_before": n_before, "parsed_after": n_after,
               "relations": n_rel, "segments": len(segs), "segments_parsed": n_seg_parsed,
               "expressions": expressions, "rejections": dict(sorted(rejections.items()))}
@@ -176,7 +181,12 @@ def _rename_positive(text: str, spans: list[Span], segs: list[_Seg], functions: 
     used = set()
     for c in contents:
         used |= latex_letters(c)
-    cands = sorted({ch for i in tried for ch in segs[i].parsed.letters} - RENAME_SKIP - functions)
+    # a letter standing alone in the prose may name the same object outside math ("point
+    # B", "la función f") or be a word ("y" in Spanish): never renamed, never a target
+    prose = "".join(text[a:b] for a, b in zip([0] + [s.end for s in spans], [s.start for s in spans] + [len(text)]))
+    prose_letters = set(_PROSE_LETTER.findall(prose))
+    used |= prose_letters
+    cands = sorted({ch for i in tried for ch in segs[i].parsed.letters} - RENAME_SKIP - functions - prose_letters)
     if not cands:
         return None
     chosen = sorted(rng.sample(cands, 2 if len(cands) >= 2 else 1))

@@ -72,8 +72,9 @@ def _set_memory_cap(memory_mb: int) -> None:
         current = vm_pages * os.sysconf("SC_PAGE_SIZE")
     except (OSError, ValueError):
         current = 0
-    # the cap bounds what the problem may add; the inherited interpreter is not counted twice
-    limit = max(limit, current + 64 * 1024 * 1024)
+    # the cap bounds what the problem may add on top of the forked interpreter's own mapping
+    # (a parent that imported torch maps gigabytes of address space it never touches)
+    limit = current + limit
     resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
 
 
@@ -180,10 +181,11 @@ def aggregate_census(records: list[dict]) -> dict:
 
     Returns:
         ``{"unique_expressions", "coverage_before", "coverage_after", "relation_share",
+        "coverage_after_interpreted" (after, without uninterpreted parts),
         "spans", "segments", "segments_parsed", "qualifying_relations", "tried_relations",
         "problems_with_relation", "rejections": {reason: count}}``.
     """
-    uniq: dict[str, list[bool]] = {}
+    uniq: dict[str, list[bool]] = {}  # key -> [before, after, relation, interpreted]
     totals = {"spans": 0, "segments": 0, "segments_parsed": 0, "qualifying_relations": 0,
               "tried_relations": 0}
     rej: dict[str, int] = {}
@@ -194,11 +196,12 @@ def aggregate_census(records: list[dict]) -> dict:
             totals[k] += int(c.get(k, 0) or 0)
         if c.get("qualifying_relations"):
             with_rel += 1
-        for key, b, a, r in c.get("expressions", []):
-            cur = uniq.setdefault(key, [False, False, False])
+        for key, b, a, r, *rest in c.get("expressions", []):
+            cur = uniq.setdefault(key, [False, False, False, False])
             cur[0] |= bool(b)
             cur[1] |= bool(a)
             cur[2] |= bool(r)
+            cur[3] |= bool(rest[0]) if rest else bool(a)
         for k, v in (c.get("rejections") or {}).items():
             rej[k] = rej.get(k, 0) + int(v)
     n = len(uniq)
@@ -207,6 +210,7 @@ def aggregate_census(records: list[dict]) -> dict:
         "coverage_before": (sum(v[0] for v in uniq.values()) / n) if n else 0.0,
         "coverage_after": (sum(v[1] for v in uniq.values()) / n) if n else 0.0,
         "relation_share": (sum(v[2] for v in uniq.values()) / n) if n else 0.0,
+        "coverage_after_interpreted": (sum(v[3] for v in uniq.values()) / n) if n else 0.0,
         **totals,
         "problems_with_relation": with_rel,
         "rejections": dict(sorted(rej.items(), key=lambda kv: (-kv[1], kv[0]))),
@@ -259,6 +263,7 @@ def run_generator(problems: list[tuple[str, str]], *, out_path: Path, seed: int,
     bar = None
     if progress:
         from tqdm.auto import tqdm
+        tqdm.monitor_interval = 0  # no monitor thread: workers are forked later
         bar = tqdm(total=len(todo), desc="cas", unit="problem")
     ctx = mp.get_context("fork")
     slots: list[_Slot] = []
@@ -395,6 +400,7 @@ def metrics_from_summary(summary: dict) -> dict:
         "unique_expressions": c["unique_expressions"],
         "coverage_before": round(c["coverage_before"], 6), "coverage_after": round(c["coverage_after"], 6),
         "relation_share": round(c["relation_share"], 6),
+        "coverage_after_interpreted": round(c["coverage_after_interpreted"], 6),
         "problems_with_relation": c["problems_with_relation"],
         "generator_version": summary["generator_version"],
     })
