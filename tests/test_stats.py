@@ -134,7 +134,8 @@ def _loop_reference(tests, *, n_boot, seed, paired):
     for c, chunk in enumerate(np.random.SeedSequence(seed).spawn(n_chunks)):
         streams = [np.random.default_rng(s) for s in chunk.spawn(2 + 2 * len(tests))]
         for _ in range(c * st._CHUNK, min(n_boot, (c + 1) * st._CHUNK)):
-            sa = [int(u * tests[0][0].shape[0]) for u in streams[0].random(tests[0][0].shape[0])]
+            n_a = tests[0][0].shape[0]
+            sa = [int(u * n_a) for u in streams[0].random(n_a)]
             sb = sa if paired else [int(u * tests[0][1].shape[0])
                                     for u in streams[1].random(tests[0][1].shape[0])]
             for t, (a, b, clusters) in enumerate(tests):
@@ -144,8 +145,8 @@ def _loop_reference(tests, *, n_boot, seed, paired):
                     drawn = [int(u * q) for u in rng_q.random(q)]
                     total = q
                 elif clusters is None:
-                    informative = [j for j in range(q)
-                                   if not (np.all(a[:, j] == a[0, j]) and np.all(b[:, j] == a[0, j]))]
+                    informative = [j for j in range(q) if not (
+                        np.all(a[:, j] == a[0, j]) and np.all(b[:, j] == a[0, j]))]
                     k = len(informative)
                     n_draws = 0 if k == 0 else (q if k == q else int(rng_b.binomial(q, k / q)))
                     drawn = [informative[int(u * k)] for u in rng_q.random(n_draws)]
