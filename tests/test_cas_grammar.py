@@ -123,6 +123,8 @@ def test_geometric_names_are_atoms():
     assert parse_segment(r"|A B| = |B C|").obj == sp.Eq(sp.Abs(AB), sp.Abs(BC))
     assert parse_segment(r"AB CD = 1").obj == sp.Eq(AB * CD, 1)
     assert parse_segment(r"A BC = 1").obj == sp.Eq(sp.Symbol("A") * BC, 1)
+    # a hat glued to capitals is an angle name (B\hat{A}C), not a product
+    assert parse_segment(r"B\hat{A}C = 60^\circ").obj == sp.Eq(sp.Symbol(r"B\hat{A}C"), 60 * DEGREE)
     p = parse_segment(r"\angle A=90^{\circ}")
     assert p.obj == sp.Eq(sp.Symbol(r"\angle A"), 90 * DEGREE)
     assert p.unknowns == {sp.Symbol(r"\angle A")}

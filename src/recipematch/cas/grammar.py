@@ -15,13 +15,23 @@ Reading rules (each one removes a whole class of silent misparses):
   a product after ``/`` (``1/2x``) are ambiguous and rejected;
 * a superscript or subscript is one TeX token or a brace group; ``x^23`` and ``x_12``
   (TeX reads ``x^2·3``) are rejected as ambiguous;
-* a run of capital letters without blanks is one geometric name (``AB`` is a segment,
-  ``A_1B_1`` too), so a Ptolemy-type relation is never expanded as a product;
+* capital letters glued together (``AB``, ``A_1B_1``, ``A'B'``) or bare capitals separated
+  by blanks (``A B``) are one geometric name, so a Ptolemy-type relation is never expanded
+  as a product; ``AB CD`` is a product of two names;
 * ``letter(`` is a function application only for letters the problem uses as functions
-  (:func:`function_letters`), otherwise a product;
+  (:func:`function_letters`) or before an argument list with a comma; otherwise a product;
+* ``\\sin 2x`` is ``sin(2x)`` (a number and the names glued to it), ``\\sin x y`` is rejected;
+* ``*``, ``\\circ``, ``\\oplus`` … between operands are a problem's own operation, kept as an
+  uninterpreted function (``x * y = y * x`` is not the truth value SymPy would give);
+* ``\\parallel``, ``\\perp``, ``\\sim``, ``\\subset`` and membership in a named set or line
+  are uninterpreted predicates; ``f: A \\to B`` is a map declaration; ``a : b`` is a ratio;
+  ``:=`` is an equation; ``\\sum``/``\\prod`` bind their index (``a_i`` becomes
+  ``Indexed``); ``\\{x \\mid …\\}`` is a ``ConditionSet``; ``a \\mid b`` is ``Mod(b, a) = 0``;
+* ``[x]`` and ``\\{x\\}`` are read as integer and fractional part only when the problem
+  says so in words (:func:`declared_notation`), otherwise rejected;
 * unknown commands, ``\\pm``, words (``\\text{and}``, ``mod``, ``sin`` without a
-  backslash), square brackets (integer part, area or grouping?), ``\\{x\\}`` (fractional
-  part or set?), ellipses, sums and integrals are rejected;
+  backslash), an ellipsis inside a number, imaginary values and infinity are rejected; an
+  ellipsis inside a formula is an opaque atom of its own (``\\ldots_{1}``);
 * chained relations are split into their links (``-1 \\leq x < 1`` →
   ``And(-1 <= x, x < 1)``);
 * a structural check compares the Latin letters of the input with the letters of the
@@ -95,6 +105,7 @@ _DECORATIONS = frozenset({"overline", "bar", "hat", "widehat", "tilde", "widetil
                           "overrightarrow", "mathcal", "mathbf", "mathfrak", "mathscr",
                           "boldsymbol", "dot", "check", "breve", "underline", "mathit"})
 _NAME_PREFIX_CMDS = frozenset({"angle", "triangle", "odot"})
+_ANGLE_HATS = frozenset({"hat", "widehat"})
 _WORD_ARG_CMDS = frozenset({"operatorname", "text", "mathbb", "begin", "end", "textrm",
                             "textit", "textbf", "mbox", "hbox", "mathrm"})
 _BAD_WORDS = ("sin", "cos", "tan", "cot", "log", "exp", "max", "min", "gcd", "lcm", "mod",
@@ -188,8 +199,10 @@ def _tokenize(s: str) -> list[_Tok]:
         if not m or m.end() == i:
             break
         num, let, cmd, esc, other = m.groups()
-        pos = m.start(m.lastindex) if m.lastindex else i
-        space = pos > i
+        whole = m.group(0)
+        ws = len(whole) - len(whole.lstrip())
+        pos = i + ws
+        space = ws > 0
         i = m.end()
         if num is not None:
             toks.append(_Tok("num", num, pos, space))
@@ -802,12 +815,20 @@ class _Parser:
                 and not (nxt.kind == "op" and nxt.value in ("_", "'"))
                 and not (nxt.kind == "let" and nxt.value.isupper() and not nxt.space))
 
+    def _glued_hat(self) -> bool:
+        t = self.tok
+        return (t.kind == "cmd" and t.value in _ANGLE_HATS and not t.space and (t.arg or "").strip().isupper()
+                and len((t.arg or "").strip()) == 1)
+
     def uppercase_run(self) -> str:
         """Capital letters naming one geometric object: glued (``AB``, ``A_1B_1``,
         ``A'B'``), or bare letters separated by blanks (``A B C``, as OCR and printers
         write segment and triangle names); ``AB CD`` stays a product of two names."""
         units = [self.name_unit()]
         spaced = False
+        if self._glued_hat():
+            hat = self.command()
+            return units[0] + hat.name
         while self.tok.kind == "let" and self.tok.value.isupper():
             if not self.tok.space and not spaced:
                 units.append(self.name_unit())
@@ -899,7 +920,8 @@ class _Parser:
         if t.value in self.functions and (self.is_op("(", nxt) or (self.is_op("'", nxt))
                                           or (self.is_op("{", nxt) and self.is_op("(", self.peek(2)))):
             return self.applied_function()
-        if t.value.isupper() and nxt.kind == "let" and nxt.value.isupper():
+        if t.value.isupper() and ((nxt.kind == "let" and nxt.value.isupper())
+                                  or (nxt.kind == "cmd" and nxt.value in _ANGLE_HATS and not nxt.space)):
             name = self.uppercase_run()
         elif t.value.isupper() and nxt.kind == "op" and nxt.value in ("_", "'"):
             # A_1B_1 or A'B': a run continues after the first unit
@@ -1124,6 +1146,10 @@ class _Parser:
             if self.is_op("_"):
                 self.advance()
                 name += "_{" + self.subscript_text() + "}"
+            if v in _ANGLE_HATS and body.isupper():
+                # B\\hat{A}C, \\hat{A}BP: a hat glued to capitals names an angle
+                while self.tok.kind == "let" and self.tok.value.isupper() and not self.tok.space:
+                    name += self.name_unit()
             return sp.Symbol(name)
         if v == "ldots":
             self.advance()
