@@ -61,7 +61,7 @@ __all__ = [
 ]
 
 #: Bump whenever the output for some input would change.
-GENERATOR_VERSION = "cas-1.0"
+GENERATOR_VERSION = "cas-1.1"
 #: Peer: at most 8 spans tried per problem.
 MAX_RELATIONS = 8
 MAX_REFORMULATE = 2

@@ -77,7 +77,6 @@ REL_OPS: dict[str, type] = {
     "=": sp.Eq, "<": sp.StrictLessThan, "<=": sp.LessThan, ">": sp.StrictGreaterThan,
     ">=": sp.GreaterThan, "!=": sp.Ne,
 }
-_REL_OF_CLASS = {v: k for k, v in REL_OPS.items()}
 _REL_TOKENS = {"=": "=", "<": "<", ">": ">", "leq": "<=", "geq": ">=", "neq": "!="}
 _REL_TOKENS_STRICT = {"=": "=", "<": "<", ">": ">", "leq": "<=", "geq": ">=", "neq": "!="}
 #: Geometric relations kept as uninterpreted predicates (structure only, never evaluated).
@@ -1430,11 +1429,6 @@ def _object_letters(obj: sp.Basic) -> set[str]:
         if f.func.__name__ not in _OPAQUE_FUNCS:
             out |= _letters_of_name(f.func.__name__)
     return out
-
-
-_ALLOWED_FUNCS = (sp.frac, sp.sin, sp.cos, sp.tan, sp.cot, sp.sec, sp.csc, sp.asin, sp.acos, sp.atan,
-                  sp.sinh, sp.cosh, sp.tanh, sp.log, sp.exp, sp.Abs, sp.floor, sp.ceiling,
-                  sp.factorial, sp.binomial, sp.Max, sp.Min)
 
 
 def _check_tree(obj: sp.Basic, allow_infinite_limits: bool = False) -> None:

@@ -15,7 +15,8 @@ Rewrites, in order (each is a rule, not a special case of one input):
 * spacing: ``\\,  \\;  \\:  \\!  \\ `` ``~``, ``\\quad``, ``\\hspace{…}``, ``\\phantom{…}``;
 * aliases: ``\\dfrac``/``\\tfrac``/``\\cfrac`` → ``\\frac``; ``\\le``, ``\\leqslant``,
   ``\\leqq`` → ``\\leq`` (and ``\\ge`` likewise); ``\\ne``, ``\\not=`` → ``\\neq``;
-  ``\\lt``/``\\gt``; ``\\times``, ``\\ast``, ``*``, ``\\cdotp`` → ``\\cdot``; ``\\div`` →
+  ``\\lt``/``\\gt``; ``\\times``, ``\\cdotp`` → ``\\cdot``; ``\\ast`` → ``*`` (kept: a
+  bare ``*`` is usually a problem's own operation); ``\\div`` →
   ``/``; ``\\lvert``/``\\rvert``/``\\vert`` → ``|``; ``\\lbrace`` → ``\\{``; ``\\dots``,
   ``\\cdots`` … → ``\\ldots``; ``\\dbinom`` → ``\\binom``; Russian and French function
   names (``\\tg``, ``\\ctg``, ``\\arctg``, ``\\cosec``, ``\\sh``, ``\\ch``); ``\\lg`` →

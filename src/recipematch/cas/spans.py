@@ -159,7 +159,6 @@ _SEPARATOR_COMMANDS = frozenset({
     "and", "or", "Leftarrow", "Longleftarrow", "hfill", "newline",
 })
 _TEXT_COMMANDS = frozenset({"text", "textrm", "textit", "textbf", "mbox", "hbox", "textnormal"})
-_OPEN = {"{": "}", "(": ")", "[": "]"}
 _CMD_RE = re.compile(r"\\([A-Za-z]+|.)", re.S)
 _TRAIL = " \t\n\r.,;:~?"
 _LIST_ENVS = frozenset({"cases", "array", "matrix", "pmatrix", "bmatrix", "tabular", "dcases", "rcases"})
