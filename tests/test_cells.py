@@ -111,3 +111,16 @@ def test_apply_gates_counts_every_drop():
     assert counts == {"negatives_dropped.exclusion_v2_negative_text": 1, "rows_dropped.exclusion_v2_anchor_id": 1,
                       "rows_dropped.exclusion_v2_positive_text": 1, "rows_dropped.heldout_source": 1, "rows_kept": 1}
     assert len(drops) == 4
+
+
+def test_max_rows_per_source_is_seeded_and_keeps_prefixes():
+    pool = _pool(30, per_source=4)
+    a, info = budget_rows(pool, n_rows=20, seed=5, max_rows_per_source=1)
+    assert len(a) == 20 and len({r["source_id"] for r in a}) == 20 and info["max_rows_per_source"] == 1
+    b, _ = budget_rows(pool, n_rows=10, seed=5, max_rows_per_source=1)
+    assert [r["positive"] for r in b] == [r["positive"] for r in a[:10]]
+    picked = {r["source_id"]: r["positive"] for r in a}
+    other = {r["source_id"]: r["positive"] for r in budget_rows(pool, n_rows=30, seed=6, max_rows_per_source=1)[0]}
+    assert any(picked[s] != other[s] for s in picked if s in other)
+    with pytest.raises(ValueError):
+        budget_rows(pool, n_rows=5, seed=0, max_rows_per_source=0)

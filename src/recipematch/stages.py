@@ -252,7 +252,7 @@ def run_verified(params: Mapping[str, Any], lay: Layout, *, progress: bool = Tru
               "negatives": sum(len(r["negatives"]) for r in rows),
               "families": {f: sum(1 for r in rows if r["positive_provenance"]["transform_family"] == f)
                            for f in sorted({r["positive_provenance"]["transform_family"] for r in rows})},
-              "generator": {k: v for k, v in summary.items() if k != "census"},
+              "generator": {k: v for k, v in summary.items() if k != "census" and not k.endswith("_path")},
               "census": summary.get("census", {})}
     write_json(lay.metrics / "verified.json", counts)
     write_run_record(lay.cas, lay, "verified", {**asdict(cfg), "seed": seed, "generator_version": cas.GENERATOR_VERSION},
@@ -387,7 +387,8 @@ def run_cells(params: Mapping[str, Any], lay: Layout, arm: str) -> dict:
     write_jsonl(out / "drops.jsonl", drops)
     seeds = {}
     for s in train_seeds(params):
-        chosen, info = budget_rows(kept, n_rows=bcfg.rows, seed=s, dev_fraction=bcfg.dev_fraction)
+        chosen, info = budget_rows(kept, n_rows=bcfg.rows, seed=s, dev_fraction=bcfg.dev_fraction,
+                                   max_rows_per_source=bcfg.max_rows_per_source or None)
         write_jsonl(out / f"seed_{s}.jsonl", chosen)
         seeds[str(s)] = info
     counts = {"arm": arm, "cell": spec.name, "assemble": asm_counts, "gates": gate_counts, "budget": seeds}
@@ -549,7 +550,7 @@ def run_evaluate(params: Mapping[str, Any], lay: Layout, arm: str, *, progress: 
     import pandas as pd
 
     from recipematch.beir import load_beir
-    from recipematch.retrieval import SentenceTransformerEncoder, evaluate
+    from recipematch.retrieval import MemoisedEncoder, SentenceTransformerEncoder, evaluate
     from recipematch.stats import mean_sd
 
     ecfg = section(params, "evaluate", EvaluateConfig)
@@ -565,8 +566,8 @@ def run_evaluate(params: Mapping[str, Any], lay: Layout, arm: str, *, progress: 
     data = {t: load_beir(lay.evalsets / t) for t in TESTS}
     frames, per_model = [], {}
     for seed_label, path, rec in models:
-        enc = SentenceTransformerEncoder(path, max_seq_length=ecfg.max_seq_length, batch_size=ecfg.batch_size,
-                                         device=ecfg.device)
+        enc = MemoisedEncoder(SentenceTransformerEncoder(path, max_seq_length=ecfg.max_seq_length,
+                                                         batch_size=ecfg.batch_size, device=ecfg.device))
         res = {}
         for t in TESTS:
             corpus, queries, qrels = data[t]

@@ -160,6 +160,10 @@ def train_one(rows: Sequence[Mapping[str, Any]], *, base_model: str, out_dir: Pa
         raise ValueError("no dev triplets: the dev split is empty")
 
     sampler_reports = {name: no_duplicates_report(ds, cfg.batch_size, seed) for name, ds in datasets.items()}
+    if not any(r["batches_yielded"] for r in sampler_reports.values()):
+        raise ValueError(f"the NO_DUPLICATES sampler cannot form one batch of {cfg.batch_size} examples without a "
+                         f"repeated text ({sampler_reports}); too few distinct anchors: raise budget.rows, lower "
+                         "train.batch_size or cap budget.max_rows_per_source")
     model = SentenceTransformer(base_model, device=cfg.device)
     model.max_seq_length = cfg.max_seq_length
     loss = CachedMultipleNegativesRankingLoss(model, scale=cfg.scale, mini_batch_size=cfg.mini_batch_size)
@@ -201,6 +205,8 @@ def train_one(rows: Sequence[Mapping[str, Any]], *, base_model: str, out_dir: Pa
         model.save(str(out_dir), safe_serialization=True)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+    if int(result.global_step) == 0:
+        raise ValueError("training ran 0 optimisation steps; the checkpoint would be the base model")
     return {
         "seed": seed, "train_examples": n_train, "train_rows": len(train_rows), "dev_rows": len(dev_rows),
         "dev_triplets": len(dev["anchor"]), "steps": int(result.global_step), "eval_steps": eval_steps,
