@@ -124,3 +124,19 @@ def test_max_rows_per_source_is_seeded_and_keeps_prefixes():
     assert any(picked[s] != other[s] for s in picked if s in other)
     with pytest.raises(ValueError):
         budget_rows(pool, n_rows=5, seed=0, max_rows_per_source=0)
+
+
+def test_every_named_cell_builds_or_says_which_input_is_missing():
+    files = _files()
+    built, missing = [], []
+    for name, spec in NAMED_ARMS.items():
+        try:
+            rows, _ = assemble_cell(spec, files, seed=0)
+            built.append(name)
+            assert all(r["positive_provenance"]["generator"] in ("cas", "d1_recipe", "d4_restatement") for r in rows)
+        except MissingInput as e:
+            missing.append(name)
+            assert str(e).startswith("no input for ")
+    assert {"verified", "recipe", "reference", "d4", "cas_alone", "d4_recipe_matched", "d4_recipe_full", "cas_recipe",
+            "d1_alone", "d1_cas"} <= set(built)
+    assert {"d5", "bt", "bt3_cas", "d4_unrelated_full"} <= set(missing)

@@ -28,8 +28,8 @@ def test_dvc_exp_run_float_is_a_float(tmp_path):
 
 
 def test_section_types_and_unknown_keys():
-    base = {"rows": 60, "dev_fraction": 0.05, "max_rows_per_source": 1}
-    assert section({"budget": base}, "budget", BudgetConfig) == BudgetConfig(60, 0.05, 1)
+    base = {"rows": 60, "dev_fraction": 0.05, "max_rows_per_source": 1, "shared_sources": []}
+    assert section({"budget": base}, "budget", BudgetConfig) == BudgetConfig(60, 0.05, 1, ())
     # a numeric string (as a YAML 1.1 writer may leave it) still becomes a float
     assert section({"budget": {**base, "dev_fraction": "5e-02"}}, "budget", BudgetConfig).dev_fraction == 0.05
     with pytest.raises(TypeError, match="unknown key"):

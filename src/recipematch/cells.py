@@ -35,7 +35,7 @@ from __future__ import annotations
 import hashlib
 import math
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -99,11 +99,35 @@ class CellSpec:
 
 
 NAMED_ARMS: dict[str, CellSpec] = {
+    # Table 1 (the headline arms) and Table 9's D4
     "verified": CellSpec("cas", "cas"),
     "recipe": CellSpec("d1", "recipe"),
     "reference": CellSpec("d4", "cas"),
     "d4": CellSpec("d4", "none"),
+    # Table 12: the 2 x 2
+    "cas_alone": CellSpec("cas", "none"),
+    # Table 12: D4 positives with LLM-written near-misses
+    "d4_recipe_matched": CellSpec("d4", "recipe", "matched"),
+    "d4_recipe_full": CellSpec("d4", "recipe", "full"),
+    "d4_unrelated_matched": CellSpec("d4", "unrelated", "matched"),
+    "d4_unrelated_full": CellSpec("d4", "unrelated", "full"),
+    # Table 12: swapping the positives
+    "cas_recipe": CellSpec("cas", "recipe", "full"),
+    "bt_cas": CellSpec("bt", "cas"),
+    "bt3_cas": CellSpec("bt3", "cas"),
+    # Table 12: a second recipe-free prompt
+    "d5": CellSpec("d5", "none"),
+    "d5_cas": CellSpec("d5", "cas"),
+    # Table 12: the remaining cells of the grid (LLM near-misses at the recipe arm's volume)
+    "cas_unrelated": CellSpec("cas", "unrelated", "full"),
+    "bt": CellSpec("bt", "none"),
+    "bt_unrelated": CellSpec("bt", "unrelated", "full"),
+    "bt_recipe": CellSpec("bt", "recipe", "full"),
+    "d1_alone": CellSpec("d1", "none"),
+    "d1_cas": CellSpec("d1", "cas"),
+    "d1_unrelated": CellSpec("d1", "unrelated", "full"),
 }
+"""Named cells (paper Tables 1, 9 and 12). Any of these names can be listed in ``arms``."""
 
 
 class MissingInput(RuntimeError):
@@ -234,7 +258,9 @@ def is_dev_source(source_id: str, *, seed: int, dev_fraction: float) -> bool:
 
 
 def budget_rows(rows: Sequence[Mapping[str, Any]], *, n_rows: int, seed: int, dev_fraction: float = 0.05,
-                max_rows_per_source: int | None = None) -> tuple[list[dict], dict[str, Any]]:
+                max_rows_per_source: int | None = None,
+                row_filter: Callable[[list[dict]], tuple[list[dict], list[dict]]] | None = None,
+                source_list: Sequence[str] | None = None) -> tuple[list[dict], dict[str, Any]]:
     """Matched budget: seeded shuffle-then-truncate with sources kept together (SPEC §5).
 
     Sources are put in a random order drawn from ``seed``; their rows (canonical order inside
@@ -252,6 +278,11 @@ def budget_rows(rows: Sequence[Mapping[str, Any]], *, n_rows: int, seed: int, de
         max_rows_per_source: keep at most this many rows of a source, drawn with ``seed`` and
             the source id (independently of the budget, so prefixes stay nested). The peer's
             released verified and D1 files hold one row per source; ``None`` keeps all.
+        row_filter: an expensive gate applied lazily to each source's rows when the walk
+            reaches that source (e.g. :meth:`recipematch.gates.CosineGate.filter_rows`); it
+            returns ``(kept, dropped_records)``. Deterministic filters keep prefixes nested.
+        source_list: when given, only these sources are drawn from (two arms trained on one
+            source list: pass the intersection of their pools; SPEC §5).
 
     Returns:
         ``(rows_with_split, info)``; info holds ``requested``, ``available``, ``selected``,
@@ -273,14 +304,22 @@ def budget_rows(rows: Sequence[Mapping[str, Any]], *, n_rows: int, seed: int, de
             if len(rs) > max_rows_per_source:
                 keep = _rng_for(seed, "rows-of-source", sid).permutation(len(rs))[:max_rows_per_source]
                 groups[sid] = [rs[i] for i in sorted(keep)]
+    if source_list is not None:
+        allowed = set(source_list)
+        groups = {k: v for k, v in groups.items() if k in allowed}
     order = sorted(groups)
     perm = np.random.default_rng(seed).permutation(len(order))
     ordered = [order[i] for i in perm]
     out: list[dict] = []
+    filtered: list[dict] = []
     for sid in ordered:
         if len(out) >= n_rows:
             break
-        out.extend(groups[sid][: n_rows - len(out)])
+        rs = groups[sid]
+        if row_filter is not None:
+            rs, dropped = row_filter(rs)
+            filtered.extend(dropped)
+        out.extend(rs[: n_rows - len(out)])
     srcs = list(dict.fromkeys(r["source_id"] for r in out))
     dev = {s for s in srcs if is_dev_source(s, seed=seed, dev_fraction=dev_fraction)}
     if not dev and len(srcs) >= 2:
@@ -298,4 +337,6 @@ def budget_rows(rows: Sequence[Mapping[str, Any]], *, n_rows: int, seed: int, de
         "negatives_per_row": round(sum(len(r["negatives"]) for r in result) / len(result), 4) if result else 0.0,
     }
     info["max_rows_per_source"] = max_rows_per_source
+    info["filtered"] = filtered
+    info["source_list"] = None if source_list is None else len(set(source_list))
     return result, info

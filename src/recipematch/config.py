@@ -145,11 +145,14 @@ def top(params: Mapping[str, Any], key: str, tp: Any) -> Any:
 @dataclass(frozen=True)
 class GatesConfig:
     """SPEC §4. ``active``: ``v1`` or ``v2`` (no "off"); n-gram gate over word ``ngram_n``-grams
-    with containment threshold ``ngram_threshold`` in [0, 1] (paper: 5 and 0.35)."""
+    with containment threshold ``ngram_threshold`` in [0, 1] (paper: 5 and 0.35), checked in
+    both directions; embedding-cosine gate at ``cosine_threshold`` (paper: 0.9) with the
+    base model."""
 
     active: str
     ngram_n: int
     ngram_threshold: float
+    cosine_threshold: float
 
 
 @dataclass(frozen=True)
@@ -193,11 +196,13 @@ class LLMConfig:
 class BudgetConfig:
     """Matched budget (SPEC §5): exact ``rows`` per arm and seed; ``dev_fraction`` of sources
     held out as dev; at most ``max_rows_per_source`` rows of one source (1: as the peer's
-    released verified and recipe files, one row per source; 0 = no cap)."""
+    released verified and recipe files, one row per source; 0 = no cap). Arms named in
+    ``shared_sources`` draw from one source list: the sources all of them can supply."""
 
     rows: int
     dev_fraction: float
     max_rows_per_source: int
+    shared_sources: tuple[str, ...]
 
 
 @dataclass(frozen=True)

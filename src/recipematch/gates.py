@@ -189,3 +189,69 @@ class NgramGate:
     def flags(self, text: str) -> bool:
         """True when ``text`` must be dropped."""
         return self.max_containment(text)[0] > self.threshold
+
+
+class CosineGate:
+    """Embedding-cosine gate (SPEC §4: cosine ≥ 0.9, used for MELD).
+
+    A text is flagged when its cosine similarity to some evaluation text reaches
+    ``threshold``, both embedded by ``encoder`` (any object with ``encode(list[str]) ->
+    (n, d)`` float32 unit rows, e.g. :class:`recipematch.retrieval.MemoisedEncoder`).
+
+    Args:
+        eval_embeddings: ``(n_eval, d)`` float32, unit rows.
+        encoder: encodes the texts to check.
+        threshold: cosine in [-1, 1] at or above which a text is dropped.
+
+    Raises:
+        ValueError: ``threshold`` outside [-1, 1] or embeddings not 2-D.
+    """
+
+    def __init__(self, eval_embeddings, encoder, *, threshold: float = 0.9) -> None:
+        import numpy as np
+
+        if not -1.0 <= threshold <= 1.0:
+            raise ValueError(f"cosine threshold must lie in [-1, 1], got {threshold}")
+        emb = np.asarray(eval_embeddings, dtype=np.float32)
+        if emb.ndim != 2:
+            raise ValueError(f"eval_embeddings must be 2-D, got shape {emb.shape}")
+        self.eval_embeddings = emb
+        self.encoder = encoder
+        self.threshold = threshold
+
+    def max_cosine(self, texts: Sequence[str]):
+        """``(len(texts),)`` float32: each text's largest cosine to any evaluation text."""
+        import numpy as np
+
+        if not len(texts) or not len(self.eval_embeddings):
+            return np.zeros(len(texts), dtype=np.float32)
+        emb = np.asarray(self.encoder.encode(list(texts)), dtype=np.float32)  # (n, d)
+        return (emb @ self.eval_embeddings.T).max(axis=1)
+
+    def filter_rows(self, rows: Sequence[Mapping]) -> tuple[list[dict], list[dict]]:
+        """Split rows into (kept, dropped); a row is dropped when its anchor or positive is
+        flagged, and a flagged negative is removed from its row. Dropped records carry the
+        reason ``cosine_gate`` and the cosine."""
+        texts: list[str] = []
+        for r in rows:
+            texts += [r["anchor"], r["positive"], *[n["text"] for n in r.get("negatives") or []]]
+        cos = self.max_cosine(texts)
+        kept, dropped, i = [], [], 0
+        for r in rows:
+            negs = r.get("negatives") or []
+            c_anchor, c_pos = float(cos[i]), float(cos[i + 1])
+            c_negs = [float(c) for c in cos[i + 2:i + 2 + len(negs)]]
+            i += 2 + len(negs)
+            if max(c_anchor, c_pos) >= self.threshold:
+                dropped.append({"source_id": r["source_id"], "what": "row", "reason": "cosine_gate",
+                                "cosine": round(max(c_anchor, c_pos), 4)})
+                continue
+            keep_negs = []
+            for n, c in zip(negs, c_negs):
+                if c >= self.threshold:
+                    dropped.append({"source_id": r["source_id"], "what": "negative", "reason": "cosine_gate",
+                                    "cosine": round(c, 4)})
+                else:
+                    keep_negs.append(n)
+            kept.append({**r, "negatives": keep_negs})
+        return kept, dropped
