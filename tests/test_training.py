@@ -52,3 +52,10 @@ def test_trainer_gates_again():
     assert [r["source_id"] for r in rows] == ["b"]
     assert [n["text"] for n in rows[0]["negatives"]] == ["neg b 0"]
     assert counts == {"rows_dropped": 1, "negatives_dropped": 1}
+
+
+def test_single_positive_only_dev_source_borrows_a_train_positive():
+    dev = [_row("d", 0, "dev")]
+    assert dev_triplets(dev, seed=0, limit=10)["anchor"] == []
+    trip = dev_triplets(dev, seed=0, limit=10, fallback=[_row("t1", 0), _row("t2", 0)])
+    assert trip["anchor"] == ["anchor d"] and trip["negative"][0] in ("positive t1", "positive t2")

@@ -54,7 +54,9 @@ def table_markdown(stats: Mapping[str, Any], cells: Mapping[str, str], ks=(1, 5,
 
 
 def scatter_png(stats: Mapping[str, Any], cells: Mapping[str, str], path: Path) -> None:
-    """Figure-1-style scatter: x = probe R@1 (real retrieval), y = LLM-built tier R@1."""
+    """Figure-1-style scatter: x = probe R@1 (real retrieval), y = LLM-built tier R@1; one
+    point per trained (arm, seed), the base as ×, a dashed line at the base's x, hollow
+    markers for cells trained without negatives (paper Figure 1 conventions)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -71,7 +73,10 @@ def scatter_png(stats: Mapping[str, Any], cells: Mapping[str, str], path: Path) 
         if a == "base":
             ax.scatter(xs, ys, marker="x", s=80, color="black", label="base (untrained)", zorder=3)
         else:
-            ax.scatter(xs, ys, s=40, color=COLOURS.get(a, "grey"), label=label, alpha=0.85, zorder=2)
+            hollow = "xnone" in cells.get(a, "")  # paper Figure 1: hollow = trained without negatives
+            colour = COLOURS.get(a, "grey")
+            ax.scatter(xs, ys, s=40, facecolors="none" if hollow else colour, edgecolors=colour, label=label,
+                       alpha=0.85, zorder=2)
     if base:
         ax.axvline(base["probe.R@1"]["mean"], color="black", linestyle="--", linewidth=1)
     ax.set_xlabel("real retrieval kept: near-miss probe R@1 (%)")

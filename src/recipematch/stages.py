@@ -246,7 +246,7 @@ def run_verified(params: Mapping[str, Any], lay: Layout, *, progress: bool = Tru
     write_jsonl(lay.pairs / "cas.jsonl", rows)
     write_jsonl(lay.cas / "failures.jsonl", sorted(failures, key=lambda f: f["source_id"]))
     srcs = {r["source_id"] for r in rows}
-    counts = {"problems": len(problems), "skipped_excluded": len(corpus) - len(problems), "rows": len(rows),
+    counts = {"paraphrase_depth_char3_jaccard": _depth(rows), "problems": len(problems), "skipped_excluded": len(corpus) - len(problems), "rows": len(rows),
               "sources_with_rows": len(srcs),
               "sources_with_negative": len({r["source_id"] for r in rows if r["negatives"]}),
               "negatives": sum(len(r["negatives"]) for r in rows),
@@ -258,6 +258,16 @@ def run_verified(params: Mapping[str, Any], lay: Layout, *, progress: bool = Tru
     write_run_record(lay.cas, lay, "verified", {**asdict(cfg), "seed": seed, "generator_version": cas.GENERATOR_VERSION},
                      {"corpus": lay.corpus / "corpus.parquet", "exclusion": ex_path}, counts)
     return counts
+
+
+def _depth(rows: Sequence[Mapping[str, Any]]) -> float | None:
+    """Mean character-3-gram Jaccard between anchor and positive (SPEC §8: paraphrase depth;
+    the peer: CAS 0.865, D1 0.463, D4 0.421), rounded to 4 places; ``None`` without rows."""
+    from recipematch.llm.depth import mean_char3_jaccard
+
+    if not rows:
+        return None
+    return round(float(mean_char3_jaccard((r["anchor"], r["positive"]) for r in rows)), 4)
 
 
 # --------------------------------------------------------------------------- 5 LLM pairs
@@ -321,7 +331,8 @@ def run_llm(params: Mapping[str, Any], lay: Layout, prompt: str, *, progress: bo
     lay.pairs.mkdir(parents=True, exist_ok=True)
     write_jsonl(lay.pairs / f"{prompt}.jsonl", rows)
     write_jsonl(out / "failures.jsonl", failures)
-    counts = {"sources_requested": len(sources), "skipped_excluded": len(corpus) - len(sources), **counts}
+    counts = {"sources_requested": len(sources), "skipped_excluded": len(corpus) - len(sources),
+              "paraphrase_depth_char3_jaccard": _depth(rows), **counts}
     write_json(lay.metrics / f"llm_{prompt}.json", counts)
     write_run_record(out, lay, f"llm:{prompt}", asdict(cfg),
                      {"corpus": lay.corpus / "corpus.parquet", "exclusion": ex_path,

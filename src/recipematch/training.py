@@ -64,23 +64,26 @@ def training_examples(rows: Sequence[Mapping[str, Any]]) -> tuple[dict[str, list
     return trip, pair
 
 
-def dev_triplets(rows: Sequence[Mapping[str, Any]], *, seed: int, limit: int) -> dict[str, list[str]]:
+def dev_triplets(rows: Sequence[Mapping[str, Any]], *, seed: int, limit: int,
+                 fallback: Sequence[Mapping[str, Any]] = ()) -> dict[str, list[str]]:
     """Dev triplets for checkpoint selection (SPEC §6: up to 2,000).
 
     A dev row's own negatives are used; a row without negatives takes as negative the
-    positive of another dev source, drawn with ``seed`` (so positives-only cells still get a
-    dev score). The list is cut at ``limit`` after a seeded shuffle.
+    positive of another source, drawn with ``seed`` from the other dev rows and ``fallback``
+    (the cell's train rows), so positives-only cells and a single dev source still get a dev
+    score. The list is cut at ``limit`` after a seeded shuffle.
     """
     rng = np.random.default_rng(seed)
     trip = {"anchor": [], "positive": [], "negative": []}
-    srcs = [r["source_id"] for r in rows]
+    pool = [*rows, *fallback]
+    srcs = [r["source_id"] for r in pool]
     for i, r in enumerate(rows):
         negs = [n["text"] for n in r.get("negatives") or []]
         if not negs:
             others = [j for j, s in enumerate(srcs) if s != r["source_id"]]
             if not others:
                 continue
-            negs = [rows[int(rng.choice(others))]["positive"]]
+            negs = [pool[int(rng.choice(others))]["positive"]]
         for n in negs:
             trip["anchor"].append(r["anchor"])
             trip["positive"].append(r["positive"])
@@ -155,7 +158,7 @@ def train_one(rows: Sequence[Mapping[str, Any]], *, base_model: str, out_dir: Pa
     n_train = sum(len(d) for d in datasets.values())
     if n_train < cfg.batch_size:
         raise ValueError(f"{n_train} training examples, fewer than one batch of {cfg.batch_size}: raise budget.rows or lower train.batch_size")
-    dev = dev_triplets(dev_rows, seed=seed, limit=cfg.max_dev_triplets)
+    dev = dev_triplets(dev_rows, seed=seed, limit=cfg.max_dev_triplets, fallback=train_rows)
     if not dev["anchor"]:
         raise ValueError("no dev triplets: the dev split is empty")
 
