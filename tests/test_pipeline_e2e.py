@@ -91,6 +91,15 @@ def test_shared_source_list(pipeline):
     assert "cosine_gate_rows_dropped" in m["budget"]["42"]
 
 
+def test_llm_stage_self_test_and_depth(pipeline):
+    _, lay, _, _ = pipeline
+    m = read_json(lay.metrics / "llm_d1_recipe.json")
+    assert m["self_test"] == {"checked": 3, "ok": True, "origin": "recordings"}
+    assert 0.2 < m["paraphrase_depth_char3_jaccard"] < 0.9
+    v = read_json(lay.metrics / "verified.json")
+    assert v["paraphrase_depth_char3_jaccard"] > m["paraphrase_depth_char3_jaccard"]  # CAS rows are near-copies
+
+
 def test_cells_follow_their_specs(pipeline):
     _, lay, _, _ = pipeline
     rec = read_jsonl_strict(lay.cells("recipe") / "seed_42.jsonl")

@@ -323,21 +323,58 @@ def run_llm(params: Mapping[str, Any], lay: Layout, prompt: str, *, progress: bo
     out = lay.llm(prompt)
     out.mkdir(parents=True, exist_ok=True)
     n_neg = cfg.n_neg if prompt not in ("d4_restatement", "d5_survey") else 0
+    sampling = {"temperature": cfg.temperature, "top_p": cfg.top_p, "max_tokens": cfg.max_tokens}
+    self_test = _llm_self_test(cfg, lay, backend, sources, prompt=prompt, n_neg=n_neg, sampling=sampling, seed=seed,
+                               store_path=out / "calls.jsonl")
     rows, failures, counts = run_llm_pairs(
         sources, prompt_name=prompt, n_pos=cfg.n_pos, n_neg=n_neg, backend=backend, judge_backend=backend,
         store_path=out / "calls.jsonl", model_id=cfg.model_id, judge_model_id=cfg.judge_model_id,
-        sampling={"temperature": cfg.temperature, "top_p": cfg.top_p, "max_tokens": cfg.max_tokens}, seed=seed,
-        require_tags=cfg.require_tags, progress=progress)
+        sampling=sampling, seed=seed, require_tags=cfg.require_tags, progress=progress)
     lay.pairs.mkdir(parents=True, exist_ok=True)
     write_jsonl(lay.pairs / f"{prompt}.jsonl", rows)
     write_jsonl(out / "failures.jsonl", failures)
-    counts = {"sources_requested": len(sources), "skipped_excluded": len(corpus) - len(sources),
+    counts = {"sources_requested": len(sources), "skipped_excluded": len(corpus) - len(sources), "self_test": self_test,
               "paraphrase_depth_char3_jaccard": _depth(rows), **counts}
     write_json(lay.metrics / f"llm_{prompt}.json", counts)
     write_run_record(out, lay, f"llm:{prompt}", asdict(cfg),
                      {"corpus": lay.corpus / "corpus.parquet", "exclusion": ex_path,
                       "recordings": lay.recordings / "recordings.jsonl"}, {"rows": len(rows), "failures": len(failures)})
     return counts
+
+
+def _llm_self_test(cfg: LLMConfig, lay: Layout, backend, sources, *, prompt: str, n_neg: int, sampling, seed: int,
+                   store_path: Path, limit: int = 3) -> dict:
+    """Worker self-test gate (the judging design note): before writing any output the
+    backend re-answers up to ``limit`` already-recorded requests and must match them byte
+    for byte. Recorded answers come from this stage's call store (a resumed or repeated
+    run) or, for the replay backend, from its recordings; with neither (a first run against
+    a live model) the gate records that it had nothing to check.
+
+    Raises:
+        SystemExit: a mismatch (the worker would write answers unlike its recorded ones).
+    """
+    from recipematch.llm.pipeline import build_generation_requests, recorded_items_from_store, self_test
+
+    reqs = build_generation_requests(sources, prompt_name=prompt, n_pos=cfg.n_pos, n_neg=n_neg, model_id=cfg.model_id,
+                                     sampling=sampling, seed=seed)
+    items = recorded_items_from_store(reqs, store_path, limit) if store_path.exists() else []
+    origin = "call_store"
+    if not items and cfg.backend == "replay":
+        from recipematch.llm.recordings import read_jsonl
+
+        recs = {(r["prompt_sha256"], r["source_id"], r["variant"]): r["raw_text"]
+                for r in read_jsonl(lay.recordings / "recordings.jsonl")}
+        items = [(r, recs[(r.prompt_sha256, r.source_id, r.variant)]) for r in reqs
+                 if (r.prompt_sha256, r.source_id, r.variant) in recs][:limit]
+        origin = "recordings"
+    if not items:
+        return {"checked": 0, "ok": None, "origin": "nothing recorded yet"}
+    ok, mismatches = self_test(backend, items)
+    if not ok:
+        raise SystemExit(f"llm[{prompt}] self-test failed: the backend did not reproduce {len(mismatches)} of "
+                         f"{len(items)} recorded answers (first: source {mismatches[0]['source_id']}, "
+                         f"error {mismatches[0]['error']}); no output written")
+    return {"checked": len(items), "ok": True, "origin": origin}
 
 
 # --------------------------------------------------------------------------- 6 cells
