@@ -1,0 +1,1 @@
+"""Stage implementations, one module per pipeline stage (each a dependency of its DVC stage)."""

@@ -1,0 +1,113 @@
+"""Stage 7: training, one MLflow run per (arm, seed)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import asdict
+from typing import Any
+
+from recipematch.config import MlflowConfig, TrainConfig, section
+from recipematch.io import (
+    canonical_json,
+    read_json,
+    read_jsonl_strict,
+    sha256_file,
+    sha256_text,
+    sha256_tree,
+    write_json,
+)
+from recipematch.pipeline.common import (
+    Layout,
+    git_rev,
+    load_exclusion,
+    mlflow_uri,
+    resolve_model,
+    spec_from_file,
+    train_seeds,
+)
+
+log = logging.getLogger("recipematch")
+
+def run_train(params: Mapping[str, Any], lay: Layout, arm: str, *, progress: bool = True) -> dict:
+    """Train every seed of one arm; one MLflow run per (arm, seed). Resumable per seed."""
+    import pandas as pd
+
+    from recipematch import tracking
+    from recipematch.training import gate_rows_again, train_one
+
+    tcfg = section(params, "train", TrainConfig)
+    mcfg = section(params, "mlflow", MlflowConfig)
+    ex, ex_path = load_exclusion(lay, params)
+    validated = read_json(lay.p("artifacts", "validated", f"{arm}.json"))
+    spec = spec_from_file(lay, arm)
+    base = resolve_model(tcfg.model)
+    c = tracking.client(mlflow_uri(mcfg, lay))
+    exp_id = tracking.experiment_id(c, mcfg.experiment, artifact_location=(lay.root / "mlruns").resolve().as_uri())
+    out_root = lay.models(arm)
+    out_root.mkdir(parents=True, exist_ok=True)
+    summary = {}
+    for s in train_seeds(params):
+        pair_path = lay.cells(arm) / f"seed_{s}.jsonl"
+        pair_sha = sha256_file(pair_path)
+        v = validated.get(str(s))
+        if v is None or v["file_sha256"] != pair_sha:
+            raise SystemExit(f"train[{arm}] seed {s}: {pair_path} has not passed validation (hash differs); run the validate stage")
+        gate_sha = sha256_file(ex_path)
+        run_key = sha256_text(canonical_json({"arm": arm, "seed": s, "pairs": pair_sha, "gate": gate_sha, "train": asdict(tcfg)}))
+        ckpt = out_root / f"seed_{s}"
+        rec_path = out_root / f"seed_{s}.json"
+        if rec_path.exists() and ckpt.exists():
+            rec = read_json(rec_path)
+            if rec.get("run_key") == run_key and rec.get("checkpoint_sha256") == sha256_tree(ckpt):
+                log.info("train[%s] seed %d: finished earlier (run key %s), skipped", arm, s, run_key[:12])
+                summary[str(s)] = {k: rec[k] for k in ("dev_accuracy_best", "steps", "train_examples", "train_loss")}
+                continue
+        rows = read_jsonl_strict(pair_path)
+        rows, gate_again = gate_rows_again(rows, ex)
+        run_id, resumed = tracking.find_or_create_run(c, exp_id, run_key, f"{arm}-seed{s}",
+                                                     {"arm": arm, "cell": spec.name, "seed": str(s)})
+        tracking.log_params_safe(c, run_id, {"arm": arm, "cell": spec.name, "positives": spec.positives,
+                                             "negatives": spec.negatives, "negatives_volume": spec.volume, "seed": s,
+                                             "budget_rows": len(rows), **{f"train.{k}": v for k, v in asdict(tcfg).items()}})
+        c.set_tag(run_id, "pair_file_sha256", pair_sha)
+        c.set_tag(run_id, "gate_list_sha256", gate_sha)
+        c.set_tag(run_id, "gate_version", ex.version)
+        c.set_tag(run_id, "git_rev", git_rev(lay.root))
+        c.set_tag(run_id, "resumed", str(resumed).lower())
+        tracking.log_dataset(run_id, pd.DataFrame({"source_id": [r["source_id"] for r in rows], "split": [r["split"] for r in rows]}),
+                             source=str(pair_path.relative_to(lay.root)), name=f"cell-{arm}-seed{s}", digest=pair_sha, context="training")
+        try:
+            result = train_one(rows, base_model=base, out_dir=ckpt, seed=s, cfg=tcfg, progress=progress)
+        except Exception:
+            c.set_terminated(run_id, status="FAILED")
+            raise
+        ckpt_sha = sha256_tree(ckpt)
+        c.set_tag(run_id, "checkpoint_sha256", ckpt_sha)
+        c.set_tag(run_id, "checkpoint_path", str(ckpt.relative_to(lay.root)))
+        import time as _time
+
+        from mlflow.entities import Metric
+
+        now = int(_time.time() * 1000)
+        metrics = [Metric("dev_accuracy_before", result["dev_accuracy_before"], now, 0),
+                   Metric("dev_accuracy_best", result["dev_accuracy_best"], now, 0),
+                   Metric("train_loss", result["train_loss"], now, 0),
+                   Metric("train_examples", result["train_examples"], now, 0),
+                   Metric("gate_again_rows_dropped", gate_again["rows_dropped"], now, 0)]
+        for name, rep in result["sampler"].items():
+            metrics += [Metric(f"sampler.{name}.examples_dropped", rep["examples_dropped"], now, 0),
+                        Metric(f"sampler.{name}.batches_yielded", rep["batches_yielded"], now, 0)]
+        for h in result["history"]:
+            for k, val in h.items():
+                if k in ("loss", "eval_dev_cosine_accuracy"):
+                    metrics.append(Metric(k, val, now, h["step"]))
+        c.log_batch(run_id, metrics=metrics)
+        c.set_terminated(run_id, status="FINISHED")
+        rec = {**{k: v for k, v in result.items() if k != "history"}, "run_key": run_key, "mlflow_run_id": run_id,
+               "checkpoint_sha256": ckpt_sha, "pair_file_sha256": pair_sha, "gate_list_sha256": gate_sha,
+               "gate_again": gate_again}
+        write_json(rec_path, rec)
+        summary[str(s)] = {k: rec[k] for k in ("dev_accuracy_best", "steps", "train_examples", "train_loss")}
+    write_json(lay.metrics / "train" / f"{arm}.json", summary)
+    return summary

@@ -1,0 +1,64 @@
+"""Stage 4a: computer-algebra (verified) pairs."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import asdict
+from typing import Any
+
+from recipematch.config import CasConfig, section, top
+from recipematch.io import read_jsonl_strict, write_json, write_jsonl
+from recipematch.pipeline.common import (
+    Layout,
+    corpus_rows,
+    load_exclusion,
+    paraphrase_depth,
+    write_run_record,
+)
+
+log = logging.getLogger("recipematch")
+
+def run_verified(params: Mapping[str, Any], lay: Layout, *, progress: bool = True) -> dict:
+    """Computer-algebra pairs (SPEC §3.1) for every corpus problem not on the active list."""
+    import sympy
+
+    from recipematch import cas
+    from recipematch.pairs import cas_rows_to_pairs, sort_rows
+
+    cfg = section(params, "cas", CasConfig)
+    seed = top(params, "seed", int)
+    ex, ex_path = load_exclusion(lay, params)
+    corpus = corpus_rows(lay)
+    excluded = set(ex.ids)
+    problems = [(r["doc_id"], r["text"]) for r in corpus if r["doc_id"] not in excluded]
+    lay.cas.mkdir(parents=True, exist_ok=True)
+    summary = cas.run_generator(problems, out_path=lay.cas / "outcomes.jsonl", seed=seed, timeout_s=cfg.timeout_s,
+                                memory_mb=cfg.memory_mb, workers=cfg.workers, progress=progress)
+    texts = dict(problems)
+    model_id = f"sympy=={sympy.__version__};recipematch-cas={cas.GENERATOR_VERSION}"
+    rows, failures = [], []
+    outcomes = read_jsonl_strict(lay.cas / "outcomes.jsonl")
+    for o in outcomes:
+        if o["source_id"] not in texts:
+            continue
+        if o.get("status") != "ok":
+            failures.append({"source_id": o["source_id"], "status": o.get("status"), "reason": o.get("reason")})
+        rows.extend(cas_rows_to_pairs(o, texts[o["source_id"]], model_id=model_id))
+    rows = sort_rows(rows)
+    lay.pairs.mkdir(parents=True, exist_ok=True)
+    write_jsonl(lay.pairs / "cas.jsonl", rows)
+    write_jsonl(lay.cas / "failures.jsonl", sorted(failures, key=lambda f: f["source_id"]))
+    srcs = {r["source_id"] for r in rows}
+    counts = {"paraphrase_depth_char3_jaccard": paraphrase_depth(rows), "problems": len(problems), "skipped_excluded": len(corpus) - len(problems), "rows": len(rows),
+              "sources_with_rows": len(srcs),
+              "sources_with_negative": len({r["source_id"] for r in rows if r["negatives"]}),
+              "negatives": sum(len(r["negatives"]) for r in rows),
+              "families": {f: sum(1 for r in rows if r["positive_provenance"]["transform_family"] == f)
+                           for f in sorted({r["positive_provenance"]["transform_family"] for r in rows})},
+              "generator": {k: v for k, v in summary.items() if k != "census" and not k.endswith("_path")},
+              "census": summary.get("census", {})}
+    write_json(lay.metrics / "verified.json", counts)
+    write_run_record(lay.cas, lay, "verified", {**asdict(cfg), "seed": seed, "generator_version": cas.GENERATOR_VERSION},
+                     {"corpus": lay.corpus / "corpus.parquet", "exclusion": ex_path}, counts)
+    return counts
