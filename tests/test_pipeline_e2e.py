@@ -171,6 +171,25 @@ def test_rerun_of_train_redoes_nothing(pipeline):
     assert len(c.search_runs([c.get_experiment_by_name("e2e").experiment_id], max_results=100)) == 8
 
 
+def test_lost_tracking_store_is_restored_without_retraining(pipeline):
+    params, lay, _, _ = pipeline
+    from recipematch import tracking
+
+    p2 = copy.deepcopy(params)
+    p2["mlflow"] = {"tracking_uri": "sqlite:///mlflow-new.db", "experiment": "e2e"}
+    before = {p: sha256_file(p) for p in sorted(lay.models("cell").glob("seed_*/*.safetensors"))}
+    stages.run_train(p2, lay, "cell", progress=False)
+    assert before == {p: sha256_file(p) for p in sorted(lay.models("cell").glob("seed_*/*.safetensors"))}
+    c = tracking.client(f"sqlite:///{lay.root / 'mlflow-new.db'}")
+    runs = c.search_runs([c.get_experiment_by_name("e2e").experiment_id])
+    assert sorted(r.data.tags["seed"] for r in runs) == ["42", "43"]
+    for r in runs:
+        rec = read_json(lay.models("cell") / f"seed_{r.data.tags['seed']}.json")
+        assert rec["mlflow_run_id"] == r.info.run_id
+        assert r.data.tags["checkpoint_sha256"] == rec["checkpoint_sha256"]
+        assert r.data.tags["restored_from_record"] == "true"
+
+
 def test_budget_larger_than_an_arm_stops_at_validation(pipeline, tmp_path):
     params, lay, _, _ = pipeline
     big = copy.deepcopy(params)

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import logging
+import sys
 from collections.abc import Mapping
 from dataclasses import asdict
+from pathlib import Path
 from typing import Any
 
 from recipematch.config import MlflowConfig, TrainConfig, section
@@ -33,8 +35,11 @@ def run_train(params: Mapping[str, Any], lay: Layout, arm: str, *, progress: boo
     """Train every seed of one arm; one MLflow run per (arm, seed). Resumable per seed."""
     import pandas as pd
 
+    import recipematch.training as training_mod
     from recipematch import tracking
     from recipematch.training import gate_rows_again, train_one
+
+    train_stage_mod = sys.modules[__name__]
 
     tcfg = section(params, "train", TrainConfig)
     mcfg = section(params, "mlflow", MlflowConfig)
@@ -47,6 +52,8 @@ def run_train(params: Mapping[str, Any], lay: Layout, arm: str, *, progress: boo
     out_root = lay.models(arm)
     out_root.mkdir(parents=True, exist_ok=True)
     summary = {}
+    # the code that trains is part of a run's identity: an edit retrains, an interruption resumes
+    code_sha = sha256_text("".join(sha256_file(Path(m.__file__)) for m in (training_mod, train_stage_mod)))
     for s in train_seeds(params):
         pair_path = lay.cells(arm) / f"seed_{s}.jsonl"
         pair_sha = sha256_file(pair_path)
@@ -54,13 +61,15 @@ def run_train(params: Mapping[str, Any], lay: Layout, arm: str, *, progress: boo
         if v is None or v["file_sha256"] != pair_sha:
             raise SystemExit(f"train[{arm}] seed {s}: {pair_path} has not passed validation (hash differs); run the validate stage")
         gate_sha = sha256_file(ex_path)
-        run_key = sha256_text(canonical_json({"arm": arm, "seed": s, "pairs": pair_sha, "gate": gate_sha, "train": asdict(tcfg)}))
+        run_key = sha256_text(canonical_json({"arm": arm, "seed": s, "pairs": pair_sha, "gate": gate_sha,
+                                              "train": asdict(tcfg), "code": code_sha}))
         ckpt = out_root / f"seed_{s}"
         rec_path = out_root / f"seed_{s}.json"
         if rec_path.exists() and ckpt.exists():
             rec = read_json(rec_path)
             if rec.get("run_key") == run_key and rec.get("checkpoint_sha256") == sha256_tree(ckpt):
                 log.info("train[%s] seed %d: finished earlier (run key %s), skipped", arm, s, run_key[:12])
+                rec = _ensure_mlflow_run(c, exp_id, rec, arm=arm, seed=s, cell=spec.name, rec_path=rec_path)
                 summary[str(s)] = {k: rec[k] for k in ("dev_accuracy_best", "steps", "train_examples", "train_loss")}
                 continue
         rows = read_jsonl_strict(pair_path)
@@ -111,3 +120,35 @@ def run_train(params: Mapping[str, Any], lay: Layout, arm: str, *, progress: boo
         summary[str(s)] = {k: rec[k] for k in ("dev_accuracy_best", "steps", "train_examples", "train_loss")}
     write_json(lay.metrics / "train" / f"{arm}.json", summary)
     return summary
+
+
+def _ensure_mlflow_run(c, exp_id: str, rec: dict, *, arm: str, seed: int, cell: str, rec_path: Path) -> dict:
+    """A skipped (already trained) seed still needs its MLflow run: when the tracking store
+    lost it (a new ``mlflow.db``), re-create the run from the seed's record with the same
+    hashes and metrics, and point the record at it."""
+    import time as _time
+
+    from mlflow.entities import Metric
+    from mlflow.exceptions import MlflowException
+
+    from recipematch import tracking
+
+    try:
+        c.get_run(rec["mlflow_run_id"])
+        return rec
+    except (MlflowException, KeyError):
+        pass
+    run_id, _ = tracking.find_or_create_run(c, exp_id, rec["run_key"], f"{arm}-seed{seed}",
+                                            {"arm": arm, "cell": cell, "seed": str(seed)})
+    for k in ("pair_file_sha256", "gate_list_sha256", "checkpoint_sha256"):
+        c.set_tag(run_id, k, rec[k])
+    c.set_tag(run_id, "restored_from_record", "true")
+    tracking.log_params_safe(c, run_id, {"arm": arm, "cell": cell, "seed": seed,
+                                         **{f"train.{k}": v for k, v in rec.get("config", {}).items()}})
+    now = int(_time.time() * 1000)
+    c.log_batch(run_id, metrics=[Metric(k, float(rec[k]), now, 0) for k in
+                                 ("dev_accuracy_before", "dev_accuracy_best", "train_loss", "train_examples") if k in rec])
+    c.set_terminated(run_id, status="FINISHED")
+    rec = {**rec, "mlflow_run_id": run_id}
+    write_json(rec_path, rec)
+    return rec
