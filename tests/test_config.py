@@ -47,3 +47,40 @@ def test_shipped_params_parse(repo_root):
     cfg = section(params, "train", TrainConfig)
     assert isinstance(cfg.lr, float) and cfg.lr > 0
     assert top(params, "arms", list[str])[-1] == "cell"
+
+
+def test_yaml_12_scalars_and_duplicate_keys(tmp_path):
+    params = load_yaml(_write(tmp_path, """
+        a: 040
+        b: 1:00
+        c: yes
+        d: true
+        e: 0x1F
+        f: -7
+    """))
+    assert params == {"a": 40, "b": "1:00", "c": "yes", "d": True, "e": 31, "f": -7}
+    with pytest.raises(ValueError, match="duplicate key 'a'"):
+        load_yaml(_write(tmp_path, "a: 1\na: 2\n"))
+
+
+@pytest.mark.parametrize("edit, needle", [
+    (lambda p: p.update(sede=1), "unknown top-level key"),
+    (lambda p: p["gates"].update(active="none"), "cannot be switched off"),
+    (lambda p: p["train"].update(lr=float("nan")), "lr finite"),
+    (lambda p: p["train"].update(lr=-1.0), "lr finite"),
+    (lambda p: p["evaluate"].update(ks=[5, 10]), "including 1"),
+    (lambda p: p["budget"].update(shared_sources=["bogus"]), "unknown: ['bogus']"),
+    (lambda p: p.update(seed=-1), "seed must be >= 0"),
+    (lambda p: p.update(arms=["verified", "nope"]), "arms must be"),
+    (lambda p: p.update(positives="d9"), "unknown positives"),
+    (lambda p: p["stats"].update(n_boot=1), "n_boot"),
+])
+def test_check_params_refuses_bad_values(repo_root, edit, needle):
+    from recipematch.config import check_params
+
+    check_params(load_yaml(repo_root / "params-paper.yaml"))
+    params = load_yaml(repo_root / "params.yaml")
+    check_params(params)  # the shipped files are valid
+    edit(params)
+    with pytest.raises((ValueError, TypeError, KeyError), match=needle.replace("[", r"\[").replace("]", r"\]").replace("(", r"\(")):
+        check_params(params)

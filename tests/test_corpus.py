@@ -42,3 +42,31 @@ def test_mathnet_loader_on_local_parquet(tmp_path):
     assert res.table["doc_id"].tolist() == ["m1", "m3"]
     assert res.table["domain"].tolist() == ["Algebra", "Logic"]
     assert [f["reason"].split(":")[0] for f in res.failures] == ["empty_text"]
+
+
+def test_bom_invalid_utf8_surrogates_and_odd_ids(tmp_path):
+    import os
+    import stat
+
+    p = tmp_path / "corpus.jsonl"
+    rows = [
+        b'\xef\xbb\xbf' + json.dumps({"_id": "a", "text": "first row after a BOM"}).encode(),
+        json.dumps({"_id": "b", "text": "caf"}).encode()[:-2] + b'\xe9"}',      # not UTF-8
+        b'{"_id": "c", "text": "lone \\ud800 surrogate"}',
+        json.dumps({"_id": 1.5, "text": "float id"}).encode(),
+        json.dumps({"_id": ["x"], "text": "list id"}).encode(),
+        json.dumps({"_id": 7, "text": "integer id is fine", "language": ["es", "pt"]}).encode(),
+    ]
+    p.write_bytes(b"\n".join(rows) + b"\n")
+    res = load_beir_corpus(p)
+    assert res.table["doc_id"].tolist() == ["a", "7"]
+    assert res.table.loc[1, "language"] == '["es","pt"]'
+    reasons = [f["reason"] for f in res.failures]
+    assert reasons[0].startswith("bad_json: invalid UTF-8") and "lone surrogate" in reasons[1]
+    assert [r.split(":")[0] for r in reasons[2:]] == ["bad_id", "bad_id"]
+    assert all(f["line_no"] for f in res.failures)
+    # outputs are ordinary readable files, not mkstemp's 0600
+    from recipematch.io import write_json
+
+    write_json(tmp_path / "m.json", {"a": 1})
+    assert stat.S_IMODE(os.stat(tmp_path / "m.json").st_mode) == 0o644

@@ -94,7 +94,9 @@ def test_shared_source_list(pipeline):
 def test_llm_stage_self_test_and_depth(pipeline):
     _, lay, _, _ = pipeline
     m = read_json(lay.metrics / "llm_d1_recipe.json")
-    assert m["self_test"] == {"checked": 3, "ok": True, "origin": "recordings"}
+    rec = read_json(lay.llm("d1_recipe") / "run_record.json")
+    assert rec["counts"]["this_run"]["self_test"] == {"checked": 3, "ok": True, "origin": "recordings"}
+    assert "self_test" not in m and "from_store" not in m["generate"]
     assert 0.2 < m["paraphrase_depth_char3_jaccard"] < 0.9
     v = read_json(lay.metrics / "verified.json")
     assert v["paraphrase_depth_char3_jaccard"] > m["paraphrase_depth_char3_jaccard"]  # CAS rows are near-copies
@@ -218,6 +220,16 @@ def test_gated_anchor_in_a_pair_file_stops_at_validation(pipeline):
             stages.run_train(params, lay, "verified", progress=False)
     finally:
         path.write_bytes(original)
+
+
+def test_resumed_llm_stage_gives_identical_metrics(pipeline):
+    params, lay, _, _ = pipeline
+    before = (lay.metrics / "llm_d1_recipe.json").read_bytes()
+    pairs = (lay.pairs / "d1_recipe.jsonl").read_bytes()
+    out = stages.run_llm(params, lay, "d1_recipe", progress=False)
+    assert out["this_run"]["generate.sent"] == 0  # every answer came from the call store
+    assert (lay.metrics / "llm_d1_recipe.json").read_bytes() == before
+    assert (lay.pairs / "d1_recipe.jsonl").read_bytes() == pairs
 
 
 def test_two_builds_from_scratch_are_byte_identical(pipeline, tmp_path):

@@ -287,3 +287,18 @@ def test_three_scales_by_hand_two_seeds():
 def test_three_scales_reject_boundary_values():
     with pytest.raises(ValueError, match="strictly between 0 and 100"):
         did_three_scales([100, 60], [20, 20], [50, 50], [50, 50])
+
+
+def test_bad_cluster_labels_and_empty_replicates_are_refused():
+    import numpy as np
+    import pytest
+
+    from recipematch.stats import nested_bootstrap_gap, percentile_interval
+
+    a = np.ones((2, 3))
+    with pytest.raises(ValueError, match="NaN"):
+        nested_bootstrap_gap(a, a, n_boot=100, clusters=np.array([0.0, np.nan, 1.0]))
+    with pytest.raises(ValueError, match="missing"):
+        nested_bootstrap_gap(a, a, n_boot=100, clusters=np.array(["x", None, "y"], dtype=object))
+    with pytest.raises(ValueError, match="no replicates"):
+        percentile_interval([])

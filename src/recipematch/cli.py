@@ -34,8 +34,17 @@ def _load(params_path: Path, root: Path):
     from recipematch.config import load_yaml
     from recipematch.stages import Layout
 
-    p = params_path if params_path.is_absolute() else (root / params_path if not params_path.exists() else params_path)
-    return load_yaml(p), Layout(root.resolve())
+    from recipematch.config import check_params
+
+    p = params_path if params_path.is_absolute() else root / params_path
+    if not p.exists():
+        raise click.UsageError(f"parameters file {p} does not exist (--params is relative to --root)")
+    try:
+        params = load_yaml(p)
+        check_params(params)
+    except (ValueError, TypeError, KeyError) as e:
+        raise click.UsageError(f"{p}: {e}") from None
+    return params, Layout(root.resolve())
 
 
 def _echo_json(obj) -> None:
@@ -213,3 +222,7 @@ try:
     _register()
 except ImportError as _e:  # a partial install must still run the stage commands
     print(f"recipematch: optional commands unavailable: {_e}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()

@@ -26,28 +26,53 @@ import yaml
 _FLOAT_12 = re.compile(r"""^[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?$|^[-+]?\.(?:inf|Inf|INF)$|^\.(?:nan|NaN|NAN)$""", re.X)
 
 
+_INT_12 = re.compile(r"^[-+]?[0-9]+$|^0o[0-7]+$|^0x[0-9a-fA-F]+$")
+_BOOL_12 = re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$")
+
+
 class _Loader(yaml.SafeLoader):
-    """SafeLoader whose float rule follows YAML 1.2 (``1e-06`` is a float)."""
+    """SafeLoader with YAML 1.2 core-schema scalars, as DVC (ruamel, YAML 1.2) reads the
+    same file: ``1e-06`` is a float, ``040`` is 40 (not octal 32), ``1:00`` and ``yes`` are
+    strings; and a key given twice is an error instead of silently taking the last value."""
+
+    def construct_mapping(self, node, deep=False):
+        seen = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if key in seen:
+                raise yaml.constructor.ConstructorError(None, None, f"duplicate key {key!r}", key_node.start_mark)
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+    def construct_yaml_int(self, node):
+        value = self.construct_scalar(node)
+        if value.startswith("0o"):
+            return int(value[2:], 8)
+        if value.startswith("0x"):
+            return int(value[2:], 16)
+        return int(value)
 
 
-_Loader.yaml_implicit_resolvers = {k: [(tag, rx) for tag, rx in v if tag != "tag:yaml.org,2002:float"]
+_REPLACED = {"tag:yaml.org,2002:float", "tag:yaml.org,2002:int", "tag:yaml.org,2002:bool"}
+_Loader.yaml_implicit_resolvers = {k: [(tag, rx) for tag, rx in v if tag not in _REPLACED]
                                    for k, v in yaml.SafeLoader.yaml_implicit_resolvers.copy().items()}
+_Loader.add_implicit_resolver("tag:yaml.org,2002:bool", _BOOL_12, list("tTfF"))
+_Loader.add_implicit_resolver("tag:yaml.org,2002:int", _INT_12, list("-+0123456789"))
 _Loader.add_implicit_resolver("tag:yaml.org,2002:float", _FLOAT_12, list("-+0123456789."))
-# integers must still win over floats for plain digit strings
-_Loader.yaml_implicit_resolvers = {
-    k: sorted(v, key=lambda tr: 0 if tr[0] == "tag:yaml.org,2002:int" else 1)
-    for k, v in _Loader.yaml_implicit_resolvers.items()
-}
+_Loader.add_constructor("tag:yaml.org,2002:int", _Loader.construct_yaml_int)
 
 
 def load_yaml(path: str | Path) -> dict[str, Any]:
     """Read a YAML mapping with YAML 1.2 floats (see module docstring).
 
     Raises:
-        ValueError: the file is not a mapping at top level.
+        ValueError: the file is not valid YAML, repeats a key, or is not a mapping.
     """
     with open(path, encoding="utf-8") as f:
-        data = yaml.load(f, Loader=_Loader)  # noqa: S506 - _Loader derives from SafeLoader
+        try:
+            data = yaml.load(f, Loader=_Loader)  # noqa: S506 - _Loader derives from SafeLoader
+        except yaml.YAMLError as e:
+            raise ValueError(f"{path}: not valid YAML: {e}") from None
     if not isinstance(data, dict):
         raise ValueError(f"{path}: top level must be a mapping, got {type(data).__name__}")
     return data
@@ -248,3 +273,71 @@ class MlflowConfig:
 
     tracking_uri: str
     experiment: str
+
+
+#: Every top-level key of params.yaml; anything else is a typo and is refused.
+TOP_LEVEL_KEYS = ("seed", "n_seeds", "positives", "negatives", "negatives_volume", "arms", "evalsets", "gates", "cas",
+                  "llm", "budget", "train", "evaluate", "stats", "mlflow")
+
+
+def check_params(params: Mapping[str, Any]) -> None:
+    """Validate a whole params mapping before any stage runs, so a typo or an impossible
+    value fails at once with its key named, not hours later inside training.
+
+    Raises:
+        KeyError: a required key is missing.
+        TypeError: a value has the wrong type, or an unknown key is present.
+        ValueError: a value is out of range (with the allowed range in the message).
+    """
+    import math
+
+    from recipematch.cells import NAMED_ARMS, CellSpec
+    from recipematch.gates import GATE_VERSIONS
+
+    unknown = sorted(set(params) - set(TOP_LEVEL_KEYS))
+    if unknown:
+        raise TypeError(f"unknown top-level key(s) {unknown}; allowed: {list(TOP_LEVEL_KEYS)}")
+    for k in TOP_LEVEL_KEYS:
+        if k not in params:
+            raise KeyError(f"params.yaml has no top-level '{k}'")
+    if top(params, "seed", int) < 0:
+        raise ValueError("seed must be >= 0")
+    if top(params, "n_seeds", int) < 1:
+        raise ValueError("n_seeds must be >= 1")
+    CellSpec(top(params, "positives", str), top(params, "negatives", str), top(params, "negatives_volume", str))
+    arms = top(params, "arms", list[str])
+    bad = [a for a in arms if a != "cell" and a not in NAMED_ARMS]
+    if bad or len(set(arms)) != len(arms) or not arms:
+        raise ValueError(f"arms must be distinct names from {sorted(NAMED_ARMS)} or 'cell'; got {list(arms)}")
+    ev = section(params, "evalsets", EvalSetConfig)
+    if ev.n_heldout < 1 or ev.corpus_docs < 0 or ev.seed < 0:
+        raise ValueError("evalsets: n_heldout >= 1, corpus_docs >= 0 (0 = all) and seed >= 0")
+    g = section(params, "gates", GatesConfig)
+    if g.active not in GATE_VERSIONS:
+        raise ValueError(f"gates.active must be one of {GATE_VERSIONS} (gates cannot be switched off), got {g.active!r}")
+    if g.ngram_n < 1 or not 0 <= g.ngram_threshold <= 1 or not -1 <= g.cosine_threshold <= 1:
+        raise ValueError("gates: ngram_n >= 1, ngram_threshold in [0, 1], cosine_threshold in [-1, 1]")
+    c = section(params, "cas", CasConfig)
+    if not (c.timeout_s > 0 and c.memory_mb > 0 and c.workers >= 1):
+        raise ValueError("cas: timeout_s > 0, memory_mb > 0, workers >= 1")
+    llm = section(params, "llm", LLMConfig)
+    if llm.backend not in ("replay", "openai", "vllm") or not llm.prompts or llm.n_pos < 1 or llm.n_neg < 0:
+        raise ValueError("llm: backend replay|openai|vllm, at least one prompt, n_pos >= 1, n_neg >= 0")
+    b = section(params, "budget", BudgetConfig)
+    if b.rows < 1 or not 0 < b.dev_fraction < 1 or b.max_rows_per_source < 0:
+        raise ValueError("budget: rows >= 1, dev_fraction in (0, 1), max_rows_per_source >= 0 (0 = no cap)")
+    bad = [a for a in b.shared_sources if a not in NAMED_ARMS]
+    if bad:
+        raise ValueError(f"budget.shared_sources may list named arms only; unknown: {bad}")
+    t = section(params, "train", TrainConfig)
+    if not (math.isfinite(t.lr) and t.lr > 0) or t.epochs < 1 or t.batch_size < 1 or t.mini_batch_size < 1:
+        raise ValueError("train: lr finite and > 0, epochs >= 1, batch_size >= 1, mini_batch_size >= 1")
+    if not (math.isfinite(t.scale) and t.scale > 0) or not 0 <= t.warmup_ratio < 1 or t.max_seq_length < 1:
+        raise ValueError("train: scale > 0, warmup_ratio in [0, 1), max_seq_length >= 1")
+    e = section(params, "evaluate", EvaluateConfig)
+    if not e.ks or 1 not in e.ks or any(k < 1 for k in e.ks):
+        raise ValueError(f"evaluate.ks must be cut-offs >= 1 including 1 (the report's R@1), got {list(e.ks)}")
+    st = section(params, "stats", StatsConfig)
+    if st.n_boot < 100:
+        raise ValueError(f"stats.n_boot must be >= 100 for a 95% interval to mean anything, got {st.n_boot}")
+    section(params, "mlflow", MlflowConfig)

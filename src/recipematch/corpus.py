@@ -25,7 +25,7 @@ from typing import Any
 
 import pandas as pd
 
-from recipematch.io import BadLine, iter_jsonl, sha256_text
+from recipematch.io import BadLine, canonical_json, iter_jsonl, sha256_text
 
 CORPUS_COLUMNS = ["doc_id", "title", "text", "language", "domain", "text_sha256"]
 
@@ -61,7 +61,7 @@ def _build(records: Iterable[tuple[int, Any]], *, id_key: str, text_key: str, ti
     seen: set[str] = set()
     for line_no, rec in records:
         if isinstance(rec, BadLine):
-            failures.append({"doc_id": None, "line_no": line_no, "reason": f"bad_json: {rec.reason}"})
+            failures.append({"doc_id": None, "line_no": line_no, "reason": f"bad_json: {rec.reason}", "raw": rec.raw[:300]})
             continue
         if not isinstance(rec, Mapping):
             failures.append({"doc_id": None, "line_no": line_no, "reason": f"not_an_object: got {type(rec).__name__}"})
@@ -69,6 +69,10 @@ def _build(records: Iterable[tuple[int, Any]], *, id_key: str, text_key: str, ti
         raw_id = rec.get(id_key)
         if raw_id is None or (isinstance(raw_id, str) and not raw_id.strip()):
             failures.append({"doc_id": None, "line_no": line_no, "reason": f"missing_id: no '{id_key}'"})
+            continue
+        if isinstance(raw_id, bool) or not isinstance(raw_id, (str, int)):
+            failures.append({"doc_id": None, "line_no": line_no,
+                             "reason": f"bad_id: '{id_key}' is {type(raw_id).__name__}, not a string or integer"})
             continue
         doc_id = str(raw_id).strip()
         text = rec.get(text_key)
@@ -86,7 +90,7 @@ def _build(records: Iterable[tuple[int, Any]], *, id_key: str, text_key: str, ti
 
         def _opt(key: str | None) -> str:
             v = rec.get(key) if key else None
-            return "" if v is None else str(v)
+            return v if isinstance(v, str) else ("" if v is None else canonical_json(v))
 
         rows.append({"doc_id": doc_id, "title": _opt(title_key), "text": text, "language": _opt(language_key),
                      "domain": _opt(domain_key), "text_sha256": sha256_text(text)})

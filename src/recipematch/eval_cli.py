@@ -106,17 +106,20 @@ def evaluate(beir_dir: Path, model: str, no_self_mask: bool, ks_text: str, out: 
     except (BeirFormatError, FileNotFoundError) as exc:
         raise click.ClickException(str(exc)) from exc
     self_mask = not no_self_mask
-    if resolved == BM25_NAME:
-        summary, per_query = evaluate_bm25(ds.corpus, ds.queries, ds.qrels, ks=ks,
-                                           self_mask=self_mask, query_meta=ds.query_meta)
-    else:
-        os.environ.setdefault("HF_HUB_OFFLINE", "1")
-        encoder = SentenceTransformerEncoder(resolved, max_seq_length=max_seq_length,
-                                             batch_size=batch_size, query_prompt=query_prompt,
-                                             device=device, dtype=dtype)
-        summary, per_query = run_eval(encoder, ds.corpus, ds.queries, ds.qrels, ks=ks,
-                                      self_mask=self_mask, cache_dir=cache_dir,
-                                      query_meta=ds.query_meta)
+    try:
+        if resolved == BM25_NAME:
+            summary, per_query = evaluate_bm25(ds.corpus, ds.queries, ds.qrels, ks=ks,
+                                               self_mask=self_mask, query_meta=ds.query_meta)
+        else:
+            os.environ.setdefault("HF_HUB_OFFLINE", "1")
+            encoder = SentenceTransformerEncoder(resolved, max_seq_length=max_seq_length,
+                                                 batch_size=batch_size, query_prompt=query_prompt,
+                                                 device=device, dtype=dtype)
+            summary, per_query = run_eval(encoder, ds.corpus, ds.queries, ds.qrels, ks=ks,
+                                          self_mask=self_mask, cache_dir=cache_dir,
+                                          query_meta=ds.query_meta)
+    except ValueError as exc:  # data problems (a gold missing from the corpus, no query with qrels, ...)
+        raise click.ClickException(f"{beir_dir}: {exc}") from exc
     summary["model_arg"] = model
     summary["beir_dir"] = str(beir_dir)
     summary["split"] = split

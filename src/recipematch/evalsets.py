@@ -69,6 +69,30 @@ def sample_search_corpus(corpus_rows: Sequence[Mapping[str, Any]], n_docs: int, 
     return [r for r in corpus_rows if r["doc_id"] in keep]
 
 
+def _unique_rows(rows: Sequence[Mapping[str, Any]], what: str, required: tuple[str, ...]) -> dict[str, Mapping[str, Any]]:
+    """Rows keyed by ``source_id``; each must carry non-empty string ``required`` fields and
+    a list (or no) ``negatives`` of ``{"text": str}``.
+
+    Raises:
+        ValueError: naming the row (index and source id) and the problem: a missing or
+            non-string field, malformed negatives, or a source id seen twice.
+    """
+    out: dict[str, Mapping[str, Any]] = {}
+    for i, r in enumerate(rows):
+        if not isinstance(r, Mapping):
+            raise ValueError(f"{what} row {i}: not an object")
+        for f in required:
+            if not isinstance(r.get(f), str) or not r.get(f).strip():
+                raise ValueError(f"{what} row {i} (source {r.get('source_id')!r}): field '{f}' missing, empty or not text")
+        negs = r.get("negatives", [])
+        if negs is None or not isinstance(negs, list) or not all(isinstance(n, Mapping) and isinstance(n.get("text"), str) for n in negs):
+            raise ValueError(f"{what} row {i} (source {r['source_id']!r}): 'negatives' must be a list of {{\"text\": ...}}")
+        if r["source_id"] in out:
+            raise ValueError(f"{what} row {i}: source {r['source_id']!r} appears twice")
+        out[r["source_id"]] = r
+    return out
+
+
 def build_llm_tier(corpus_rows: Sequence[Mapping[str, Any]], d1_rows: Sequence[Mapping[str, Any]],
                    heldout: Sequence[str]) -> Beir:
     """Evaluation (a). ``d1_rows`` are recorded D1 answers ``{source_id, positive_text,
@@ -78,7 +102,7 @@ def build_llm_tier(corpus_rows: Sequence[Mapping[str, Any]], d1_rows: Sequence[M
         KeyError: a held-out id is missing from the corpus or from ``d1_rows``.
     """
     docs = _corpus_docs(corpus_rows)
-    by_src = {r["source_id"]: r for r in d1_rows}
+    by_src = _unique_rows(d1_rows, "D1 release", ("source_id", "positive_text"))
     queries, qrels = {}, {}
     for sid in sorted(heldout):
         if sid not in docs:
@@ -100,6 +124,7 @@ def build_probe(corpus_rows: Sequence[Mapping[str, Any]] | None, items: Sequence
     negatives:[{text}]}``; ``corpus_rows=None`` gives the probe-only ranking."""
     docs = _corpus_docs(corpus_rows) if corpus_rows is not None else {}
     queries, qrels = {}, {}
+    items = list(_unique_rows(items, "probe", ("source_id", "source_text", "positive_text")).values())
     for it in sorted(items, key=lambda x: x["source_id"]):
         sid = it["source_id"]
         queries[sid] = it["source_text"]

@@ -17,6 +17,7 @@ The gates cannot be switched off: a stage chooses which version is active, never
 
 from __future__ import annotations
 
+import functools
 import re
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
@@ -86,9 +87,16 @@ class ExclusionList:
         return cls(version=obj["version"], ids=tuple(obj["ids"]), text_hashes=tuple(obj["text_hashes"]),
                    reasons=dict(obj.get("reasons", {})))
 
+    @functools.cached_property
+    def _hash_set(self) -> frozenset[str]:
+        return frozenset(self.text_hashes)
+
     def hits_text(self, text: str) -> bool:
-        """True when ``text`` normalises (this list's version) to an evaluation text."""
-        return sha256_text(normaliser(self.version)(text)) in set(self.text_hashes)
+        """True when ``text`` normalises (this list's version) to an evaluation text.
+        Non-string input is never a hit (validation reports it separately)."""
+        if not isinstance(text, str):
+            return False
+        return sha256_text(normaliser(self.version)(text)) in self._hash_set
 
 
 def build_exclusion_list(corpus: Sequence[tuple[str, str]], eval_texts: Iterable[str], version: str,

@@ -68,6 +68,7 @@ def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:
     p.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=p.parent, prefix=f".{p.name}.", suffix=".tmp")
     try:
+        os.chmod(tmp, 0o644)  # mkstemp makes 0600; outputs are ordinary readable files
         with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as f:
             f.write(text)
             f.flush()
@@ -109,17 +110,50 @@ class BadLine:
         return {"path": self.path, "line_no": self.line_no, "reason": self.reason, "raw": self.raw[:500]}
 
 
+def _has_lone_surrogate(obj: Any) -> bool:
+    if isinstance(obj, str):
+        try:
+            obj.encode("utf-8")
+        except UnicodeEncodeError:
+            return True
+        return False
+    if isinstance(obj, dict):
+        return any(_has_lone_surrogate(k) or _has_lone_surrogate(v) for k, v in obj.items())
+    if isinstance(obj, list):
+        return any(_has_lone_surrogate(v) for v in obj)
+    return False
+
+
 def iter_jsonl(path: str | os.PathLike[str]) -> Iterator[tuple[int, Any | BadLine]]:
-    """Yield ``(line_no, obj)`` for each non-blank line; ``obj`` is a :class:`BadLine` when
-    the line is not valid JSON (1-based line numbers). Never raises on bad content."""
-    with open(path, encoding="utf-8", errors="replace") as f:
-        for i, line in enumerate(f, start=1):
+    """Yield ``(line_no, obj)`` for each non-blank line (1-based line numbers).
+
+    ``obj`` is a :class:`BadLine` when the line is not valid UTF-8, not valid JSON, nests too
+    deeply, or holds a lone surrogate escape (text that cannot be written back as UTF-8). A
+    UTF-8 byte-order mark at the start of the file is skipped. Never raises on bad content.
+    """
+    with open(path, "rb") as f:
+        for i, raw in enumerate(f, start=1):
+            if i == 1 and raw.startswith(b"\xef\xbb\xbf"):
+                raw = raw[3:]
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                yield i, BadLine(str(path), i, f"invalid UTF-8: byte {e.start}", raw.decode("utf-8", "replace").rstrip("\n"))
+                continue
             if not line.strip():
                 continue
             try:
-                yield i, json.loads(line)
+                obj = json.loads(line)
             except json.JSONDecodeError as e:
                 yield i, BadLine(str(path), i, f"invalid JSON: {e.msg} at column {e.colno}", line.rstrip("\n"))
+                continue
+            except (RecursionError, ValueError) as e:
+                yield i, BadLine(str(path), i, f"invalid JSON: {type(e).__name__}: {str(e)[:100]}", line[:500])
+                continue
+            if _has_lone_surrogate(obj):
+                yield i, BadLine(str(path), i, "invalid text: lone surrogate escape", line[:500])
+                continue
+            yield i, obj
 
 
 def read_jsonl_strict(path: str | os.PathLike[str]) -> list[Any]:

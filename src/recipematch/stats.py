@@ -151,6 +151,8 @@ def percentile_interval(replicates, level: float = 0.95) -> tuple[float, float]:
     if not 0 < level < 1:
         raise ValueError(f"level must be in (0, 1), got {level}")
     r = np.asarray(replicates, dtype=np.float64)
+    if r.size == 0:
+        raise ValueError("no replicates: an interval needs at least one")
     alpha = (1.0 - level) / 2.0
     low, high = np.quantile(r, [alpha, 1.0 - alpha])
     return float(low), float(high)
@@ -213,6 +215,10 @@ class _QueryDraws:
             labels = np.asarray(clusters)
             if labels.shape != (self.n,):
                 raise ValueError(f"clusters must have shape ({self.n},), got {labels.shape}")
+            if labels.dtype.kind == "f" and np.isnan(labels).any():
+                raise ValueError("clusters contain NaN labels; give every query a cluster")
+            if labels.dtype == object and any(x is None or (isinstance(x, float) and x != x) for x in labels):
+                raise ValueError("clusters contain missing (None/NaN) labels; give every query a cluster")
             _, codes = np.unique(labels, return_inverse=True)
             codes = codes.astype(np.int64).ravel()
             self.order = np.argsort(codes, kind="stable")  # members grouped by cluster

@@ -117,7 +117,7 @@ def no_duplicates_report(dataset, batch_size: int, seed: int) -> dict[str, int]:
 
 
 def train_one(rows: Sequence[Mapping[str, Any]], *, base_model: str, out_dir: Path, seed: int, cfg: TrainConfig,
-              progress: bool = True) -> dict[str, Any]:
+              progress: bool = True, work_dir: Path | None = None) -> dict[str, Any]:
     """Train one checkpoint and save it to ``out_dir``.
 
     Args:
@@ -184,7 +184,9 @@ def train_one(rows: Sequence[Mapping[str, Any]], *, base_model: str, out_dir: Pa
                 history.append({"step": int(state.global_step), **{k: float(v) for k, v in logs.items()
                                                                   if isinstance(v, (int, float))}})
 
-    tmp = Path(tempfile.mkdtemp(prefix="rm-train-", dir=out_dir.parent if out_dir.parent.exists() else None))
+    # intermediate checkpoints live outside the DVC output folder (a kill must not leave
+    # them inside it); ``work_dir`` defaults to the system temporary folder
+    tmp = Path(tempfile.mkdtemp(prefix="rm-train-", dir=work_dir))
     try:
         args = SentenceTransformerTrainingArguments(
             output_dir=str(tmp), num_train_epochs=cfg.epochs, per_device_train_batch_size=cfg.batch_size,

@@ -8,7 +8,10 @@ row with derived check columns, then validated by a Great Expectations suite:
   splits exist;
 * no anchor id, anchor, positive or negative on the active exclusion list;
 * no empty anchor or positive text, no empty negative;
-* provenance complete (generator, model id, prompt SHA-256 for LLM texts).
+* provenance complete (generator, model id, prompt SHA-256 for LLM texts);
+* every row well formed, no positive equal to its anchor (after whitespace folding), and,
+  when the n-gram gate is given, no text that restates an evaluation text (word 5-gram
+  containment in either direction above the threshold).
 
 A failing suite raises :class:`ValidationFailed` whose message names each failed
 expectation and the offending rows (source ids), so the pipeline stops before training.
@@ -24,7 +27,7 @@ from typing import Any
 
 import pandas as pd
 
-from recipematch.gates import ExclusionList
+from recipematch.gates import ExclusionList, NgramGate
 from recipematch.pairs import n_examples, provenance_problems
 
 
@@ -41,36 +44,71 @@ class ValidationFailed(RuntimeError):
         super().__init__("\n".join(lines))
 
 
-def flatten_for_validation(rows: Sequence[Mapping[str, Any]], exclusion: ExclusionList) -> pd.DataFrame:
-    """One table row per pair row with the derived columns the suite checks."""
+def _malformed(r: Any) -> str:
+    """Why a row does not have the pair-row shape (``""`` when it does)."""
+    if not isinstance(r, Mapping):
+        return f"row is {type(r).__name__}, not an object"
+    problems = [f"'{k}' is not text" for k in ("source_id", "anchor", "positive") if not isinstance(r.get(k), str)]
+    negs = r.get("negatives")
+    if negs is not None and (not isinstance(negs, list) or not all(isinstance(n, Mapping) and isinstance(n.get("text"), str)
+                                                                   for n in negs)):
+        problems.append("'negatives' is not a list of {text: ...}")
+    prov = r.get("positive_provenance")
+    if prov is not None and not isinstance(prov, Mapping):
+        problems.append("'positive_provenance' is not an object")
+    return "; ".join(problems)
+
+
+def _norm(t: str) -> str:
+    return " ".join(t.split())
+
+
+def flatten_for_validation(rows: Sequence[Any], exclusion: ExclusionList, ngram: NgramGate | None = None) -> pd.DataFrame:
+    """One table row per pair row with the derived columns the suite checks. Malformed rows
+    are kept (their ``malformed`` column says why) so the suite reports them by position."""
     ids = set(exclusion.ids)
     splits_per_source: dict[str, set[str]] = {}
-    for r in rows:
-        splits_per_source.setdefault(r["source_id"], set()).add(r.get("split", ""))
+    bad = [_malformed(r) for r in rows]
+    for r, b in zip(rows, bad):
+        if not b:
+            splits_per_source.setdefault(r["source_id"], set()).add(r.get("split", ""))
     recs = []
-    for r in rows:
+    for i, (r, b) in enumerate(zip(rows, bad)):
+        if b:
+            recs.append({"source_id": str(r.get("source_id")) if isinstance(r, Mapping) else f"<row {i}>",
+                         "split": r.get("split") if isinstance(r, Mapping) else None, "malformed": b, "anchor_len": 0,
+                         "positive_len": 0, "min_negative_len": -1, "splits_of_source": 1, "anchor_id_excluded": False,
+                         "anchor_text_excluded": False, "positive_text_excluded": False, "negatives_excluded": 0,
+                         "positive_is_anchor": False, "ngram_flagged": 0, "provenance_ok": False,
+                         "provenance_problem": b, "n_negatives": 0, "n_examples": 0})
+            continue
         negs = r.get("negatives") or []
         prov = provenance_problems(r)
+        texts = [r["anchor"], r["positive"], *[n["text"] for n in negs]]
         recs.append({
             "source_id": r["source_id"],
             "split": r.get("split"),
-            "anchor_len": len((r.get("anchor") or "").strip()),
-            "positive_len": len((r.get("positive") or "").strip()),
-            "min_negative_len": min((len((n.get("text") or "").strip()) for n in negs), default=-1),
+            "malformed": "",
+            "anchor_len": len(r["anchor"].strip()),
+            "positive_len": len(r["positive"].strip()),
+            "min_negative_len": min((len(n["text"].strip()) for n in negs), default=-1),
             "splits_of_source": len(splits_per_source[r["source_id"]]),
             "anchor_id_excluded": r["source_id"] in ids,
-            "anchor_text_excluded": exclusion.hits_text(r.get("anchor") or ""),
-            "positive_text_excluded": exclusion.hits_text(r.get("positive") or ""),
-            "negatives_excluded": sum(exclusion.hits_text(n.get("text") or "") for n in negs),
+            "anchor_text_excluded": exclusion.hits_text(r["anchor"]),
+            "positive_text_excluded": exclusion.hits_text(r["positive"]),
+            "negatives_excluded": sum(exclusion.hits_text(n["text"]) for n in negs),
+            "positive_is_anchor": _norm(r["positive"]) == _norm(r["anchor"]),
+            "ngram_flagged": sum(ngram.flags(t) for t in texts) if ngram is not None else 0,
             "provenance_ok": not prov,
             "provenance_problem": "; ".join(prov),
             "n_negatives": len(negs),
             "n_examples": n_examples(r),
         })
-    return pd.DataFrame(recs, columns=["source_id", "split", "anchor_len", "positive_len", "min_negative_len",
-                                       "splits_of_source", "anchor_id_excluded", "anchor_text_excluded",
-                                       "positive_text_excluded", "negatives_excluded", "provenance_ok",
-                                       "provenance_problem", "n_negatives", "n_examples"])
+    return pd.DataFrame(recs, columns=["source_id", "split", "malformed", "anchor_len", "positive_len",
+                                       "min_negative_len", "splits_of_source", "anchor_id_excluded",
+                                       "anchor_text_excluded", "positive_text_excluded", "negatives_excluded",
+                                       "positive_is_anchor", "ngram_flagged", "provenance_ok", "provenance_problem",
+                                       "n_negatives", "n_examples"])
 
 
 def _expectations(budget_rows: int):
@@ -78,6 +116,9 @@ def _expectations(budget_rows: int):
 
     return [
         gxe.ExpectTableRowCountToEqual(value=budget_rows),
+        gxe.ExpectColumnValuesToBeInSet(column="malformed", value_set=[""]),
+        gxe.ExpectColumnValuesToBeInSet(column="positive_is_anchor", value_set=[False]),
+        gxe.ExpectColumnValuesToBeInSet(column="ngram_flagged", value_set=[0]),
         gxe.ExpectColumnValuesToBeInSet(column="split", value_set=["train", "dev"]),
         gxe.ExpectColumnDistinctValuesToEqualSet(column="split", value_set=["train", "dev"]),
         gxe.ExpectColumnValuesToBeInSet(column="splits_of_source", value_set=[1]),
@@ -92,8 +133,8 @@ def _expectations(budget_rows: int):
     ]
 
 
-def validate_cell(rows: Sequence[Mapping[str, Any]], exclusion: ExclusionList, *, budget_rows: int,
-                  suite_name: str) -> dict[str, Any]:
+def validate_cell(rows: Sequence[Any], exclusion: ExclusionList, *, budget_rows: int,
+                  suite_name: str, ngram: NgramGate | None = None) -> dict[str, Any]:
     """Run the suite on one budgeted cell file.
 
     Args:
@@ -101,6 +142,9 @@ def validate_cell(rows: Sequence[Mapping[str, Any]], exclusion: ExclusionList, *
         exclusion: the active exclusion list (SPEC §4).
         budget_rows: the exact row count required (SPEC §5).
         suite_name: e.g. ``"cell-recipe-seed42"`` (shown in messages and records).
+        ngram: the word n-gram containment gate over the evaluation texts (SPEC §4); when
+            given, no anchor, positive or negative may trip it (restatements of evaluation
+            texts that exact matching misses).
 
     Returns:
         A record ``{"suite", "success": True, "expectations": [...], "rows", "examples",
@@ -114,7 +158,7 @@ def validate_cell(rows: Sequence[Mapping[str, Any]], exclusion: ExclusionList, *
     logging.getLogger("great_expectations").setLevel(logging.ERROR)
     import great_expectations as gx
 
-    df = flatten_for_validation(rows, exclusion)
+    df = flatten_for_validation(rows, exclusion, ngram)
     from great_expectations.data_context.types.base import ProgressBarsConfig
 
     context = gx.get_context(mode="ephemeral")
@@ -140,14 +184,15 @@ def validate_cell(rows: Sequence[Mapping[str, Any]], exclusion: ExclusionList, *
                       + (" (the arm cannot supply the budget: lower budget.rows or widen its sources)"
                          if (res.get("observed_value") or 0) < budget_rows else ""))
         elif cfg.type == "expect_column_distinct_values_to_equal_set":
-            detail = f"observed splits {res.get('observed_value')}, need both train and dev"
+            observed = sorted(str(x) for x in df["split"].dropna().unique())
+            detail = f"observed splits {observed}, need both train and dev"
         else:
             idx = res.get("unexpected_index_list") or []
             idx = [i if isinstance(i, int) else next(iter(i.values())) for i in idx]
             bad = df.iloc[[i for i in idx if isinstance(i, int)]] if idx else df.iloc[0:0]
             srcs = list(dict.fromkeys(bad["source_id"].tolist()))
             extra = ""
-            if column == "provenance_ok" and len(bad):
+            if column in ("provenance_ok", "malformed") and len(bad):
                 extra = f"; first problem: {bad['provenance_problem'].iloc[0]}"
             detail = (f"{res.get('unexpected_count', len(idx))} offending row(s), sources "
                       f"{srcs[:20]}{' …' if len(srcs) > 20 else ''}{extra}")

@@ -19,7 +19,7 @@ from recipematch.io import read_json, read_jsonl_strict, write_json, write_jsonl
 from recipematch.pipeline.common import (
     Layout,
     arm_spec,
-    corpus_rows,
+    eval_texts,
     load_exclusion,
     read_pairs,
     resolve_model,
@@ -51,9 +51,7 @@ def run_specs(params: Mapping[str, Any], lay: Layout) -> dict:
 
 def run_cells(params: Mapping[str, Any], lay: Layout, arm: str) -> dict:
     """Assemble one arm, gate it, and draw each training seed's matched budget (SPEC §3.4, §5)."""
-    from recipematch.beir import load_beir
     from recipematch.cells import MissingInput, apply_gates, assemble_cell, budget_rows
-    from recipematch.evalsets import evaluation_texts
     from recipematch.gates import NgramGate
 
     spec = spec_from_file(lay, arm)
@@ -70,8 +68,7 @@ def run_cells(params: Mapping[str, Any], lay: Layout, arm: str) -> dict:
     except MissingInput as e:
         raise SystemExit(f"cells[{arm}]: {e}") from None
     ex, ex_path = load_exclusion(lay, params)
-    ids = {r["doc_id"] for r in corpus_rows(lay)}
-    texts = evaluation_texts(*[load_beir(lay.evalsets / n) for n in ("llm_tier", "probe")], corpus_ids=ids)
+    texts = eval_texts(lay)
     ngram = NgramGate(texts, n=gcfg.ngram_n, threshold=gcfg.ngram_threshold)
     heldout = set(read_json(lay.evalsets / "heldout.json")["heldout_sources"])
     kept, gate_counts, drops = apply_gates(pool, ex, ngram, heldout)

@@ -14,7 +14,6 @@ import logging
 import os
 import platform
 import subprocess
-import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -91,15 +90,16 @@ def _versions() -> dict[str, str]:
 
 
 def write_run_record(out_dir: Path, lay: Layout, stage: str, config: Any, inputs: Mapping[str, Path], counts: Mapping[str, Any]) -> None:
-    """The stage's run record (STYLE 5): config, git revision, versions, input hashes, counts.
+    """The stage's run record (STYLE 5): config, package versions, input hashes, counts.
 
-    Kept free of timestamps so reruns give identical bytes."""
+    It lives inside the stage's DVC output, so it holds nothing that changes without the
+    output changing: no timestamps, no git revision, no command line (DVC's lock file and
+    the MLflow runs' ``git_rev`` tags carry those)."""
     hashes = {}
     for name, path in sorted(inputs.items()):
         hashes[name] = sha256_tree(path) if Path(path).exists() else "missing"
     write_json(out_dir / "run_record.json", {
-        "stage": stage, "config": config, "git_rev": git_rev(lay.root), "versions": _versions(),
-        "input_sha256": hashes, "counts": counts, "argv": sys.argv[1:],
+        "stage": stage, "config": config, "versions": _versions(), "input_sha256": hashes, "counts": counts,
     })
 
 
@@ -179,3 +179,20 @@ def mlflow_uri(cfg: MlflowConfig, lay: Layout) -> str:
     return cfg.tracking_uri
 
 
+
+
+def eval_texts(lay: Layout) -> list[str]:
+    """Every evaluation text (queries, golds, distractors) of the evalsets stage."""
+    from recipematch.beir import load_beir
+    from recipematch.evalsets import evaluation_texts
+
+    ids = {r["doc_id"] for r in corpus_rows(lay)}
+    return evaluation_texts(*[load_beir(lay.evalsets / n) for n in ("llm_tier", "probe")], corpus_ids=ids)
+
+
+def eval_ngram_gate(params: Mapping[str, Any], lay: Layout):
+    """The word n-gram containment gate over :func:`eval_texts` (SPEC §4)."""
+    from recipematch.gates import NgramGate
+
+    g = section(params, "gates", GatesConfig)
+    return NgramGate(eval_texts(lay), n=g.ngram_n, threshold=g.ngram_threshold)

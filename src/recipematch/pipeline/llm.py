@@ -82,13 +82,19 @@ def run_llm(params: Mapping[str, Any], lay: Layout, prompt: str, *, progress: bo
     lay.pairs.mkdir(parents=True, exist_ok=True)
     write_jsonl(lay.pairs / f"{prompt}.jsonl", rows)
     write_jsonl(out / "failures.jsonl", failures)
-    counts = {"sources_requested": len(sources), "skipped_excluded": len(corpus) - len(sources), "self_test": self_test,
+    # how many answers came from the store on this run depends on whether it resumed: such
+    # counts go to the run record (inside the persisted call-store folder), not to metrics,
+    # so a resumed run and a fresh one give identical metrics
+    this_run = {"self_test": self_test, **{f"{part}.{k}": counts[part].pop(k) for part in ("generate", "judge")
+                                          for k in ("from_store", "sent") if k in counts.get(part, {})}}
+    counts = {"sources_requested": len(sources), "skipped_excluded": len(corpus) - len(sources),
               "paraphrase_depth_char3_jaccard": paraphrase_depth(rows), **counts}
     write_json(lay.metrics / f"llm_{prompt}.json", counts)
     write_run_record(out, lay, f"llm:{prompt}", asdict(cfg),
                      {"corpus": lay.corpus / "corpus.parquet", "exclusion": ex_path,
-                      "recordings": lay.recordings / "recordings.jsonl"}, {"rows": len(rows), "failures": len(failures)})
-    return counts
+                      "recordings": lay.recordings / "recordings.jsonl"},
+                     {"rows": len(rows), "failures": len(failures), "this_run": this_run})
+    return {**counts, "this_run": this_run}
 
 
 def _llm_self_test(cfg: LLMConfig, lay: Layout, backend, sources, *, prompt: str, n_neg: int, sampling, seed: int,

@@ -21,7 +21,8 @@ def _hits(ranks, arm: str, test: str, k: int):
 
     sub = ranks[(ranks["arm"] == arm) & (ranks["test"] == test)]
     piv = sub.pivot(index="seed", columns="query_id", values="rank").sort_index(axis=0).sort_index(axis=1)
-    return (piv.to_numpy() < k).astype(np.float64), list(piv.columns)
+    r = piv.to_numpy()
+    return ((r >= 0) & (r < k)).astype(np.float64), list(piv.columns)  # rank -1: no gold, a miss
 
 
 def run_stats(params: Mapping[str, Any], lay: Layout, arms: list[str]) -> dict:

@@ -51,6 +51,10 @@ def run_train(params: Mapping[str, Any], lay: Layout, arm: str, *, progress: boo
     exp_id = tracking.experiment_id(c, mcfg.experiment, artifact_location=(lay.root / "mlruns").resolve().as_uri())
     out_root = lay.models(arm)
     out_root.mkdir(parents=True, exist_ok=True)
+    for stale in out_root.glob("rm-train-*"):  # left by an older version killed mid-training
+        import shutil
+
+        shutil.rmtree(stale, ignore_errors=True)
     summary = {}
     # the code that trains is part of a run's identity: an edit retrains, an interruption resumes
     code_sha = sha256_text("".join(sha256_file(Path(m.__file__)) for m in (training_mod, train_stage_mod)))
@@ -87,7 +91,9 @@ def run_train(params: Mapping[str, Any], lay: Layout, arm: str, *, progress: boo
         tracking.log_dataset(run_id, pd.DataFrame({"source_id": [r["source_id"] for r in rows], "split": [r["split"] for r in rows]}),
                              source=str(pair_path.relative_to(lay.root)), name=f"cell-{arm}-seed{s}", digest=pair_sha, context="training")
         try:
-            result = train_one(rows, base_model=base, out_dir=ckpt, seed=s, cfg=tcfg, progress=progress)
+            work = lay.p("cache", "train-tmp")
+            work.mkdir(parents=True, exist_ok=True)
+            result = train_one(rows, base_model=base, out_dir=ckpt, seed=s, cfg=tcfg, progress=progress, work_dir=work)
         except Exception:
             c.set_terminated(run_id, status="FAILED")
             raise

@@ -8,7 +8,7 @@ from typing import Any
 
 from recipematch.config import BudgetConfig, section
 from recipematch.io import read_jsonl_strict, sha256_file, write_json
-from recipematch.pipeline.common import Layout, load_exclusion, train_seeds
+from recipematch.pipeline.common import Layout, eval_ngram_gate, load_exclusion, train_seeds
 
 log = logging.getLogger("recipematch")
 
@@ -18,12 +18,13 @@ def run_validate(params: Mapping[str, Any], lay: Layout, arm: str) -> dict:
 
     bcfg = section(params, "budget", BudgetConfig)
     ex, ex_path = load_exclusion(lay, params)
+    ngram = eval_ngram_gate(params, lay)
     records, failed = {}, []
     for s in train_seeds(params):
         path = lay.cells(arm) / f"seed_{s}.jsonl"
         rows = read_jsonl_strict(path)
         try:
-            rec = validate_cell(rows, ex, budget_rows=bcfg.rows, suite_name=f"cell-{arm}-seed{s}")
+            rec = validate_cell(rows, ex, budget_rows=bcfg.rows, suite_name=f"cell-{arm}-seed{s}", ngram=ngram)
         except ValidationFailed as e:
             failed.append(str(e))
             continue

@@ -56,9 +56,11 @@ def run_verified(params: Mapping[str, Any], lay: Layout, *, progress: bool = Tru
               "negatives": sum(len(r["negatives"]) for r in rows),
               "families": {f: sum(1 for r in rows if r["positive_provenance"]["transform_family"] == f)
                            for f in sorted({r["positive_provenance"]["transform_family"] for r in rows})},
-              "generator": {k: v for k, v in summary.items() if k != "census" and not k.endswith("_path")},
+              "generator": {k: v for k, v in summary.items() if k not in ("census", "resumed") and not k.endswith("_path")},
               "census": summary.get("census", {})}
     write_json(lay.metrics / "verified.json", counts)
+    # problems taken from an earlier, interrupted run: a run fact, not a metric
     write_run_record(lay.cas, lay, "verified", {**asdict(cfg), "seed": seed, "generator_version": cas.GENERATOR_VERSION},
-                     {"corpus": lay.corpus / "corpus.parquet", "exclusion": ex_path}, counts)
+                     {"corpus": lay.corpus / "corpus.parquet", "exclusion": ex_path},
+                     {**counts, "this_run": {"resumed": summary.get("resumed")}})
     return counts
