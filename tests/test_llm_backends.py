@@ -407,3 +407,21 @@ def test_result_needs_exactly_one_of_text_and_error() -> None:
         GenerationResult(None, None)
     with pytest.raises(ValueError):
         GenerationResult("t", "timeout")
+
+
+def test_contract_a_raising_callback_does_not_lose_other_results(make_backend: Factory, corpus: dict[str, str]) -> None:
+    """Regression: an exception in ``on_result`` (e.g. the store) aborted the batch and, over
+    HTTP, discarded every result still in flight. Now every result is delivered, then the
+    first exception is raised."""
+    reqs = [gen_request(s, corpus[s]) for s in ["0004", "000d", "000u", "0025"]]
+    backend = make_backend([(r, f"answer {r.source_id}") for r in reqs])
+    delivered: dict[int, str | None] = {}
+
+    def on_result(i: int, res: GenerationResult) -> None:
+        delivered[i] = res.raw_text
+        if len(delivered) == 1:
+            raise RuntimeError("store exploded")
+
+    with pytest.raises(RuntimeError, match="store exploded"):
+        backend.generate(reqs, on_result=on_result)
+    assert delivered == {i: f"answer {r.source_id}" for i, r in enumerate(reqs)}

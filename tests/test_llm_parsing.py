@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from recipematch.llm.parsing import json_schema_for, normalise_ws, parse_answer, parse_judge
+from recipematch.llm.parsing import json_schema_for, normalise_for_compare, normalise_ws, parse_answer, parse_judge
 
 ANCHOR = "Find all real $x$ with $x^2 = 4$."
 
@@ -237,3 +237,124 @@ def test_json_schemas() -> None:
     assert set(s["required"]) == {"original_problem", "equivalent_variants", "near_miss_variants"}
     assert "near_miss_variants" not in json_schema_for("d4_restatement", 1, 0)["properties"]
     assert json_schema_for("judge", 0, 0)["properties"]["verdict"]["enum"] == ["equivalent", "not_equivalent"]
+
+
+# ---- hostile answers never make the parsers raise (regression: RecursionError / ValueError)
+
+DEEP = ('{"original_problem":"p","equivalent_variants":[{"problem":"q"}],"near_miss_variants":[],"x":'
+        + "[" * 5000 + "]" * 5000 + "}")
+LONG_INT = ('{"original_problem":"p","equivalent_variants":[{"problem":"q"}],"near_miss_variants":[],"x":'
+            + "9" * 5000 + "}")
+
+
+@pytest.mark.parametrize(("raw", "detail"), [(DEEP, "nesting too deep"), (LONG_INT, "integer literal too long")])
+def test_deep_nesting_and_huge_integers_are_rejections(raw: str, detail: str) -> None:
+    out = parse(raw, require_tags=False)
+    assert (out.ok, out.reason) == (False, "invalid_json") and out.detail.startswith(detail)
+    judge = '{"verdict": "equivalent", "confidence": 0.9, "reason": "r", "x": ' + raw[raw.index('"x":') + 4:]
+    jo = parse_judge(judge)
+    assert (jo.ok, jo.reason) == (False, "invalid_json") and jo.detail.startswith(detail)
+    jo = parse_judge('{"verdict": "equivalent", "confidence": 1' + "0" * 5000 + ', "reason": "r"}')
+    assert (jo.ok, jo.reason) == (False, "invalid_json") and jo.detail.startswith("integer literal too long")
+
+
+def test_nesting_within_the_limit_is_judged_by_the_schema() -> None:
+    from recipematch.llm.parsing import MAX_NESTING
+
+    ok_depth = MAX_NESTING - 1  # the top-level object is the first level
+    raw = GOOD[:-1] + ', "x": ' + "[" * ok_depth + "]" * ok_depth + "}"
+    assert parse(raw).reason == "unexpected_field"
+    raw = GOOD[:-1] + ', "x": ' + "[" * (ok_depth + 1) + "]" * (ok_depth + 1) + "}"
+    assert parse(raw).reason == "invalid_json"
+    assert parse(GOOD[:-1] + ', "x": 1' + "0" * 99 + "}").reason == "unexpected_field"  # 100 digits: fine
+
+
+def test_overlong_answer_is_refused_unread() -> None:
+    from recipematch.llm.parsing import MAX_ANSWER_CHARS
+
+    out = parse(GOOD + " " * MAX_ANSWER_CHARS)
+    assert (out.ok, out.reason) == (False, "answer_too_long")
+    assert parse_judge("{" + " " * MAX_ANSWER_CHARS + "}").reason == "answer_too_long"
+
+
+def test_any_decoder_exception_is_a_rejection(monkeypatch: pytest.MonkeyPatch) -> None:
+    from recipematch.llm import parsing
+
+    def boom(*a, **k):
+        raise MemoryError("out of memory while decoding")
+
+    monkeypatch.setattr(parsing.json, "loads", boom)
+    out = parse(GOOD)
+    assert (out.ok, out.reason) == (False, "invalid_json") and "MemoryError" in out.detail
+    assert parse_judge('{"verdict": "equivalent", "confidence": 0.9, "reason": "r"}').reason == "invalid_json"
+
+
+def test_unexpected_parser_exception_is_an_outcome(monkeypatch: pytest.MonkeyPatch) -> None:
+    from recipematch.llm import parsing
+
+    def broken(*a, **k):
+        raise RuntimeError("parser bug")
+
+    monkeypatch.setattr(parsing, "_check_item", broken)
+    monkeypatch.setattr(parsing, "_check_keys", broken)
+    out = parse(GOOD)
+    assert (out.ok, out.reason) == (False, "parser_exception") and out.detail == "RuntimeError: parser bug"
+    jo = parse_judge('{"verdict": "equivalent", "confidence": 0.9, "reason": "r"}')
+    assert (jo.ok, jo.reason) == (False, "parser_exception")
+
+
+# ---- lone surrogates (regression: UnicodeEncodeError later, in candidate_key / the store)
+
+
+@pytest.mark.parametrize("bad", ["Find $y$ \\ud800 with $y^2=4$.", "Find $y$ \\udfff.", "\ud800 literal"])
+def test_lone_surrogate_is_invalid_text(bad: str) -> None:
+    raw = GOOD.replace("Determine every real $y$ such that $y^2 = 4$.", bad)
+    assert raw != GOOD
+    out = parse(raw)
+    assert (out.ok, out.reason) == (False, "invalid_text") and out.detail.startswith("lone surrogate")
+    assert not out.positives
+    out.detail.encode("utf-8")  # the reason itself is safe to write anywhere
+    jo = parse_judge('{"verdict": "equivalent", "confidence": 0.9, "reason": "' + bad + '"}')
+    assert (jo.ok, jo.reason) == (False, "invalid_text") and jo.detail.startswith("lone surrogate")
+    key = '{"verdict": "equivalent", "confidence": 0.9, "reason": "r", "\\ud800": 1}'
+    assert parse_judge(key).reason == "invalid_text"
+
+
+def test_escaped_surrogate_pair_is_fine() -> None:
+    raw = GOOD.replace("Determine every real $y$", "Determine every real $y$ \\ud83d\\ude00")
+    out = parse(raw)
+    assert out.ok and out.positives[0].text.startswith("Determine every real $y$ \U0001F600")
+
+
+# ---- invisible characters (regression: trivial positives accepted)
+
+
+@pytest.mark.parametrize(
+    "positive",
+    [
+        "Find all real $x$ with $x^2\u200b = 4$.",  # zero-width space
+        "\ufeffFind all real $x$ with $x^2 = 4$.",  # BOM / zero-width no-break space
+        "Find all re\u00adal $x$ with $x^2 = 4$.",  # soft hyphen
+        "Find\u2060 all real $x$ with\u200d $x^2 = 4$.\u200c",  # word joiner, ZWJ, ZWNJ
+        "Find\u00a0all\u00a0real $x$ with $x^2 = 4$.",  # NBSP
+        "Find all real\u202f$x$ with\u200e $x^2 = 4$.",  # narrow NBSP, LRM
+        "Find all\u00a0\u200b real $x$ with $x^2 = 4$.\ufe0f",  # NBSP + ZWSP, variation selector
+    ],
+)
+def test_positive_differing_only_by_invisible_characters_is_the_anchor(positive: str) -> None:
+    out = parse(d1_answer([variant(positive)], []))
+    assert out.ok and not out.positives
+    assert [(r.reason, r.text) for r in out.item_rejections] == [("positive_identical_to_anchor", positive)]
+    assert normalise_for_compare(positive) == normalise_for_compare(ANCHOR) == ANCHOR
+
+
+def test_duplicates_differing_only_by_invisible_characters() -> None:
+    a = "Find all real $x$ with $x^3 = 4$."
+    pos = "Determine every real $y$ such that $y^2 = 4$."
+    out = parse(d1_answer([variant(pos)], [variant(a), variant("\u200b" + a.replace(" ", "\u00a0", 1)),
+                                           variant(pos.replace("every", "ev\u200cery"))]))
+    assert [(r.index, r.reason) for r in out.item_rejections] == [(1, "duplicate_variant"), (2, "duplicate_variant")]
+    assert [n.text for n in out.negatives] == [a]
+    # visible differences still count
+    assert normalise_for_compare("x\u00b2") != normalise_for_compare("x2")
+    assert normalise_for_compare("a\u200bb c") == "ab c"

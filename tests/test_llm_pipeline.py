@@ -387,3 +387,194 @@ def test_replay_full_release_over_the_2500_sources(tmp_path, fname, prompt, n_ne
     for row, rel in zip(rows, release):  # release files are sorted by source id
         assert (row["source_id"], row["positive"]) == (rel["source_id"], rel["positive_text"])
         assert [n["text"] for n in row["negatives"]] == list(dict.fromkeys(n["text"] for n in rel["negatives"]))
+
+
+# ------------------------------------------------------------------ one bad answer never takes the stage down
+
+DEEP_TAIL = "[" * 5000 + "]" * 5000
+LONG_INT_TAIL = "9" * 5000
+
+
+def hostile_answers(corpus: dict[str, str]) -> dict[str, str]:
+    """Generation answers, by source, that used to crash the stage: deep nesting
+    (RecursionError), a 5,000-digit integer (ValueError), a positive holding the JSON escape
+    of a lone surrogate (UnicodeEncodeError later, in candidate_key)."""
+    def answer(sid: str, extra: str) -> str:
+        return ('{"original_problem": ' + json.dumps(corpus[sid]) + ', "equivalent_variants": [{"problem": "q"}], '
+                '"near_miss_variants": []' + extra + "}")
+
+    return {"0004": answer("0004", ', "x": ' + DEEP_TAIL),
+            "000d": answer("000d", ', "x": ' + LONG_INT_TAIL),
+            "000u": answer("000u", "").replace('"q"', '"q \\ud800 r"')}
+
+
+def _hostile_replay(corpus: dict[str, str]) -> ReplayBackend:
+    recs = build_recordings(fixture_d1_rows(), corpus, "d1_recipe", n_pos=1, n_neg=3, model_id=MODEL)
+    bad = hostile_answers(corpus)
+    for r in recs:
+        if r["kind"] == "generation" and r["source_id"] in bad:
+            r["raw_text"] = bad[r["source_id"]]
+    return ReplayBackend(recordings=recs)
+
+
+def _assert_hostile_outcome(rows, failures, counts, store_path: Path, corpus) -> None:
+    assert counts["parse"]["rejected"] == {"invalid_json": 2, "invalid_text": 1}
+    by_sid = {f["source_id"]: f for f in failures if f["stage"] == "parse"}
+    assert by_sid["0004"]["reason"] == "invalid_json" and by_sid["0004"]["item"]["detail"].startswith("nesting too deep")
+    assert by_sid["000d"]["item"]["detail"].startswith("integer literal too long")
+    assert by_sid["000u"]["reason"] == "invalid_text" and by_sid["000u"]["item"]["detail"].startswith("lone surrogate")
+    assert [r["source_id"] for r in rows] == ["002r", "00cz", "01bq"]  # the others still make rows
+    stored = {(r["source_id"], r["prompt_name"]): r for r in read_jsonl(store_path)}
+    bad = hostile_answers(corpus)
+    for sid, text in bad.items():  # the paid answers are in the store, with their parse outcome
+        rec = stored[(sid, "d1_recipe")]
+        assert rec["raw_text"] == text and rec["parse"]["ok"] is False
+    assert stored[("0004", "d1_recipe")]["parse"]["reason"] == "invalid_json"
+    assert stored[("000u", "d1_recipe")]["parse"]["reason"] == "invalid_text"
+    json.dumps(failures, ensure_ascii=False).encode("utf-8")  # failures can be written as UTF-8
+
+
+def test_hostile_answers_are_rejections_and_stored_replay(corpus, tmp_path: Path) -> None:
+    be = _hostile_replay(corpus)
+    store = tmp_path / "s.jsonl"
+    first = run_d1(corpus, be, store)
+    _assert_hostile_outcome(*first, store, corpus)
+    calls = be.calls
+    second = run_d1(corpus, be, store)  # the rerun answers everything from the store, no crash
+    assert be.calls == calls and second[2]["generate"]["sent"] == 0 and second[2]["judge"]["sent"] == 0
+    assert rows_to_jsonl(second[0]) == rows_to_jsonl(first[0])
+
+
+def test_hostile_answers_over_http_keep_every_in_flight_result(corpus, tmp_path: Path) -> None:
+    from test_llm_support import ChatServer
+
+    from recipematch.llm.backends import OpenAICompatibleBackend
+
+    script = release_script(corpus, fixture_d1_rows())
+    bad = hostile_answers(corpus)
+    bad["000u"] = bad["000u"].replace("\\ud800", "\ud800")  # over HTTP: a literal lone surrogate in the content
+    seen: dict[str, GenerationRequest] = {}
+
+    def capture(r: GenerationRequest) -> str | None:
+        seen[r.key] = r
+        return script(r)
+
+    run_d1(corpus, ScriptedBackend(capture), tmp_path / "ref.jsonl")  # learn the requests
+    table = {}
+    for r in seen.values():
+        text = bad.get(r.source_id) if r.prompt_name == "d1_recipe" else None
+        text = text or script(r)
+        if text is not None:
+            table[(r.system, r.user)] = text
+    store = tmp_path / "s.jsonl"
+    with ChatServer(table) as srv:
+        be = OpenAICompatibleBackend(srv.base_url, MODEL, concurrency=3, max_retries=0, timeout_s=30)
+        rows, _failures, counts = run_d1(corpus, be, store)
+        assert counts["generate"] == {"requests": 9, "from_store": 0, "sent": 9, "answered": 6,
+                                      "failed": {"http_404": 3}}
+        assert counts["parse"]["rejected"] == {"invalid_json": 2, "invalid_text": 1}
+        assert [r["source_id"] for r in rows] == ["002r", "00cz", "01bq"]
+        raw = {json.loads(ln)["source_id"]: json.loads(ln) for ln in store.read_text("utf-8").splitlines()
+               if json.loads(ln)["prompt_name"] == "d1_recipe"}
+        assert len(raw) == 9 and raw["000u"]["raw_text"] == bad["000u"] and raw["0004"]["raw_text"] == bad["0004"]
+        hits = sum(srv.hits.values())
+        again = run_d1(corpus, be, store)  # nothing re-sent, nothing crashes
+        assert sum(srv.hits.values()) == hits and again[2]["generate"]["sent"] == 0
+        assert rows_to_jsonl(again[0]) == rows_to_jsonl(rows)
+
+
+def test_parser_exception_is_recorded_and_the_answer_stored(corpus, d1_replay, tmp_path: Path,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    import recipematch.llm.pipeline as pl
+
+    real = pl.parse_answer
+
+    def flaky(prompt, raw, **kw):
+        if kw["anchor"] == corpus["000d"]:
+            raise RuntimeError("parser bug")
+        return real(prompt, raw, **kw)
+
+    monkeypatch.setattr(pl, "parse_answer", flaky)
+    rows, failures, counts = run_d1(corpus, d1_replay, tmp_path / "s.jsonl")
+    assert counts["parse"]["rejected"] == {"parser_exception": 1} and counts["parse"]["ok"] == 5
+    f = next(f for f in failures if f["reason"] == "parser_exception")
+    assert (f["source_id"], f["stage"], f["item"]["detail"]) == ("000d", "parse", "RuntimeError: parser bug")
+    stored = {r["source_id"]: r for r in read_jsonl(tmp_path / "s.jsonl") if r["prompt_name"] == "d1_recipe"}
+    assert stored["000d"]["raw_text"] is not None
+    p = stored["000d"]["parse"]
+    assert (p["ok"], p["reason"], p["detail"]) == (False, "parser_exception", "RuntimeError: parser bug")
+    assert [r["source_id"] for r in rows] == ["0004", "000u", "002r", "00cz", "01bq"]
+
+
+def parse_judge_real(raw, **kw):
+    from recipematch.llm.parsing import parse_judge
+
+    return parse_judge(raw, **kw)
+
+
+def test_judge_parser_exception_fails_only_that_judgment(corpus, tmp_path: Path, monkeypatch) -> None:
+    import recipematch.llm.pipeline as pl
+
+    base = release_script(corpus, fixture_d1_rows())
+    bad_pos = fixture_d1_rows()[0]["positive_text"]  # source 0004
+
+    def script(r: GenerationRequest):
+        if r.prompt_name == "judge" and r.user.split("Problem B:\n", 1)[1][:-1] == bad_pos:
+            return '{"verdict": "equivalent", "confidence": 0.5, "reason": "BOOM"}'
+        return base(r)
+
+    def flaky(raw, **kw):
+        if "BOOM" in raw:
+            raise RuntimeError("judge parser bug")
+        return parse_judge_real(raw, **kw)
+
+    monkeypatch.setattr(pl, "parse_judge", flaky)
+    rows, _failures, counts = run_d1(corpus, ScriptedBackend(script), tmp_path / "s.jsonl")
+    assert counts["judge"]["parse_rejected"] == {"parser_exception": 1}
+    assert counts["failures"]["judge:judge_answer_parser_exception"] == 1
+    assert [r["source_id"] for r in rows] == ["000d", "000u", "002r", "00cz", "01bq"]
+    stored = [r for r in read_jsonl(tmp_path / "s.jsonl") if r["prompt_name"] == "judge" and "BOOM" in r["raw_text"]]
+    assert len(stored) == 1 and stored[0]["parse"]["reason"] == "parser_exception"
+
+
+def test_a_record_that_cannot_be_stored_fails_alone(corpus, d1_replay, tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    import recipematch.llm.pipeline as pl
+
+    real = pl.make_record
+
+    def flaky(req, res, parse):
+        if req.source_id == "000d" and req.prompt_name == "d1_recipe":
+            raise OSError("disk full")
+        return real(req, res, parse)
+
+    monkeypatch.setattr(pl, "make_record", flaky)
+    store = tmp_path / "s.jsonl"
+    rows, failures, counts = run_d1(corpus, d1_replay, store)
+    assert counts["generate"]["failed"] == {"no_recorded_answer": 3, "store_failed": 1}
+    f = next(f for f in failures if f["reason"] == "store_failed")
+    assert (f["source_id"], f["stage"], f["item"]["detail"]) == ("000d", "generate", "OSError: disk full")
+    assert [r["source_id"] for r in rows] == ["0004", "000u", "002r", "00cz", "01bq"]
+    assert len([r for r in read_jsonl(store) if r["prompt_name"] == "d1_recipe"]) == 8  # all but 000d stored
+    monkeypatch.setattr(pl, "make_record", real)
+    calls = d1_replay.calls
+    rows2, _, counts2 = run_d1(corpus, d1_replay, store)  # the next run sends only what was lost
+    assert counts2["generate"]["sent"] == 1 and d1_replay.calls - calls == 1 + counts2["judge"]["sent"]
+    assert [r["source_id"] for r in rows2] == ["0004", "000d", "000u", "002r", "00cz", "01bq"]
+
+
+def test_a_judge_request_that_cannot_be_built_fails_alone(corpus, d1_replay, tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    import recipematch.llm.pipeline as pl
+
+    bad = fixture_d1_rows()[0]["positive_text"]  # source 0004
+    real = pl.candidate_key
+    monkeypatch.setattr(pl, "candidate_key", lambda t: (_ for _ in ()).throw(RuntimeError("hash bug")) if t == bad
+                        else real(t))
+    rows, failures, counts = run_d1(corpus, d1_replay, tmp_path / "s.jsonl")
+    f = next(f for f in failures if f["reason"] == "judge_request_failed")
+    assert (f["source_id"], f["stage"], f["item"]["role"], f["item"]["detail"]) == (
+        "0004", "judge", "positive", "RuntimeError: hash bug")
+    assert counts["positives"] == {"candidates": 6, "kept": 5, "rejected": 0, "judge_failed": 1}
+    assert counts["judge"]["failed"] == {"judge_request_failed": 1} and counts["judge"]["requests"] == 17
+    assert [r["source_id"] for r in rows] == ["000d", "000u", "002r", "00cz", "01bq"]

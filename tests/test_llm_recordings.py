@@ -19,6 +19,7 @@ from recipematch.llm.recordings import (
     load_corpus_texts,
     write_recordings,
 )
+from recipematch.llm.recordings import read_jsonl as read_jsonl_strict
 
 
 @pytest.fixture
@@ -121,3 +122,105 @@ def test_load_corpus_texts(tmp_path) -> None:
     p.write_text('{"_id": "a", "title": "", "text": "x"}\n{"_id": "a", "title": "", "text": "y"}\n')
     with pytest.raises(ValueError, match="duplicate"):
         load_corpus_texts(p)
+
+
+# ---- lone surrogates hash instead of raising (regression: UnicodeEncodeError in candidate_key)
+
+
+def test_candidate_key_of_a_lone_surrogate_does_not_raise() -> None:
+    assert candidate_key("a\ud800b") == hashlib.sha256("a\ud800b".encode("utf-8", "surrogatepass")).hexdigest()[:16]
+    assert candidate_key("a\ud800b") != candidate_key("a\udc00b")
+    assert candidate_key("\U0001F600") == hashlib.sha256("\U0001F600".encode()).hexdigest()[:16]  # unchanged
+
+
+# ---- errors name the file, the line / row and the problem
+
+
+def _good_line(corpus: dict[str, str]) -> str:
+    rec = build_recordings(fixture_d1_rows()[:1], corpus, "d1_recipe", n_pos=1, n_neg=3, model_id=MODEL)[0]
+    return json.dumps(rec, ensure_ascii=False)
+
+
+@pytest.mark.parametrize(
+    ("bad_line", "problem"),
+    [
+        ('{"prompt_sha256": "ab", "source_id": ', "not valid JSON"),
+        ("[1, 2, 3]", "must be a JSON object, got list"),
+        ('"just a string"', "must be a JSON object, got str"),
+        ("RAW_TEXT_NULL", "raw_text must be a string.*got null"),
+        ("VARIANT_FLOAT", "variant must be an int or a string"),
+        ("NO_ORIGIN", r"lacks \['origin'\]"),
+    ],
+)
+def test_replay_file_errors_name_file_line_and_problem(corpus, tmp_path, bad_line: str, problem: str) -> None:
+    good = _good_line(corpus)
+    rec = json.loads(good)
+    bad_line = {
+        "RAW_TEXT_NULL": json.dumps({**rec, "raw_text": None}),
+        "VARIANT_FLOAT": json.dumps({**rec, "variant": 0.5}),
+        "NO_ORIGIN": json.dumps({k: v for k, v in rec.items() if k != "origin"}),
+    }.get(bad_line, bad_line)
+    path = tmp_path / "recordings.jsonl"
+    path.write_text(good + "\n\n" + bad_line + "\n", encoding="utf-8")  # the bad one is on line 3
+    with pytest.raises(ValueError, match=problem) as ei:
+        ReplayBackend(path)
+    msg = str(ei.value)
+    assert msg.startswith(f"{path}, line 3")
+    if "raw_text" in problem:
+        assert msg.startswith(f"{path}, line 3 (source_id '0004', variant 0): ")
+
+
+def test_in_memory_recording_errors_name_the_recording(corpus) -> None:
+    rec = json.loads(_good_line(corpus))
+    with pytest.raises(ValueError, match=r"^recording #1 \(source_id '0004', variant 0\): raw_text must be a string"):
+        ReplayBackend(recordings=[rec, {**rec, "raw_text": None}])
+    with pytest.raises(ValueError, match=r"^recording #2: a recording must be a JSON object, got list"):
+        ReplayBackend(recordings=[rec, rec, [1, 2, 3]])
+
+
+def test_replay_conflict_names_both_lines(corpus, tmp_path) -> None:
+    rec = json.loads(_good_line(corpus))
+    path = tmp_path / "r.jsonl"
+    path.write_text(json.dumps(rec) + "\n" + json.dumps({**rec, "raw_text": "other"}) + "\n", encoding="utf-8")
+    with pytest.raises(ValueError, match=r"line 2: conflicting recordings .*first at .*line 1"):
+        ReplayBackend(path)
+
+
+def test_read_jsonl_and_corpus_errors_name_file_and_line(tmp_path) -> None:
+    p = tmp_path / "x.jsonl"
+    p.write_text('{"_id": "a", "text": "x"}\n{"_id": "b", "text": \n', encoding="utf-8")
+    with pytest.raises(ValueError, match=r"x\.jsonl, line 2: not valid JSON"):
+        read_jsonl_strict(p)
+    with pytest.raises(ValueError, match=r"x\.jsonl, line 2: not valid JSON"):
+        load_corpus_texts(p)
+    p.write_text('{"_id": "a", "text": "x"}\n[1]\n', encoding="utf-8")
+    with pytest.raises(ValueError, match=r"x\.jsonl, line 2: expected a JSON object, got list"):
+        read_jsonl_strict(p)
+    p.write_text('{"_id": "a", "text": "x"}\n{"_id": "b"}\n', encoding="utf-8")
+    with pytest.raises(ValueError, match=r"x\.jsonl, line 2: field 'text' missing"):
+        load_corpus_texts(p)
+    p.write_bytes(b'{"_id": "a", "text": "x"}\n{"_id": "\xff"}\n')
+    with pytest.raises(ValueError, match=r"x\.jsonl, line 2: not UTF-8"):
+        load_corpus_texts(p)
+
+
+@pytest.mark.parametrize(
+    ("row", "problem"),
+    [
+        ({"source_id": "0004", "negatives": []}, r"release row 1 \(source_id '0004'\): missing field 'positive_text'"),
+        ({"source_id": "0004", "positive_text": "p", "negatives": None},
+         r"release row 1 \(source_id '0004'\): field 'negatives' must be a list, got null"),
+        ({"source_id": "0004", "positive_text": None}, r"release row 1 \(source_id '0004'\): field 'positive_text'"),
+        ({"source_id": "0004", "positive_text": "p", "negatives": [{"txt": "n"}]},
+         r"release row 1 \(source_id '0004'\): negatives\[0\] is not an object with a 'text' field"),
+        ({"source_id": "0004", "positive_text": "p", "negatives": ["n"]}, r"release row 1 .*negatives\[0\]"),
+        ({"source_id": "0004", "positive_text": "p", "negatives": [{"text": None}]},
+         r"release row 1 .*negatives\[0\]\.text is empty or not a string"),
+        ({"positive_text": "p", "negatives": []}, r"release row 1: field 'source_id' missing"),
+        (["0004", "p"], r"release row 1: expected an object, got list"),
+    ],
+)
+def test_release_row_errors_name_the_row_and_field(corpus, row, problem: str) -> None:
+    good = {"source_id": "000d", "positive_text": "q", "negatives": []}
+    with pytest.raises(ValueError, match=problem):
+        build_recordings([good, row], corpus, "d1_recipe", n_pos=1, n_neg=3, model_id=MODEL)

@@ -216,3 +216,21 @@ def test_kill_9_mid_write_then_resume(tmp_path: Path, tear_at: int) -> None:
     assert rows_to_jsonl(rows) == rows_to_jsonl(ref_rows)
     assert counts["rows"] == ref_counts["rows"] == 6
     assert counts["generate"]["from_store"] == min(tear_at - 1, 9)
+
+
+def test_lone_surrogate_in_a_raw_answer_is_stored_and_read_back(tmp_path: Path) -> None:
+    """Regression: a raw answer holding a lone surrogate made make_record/append raise
+    UnicodeEncodeError, losing the paid answer."""
+    path = tmp_path / "store.jsonl"
+    text = '{"original_problem": "p\ud800", "x": "\udfff"}'
+    r = rec(0, text)
+    assert verify_record(r)
+    with CallStore(path) as s:
+        s.append(r)
+        s.append(rec(1, "plain caf\u00e9"))
+    data = path.read_bytes()
+    data.decode("utf-8")  # the file stays valid UTF-8 (the surrogates are written as \\u escapes)
+    assert b"\\ud800" in data and "caf\u00e9".encode() in data  # other lines keep UTF-8 characters
+    with CallStore(path) as s:
+        assert s.get(req(0).key)["raw_text"] == text and verify_record(s.get(req(0).key))
+        assert s.get(req(1).key)["raw_text"] == "plain caf\u00e9"

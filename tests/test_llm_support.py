@@ -145,14 +145,15 @@ class ChatServer:
 
     @staticmethod
     def _completion(text: str, finish: str) -> bytes:
-        return json.dumps(
-            {
-                "id": "cmpl-test",
-                "object": "chat.completion",
-                "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": finish}],
-            },
-            ensure_ascii=False,
-        ).encode("utf-8")
+        body = {
+            "id": "cmpl-test",
+            "object": "chat.completion",
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": finish}],
+        }
+        try:
+            return json.dumps(body, ensure_ascii=False).encode("utf-8")
+        except UnicodeEncodeError:  # a lone surrogate in the text: send it as a JSON escape
+            return json.dumps(body, ensure_ascii=True).encode("ascii")
 
 
 def fake_vllm_module(answers: dict[tuple[str, str], str]) -> tuple[types.ModuleType, types.ModuleType]:

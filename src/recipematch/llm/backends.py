@@ -9,7 +9,10 @@ The returned list is aligned with ``requests``. A backend never raises for a fai
 it returns a :class:`GenerationResult` with ``raw_text=None`` and an ``error`` code. If
 ``on_result`` is given it is called once per request, ``on_result(index, result)``, in the
 caller's thread, as soon as that result is known (the call store uses it to write each
-answer before the next arrives, so a killed run loses at most the calls in flight).
+answer before the next arrives, so a killed run loses at most the calls in flight). If
+``on_result`` raises, the backend still finishes the batch and delivers every other result
+to it; the first such exception is raised once the batch is done (so one bad callback never
+discards the answers of the calls still in flight).
 
 Backends:
 
@@ -36,7 +39,7 @@ import math
 import threading
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -64,7 +67,9 @@ def canonical_json(obj: Any) -> str:
 
 
 def _sha256_text(text: str) -> str:
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+    """SHA-256 hex of the text's UTF-8 bytes. A lone surrogate (not encodable as UTF-8) is
+    encoded with ``surrogatepass`` instead of raising; every other text hashes as plain UTF-8."""
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 def normalise_sampling(sampling: Mapping[str, Any]) -> dict[str, float | int]:
@@ -187,6 +192,28 @@ class GenerationResult:
         return asdict(self)
 
 
+class _Deliver:
+    """Calls ``on_result`` and keeps the first exception it raises instead of letting it
+    abort the batch (see the module docstring); :meth:`finish` re-raises it at the end."""
+
+    def __init__(self, on_result: ResultCallback | None) -> None:
+        self.on_result = on_result
+        self.error: BaseException | None = None
+
+    def __call__(self, i: int, res: GenerationResult) -> None:
+        if self.on_result is None:
+            return
+        try:
+            self.on_result(i, res)
+        except Exception as e:  # noqa: BLE001 - delivered later, after the batch is done
+            if self.error is None:
+                self.error = e
+
+    def finish(self) -> None:
+        if self.error is not None:
+            raise self.error
+
+
 class GenerationBackend(ABC):
     """One interface for every way of answering :class:`GenerationRequest` s."""
 
@@ -196,6 +223,48 @@ class GenerationBackend(ABC):
     ) -> list[GenerationResult]:
         """Answer ``requests``; the result list is aligned with them (same length, same
         order). Never raises for a failed call (see module docstring)."""
+
+
+_RECORDING_FIELDS = ("prompt_sha256", "source_id", "variant", "raw_text", "model_id", "origin")
+
+
+def _read_recordings_file(path: Path) -> Iterator[tuple[str, Any]]:
+    """``(location, parsed line)`` for every non-blank line; a line that is not UTF-8 or
+    not JSON raises :class:`ValueError` naming the file and line."""
+    with open(path, "rb") as fh:
+        for lineno, raw in enumerate(fh, start=1):
+            where = f"{path}, line {lineno}"
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise ValueError(f"{where}: not UTF-8 ({e.reason} at byte {e.start})") from None
+            if not line.strip():
+                continue
+            try:
+                yield where, json.loads(line)
+            except json.JSONDecodeError as e:
+                raise ValueError(f"{where}: not valid JSON: {e.msg} (column {e.colno})") from None
+            except (ValueError, RecursionError) as e:
+                raise ValueError(f"{where}: not valid JSON: {type(e).__name__}: {e}"[:500]) from None
+
+
+def _check_recording(where: str, rec: Any) -> None:
+    """Raise :class:`ValueError` naming ``where`` unless ``rec`` is a usable recording."""
+    if not isinstance(rec, Mapping):
+        raise ValueError(f"{where}: a recording must be a JSON object, got {type(rec).__name__}")
+    missing = [f for f in _RECORDING_FIELDS if f not in rec]
+    if missing:
+        raise ValueError(f"{where}: recording lacks {missing}: {dict(rec)!r:.200}")
+    ident = f"{where} (source_id {rec['source_id']!r}, variant {rec['variant']!r})"
+    for f in ("prompt_sha256", "source_id", "model_id", "origin"):
+        if not isinstance(rec[f], str) or not rec[f]:
+            raise ValueError(f"{ident}: {f} must be a non-empty string, got {rec[f]!r:.80}")
+    v = rec["variant"]
+    if isinstance(v, bool) or not isinstance(v, (int, str)):
+        raise ValueError(f"{ident}: variant must be an int or a string, got {v!r:.80}")
+    if not isinstance(rec["raw_text"], str):
+        got = "null" if rec["raw_text"] is None else type(rec["raw_text"]).__name__
+        raise ValueError(f"{ident}: raw_text must be a string (a recording replays an answer), got {got}")
 
 
 def replay_key(prompt_sha256: str, source_id: str, variant: int | str) -> str:
@@ -220,7 +289,10 @@ class ReplayBackend(GenerationBackend):
     fail with ``no_recorded_answer``.
 
     Raises:
-        ValueError: two recordings share a key but differ in text, or a line lacks a field.
+        ValueError: a line is not UTF-8 or not JSON, a recording is not an object, lacks a
+            field or has one of the wrong type (``raw_text`` must be a string), or two
+            recordings share a key but differ in text. The message names the file and line
+            (``recording #i`` for in-memory recordings) and the problem.
     """
 
     def __init__(
@@ -232,21 +304,23 @@ class ReplayBackend(GenerationBackend):
     ) -> None:
         if (recordings_path is None) == (recordings is None):
             raise ValueError("give exactly one of recordings_path and recordings")
+        located: Iterable[tuple[str, Any]]
         if recordings_path is not None:
-            with open(recordings_path, encoding="utf-8") as fh:
-                recordings = [json.loads(line) for line in fh if line.strip()]
+            located = list(_read_recordings_file(Path(recordings_path)))
+        else:
+            located = ((f"recording #{i}", rec) for i, rec in enumerate(recordings))  # type: ignore[arg-type]
         self.check_model = check_model
         self._table: dict[str, Mapping[str, Any]] = {}
+        where_of: dict[str, str] = {}
         self.calls = 0  # number of requests answered or refused, for tests and logs
-        for rec in recordings:  # type: ignore[union-attr]
-            missing = {"prompt_sha256", "source_id", "variant", "raw_text", "model_id", "origin"} - rec.keys()
-            if missing:
-                raise ValueError(f"recording lacks {sorted(missing)}: {dict(rec)!r:.200}")
+        for where, rec in located:
+            _check_recording(where, rec)
             k = replay_key(rec["prompt_sha256"], rec["source_id"], rec["variant"])
             old = self._table.get(k)
             if old is not None and (old["raw_text"], old["model_id"]) != (rec["raw_text"], rec["model_id"]):
-                raise ValueError(f"conflicting recordings for {k}")
+                raise ValueError(f"{where}: conflicting recordings for {k} (first at {where_of[k]})")
             self._table[k] = rec
+            where_of.setdefault(k, where)
 
     def __len__(self) -> int:
         return len(self._table)
@@ -269,12 +343,13 @@ class ReplayBackend(GenerationBackend):
         self, requests: Sequence[GenerationRequest], on_result: ResultCallback | None = None
     ) -> list[GenerationResult]:
         out = []
+        deliver = _Deliver(on_result)
         for i, req in enumerate(requests):
             res = self._answer(req)
             self.calls += 1
-            if on_result is not None:
-                on_result(i, res)
+            deliver(i, res)
             out.append(res)
+        deliver.finish()
         return out
 
 
@@ -435,13 +510,14 @@ class OpenAICompatibleBackend(GenerationBackend):
         results: list[GenerationResult | None] = [None] * len(requests)
         if not requests:
             return []
+        deliver = _Deliver(on_result)
         with ThreadPoolExecutor(max_workers=self.concurrency) as pool:
             futures = {pool.submit(self._safe_call, r): i for i, r in enumerate(requests)}
             for fut in as_completed(futures):  # callbacks run here, in the caller's thread
                 i = futures[fut]
                 results[i] = fut.result()
-                if on_result is not None:
-                    on_result(i, results[i])
+                deliver(i, results[i])
+        deliver.finish()
         return results  # type: ignore[return-value]
 
     def _safe_call(self, req: GenerationRequest) -> GenerationResult:
@@ -526,6 +602,7 @@ class VLLMBackend(GenerationBackend):
         self, requests: Sequence[GenerationRequest], on_result: ResultCallback | None = None
     ) -> list[GenerationResult]:
         results: list[GenerationResult | None] = [None] * len(requests)
+        deliver = _Deliver(on_result)
         todo = []
         for i, req in enumerate(requests):
             if req.model_id != self.model_id:
@@ -533,8 +610,7 @@ class VLLMBackend(GenerationBackend):
                     None, "model_mismatch", attempts=0,
                     detail=f"backend serves {self.model_id!r}, request wants {req.model_id!r}",
                 )
-                if on_result is not None:
-                    on_result(i, results[i])
+                deliver(i, results[i])
             else:
                 todo.append(i)
         for start in range(0, len(todo), self.batch_size):
@@ -559,8 +635,8 @@ class VLLMBackend(GenerationBackend):
                 ]
             for i, res in zip(idx, batch):
                 results[i] = res
-                if on_result is not None:
-                    on_result(i, res)
+                deliver(i, res)
+        deliver.finish()
         return results  # type: ignore[return-value]
 
     @staticmethod

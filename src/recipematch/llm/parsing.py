@@ -29,8 +29,20 @@ is a wrong count.
 Whole-answer rejections (``ParseOutcome.reason``): ``empty_answer``, ``code_fence``,
 ``leading_text``, ``trailing_text``, ``truncated``, ``invalid_json``, ``duplicate_key``,
 ``not_an_object``, ``missing_field``, ``unexpected_field``, ``wrong_type``,
-``wrong_positive_count``, ``too_many_near_misses``; judge only: ``bad_verdict``,
-``bad_confidence``, ``null_confidence_not_allowed``.
+``wrong_positive_count``, ``too_many_near_misses``, ``answer_too_long``, ``invalid_text``,
+``parser_exception``; judge only: ``bad_verdict``, ``bad_confidence``,
+``null_confidence_not_allowed``.
+
+Hostile or broken answers never make the parsers raise: an answer longer than
+:data:`MAX_ANSWER_CHARS` is ``answer_too_long``; nesting deeper than :data:`MAX_NESTING`
+(``invalid_json``, detail ``nesting too deep ...``) and integer literals longer than
+:data:`MAX_INT_DIGITS` digits (``invalid_json``, detail ``integer literal too long ...``) are
+refused before Python's own limits (``RecursionError``, the 4,300-digit ``int`` limit) can
+trip; any other exception while decoding is ``invalid_json`` with the exception named; a
+string holding a lone UTF-16 surrogate (e.g. the JSON escape ``"\\ud800"``), which cannot be
+encoded as UTF-8 and would break hashing and writing downstream, is ``invalid_text`` (detail
+``lone surrogate ...``); and an unexpected exception anywhere else in the parser becomes
+``parser_exception`` with the exception in ``detail``.
 
 Item rejections (``ItemRejection.reason``; the rest of the answer is kept):
 ``not_an_object``, ``missing_field`` (no ``problem``), ``unexpected_field``, ``wrong_type``,
@@ -39,8 +51,12 @@ Item rejections (``ItemRejection.reason``; the rest of the answer is kept):
 ``positive_identical_to_anchor``, ``near_miss_identical_to_anchor``,
 ``duplicate_variant``.
 
-Texts are compared after whitespace normalisation (:func:`normalise_ws`: runs of Unicode
-whitespace become one space, ends stripped). Item texts are returned exactly as the model
+Texts are compared (identical-to-anchor and duplicate checks) after
+:func:`normalise_for_compare`: invisible characters (Unicode format characters, category
+``Cf``, such as the zero-width space U+200B, joiners, U+FEFF and the soft hyphen, plus the
+other default-ignorable code points: variation selectors, the combining grapheme joiner,
+Hangul fillers) are removed, then runs of Unicode whitespace (NBSP and the other Unicode
+spaces included) become one space and the ends are stripped (:func:`normalise_ws`). Item texts are returned exactly as the model
 wrote them. JSON is read with :func:`json.loads` only (never ``eval``); ``NaN``/``Infinity``
 and duplicate keys are refused.
 """
@@ -49,6 +65,8 @@ from __future__ import annotations
 
 import json
 import math
+import re
+import unicodedata
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -65,15 +83,45 @@ __all__ = [
     "schema_for",
     "json_schema_for",
     "normalise_ws",
+    "normalise_for_compare",
     "JUDGE_VERDICTS",
+    "MAX_ANSWER_CHARS",
+    "MAX_NESTING",
+    "MAX_INT_DIGITS",
 ]
 
 JUDGE_VERDICTS = ("equivalent", "not_equivalent")
+
+#: Longest answer (characters) the parsers read; longer ones are ``answer_too_long``. Far
+#: above any answer a ``max_tokens`` setting of this project can produce.
+MAX_ANSWER_CHARS = 1_000_000
+#: Deepest nesting of JSON objects/arrays accepted (the schemas need 4 levels).
+MAX_NESTING = 64
+#: Longest integer literal (digits) accepted; no field of any schema needs more than a few.
+MAX_INT_DIGITS = 100
+
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+# Default-ignorable code points that are not in category Cf (variation selectors, the
+# combining grapheme joiner, Hangul fillers, Khmer inherent vowels, Mongolian selectors).
+_IGNORABLE_EXTRA = re.compile(
+    "[\u034f\u115f\u1160\u17b4\u17b5\u180b-\u180f\u3164\ufe00-\ufe0f\uffa0\U000e0100-\U000e01ef]"
+)
 
 
 def normalise_ws(text: str) -> str:
     """Collapse every run of whitespace (``str.split()`` semantics) to one space; strip ends."""
     return " ".join(text.split())
+
+
+def normalise_for_compare(text: str) -> str:
+    """The form in which item texts are compared with the anchor and with each other:
+    invisible characters (category ``Cf``: zero-width space/joiners, U+FEFF, soft hyphen,
+    bidi marks, ...; and the other default-ignorable code points) removed, then
+    :func:`normalise_ws` (which also folds NBSP and the other Unicode spaces)."""
+    text = _IGNORABLE_EXTRA.sub("", text)
+    if any(unicodedata.category(c) == "Cf" for c in text):
+        text = "".join(c for c in text if unicodedata.category(c) != "Cf")
+    return normalise_ws(text)
 
 
 @dataclass(frozen=True)
@@ -231,9 +279,12 @@ def _refuse_constant(name: str) -> None:
     raise _Reject("invalid_json", f"non-standard JSON constant {name}")
 
 
-def _scan_object_end(text: str) -> int | None:
+def _scan_object_end(text: str, max_depth: int = MAX_NESTING) -> int | None:
     """Index just past the top-level JSON object starting at ``text[0] == '{'``, or
-    ``None`` when the text ends before the object closes (string-aware brace count)."""
+    ``None`` when the text ends before the object closes (string-aware brace count).
+
+    Raises :class:`_Reject` (``invalid_json``, nesting too deep) as soon as the nesting
+    passes ``max_depth``, so the decoder never recurses deeper than that."""
     depth = 0
     in_str = False
     esc = False
@@ -249,6 +300,8 @@ def _scan_object_end(text: str) -> int | None:
             in_str = True
         elif ch in "{[":
             depth += 1
+            if depth > max_depth:
+                raise _Reject("invalid_json", f"nesting too deep (more than {max_depth} levels at character {i})")
         elif ch in "}]":
             depth -= 1
             if depth == 0:
@@ -259,8 +312,11 @@ def _scan_object_end(text: str) -> int | None:
 def _load_json_object(raw: str) -> dict[str, Any]:
     """Strictly read one JSON object that makes up the whole answer (surrounding
     whitespace allowed). Raises :class:`_Reject`."""
-    if raw is None or not raw.strip():
-        raise _Reject("empty_answer", "the answer is empty")
+    if raw is None or not isinstance(raw, str) or not raw.strip():
+        raise _Reject("empty_answer", "the answer is empty" if raw is None or isinstance(raw, str) else
+                      f"the answer is a {type(raw).__name__}, not text")
+    if len(raw) > MAX_ANSWER_CHARS:
+        raise _Reject("answer_too_long", f"{len(raw)} characters (limit {MAX_ANSWER_CHARS})")
     text = raw.strip()
     if "```" in text:
         raise _Reject("code_fence", "the answer contains a Markdown code fence")
@@ -274,12 +330,47 @@ def _load_json_object(raw: str) -> dict[str, Any]:
     if text[end:].strip():
         raise _Reject("trailing_text", f"text after the JSON object: {text[end:].strip()[:80]!r}")
     try:
-        obj = json.loads(text, object_pairs_hook=_no_dup_keys, parse_constant=_refuse_constant)
+        obj = json.loads(text, object_pairs_hook=_no_dup_keys, parse_constant=_refuse_constant,
+                         parse_int=_bounded_int)
+    except _Reject:
+        raise
     except json.JSONDecodeError as e:
         raise _Reject("invalid_json", f"{e.msg} at character {e.pos}") from None
+    except RecursionError:
+        raise _Reject("invalid_json", "nesting too deep (decoder recursion limit)") from None
+    except Exception as e:  # noqa: BLE001 - the parser must never raise for a bad answer
+        raise _Reject("invalid_json", f"{type(e).__name__}: {e}"[:300]) from None
     if not isinstance(obj, dict):
         raise _Reject("not_an_object", f"top level is {type(obj).__name__}")
+    _refuse_lone_surrogates(obj)
     return obj
+
+
+def _bounded_int(literal: str) -> int:
+    digits = len(literal.lstrip("-"))
+    if digits > MAX_INT_DIGITS:
+        raise _Reject("invalid_json", f"integer literal too long ({digits} digits, limit {MAX_INT_DIGITS})")
+    return int(literal)
+
+
+def _refuse_lone_surrogates(obj: Any) -> None:
+    """Raise ``invalid_text`` when any key or string value holds a lone UTF-16 surrogate
+    (a valid escaped pair such as ``"\\ud83d\\ude00"`` is decoded to one code point and passes)."""
+    stack: list[tuple[Any, str]] = [(obj, "$")]
+    while stack:
+        node, where = stack.pop()
+        if isinstance(node, dict):
+            for k, v in node.items():
+                m = _LONE_SURROGATE.search(k)
+                if m:
+                    raise _Reject("invalid_text", f"lone surrogate U+{ord(m.group()):04X} in a key at {where}")
+                stack.append((v, f"{where}.{k}"))
+        elif isinstance(node, list):
+            stack.extend((v, f"{where}[{i}]") for i, v in enumerate(node))
+        elif isinstance(node, str):
+            m = _LONE_SURROGATE.search(node)
+            if m:
+                raise _Reject("invalid_text", f"lone surrogate U+{ord(m.group()):04X} in {where}"[:300])
 
 
 def _check_keys(obj: Mapping[str, Any], required: tuple[str, ...], optional: tuple[str, ...] = ()) -> None:
@@ -348,7 +439,8 @@ def parse_answer(
         n_neg: near-misses asked for; at most this many (≥ 0; must be 0 for a
             positives-only prompt).
         anchor: the source problem text; a positive (or near-miss) equal to it after
-            whitespace normalisation is rejected.
+            :func:`normalise_for_compare` (invisible characters removed, whitespace
+            normalised) is rejected.
         require_tags: require every per-item annotation field of the schema (``tags``
             non-empty with 1–4 non-empty labels, ``justification``, ``audience``,
             ``context``, ``what_changed`` non-empty). Switch it off for the peer's
@@ -368,6 +460,15 @@ def parse_answer(
     if sch.negatives_key is None and n_neg:
         raise ValueError(f"{prompt_name} writes positives only; n_neg must be 0")
     try:
+        return _parse_answer(sch, raw_text, n_pos=n_pos, n_neg=n_neg, anchor=anchor, require_tags=require_tags)
+    except Exception as e:  # noqa: BLE001 - documented never to raise for a bad answer
+        return ParseOutcome(ok=False, reason="parser_exception", detail=f"{type(e).__name__}: {e}"[:500])
+
+
+def _parse_answer(
+    sch: PromptSchema, raw_text: str | None, *, n_pos: int, n_neg: int, anchor: str, require_tags: bool
+) -> ParseOutcome:
+    try:
         obj = _load_json_object(raw_text)  # type: ignore[arg-type]
         required = ("original_problem", sch.positives_key) + ((sch.negatives_key,) if sch.negatives_key else ())
         _check_keys(obj, required)
@@ -385,7 +486,7 @@ def parse_answer(
     except _Reject as r:
         return ParseOutcome(ok=False, reason=r.reason, detail=r.detail)
 
-    anchor_n = normalise_ws(anchor)
+    anchor_n = normalise_for_compare(anchor)
     seen: dict[str, tuple[str, int]] = {}
     positives: list[ParsedItem] = []
     negatives: list[ParsedItem] = []
@@ -398,9 +499,11 @@ def parse_answer(
             text = item.get("problem") if isinstance(item, dict) and isinstance(item.get("problem"), str) else None
             try:
                 problem, ann = _check_item(item, fields, require_tags)
-                norm = normalise_ws(problem)
+                norm = normalise_for_compare(problem)
                 if norm == anchor_n:
-                    raise _Reject(f"{role}_identical_to_anchor", "identical to the source problem after whitespace normalisation")
+                    raise _Reject(f"{role}_identical_to_anchor",
+                                  "identical to the source problem after removing invisible characters and "
+                                  "normalising whitespace")
                 if norm in seen:
                     r0, i0 = seen[norm]
                     raise _Reject("duplicate_variant", f"same text as {r0} {i0}")
@@ -441,8 +544,16 @@ def parse_judge(raw_text: str | None, *, allow_null_confidence: bool = False) ->
     meaning "not recorded", never as a number.
 
     Returns:
-        A :class:`JudgeOutcome`; never raises for a bad answer.
+        A :class:`JudgeOutcome`; never raises for a bad answer (an unexpected exception
+        inside the parser is returned as ``parser_exception``).
     """
+    try:
+        return _parse_judge(raw_text, allow_null_confidence=allow_null_confidence)
+    except Exception as e:  # noqa: BLE001 - documented never to raise for a bad answer
+        return JudgeOutcome(ok=False, reason="parser_exception", detail=f"{type(e).__name__}: {e}"[:500])
+
+
+def _parse_judge(raw_text: str | None, *, allow_null_confidence: bool) -> JudgeOutcome:
     try:
         obj = _load_json_object(raw_text)  # type: ignore[arg-type]
         _check_keys(obj, ("verdict", "confidence", "reason"))

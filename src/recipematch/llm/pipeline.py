@@ -12,6 +12,12 @@ positive is not kept yields no row (its kept near-misses are then unused and cou
 Every call goes through the :class:`~recipematch.llm.store.CallStore`: a request already
 stored is never sent again, so a rerun (or a resumed, killed run) answers from the store
 and gives byte-identical rows.
+
+One item never takes the stage down: every answer is stored whatever its parse does (a
+parser that raises is recorded as the outcome ``parser_exception``); an answer that cannot
+be stored becomes a ``generate``/``judge`` failure ``store_failed`` (sent again next run);
+a candidate whose judge request cannot be built is a ``judge`` failure
+``judge_request_failed``. Each is counted and kept in ``failures`` with the exception text.
 """
 
 from __future__ import annotations
@@ -26,10 +32,11 @@ from typing import Any
 
 from recipematch.llm.backends import GenerationBackend, GenerationRequest, GenerationResult, normalise_sampling
 from recipematch.llm.parsing import (
+    JudgeOutcome,
     ParsedItem,
     ParseOutcome,
     json_schema_for,
-    normalise_ws,
+    normalise_for_compare,
     parse_answer,
     parse_judge,
     schema_for,
@@ -166,8 +173,16 @@ def _through_store(
     desc: str,
 ) -> tuple[list[dict[str, Any]], dict[str, int]]:
     """Answer each request from the store, sending only the unstored ones; each answer is
-    parsed and written to the store as soon as it arrives. Returns the store records aligned
-    with ``requests`` and ``{requests, from_store, sent}``."""
+    written to the store as soon as it arrives. Returns the store records aligned with
+    ``requests`` and ``{requests, from_store, sent}``.
+
+    Nothing one answer does can cost the others: the parse summary stored with an answer
+    comes from :func:`_safe_summary` (a parser that raises is recorded as a
+    ``parser_exception`` outcome and the raw answer is stored all the same), and if building
+    or appending one record fails anyway, that request gets an unstored stand-in record
+    (``raw_text`` ``None``, error ``store_failed``, the exception in ``detail``) so the
+    caller records it as a failure, while every other result is still stored; the failed
+    request is sent again by the next run."""
     todo: list[GenerationRequest] = []
     queued: set[str] = set()
     for r in requests:
@@ -177,12 +192,17 @@ def _through_store(
             queued.add(k)
     bar = _Progress(len(todo), desc, progress)
     done = [False] * len(todo)
+    unstored: dict[str, dict[str, Any]] = {}
 
     def on_result(i: int, res: GenerationResult) -> None:
         if done[i]:
             return
-        store.append(make_record(todo[i], res, parse_summary(todo[i], res)))
         done[i] = True
+        req = todo[i]
+        try:
+            store.append(make_record(req, res, _safe_summary(parse_summary, req, res)))
+        except Exception as e:  # noqa: BLE001 - one record must not discard the other results
+            unstored[req.key] = _stand_in_record(req, res, e)
         bar.update()
 
     try:
@@ -193,9 +213,49 @@ def _through_store(
             on_result(i, res)
     finally:
         bar.close()
-    records = [store.get(r.key) for r in requests]
+    records = [store.get(r.key) or unstored.get(r.key) for r in requests]
     assert all(rec is not None for rec in records)
     return records, {"requests": len(requests), "from_store": len(requests) - len(todo), "sent": len(todo)}  # type: ignore[return-value]
+
+
+def _exc_text(e: BaseException) -> str:
+    return f"{type(e).__name__}: {e}".encode("utf-8", "backslashreplace").decode("utf-8")[:500]
+
+
+def _safe_summary(
+    parse_summary: Callable[[GenerationRequest, GenerationResult], Mapping[str, Any] | None],
+    req: GenerationRequest,
+    res: GenerationResult,
+) -> Mapping[str, Any] | None:
+    """The parse summary to store with an answer; an exception becomes a
+    ``parser_exception`` outcome instead of stopping the answer from being stored."""
+    try:
+        return parse_summary(req, res)
+    except Exception as e:  # noqa: BLE001
+        return {"ok": False, "reason": "parser_exception", "detail": _exc_text(e)}
+
+
+def _stand_in_record(req: GenerationRequest, res: GenerationResult, e: BaseException) -> dict[str, Any]:
+    """What the pipeline sees for an answer that could not be stored (never written)."""
+    return {"key": req.key, "prompt_name": req.prompt_name, "prompt_sha256": req.prompt_sha256,
+            "model_id": req.model_id, "source_id": req.source_id, "variant": req.variant,
+            "raw_text": None, "error": "store_failed", "origin": res.origin, "attempts": res.attempts,
+            "finish_reason": res.finish_reason, "detail": _exc_text(e), "parse": None}
+
+
+def _safe_parse_answer(call: _Call, raw: str, anchor: str, require_tags: bool) -> ParseOutcome:
+    try:
+        return parse_answer(call.schema_name, raw, n_pos=call.n_pos, n_neg=call.n_neg, anchor=anchor,
+                            require_tags=require_tags)
+    except Exception as e:  # noqa: BLE001 - a parser bug fails this answer, not the stage
+        return ParseOutcome(ok=False, reason="parser_exception", detail=_exc_text(e))
+
+
+def _safe_parse_judge(raw: str, origin: str | None) -> JudgeOutcome:
+    try:
+        return parse_judge(raw, allow_null_confidence=origin == ORIGIN_IMPLIED_JUDGE)
+    except Exception as e:  # noqa: BLE001 - a parser bug fails this judgment, not the stage
+        return JudgeOutcome(ok=False, reason="parser_exception", detail=_exc_text(e))
 
 
 def _judge_block(rec: Mapping[str, Any], judge_t: PromptTemplate) -> dict[str, Any]:
@@ -263,8 +323,7 @@ def run_llm_pairs_detailed(
             def gen_summary(req: GenerationRequest, res: GenerationResult, _c: _Call = call) -> dict[str, Any] | None:
                 if res.raw_text is None:
                     return None
-                return parse_answer(_c.schema_name, res.raw_text, n_pos=_c.n_pos, n_neg=_c.n_neg,
-                                    anchor=texts[req.source_id], require_tags=require_tags).summary()
+                return _safe_parse_answer(_c, res.raw_text, texts[req.source_id], require_tags).summary()
 
             recs, c = _through_store(store, backend, reqs, gen_summary, progress=progress,
                                      desc=f"generate {call.template.name}")
@@ -279,8 +338,7 @@ def run_llm_pairs_detailed(
                                      "reason": rec["error"]})
                     continue
                 gen_counts["answered"] += 1
-                out: ParseOutcome = parse_answer(call.schema_name, rec["raw_text"], n_pos=call.n_pos,
-                                                 n_neg=call.n_neg, anchor=texts[sid], require_tags=require_tags)
+                out: ParseOutcome = _safe_parse_answer(call, rec["raw_text"], texts[sid], require_tags)
                 if not out.ok:
                     parse_rejected[out.reason] += 1
                     failures.append({"source_id": sid, "stage": "parse",
@@ -302,11 +360,11 @@ def run_llm_pairs_detailed(
 
         if separate_calls:  # the two calls cannot see each other: drop a near-miss equal to a positive
             for sid in sids:
-                pos_norm = {normalise_ws(it.text) for _, it, _ in pos_items[sid]}
+                pos_norm = {normalise_for_compare(it.text) for _, it, _ in pos_items[sid]}
                 kept = []
                 for entry in neg_items[sid]:
                     call, it, _m = entry
-                    if normalise_ws(it.text) in pos_norm:
+                    if normalise_for_compare(it.text) in pos_norm:
                         item_rejected["near_miss:duplicate_variant"] += 1
                         failures.append({"source_id": sid, "stage": "parse",
                                          "item": {"role": "near_miss", "index": it.index,
@@ -318,30 +376,41 @@ def run_llm_pairs_detailed(
                 neg_items[sid] = kept
 
         # ---- judge every valid positive and near-miss
+        judge_failed: Counter = Counter()
+        tallies = {role: Counter() for role in ("positive", "near_miss")}
         judge_reqs: list[GenerationRequest] = []
         judge_meta: list[tuple[str, str, _Call, ParsedItem, str]] = []
         jschema = json_schema_for("judge", 0, 0)
         for sid in sids:
             for role, items in (("positive", pos_items[sid]), ("near_miss", neg_items[sid])):
                 for call, it, gen_model in items:
-                    system, user = judge_t.render(anchor=texts[sid], candidate=it.text)
-                    judge_reqs.append(GenerationRequest(
-                        prompt_name="judge", prompt_sha256=judge_t.sha256, system=system, user=user,
-                        source_id=sid, variant=candidate_key(it.text), sampling=judge_sampling, seed=seed,
-                        model_id=judge_model_id, response_schema=jschema))
+                    try:
+                        system, user = judge_t.render(anchor=texts[sid], candidate=it.text)
+                        jreq = GenerationRequest(
+                            prompt_name="judge", prompt_sha256=judge_t.sha256, system=system, user=user,
+                            source_id=sid, variant=candidate_key(it.text), sampling=judge_sampling, seed=seed,
+                            model_id=judge_model_id, response_schema=jschema)
+                    except Exception as e:  # noqa: BLE001 - one bad candidate must not stop the stage
+                        tallies[role]["candidates"] += 1
+                        tallies[role]["judge_failed"] += 1
+                        judge_failed["judge_request_failed"] += 1
+                        failures.append({"source_id": sid, "stage": "judge",
+                                         "item": {"role": role, "index": it.index, "prompt_name": call.template.name,
+                                                  "candidate_key": None, "text": it.text, "detail": _exc_text(e)},
+                                         "reason": "judge_request_failed"})
+                        continue
+                    judge_reqs.append(jreq)
                     judge_meta.append((sid, role, call, it, gen_model))
 
         def judge_summary(req: GenerationRequest, res: GenerationResult) -> dict[str, Any] | None:
             if res.raw_text is None:
                 return None
-            return parse_judge(res.raw_text, allow_null_confidence=res.origin == ORIGIN_IMPLIED_JUDGE).summary()
+            return _safe_parse_judge(res.raw_text, res.origin).summary()
 
         jrecs, jc = _through_store(store, judge_backend, judge_reqs, judge_summary, progress=progress, desc="judge")
 
-    judge_failed: Counter = Counter()
     judge_parse_rejected: Counter = Counter()
     judge_answered = 0
-    tallies = {role: Counter() for role in ("positive", "near_miss")}
     judgments: list[dict[str, Any]] = []
     kept_pos: dict[str, list[dict[str, Any]]] = {s: [] for s in sids}
     kept_neg: dict[str, list[dict[str, Any]]] = {s: [] for s in sids}
@@ -363,7 +432,7 @@ def run_llm_pairs_detailed(
             judgments.append(judgment)
             continue
         judge_answered += 1
-        jo = parse_judge(rec["raw_text"], allow_null_confidence=rec["origin"] == ORIGIN_IMPLIED_JUDGE)
+        jo = _safe_parse_judge(rec["raw_text"], rec["origin"])
         if not jo.ok:
             judge_parse_rejected[jo.reason] += 1
             tally["judge_failed"] += 1
@@ -524,7 +593,7 @@ def run_llm_pairs_separate_calls(
     :func:`~recipematch.llm.prompts.split_d1_prompt`); same judge and keep rule. Rows and
     failures as :func:`run_llm_pairs`; the positive's ``generator`` is
     ``"d1_recipe:positives_only"`` and each negative's ``"d1_recipe:near_misses_only"``. A
-    near-miss equal to the positive (after whitespace normalisation) is dropped as
+    near-miss equal to the positive (after :func:`~recipematch.llm.parsing.normalise_for_compare`) is dropped as
     ``duplicate_variant``."""
     res = run_llm_pairs_detailed(
         sources, prompt_name="d1_recipe", n_pos=n_pos, n_neg=n_neg, backend=backend,

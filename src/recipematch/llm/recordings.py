@@ -62,28 +62,96 @@ _IMPLIED_REASON = (
 
 def candidate_key(text: str) -> str:
     """First 16 hex characters of ``sha256(text.encode("utf-8"))`` (exact text, no
-    normalisation). The judge request's ``variant``."""
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+    normalisation). The judge request's ``variant``. A text holding a lone surrogate (which
+    UTF-8 cannot encode; the parser refuses such answers) is encoded with ``surrogatepass``
+    instead of raising; every other text gets exactly the plain UTF-8 key."""
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+
+
+def _read_jsonl_located(path: str | Path) -> list[tuple[int, Any]]:
+    """``(line number, parsed value)`` for every non-blank line; raises :class:`ValueError`
+    naming the file and line for a line that is not UTF-8 or not JSON."""
+    out: list[tuple[int, Any]] = []
+    with open(path, "rb") as fh:
+        for lineno, raw in enumerate(fh, start=1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise ValueError(f"{path}, line {lineno}: not UTF-8 ({e.reason} at byte {e.start})") from None
+            if not line.strip():
+                continue
+            try:
+                out.append((lineno, json.loads(line)))
+            except json.JSONDecodeError as e:
+                raise ValueError(f"{path}, line {lineno}: not valid JSON: {e.msg} (column {e.colno})") from None
+            except (ValueError, RecursionError) as e:
+                raise ValueError(f"{path}, line {lineno}: not valid JSON: {type(e).__name__}: {e}"[:500]) from None
+    return out
 
 
 def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
-    """Every non-blank line of a JSONL file, parsed (UTF-8)."""
-    with open(path, encoding="utf-8") as fh:
-        return [json.loads(line) for line in fh if line.strip()]
+    """Every non-blank line of a JSONL file, parsed (UTF-8).
+
+    Raises:
+        ValueError: a line is not UTF-8, not JSON, or not a JSON object; the message names
+            the file and the line number.
+    """
+    rows = []
+    for lineno, row in _read_jsonl_located(path):
+        if not isinstance(row, dict):
+            raise ValueError(f"{path}, line {lineno}: expected a JSON object, got {type(row).__name__}")
+        rows.append(row)
+    return rows
 
 
 def load_corpus_texts(path: str | Path) -> dict[str, str]:
     """``{_id: text}`` from a BEIR ``corpus.jsonl`` (``title`` is ignored; MathNet's is empty).
 
     Raises:
-        ValueError: an ``_id`` appears twice.
+        ValueError: a line is not a JSON object, lacks ``_id`` or ``text`` (or has a
+            non-string one), or an ``_id`` appears twice; the message names file and line.
     """
     out: dict[str, str] = {}
-    for row in read_jsonl(path):
+    for lineno, row in _read_jsonl_located(path):
+        where = f"{path}, line {lineno}"
+        if not isinstance(row, dict):
+            raise ValueError(f"{where}: expected a JSON object, got {type(row).__name__}")
+        for f in ("_id", "text"):
+            if not isinstance(row.get(f), str):
+                raise ValueError(f"{where}: field {f!r} missing or not a string")
         if row["_id"] in out:
-            raise ValueError(f"duplicate corpus id {row['_id']!r}")
+            raise ValueError(f"{where}: duplicate corpus id {row['_id']!r}")
         out[row["_id"]] = row["text"]
     return out
+
+
+def _release_row(i: int, row: Any) -> tuple[str, str, list[str]]:
+    """``(source_id, positive, near-miss texts)`` of release row ``i`` (0-based position in
+    the input); raises :class:`ValueError` naming the row and the field at fault."""
+    if not isinstance(row, Mapping):
+        raise ValueError(f"release row {i}: expected an object, got {type(row).__name__}")
+    sid = row.get("source_id")
+    if not isinstance(sid, str) or not sid:
+        raise ValueError(f"release row {i}: field 'source_id' missing or not a non-empty string (got {sid!r:.80})")
+    where = f"release row {i} (source_id {sid!r})"
+    if "positive_text" not in row:
+        raise ValueError(f"{where}: missing field 'positive_text'")
+    positive = row["positive_text"]
+    if not isinstance(positive, str) or not positive.strip():
+        raise ValueError(f"{where}: field 'positive_text' is empty or not a string (got {positive!r:.80})")
+    negs = row.get("negatives", [])
+    if not isinstance(negs, list):
+        got = "null" if negs is None else type(negs).__name__
+        raise ValueError(f"{where}: field 'negatives' must be a list, got {got}")
+    texts = []
+    for j, n in enumerate(negs):
+        if not isinstance(n, Mapping) or "text" not in n:
+            raise ValueError(f"{where}: negatives[{j}] is not an object with a 'text' field")
+        t = n["text"]
+        if not isinstance(t, str) or not t.strip():
+            raise ValueError(f"{where}: negatives[{j}].text is empty or not a string (got {t!r:.80})")
+        texts.append(t)
+    return sid, positive, texts
 
 
 def build_recordings(
@@ -119,9 +187,13 @@ def build_recordings(
         the same list.
 
     Raises:
-        ValueError: ``n_pos != 1``; a row's source id is unknown or repeated; a row has more
-            than ``n_neg`` near-misses, a near-miss for a positives-only prompt, or an empty
-            text; one text is both a positive and a near-miss of the same source.
+        ValueError: ``n_pos != 1``; a row is not an object, lacks ``source_id`` or
+            ``positive_text``, has ``negatives`` that is not a list (``null`` included) or a
+            near-miss without a ``text``; a row's source id is unknown or repeated; a row has
+            more than ``n_neg`` near-misses, a near-miss for a positives-only prompt, or an
+            empty or non-string text; one text is both a positive and a near-miss of the
+            same source. Every message names the row (``release row <0-based index>`` and
+            its ``source_id`` when it has one) and the field at fault.
     """
     if n_pos != 1:
         raise ValueError("a released row holds exactly one positive; n_pos must be 1")
@@ -134,21 +206,15 @@ def build_recordings(
     gen_records: list[dict[str, Any]] = []
     judge_records: dict[tuple[str, str], dict[str, Any]] = {}
     seen_sources: set[str] = set()
-    for row in release_rows:
-        sid = row["source_id"]
+    for i, row in enumerate(release_rows):
+        sid, positive, negatives = _release_row(i, row)
         if sid in seen_sources:
-            raise ValueError(f"source id {sid!r} appears twice in the release rows")
+            raise ValueError(f"release row {i}: source id {sid!r} appears twice in the release rows")
         seen_sources.add(sid)
         if sid not in corpus_texts:
-            raise ValueError(f"source id {sid!r} is not in the corpus")
-        positive = row["positive_text"]
-        negatives = [n["text"] for n in row.get("negatives", [])]
-        if not isinstance(positive, str) or not positive.strip() or not all(
-            isinstance(t, str) and t.strip() for t in negatives
-        ):
-            raise ValueError(f"source {sid!r}: empty or non-string text in the release row")
+            raise ValueError(f"release row {i}: source id {sid!r} is not in the corpus")
         if len(negatives) > n_neg:
-            raise ValueError(f"source {sid!r}: {len(negatives)} near-misses but n_neg={n_neg}")
+            raise ValueError(f"release row {i} (source_id {sid!r}): {len(negatives)} near-misses but n_neg={n_neg}")
         answer: dict[str, Any] = {
             "original_problem": corpus_texts[sid],
             sch.positives_key: [{"problem": positive}],
@@ -177,7 +243,8 @@ def build_recordings(
                 old = judge_records.get((sid, ck))
                 if old is not None:
                     if old["role"] != role:
-                        raise ValueError(f"source {sid!r}: one text is both a positive and a near-miss")
+                        raise ValueError(f"release row {i} (source_id {sid!r}): one text is both a positive "
+                                         "and a near-miss")
                     continue  # a repeated near-miss: one judge recording serves both copies
                 raw = json.dumps({"verdict": verdict, "confidence": None, "reason": _IMPLIED_REASON}, ensure_ascii=False)
                 judge_records[(sid, ck)] = {

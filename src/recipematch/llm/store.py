@@ -2,14 +2,18 @@
 hash, model, sampling settings and seed are recorded; a malformed answer is kept as a
 failure record with its reason).
 
-One line per finished call, written and flushed as soon as the answer is parsed::
+One line per finished call, written and flushed as soon as the answer arrives (with the
+outcome of a parse that cannot raise; a parse that fails anyway is recorded as a
+``parser_exception`` outcome, never a reason not to store the answer)::
 
     {"key": <GenerationRequest.key>, "record_sha256": <sha256 of the line without this field>,
      "prompt_name", "prompt_sha256", "model_id", "source_id", "variant", "sampling", "seed",
      "raw_text", "error", "origin", "attempts", "finish_reason", "detail", "parse": {...}}
 
 ``key`` is the request's content address, so a rerun looks every request up before sending
-it and never repeats a stored one. ``record_sha256`` (SHA-256 of the canonical JSON of all
+it and never repeats a stored one. A raw answer holding a lone UTF-16 surrogate (not
+encodable as UTF-8) is stored too: its line is written with ASCII ``\\uXXXX`` escapes and its
+hash uses ``surrogatepass``. ``record_sha256`` (SHA-256 of the canonical JSON of all
 other fields) makes each line self-checking.
 
 Crash safety: each line is written with a single ``write`` of the whole encoded line followed
@@ -48,7 +52,20 @@ class StoreCorruptError(RuntimeError):
 
 def _record_hash(rec: Mapping[str, Any]) -> str:
     body = {k: v for k, v in rec.items() if k != "record_sha256"}
-    return hashlib.sha256(canonical_json(body).encode("utf-8")).hexdigest()
+    # surrogatepass: a lone surrogate in a raw answer hashes instead of raising; any other
+    # text hashes exactly as plain UTF-8 (so existing stores keep verifying)
+    return hashlib.sha256(canonical_json(body).encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def _encode_line(record: Mapping[str, Any]) -> bytes:
+    """One store line. Canonical JSON as UTF-8; a record whose text cannot be UTF-8 (a lone
+    surrogate in a raw answer) is written with ASCII escapes instead, which reads back to
+    the same record."""
+    try:
+        return (canonical_json(dict(record)) + "\n").encode("utf-8")
+    except UnicodeEncodeError:
+        return (json.dumps(dict(record), sort_keys=True, separators=(",", ":"), ensure_ascii=True,
+                           allow_nan=False) + "\n").encode("ascii")
 
 
 def make_record(
@@ -176,7 +193,7 @@ class CallStore:
             raise ValueError(f"request {record['key']} is already stored")
         if not verify_record(record):
             raise ValueError("record_sha256 does not match the record")
-        line = (canonical_json(dict(record)) + "\n").encode("utf-8")
+        line = _encode_line(record)
         self._write(line)
         self._records[record["key"]] = dict(record)
         self._order.append(record["key"])
