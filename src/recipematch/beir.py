@@ -109,7 +109,14 @@ class BeirDataset:
     split: str = "test"
 
 
-def _read_jsonl(path: Path, required: tuple[str, ...]) -> list[tuple[int, dict]]:
+def _read_jsonl(path: Path, required: tuple[str, ...], typed: dict[str, type] | None = None) -> list[tuple[int, dict]]:
+    """``(line number, object)`` for each non-blank line; every ``required`` key must be a
+    string unless ``typed`` names another type for it.
+
+    Raises:
+        BeirFormatError: naming the file and line of a malformed row.
+    """
+    typed = typed or {}
     rows: list[tuple[int, dict]] = []
     with open(path, encoding="utf-8") as fh:
         for lineno, line in enumerate(fh, start=1):
@@ -124,9 +131,10 @@ def _read_jsonl(path: Path, required: tuple[str, ...]) -> list[tuple[int, dict]]
             for key in required:
                 if key not in obj:
                     raise BeirFormatError(f"{path}:{lineno}: missing field {key!r}")
-                if not isinstance(obj[key], str):
+                want = typed.get(key, str)
+                if not isinstance(obj[key], want):
                     raise BeirFormatError(
-                        f"{path}:{lineno}: field {key!r} must be a string, got "
+                        f"{path}:{lineno}: field {key!r} must be a {'string' if want is str else want.__name__}, got "
                         f"{type(obj[key]).__name__}"
                     )
             rows.append((lineno, obj))

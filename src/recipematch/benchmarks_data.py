@@ -30,7 +30,6 @@ and only when called.
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -39,7 +38,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from recipematch.beir import BeirFormatError, doc_text, positive_qrels, read_beir, read_corpus
+from recipematch.beir import BeirFormatError, _read_jsonl, doc_text, positive_qrels, read_beir, read_corpus
 from recipematch.metrics import near_miss_win_rate, recall_by_slices, strict_crosslingual_qrels
 from recipematch.retrieval import (
     Encoder,
@@ -268,25 +267,15 @@ def load_samelang(folder: str | os.PathLike, *, split: str = "test") -> Benchmar
 def _read_probe_items(path: Path) -> list[dict]:
     items = []
     seen = set()
-    with open(path, encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, start=1):
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise BeirFormatError(f"{path}:{lineno}: not valid JSON ({exc.msg})") from exc
-            for key in ("source_id", "source_text", "positive_text", "negatives"):
-                if key not in obj:
-                    raise BeirFormatError(f"{path}:{lineno}: missing field {key!r}")
-            if obj["source_id"] in seen:
-                raise BeirFormatError(f"{path}:{lineno}: duplicate source_id "
-                                      f"{obj['source_id']!r}")
-            seen.add(obj["source_id"])
-            for j, neg in enumerate(obj["negatives"]):
-                if not isinstance(neg, dict) or not isinstance(neg.get("text"), str):
-                    raise BeirFormatError(f"{path}:{lineno}: negative {j} has no text")
-            items.append(obj)
+    for lineno, obj in _read_jsonl(Path(path), ("source_id", "source_text", "positive_text", "negatives"),
+                                   typed={"negatives": list}):
+        if obj["source_id"] in seen:
+            raise BeirFormatError(f"{path}:{lineno}: duplicate source_id {obj['source_id']!r}")
+        seen.add(obj["source_id"])
+        for j, neg in enumerate(obj["negatives"]):
+            if not isinstance(neg, dict) or not isinstance(neg.get("text"), str):
+                raise BeirFormatError(f"{path}:{lineno}: negative {j} has no text")
+        items.append(obj)
     return items
 
 
