@@ -316,3 +316,31 @@ def test_printed_relations_reparse_exactly(expr, op):
 def test_parse_error_is_value_error():
     with pytest.raises(ParseError):
         parse_segment(r"a \pm b")
+
+
+@pytest.mark.parametrize("latex", [r"x = 9^{9^{9}}", r"x = 2^{2^{40}}", r"x = 10^{10^{10}}",
+                                   r"\prod_{i=1}^{10^{7}} i = x", r"x = (2^{90000})^{90000}",
+                                   r"x = (3 \cdot 2^{90000})^{90000}", r"x = \sqrt{2}^{10^{10}}",
+                                   r"x = 2^{-10^{10}}", r"x = (10^{10})!", r"x = \binom{10^{6}}{500000}",
+                                   r"x = 2^{2^{65536}}"])
+def test_numbers_above_the_size_bound_are_refused_quickly(latex):
+    import time
+    t0 = time.monotonic()
+    parsed, reason = try_parse(latex)
+    assert parsed is None and "too large" in reason
+    assert time.monotonic() - t0 < 2
+
+
+def test_large_but_bounded_numbers_still_parse():
+    for latex in (r"x = 2^{2010}", r"x = 10^{10^{4}}", r"2010! = x", r"x = 1^{10^{10}}",
+                  r"\prod_{i=1}^{2010} (1 + \frac{1}{i}) = x"):
+        parsed, reason = try_parse(latex)
+        assert parsed is not None, (latex, reason)
+
+
+def test_relations_are_built_unevaluated_with_the_same_tree():
+    x = sp.Symbol("x")
+    assert parse_segment("x + 1 = 2").obj == sp.Eq(x + 1, 2)
+    p = parse_segment(r"2^{2010} > 5")
+    assert "numeric" in p.flags and isinstance(p.obj, sp.StrictGreaterThan)
+    assert try_parse(r"\sum_{i=1}^{10^{7}} i = x")[0] is not None

@@ -164,3 +164,95 @@ def test_euler_e_is_pinned_in_counterexamples():
     xv = float(exact_value(cx["point"]["x"]))
     import math
     assert (math.exp(xv) > 1) == cx["orig"]["holds"] and (math.exp(xv) > 2) == cx["edited"]["holds"]
+
+
+# --------------------------------------------------------------------------- exact checks
+
+FALSE_EQUIVALENTS = [
+    ("x = 1000001", "x = 1000000"),
+    ("x = 3.0000000001", "x = 3"),
+    ("x + 10^{12} = y", "x + 10^{12} + 1 = y"),
+    ("x = y + 10^{-9}", "x = y"),
+    ("a^2+b^2=c^2", "a^2+b^2=c^2+10^{-15}"),
+    (r"\frac{x^2-1}{x-1} = 2", "x + 1 = 2"),
+    # the numeric fallback (functions, roots) must not swallow constant shifts either
+    (r"\sin x = 1000001", r"\sin x = 1000000"),
+    (r"\sin x + 10^{12} = y", r"\sin x + 10^{12} + 1 = y"),
+    (r"\sqrt{x} = y + 10^{-9}", r"\sqrt{x} = y"),
+    (r"\cos x = y + 10^{-40}", r"\cos x = y"),
+    (r"\frac{\sin x}{x} = 1", r"\sin x = x"),
+]
+
+
+@pytest.mark.parametrize("a, b", FALSE_EQUIVALENTS)
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_constant_shifts_and_domain_changes_are_never_equivalent(a, b, seed):
+    for x_, y_ in ((a, b), (b, a)):
+        ver = check_equivalent(rel(x_), rel(y_), rng=random.Random(seed))
+        assert ver["verdict"] != "equivalent", (x_, y_, ver)
+        assert ver["k"] is None
+
+
+@pytest.mark.parametrize("a, b", FALSE_EQUIVALENTS[:5])
+def test_exact_residual_mismatch_is_a_counterexample(a, b):
+    ver = check_equivalent(rel(a), rel(b), rng=random.Random(0))
+    assert ver["verdict"] == "not_equivalent" and ver["method"] == "exact_rational"
+    cx = ver["counterexample"]
+    assert cx["method"] == "residual_mismatch"
+    # the stored point is exact and the residuals there really are not proportional
+    ra, rb = rel(a), rel(b)
+    subs = {s: exact_value(cx["point"][s.name]) for s in ra.obj.free_symbols | rb.obj.free_symbols}
+    ga = (ra.sides[0] - ra.sides[1]).subs(subs)
+    gb = (rb.sides[0] - rb.sides[1]).subs(subs)
+    assert exact_value(cx["a"]) == ga and exact_value(cx["b"]) == gb
+
+
+def test_removable_singularity_is_a_domain_difference():
+    ver = check_equivalent(rel(r"\frac{x^2-1}{x-1} = 2"), rel("x + 1 = 2"), rng=random.Random(0))
+    assert ver["verdict"] == "unknown" and "domains differ" in ver["reason"] and "x - 1 = 0" in ver["reason"]
+    # the same denominator grouped differently is the same domain
+    ver = check_equivalent(rel(r"\frac{1}{x^2-1} = y"), rel(r"\frac{1}{(x-1)(x+1)} = y"), rng=random.Random(0))
+    assert ver["verdict"] == "equivalent"
+
+
+@pytest.mark.parametrize("a, b, k, method", [
+    ("x^2+2x+1 = y", "(x+1)^2 - y = 0", "1", "exact_symbolic"),
+    (r"\frac{a}{b} + 1 < c", r"\frac{a}{2b} + \frac{1}{2} < \frac{c}{2}", "1/2", "exact_symbolic"),
+    (r"x + 10^{12} = y", r"y - x = 10^{12}", "-1", "exact_symbolic"),
+    (r"\sin x + 1 = y", r"2 \sin x + 2 = 2y", "2", "residual_ratio_k_complex"),
+    (r"\sin^{2} x + \cos^{2} x = y", "1 = y", "1", "residual_ratio_k_complex"),
+    (r"\sqrt{x} + 1 = y", r"y - \sqrt{x} = 1", "-1", "residual_ratio_k_complex"),
+])
+def test_true_equivalences_still_pass(a, b, k, method):
+    ver = check_equivalent(rel(a), rel(b), rng=random.Random(0))
+    assert ver["verdict"] == "equivalent", ver
+    assert ver["k"] == k and ver["method"] == method
+
+
+def test_k_is_real_or_none():
+    ver = check_equivalent(rel("x^2 = 1"), rel("x = 1"), rng=random.Random(0))
+    assert ver["verdict"] == "not_equivalent" and ver["k"] is None
+    ver = check_equivalent(rel(r"\pi x = 1"), rel(r"x = \frac{1}{\pi}"), rng=random.Random(0))
+    assert ver["verdict"] == "equivalent" and isinstance(ver["k"], str)
+    assert isinstance(float(Fraction(ver["k"])), float)
+
+
+def test_exact_truth_values_refute_tiny_shifts():
+    cx = find_counterexample(rel("x = 3.0000000001"), rel("x = 3"), rng=random.Random(0))
+    assert cx is not None and cx["orig"]["holds"] != cx["edited"]["holds"]
+    ra, rb = rel("x = 3.0000000001"), rel("x = 3")
+    assert exact_truth(ra, cx["point"]) == cx["orig"]["holds"]
+    assert exact_truth(rb, cx["point"]) == cx["edited"]["holds"]
+
+
+def test_root_finder_non_convergence_is_no_counterexample_not_a_crash(monkeypatch):
+    from mpmath.libmp.libhyper import NoConvergence
+
+    def no_convergence(self, *a, **k):
+        raise NoConvergence("convergence to root failed")
+
+    monkeypatch.setattr(sp.Poly, "nroots", no_convergence)
+    # x^5 = y + y^5 against an edit: the solve step needs nroots (degree 5)
+    cx = find_counterexample(rel("x^{5} = y + y^{5}"), rel("x^{5} = y + y^{6}"), rng=random.Random(0),
+                             max_points=0)
+    assert cx is None or cx["orig"]["holds"] != cx["edited"]["holds"]

@@ -8,19 +8,23 @@ Public API:
 * :func:`generate_for_problem` ``(source_id, text, *, seed) -> dict``: one problem, pure
   and deterministic.
 * :func:`run_generator` ``(problems, *, out_path, seed, timeout_s, memory_mb, workers,
-  progress=True) -> dict``: worker processes with a wall-clock limit and a memory cap,
-  resumable, byte-identical final file.
+  progress=True) -> dict``: worker processes with a wall-clock limit and a memory cap that
+  never outlive the parent, resumable (failures are retried when the limits change),
+  byte-identical final file.
 * :func:`parse_segment` / :func:`try_parse`: the whitelist LaTeX grammar (never
   ``eval``/``sympify``/``parse_expr``), :func:`normalize_latex`, :func:`find_spans`.
-* :func:`check_equivalent`, :func:`find_counterexample`: the numeric rules shared by the
-  generator and ``recipematch cas check``.
+* :func:`check_equivalent`, :func:`find_counterexample`: the rules shared by the
+  generator and ``recipematch cas check`` (exact rational arithmetic for rational
+  relations, floating point confirmed at 50 digits otherwise, same domain required).
 * :func:`aggregate_census`, :func:`metrics_from_summary`: the census and the flat
   metrics a stage writes under ``metrics/``.
 
 Modules: ``spans`` (math spans and segments), ``normalize`` (LaTeX normaliser),
 ``grammar`` (parser, printer), ``numeric`` (evaluation, sampling, checks), ``domains``
 (declared/implied domains), ``transforms`` (edits), ``generator`` (one problem),
-``runner`` (many problems), ``cli`` (``recipematch cas parse|check``).
+``runner`` (many problems), ``isolation`` (worker processes tied to their parent, one-shot
+isolated calls), ``cli`` (``recipematch cas parse|check``, each in a worker under a
+wall-clock limit).
 """
 
 from recipematch.cas.generator import GENERATOR_VERSION, generate_for_problem

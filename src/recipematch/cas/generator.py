@@ -34,6 +34,7 @@ import re
 from dataclasses import dataclass
 
 import sympy as sp
+from mpmath.libmp.libhyper import NoConvergence
 
 from recipematch.cas.domains import infer_domains
 from recipematch.cas.grammar import Parsed, declared_notation, function_letters, latex_letters, try_parse
@@ -61,7 +62,7 @@ __all__ = [
 ]
 
 #: Bump whenever the output for some input would change.
-GENERATOR_VERSION = "cas-1.1"
+GENERATOR_VERSION = "cas-1.2"
 #: Peer: at most 8 spans tried per problem.
 MAX_RELATIONS = 8
 MAX_REFORMULATE = 2
@@ -79,7 +80,7 @@ _PROSE_LETTER = re.compile(r"(?<![A-Za-z\\])([A-Za-z])(?![A-Za-z])")
 #: Errors inside SymPy that end the work on one relation (recorded in the census), not
 #: on the problem.
 _RELATION_ERRORS = (ValueError, TypeError, AttributeError, RecursionError, NotImplementedError,
-                    ZeroDivisionError, OverflowError, IndexError, KeyError, sp.PolynomialError)
+                    ZeroDivisionError, OverflowError, IndexError, KeyError, sp.PolynomialError, NoConvergence)
 
 
 def problem_rng(seed: int, source_id: str) -> random.Random:

@@ -45,6 +45,7 @@ symbol to its own name (:func:`to_latex`), and a rename is a token rewrite of th
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field
 
@@ -248,10 +249,60 @@ def _tokenize(s: str) -> list[_Tok]:
     return toks
 
 
+#: Largest exact number the grammar lets a formula denote, in bits (about 30,000 decimal
+#: digits): ``2^{2010}`` and ``2^{65536}`` are fine, ``9^{9^{9}}`` (370 million digits),
+#: ``2^{2^{40}}``, ``10^{10^{10}}``, ``(10^{10})!`` or a product of ten million factors
+#: are refused before anything builds them (SymPy would compute them in full as soon as
+#: the number is multiplied, subtracted or compared).
+MAX_NUMBER_BITS = 100_000
+#: Most factors a ``\prod`` with numeric limits may have.
+MAX_PRODUCT_FACTORS = 10_000
+
+
+def _too_large(what: str, bits: float) -> ParseError:
+    digits = f"{int(bits * 0.30103):,}" if bits < 1e300 else "astronomically many"
+    return ParseError(f"number too large: {what} has about {digits} digits "
+                      f"(limit {int(MAX_NUMBER_BITS * 0.30103):,})")
+
+
+def _num_bits(e: sp.Basic) -> float:
+    """An upper estimate of the size in bits of the exact value of a numeric expression
+    (numerator and denominator), computed from its parts without evaluating it."""
+    if e.is_Rational:
+        return math.log2(max(abs(int(e.p)), int(e.q), 2))
+    if e.is_Pow:
+        b, x = e.args
+        bb = _num_bits(b)
+        if x.is_Rational:
+            return bb * abs(int(x.p)) / int(x.q)
+        xb = _num_bits(x)
+        return math.inf if xb > 60 else bb * 2.0 ** xb
+    if isinstance(e, sp.factorial) and e.args[0].is_Integer:
+        return _factorial_bits(int(e.args[0]))
+    if not e.args:
+        return 2.0
+    return sum(_num_bits(a) for a in e.args) + 1.0
+
+
+def _short(e: sp.Basic) -> str:
+    """A printable name for a number that may have thousands of digits."""
+    bits = _num_bits(e) if e.is_number else 0.0
+    if bits > 200:
+        return f"(a {int(bits * 0.30103):,}-digit number)" if bits < 1e300 else "(an astronomically large number)"
+    return sp.sstr(e) if e.is_Integer and e >= 0 else f"({sp.sstr(e)})"
+
+
 def _safe_pow(base: sp.Expr, exp: sp.Expr) -> sp.Expr:
-    """``Pow`` that refuses 0 to a negative power and keeps huge numeric powers unevaluated."""
+    """``Pow`` that refuses 0 to a negative power and numeric powers above
+    :data:`MAX_NUMBER_BITS`, and keeps large ones unevaluated."""
     if base.is_zero and exp.is_number and (exp.is_negative or exp.is_zero is False and exp.is_real is False):
         raise ParseError("division by zero")
+    if base.is_number and exp.is_number and not (base.is_Rational and abs(base) <= 1 and base.is_Integer):
+        # the evaluated power (SymPy also combines (a^b)^c and (k a^b)^c) has about
+        # bits(base) * |exp| bits
+        size = _num_bits(sp.Pow(base, exp, evaluate=False))
+        if size > MAX_NUMBER_BITS:
+            raise _too_large(f"{_short(base)}^{_short(exp)}", size)
     if base.is_Number and exp.is_Number:
         try:
             b_bits = max(1, int(abs(sp.Rational(base).p)).bit_length()) if base.is_Rational else 64
@@ -261,6 +312,23 @@ def _safe_pow(base: sp.Expr, exp: sp.Expr) -> sp.Expr:
         if (exp.is_Integer and int(e_val) * b_bits > 1000) or (not exp.is_Integer and b_bits > 200):
             return sp.Pow(base, exp, evaluate=False)
     return sp.Pow(base, exp)
+
+
+def _factorial_bits(n: int) -> float:
+    """log2(n!) (Stirling; exact enough for a size bound)."""
+    if n < 2:
+        return 0.0
+    return (n * math.log(n) - n + 0.5 * math.log(2 * math.pi * n)) / math.log(2)
+
+
+def _heavy(e: sp.Basic) -> bool:
+    """A node SymPy would compute in full if the relation were evaluated: an unevaluated
+    numeric power, factorial or binomial, or a sum/product."""
+    if isinstance(e, (sp.Sum, sp.Product)):
+        return True
+    if e.is_Pow and e.base.is_Number and e.exp.is_Number:
+        return True
+    return isinstance(e, (sp.factorial, sp.binomial)) and all(a.is_Integer for a in e.args)
 
 
 def _canonical_tokens(toks: list[_Tok]) -> str:
@@ -662,6 +730,8 @@ class _Parser:
             self.advance()
             if self.is_op("!"):
                 raise ParseError("double factorial not supported")
+            if p.is_Integer and _factorial_bits(int(p)) > MAX_NUMBER_BITS:
+                raise _too_large(f"{p}!", _factorial_bits(int(p)))
             if p.is_Integer and p > 150:
                 p = sp.factorial(p, evaluate=False)
             elif p.is_Integer and p < 0:
@@ -1059,6 +1129,11 @@ class _Parser:
             self.advance()
             a = self.brace_arg()
             b = self.brace_arg()
+            if a.is_Integer and b.is_Integer and 0 <= b <= a:
+                n_, k_ = int(a), min(int(b), int(a) - int(b))
+                bits = _factorial_bits(n_) - _factorial_bits(k_) - _factorial_bits(n_ - k_)
+                if bits > MAX_NUMBER_BITS:
+                    raise _too_large(f"binomial({a}, {b})", bits)
             if a.is_Integer and a > 300:
                 return sp.binomial(a, b, evaluate=False)
             return sp.binomial(a, b)
@@ -1205,6 +1280,9 @@ class _Parser:
             self.bound.pop()
         self.bound_used.add(var_tok.value)
         self.flags.add("big_operator")
+        if v == "prod" and lower.is_Integer and upper.is_Integer and int(upper) - int(lower) + 1 > MAX_PRODUCT_FACTORS:
+            raise ParseError(f"product of {int(upper) - int(lower) + 1:,} factors "
+                             f"(limit {MAX_PRODUCT_FACTORS:,}): its value is too large")
         return _BIG_OPS[v](body, (sp.Symbol(var_tok.value), lower, upper))
 
     def function_command(self) -> sp.Expr:
@@ -1526,13 +1604,20 @@ def parse_segment(latex: str, *, functions: frozenset[str] = frozenset(), normal
                     raise ParseError("only = between tuples or sets")
                 links.append(sp.Eq(a, b, evaluate=False))
                 continue
-            rel = REL_OPS[op](a, b)
-            if rel in (sp.true, sp.false):
+            # the relation is always built unevaluated (evaluating it would compute every
+            # large number in it); whether it reduces to a truth value is asked of a copy
+            # where large numbers, factorials and sums are opaque symbols
+            heavy = {}
+            for side in (a, b):
+                for node in sp.preorder_traversal(side):
+                    if _heavy(node) and node not in heavy:
+                        heavy[node] = sp.Dummy(f"heavy{len(heavy)}")
+            probe = REL_OPS[op](a.xreplace(heavy), b.xreplace(heavy)) if heavy else REL_OPS[op](a, b)
+            if probe in (sp.true, sp.false) or (heavy and not (a.free_symbols or b.free_symbols)):
                 if a.free_symbols or b.free_symbols:
                     raise ParseError("relation evaluates to a truth value (its unknowns cancel)")
-                rel = REL_OPS[op](a, b, evaluate=False)
                 p.flags.add("numeric")
-            links.append(rel)
+            links.append(REL_OPS[op](a, b, evaluate=False))
         obj = links[0] if len(links) == 1 else sp.And(*links, evaluate=False)
     else:
         obj = sides[0]

@@ -4,7 +4,9 @@ No ``lambdify`` (it ``exec``s generated code): a SymPy tree is compiled into nes
 Python closures over a fixed set of node types, evaluated in one of two modes:
 
 * ``complex``: principal branches (``cmath``), used for the equivalence of positives
-  ("original − rewrite is zero at ≥ 20 random complex points", Appendix A);
+  ("original − rewrite is zero at ≥ 20 random complex points", Appendix A) when the
+  relations are not rational functions (rational ones are checked in exact arithmetic,
+  :func:`exact_compile`), each pass re-checked at 50 digits (:func:`_mp_compile`);
 * ``real``: real-valued semantics for truth values of inequalities and counterexamples
   (odd roots of negatives are real, even roots and logarithms of non-positives are
   undefined, factorial and binomial need non-negative integers).
@@ -28,7 +30,9 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Callable
 
+import mpmath
 import sympy as sp
+from mpmath.libmp.libhyper import NoConvergence
 from sympy.core.function import AppliedUndef
 
 from recipematch.cas.grammar import _OPAQUE_FUNCS, DEGREE, REL_OPS
@@ -38,8 +42,11 @@ __all__ = [
     "Domain",
     "Rel",
     "compile_expr",
+    "exact_compile",
     "relation_variables",
     "check_equivalent",
+    "domain_conditions",
+    "domain_difference",
     "find_counterexample",
     "EQUIV_POINTS",
     "EQUIV_MAX_DRAWS",
@@ -366,6 +373,305 @@ def compile_expr(expr: sp.Basic, mode: str, log_base: float | None = None) -> Ca
     return comp(expr)
 
 
+# --------------------------------------------------------------------------- exact and high-precision
+
+class _NotExact(Exception):
+    """The expression is not a rational function with rational coefficients (or is too big
+    to evaluate exactly)."""
+
+
+#: Exact evaluation refuses integer exponents above this and numeric powers above
+#: :data:`_EXACT_MAX_BITS` bits (the grammar already refuses numbers above 100,000 bits).
+_EXACT_MAX_EXP = 4096
+_EXACT_MAX_BITS = 200_000
+
+
+def _bits(q: Fraction) -> int:
+    return max(abs(q.numerator).bit_length(), q.denominator.bit_length(), 1)
+
+
+def exact_compile(expr: sp.Basic) -> Callable[[dict], Fraction]:
+    """Compile a rational function with rational coefficients into a closure
+    ``f(env) -> Fraction`` over exact rational values (``env``: Symbol -> Fraction).
+
+    Only ``Integer``/``Rational`` numbers, plain symbols (not the degree sign, not an
+    ellipsis), ``Add``, ``Mul`` and ``Pow`` with an integer exponent of at most
+    :data:`_EXACT_MAX_EXP` in absolute value are accepted.
+
+    Raises:
+        _NotExact: at compile time for anything else (functions, ``pi``, roots, applied
+            functions …).
+        Undefined: at evaluation time for a division by zero or a missing value.
+    """
+
+    def comp(e: sp.Basic) -> Callable[[dict], Fraction]:
+        if e.is_Symbol:
+            if e is DEGREE or e.name.startswith("\\ldots"):
+                raise _NotExact("constant symbol")
+
+            def sym(env, e=e):
+                try:
+                    return env[e]
+                except KeyError as exc:
+                    raise Undefined(f"no value for {e}") from exc
+            return sym
+        if e.is_Rational:
+            v = Fraction(int(e.p), int(e.q))
+            return lambda env: v
+        if e.is_Add:
+            fs = [comp(a) for a in e.args]
+            return lambda env: sum((f(env) for f in fs), Fraction(0))
+        if e.is_Mul:
+            fs = [comp(a) for a in e.args]
+
+            def mul(env):
+                r = Fraction(1)
+                for f in fs:
+                    r *= f(env)
+                return r
+            return mul
+        if e.is_Pow and e.exp.is_Integer:
+            n = int(e.exp)
+            if abs(n) > _EXACT_MAX_EXP:
+                raise _NotExact("exponent too large")
+            if e.base.is_Rational:
+                b = Fraction(int(e.base.p), int(e.base.q))
+                if abs(n) * _bits(b) > _EXACT_MAX_BITS:
+                    raise _NotExact("number too large")
+                if b == 0 and n < 0:
+                    raise Undefined("0 to a negative power")
+                v = b ** n
+                return lambda env: v
+            fb = comp(e.base)
+
+            def pw(env):
+                b = fb(env)
+                if b == 0 and n < 0:
+                    raise Undefined("0 to a negative power")
+                return b ** n
+            return pw
+        raise _NotExact(type(e).__name__)
+
+    return comp(expr)
+
+
+#: Working precision (decimal digits) of the high-precision confirmation and its
+#: relative tolerance.
+_MP_DPS = 50
+_MP_TOL = mpmath.mpf(10) ** -35
+
+
+def _mp_finite(v):
+    if not mpmath.isfinite(v):
+        raise Undefined("non-finite")
+    return v
+
+
+_MP_REAL_F = {
+    sp.sin: mpmath.sin, sp.cos: mpmath.cos, sp.tan: mpmath.tan, sp.sinh: mpmath.sinh,
+    sp.cosh: mpmath.cosh, sp.tanh: mpmath.tanh, sp.atan: mpmath.atan, sp.exp: mpmath.exp,
+}
+_MP_CPLX_F = {**_MP_REAL_F, sp.asin: mpmath.asin, sp.acos: mpmath.acos}
+
+
+def _mp_real_pow(b, e: sp.Basic, ev):
+    if e.is_Integer:
+        n = int(e)
+        if b == 0 and n < 0:
+            raise Undefined("0 to a negative power")
+        return b ** n
+    if e.is_Rational:
+        p, q = int(e.p), int(e.q)
+        r = mpmath.mpf(p) / q
+        if b >= 0:
+            if b == 0 and p < 0:
+                raise Undefined("0 to a negative power")
+            return b ** r
+        if q % 2 == 1:
+            v = (-b) ** r
+            return -v if p % 2 else v
+        raise Undefined("even root of a negative number")
+    if b > 0:
+        return b ** ev
+    if b == 0 and ev > 0:
+        return mpmath.mpf(0)
+    if abs(ev - mpmath.nint(ev)) < mpmath.mpf(10) ** -40:
+        n = int(mpmath.nint(ev))
+        if b == 0 and n < 0:
+            raise Undefined("0 to a negative power")
+        return b ** n
+    raise Undefined("non-integer power of a non-positive number")
+
+
+def _mp_compile(expr: sp.Basic, real: bool) -> Callable[[dict], object]:
+    """:func:`compile_expr` at :data:`_MP_DPS` digits with ``mpmath`` (same node types and
+    the same real/complex semantics); call the closure inside ``mpmath.workdps``. Numeric
+    powers and exponents whose exact value would be huge raise :class:`Undefined` at
+    compile time (nothing is expanded)."""
+
+    def comp(e: sp.Basic):
+        if e is DEGREE:
+            return lambda env: mpmath.pi / 180
+        if e.is_Symbol or isinstance(e, AppliedUndef):
+            if isinstance(e, AppliedUndef) and e.func.__name__ in _OPAQUE_FUNCS:
+                raise Undefined(f"no numeric rule for {e.func.__name__}")
+
+            def sym(env, e=e):
+                try:
+                    v = env[e]
+                except KeyError as exc:
+                    raise Undefined(f"no value for {e}") from exc
+                if isinstance(v, complex):
+                    return mpmath.mpc(v.real, v.imag)
+                if isinstance(v, Fraction):
+                    return mpmath.mpf(v.numerator) / v.denominator
+                return mpmath.mpf(v)
+            return sym
+        if e.is_Number:
+            if e in (sp.zoo, sp.nan, sp.oo, -sp.oo):
+                raise Undefined("infinite constant")
+            if e.is_Rational:
+                p, q = int(e.p), int(e.q)
+                if max(p.bit_length(), q.bit_length()) > _EXACT_MAX_BITS:
+                    raise Undefined("number too large")
+                return lambda env: mpmath.mpf(p) / q
+            v = e
+            return lambda env: mpmath.mpf(str(v))
+        if e is sp.pi:
+            return lambda env: +mpmath.pi
+        if e is sp.E:
+            return lambda env: +mpmath.e
+        if e.is_Add:
+            fs = [comp(a) for a in e.args]
+            return lambda env: _mp_finite(mpmath.fsum(f(env) for f in fs))
+        if e.is_Mul:
+            fs = [comp(a) for a in e.args]
+
+            def mul(env):
+                r = mpmath.mpf(1)
+                for f in fs:
+                    r = r * f(env)
+                return _mp_finite(r)
+            return mul
+        if e.is_Pow:
+            ex = e.exp
+            if ex.is_Rational and abs(int(ex.p)) > _EXACT_MAX_EXP * 16:
+                raise Undefined("exponent too large")
+            fb = comp(e.base)
+            fe = comp(ex)
+            if real:
+                def rpow(env):
+                    b = fb(env)
+                    if isinstance(b, mpmath.mpc):
+                        raise Undefined("complex value in real mode")
+                    return _mp_finite(_mp_real_pow(b, ex, fe(env) if not ex.is_Rational else None))
+                return rpow
+
+            def cpow(env):
+                b = mpmath.mpc(fb(env))
+                if ex.is_Integer:
+                    n = int(ex)
+                    if b == 0 and n < 0:
+                        raise Undefined("0 to a negative power")
+                    return _mp_finite(b ** n)
+                ev = mpmath.mpc(fe(env))
+                if b == 0:
+                    if ev.real > 0:
+                        return mpmath.mpc(0)
+                    raise Undefined("0 to a non-positive power")
+                return _mp_finite(b ** ev)
+            return cpow
+        if isinstance(e, sp.Abs):
+            fa = comp(e.args[0])
+            return lambda env: abs(fa(env))
+        if isinstance(e, sp.log):
+            if len(e.args) != 1:
+                raise Undefined("two-argument log")
+            fa = comp(e.args[0])
+            if real:
+                def rlog(env):
+                    x = fa(env)
+                    if isinstance(x, mpmath.mpc) or x <= 0:
+                        raise Undefined("log of a non-positive number")
+                    return mpmath.log(x)
+                return rlog
+
+            def clog(env):
+                x = mpmath.mpc(fa(env))
+                if x == 0:
+                    raise Undefined("log 0")
+                return mpmath.log(x)
+            return clog
+        for cls, fn in (_MP_REAL_F if real else _MP_CPLX_F).items():
+            if isinstance(e, cls):
+                fa = comp(e.args[0])
+
+                def f1(env, fa=fa, fn=fn):
+                    try:
+                        return _mp_finite(fn(fa(env)))
+                    except (ValueError, ZeroDivisionError) as exc:
+                        raise Undefined("function domain") from exc
+                return f1
+        if real and isinstance(e, (sp.asin, sp.acos)):
+            fa = comp(e.args[0])
+            fn = mpmath.asin if isinstance(e, sp.asin) else mpmath.acos
+
+            def fr(env):
+                x = fa(env)
+                if isinstance(x, mpmath.mpc) or not -1 <= x <= 1:
+                    raise Undefined("arcsin/arccos domain")
+                return fn(x)
+            return fr
+        if isinstance(e, (sp.cot, sp.sec, sp.csc)):
+            fa = comp(e.args[0])
+            base = {sp.cot: mpmath.tan, sp.sec: mpmath.cos, sp.csc: mpmath.sin}[type(e)]
+
+            def recip(env):
+                d = base(fa(env))
+                if abs(d) < mpmath.mpf(10) ** -300:
+                    raise Undefined("pole")
+                return _mp_finite(1 / d)
+            return recip
+        if isinstance(e, (sp.floor, sp.ceiling, sp.frac, sp.Max, sp.Min)):
+            fs = [comp(a) for a in e.args]
+            op = {sp.floor: lambda xs: mpmath.floor(xs[0]), sp.ceiling: lambda xs: mpmath.ceil(xs[0]),
+                  sp.frac: lambda xs: xs[0] - mpmath.floor(xs[0]), sp.Max: max, sp.Min: min}[type(e)]
+
+            def realonly(env):
+                xs = []
+                for f in fs:
+                    x = f(env)
+                    if isinstance(x, mpmath.mpc):
+                        if abs(x.imag) > mpmath.mpf(10) ** -30:
+                            raise Undefined("real-only function at a complex point")
+                        x = x.real
+                    xs.append(x)
+                return op(xs)
+            return realonly
+        if isinstance(e, (sp.factorial, sp.binomial)):
+            fs = [comp(a) for a in e.args]
+
+            def intfun(env):
+                xs = []
+                for f in fs:
+                    x = f(env)
+                    if isinstance(x, mpmath.mpc):
+                        if abs(x.imag) > mpmath.mpf(10) ** -30:
+                            raise Undefined("factorial at a complex point")
+                        x = x.real
+                    n = int(mpmath.nint(x))
+                    if abs(x - n) > mpmath.mpf(10) ** -30 or n < 0 or n > 170:
+                        raise Undefined("factorial/binomial needs a small non-negative integer")
+                    xs.append(n)
+                if len(xs) == 1:
+                    return mpmath.mpf(math.factorial(xs[0]))
+                return mpmath.mpf(math.comb(xs[0], xs[1]) if xs[1] <= xs[0] else 0)
+            return intfun
+        raise Undefined(f"no numeric rule for {type(e).__name__}")
+
+    return comp(expr)
+
+
 # --------------------------------------------------------------------------- variables
 
 _KEY_CACHE: dict[sp.Basic, str] = {}
@@ -494,6 +800,11 @@ def _draw_real(rng: random.Random, dom: Domain | None) -> Fraction:
 
 def _fmt(v: Fraction | float | complex) -> str:
     if isinstance(v, Fraction):
+        if max(abs(v.numerator).bit_length(), v.denominator.bit_length()) > 3000:
+            # about 900 digits and more: a 17-digit decimal (exact output would be unreadable
+            # and Python refuses int-to-str above 4,300 digits)
+            with mpmath.workdps(30):
+                return mpmath.nstr(mpmath.mpf(v.numerator) / v.denominator, 17)
         if v.denominator == 1:
             return str(v.numerator)
         # exact decimal when the denominator divides a power of ten
@@ -508,7 +819,11 @@ def _fmt(v: Fraction | float | complex) -> str:
                 d //= 5
             k += 1
         if d == 1 and k <= 12:
-            return format(v.numerator / v.denominator, f".{k}f").rstrip("0").rstrip(".") if k else str(v.numerator)
+            # exact: the denominator divides 10^k
+            scaled = abs(v.numerator) * 10 ** k // v.denominator
+            whole, frac = divmod(scaled, 10 ** k)
+            text = f"{whole}.{frac:0{k}d}".rstrip("0").rstrip(".")
+            return ("-" if v < 0 else "") + text
         return f"{v.numerator}/{v.denominator}"
     if isinstance(v, complex):
         if v.imag == 0:
@@ -573,24 +888,53 @@ def _var_name(v: sp.Basic) -> str:
 def check_equivalent(a: Rel, b: Rel, *, rng: random.Random, domains: dict[str, Domain] | None = None,
                      n_points: int = EQUIV_POINTS, max_draws: int = EQUIV_MAX_DRAWS,
                      min_nontrivial: int = EQUIV_MIN_NONTRIVIAL) -> dict:
-    """Numeric equivalence of two relations (or two expressions), Appendix A.
+    """Equivalence of two relations (or two expressions), Appendix A, made exact where
+    the algebra allows.
 
     Rule: links are compared in order, or in reverse order (a mirrored chain). Two
-    equations are equivalent when ``g_b = k·g_a`` with one constant ``k ≠ 0`` at every
-    point (``g = L − R``); two inequalities when both are strict or both non-strict and
-    ``g_b = k·g_a`` with one real ``k > 0`` (``g`` oriented so that the relation reads
-    ``g > 0`` or ``g ≥ 0``; a mirrored inequality gives ``k = 1``); two expressions when
-    ``k = 1``. The test ``|g_b − k·g_a| ≤ 1e-9·(1 + |g_a| + |g_b|)`` must hold at
-    ``n_points`` valid points drawn from at most ``max_draws``, with at least
-    ``min_nontrivial`` points where ``g_a ≠ 0``. Points are complex (real and imaginary
-    parts in [−2.5, 2.5]) unless a real-only function appears (floor, max, factorial …),
-    then real over the domains (integers for integer variables).
+    equations are equivalent when ``g_b = k·g_a`` with one constant ``k ≠ 0`` (``g = L −
+    R``); two inequalities when both are strict or both non-strict and ``g_b = k·g_a`` with
+    one real ``k > 0`` (``g`` oriented so that the relation reads ``g > 0`` or ``g ≥ 0``; a
+    mirrored inequality gives ``k = 1``); two expressions when ``k = 1``. And in every
+    case both must have the same domain (:func:`domain_difference`): a rewrite that drops
+    or adds a restriction (``\\frac{x^2-1}{x-1} = 2`` against ``x + 1 = 2``, which differ
+    at ``x = 1``) is ``unknown``, never ``equivalent``.
+
+    How the proportionality is tested:
+
+    1. **Exact** (every residual a rational function with rational coefficients, the
+       grammar's constants being exact rationals): ``n_points`` exact rational points
+       (three decimals, |v| ≤ 12, no domain restriction: an identity of rational functions
+       holds everywhere or almost nowhere) with exact ``Fraction`` arithmetic; ``k`` is the
+       exact ratio at the first point where ``g_a ≠ 0`` and any point with ``g_b ≠ k·g_a``
+       is a counterexample (``not_equivalent``; a constant shift of ``10^{-15}`` is as
+       visible as one of 1). When all points agree, ``cancel(together(g_b − k·g_a)) = 0``
+       proves it for small residuals (method ``exact_symbolic``); larger ones rest on the
+       points (``exact_rational_points``; a nonzero rational function vanishes at 20
+       random points of a 24,001-value grid with negligible probability).
+    2. **Numeric fallback** (functions, roots, ``π``, applied functions): floating point at
+       ``n_points`` valid points drawn from at most ``max_draws`` with the test
+       ``|g_b − k·g_a| ≤ 1e-9·(1 + |g_a| + |g_b|)`` and at least ``min_nontrivial`` points
+       where ``g_a ≠ 0``; points are complex (real and imaginary parts in [−2.5, 2.5])
+       unless a real-only function appears (floor, max, factorial …), then real over the
+       domains. A pass is then confirmed, not trusted: when ``k`` is a simple rational
+       ``k_q``, ``expand(g_b − k_q·g_a)`` that is a nonzero constant is a counterexample
+       (a constant shift the float test cannot see next to large terms), and the
+       proportionality is re-checked at up to 8 of the points at 50 significant digits
+       (``|g_b − k·g_a| ≤ 1e-35·(1 + |g_a| + |g_b|)``, ``k`` re-estimated at that precision);
+       fewer than 3 confirmed points give ``unknown``.
+
+    Too few valid points gives ``unknown``, never ``equivalent``.
 
     Returns:
         ``{"verdict": "equivalent" | "not_equivalent" | "unknown", "points_tested": int,
         "k": str | None, "max_dev": float | None, "counterexample": dict | None,
-        "reason": str | None, "method": str}``. ``not_equivalent`` comes with the point
-        where the residuals are not proportional.
+        "reason": str | None, "method": str}``. ``k`` (one real value per link,
+        comma-separated: an exact fraction such as ``"1/2"`` or a decimal) is given only
+        with ``equivalent`` and is ``None`` otherwise (there is no constant when the
+        residuals are not proportional). ``not_equivalent`` comes with the point where the
+        residuals are not proportional (``method`` of the counterexample:
+        ``residual_mismatch``, or ``constant_shift`` without a point).
     """
     method = "residual_ratio_k"
     if bool(a.ops) != bool(b.ops):
@@ -614,6 +958,10 @@ def check_equivalent(a: Rel, b: Rel, *, rng: random.Random, domains: dict[str, D
         else:
             r = _check_forms(a, b, forms_a, forms_b, rng, domains, n_points, max_draws, min_nontrivial)
         if r["verdict"] == "equivalent":
+            why = domain_difference(a, b)
+            if why is not None:
+                return _verdict("unknown", r["points_tested"], None, None, None,
+                                "residuals proportional but " + why, r["method"])
             return r
         if first is None:
             first = r
@@ -621,9 +969,163 @@ def check_equivalent(a: Rel, b: Rel, *, rng: random.Random, domains: dict[str, D
 
 
 def _check_forms(a: Rel, b: Rel, forms_a, forms_b, rng, domains, n_points, max_draws, min_nontrivial) -> dict:
+    variables = sorted(set(relation_variables(a)) | set(relation_variables(b)), key=_sort_key)
+    if all(v.is_Symbol for v in variables):
+        try:
+            ea = [exact_compile(g) for _, g in forms_a]
+            eb = [exact_compile(g) for _, g in forms_b]
+        except _NotExact:
+            pass
+        else:
+            return _check_forms_exact(forms_a, forms_b, ea, eb, variables, rng, n_points, max_draws,
+                                      min_nontrivial)
+    return _check_forms_numeric(a, b, forms_a, forms_b, variables, rng, domains, n_points, max_draws,
+                                min_nontrivial)
+
+
+def _draw_exact(rng: random.Random) -> Fraction:
+    """An exact sample for identity testing: three decimals, |v| ≤ 3.5 (70%) or ≤ 12."""
+    scale = 3500 if rng.random() < 0.7 else 12000
+    return Fraction(rng.randint(-scale, scale), 1000)
+
+
+def _check_forms_exact(forms_a, forms_b, ea, eb, variables, rng, n_points, max_draws, min_nontrivial) -> dict:
+    method = "exact_rational"
+    ks: list[Fraction | None] = [Fraction(1) if kind == "expr" else None for kind, _ in forms_a]
+    valid = nontrivial = draws = 0
+    while valid < n_points and draws < max_draws:
+        draws += 1
+        env = {v: _draw_exact(rng) for v in variables}
+        try:
+            vals = [(f(env), g(env)) for f, g in zip(ea, eb)]
+        except (Undefined, ZeroDivisionError):
+            continue
+        bad = None
+        point_nontrivial = False
+        for idx, (ga, gb) in enumerate(vals):
+            kind = forms_a[idx][0]
+            if ga != 0:
+                point_nontrivial = True
+                if ks[idx] is None:
+                    kk = gb / ga
+                    if kind in ("gt", "ge") and kk <= 0:
+                        bad = (ga, gb, "inequality residuals are not positively proportional")
+                        break
+                    if kk == 0:
+                        bad = (ga, gb, "rewrite residual vanishes where the original does not")
+                        break
+                    ks[idx] = kk
+            if ks[idx] is None:
+                if gb != 0:
+                    bad = (ga, gb, "rewrite residual nonzero where the original is zero")
+                    break
+                continue
+            if gb != ks[idx] * ga:
+                bad = (ga, gb, "residuals not proportional (exact rational arithmetic)")
+                break
+        if bad is not None:
+            ga, gb, why = bad
+            cx = {"point": {_var_name(v): _fmt(env[v]) for v in variables},
+                  "a": _fmt(ga), "b": _fmt(gb), "method": "residual_mismatch"}
+            return _verdict("not_equivalent", valid + 1, None, None, cx, why, method)
+        valid += 1
+        nontrivial += point_nontrivial
+    if valid < n_points:
+        return _verdict("unknown", valid, None, None, None,
+                        f"only {valid} valid points in {draws} draws (need {n_points})", method)
+    if nontrivial < min_nontrivial:
+        return _verdict("unknown", valid, None, None, None,
+                        f"only {nontrivial} non-trivial points (need {min_nontrivial})", method)
+    proof = _symbolic_proportional(forms_a, forms_b, ks)
+    if proof is False:
+        return _verdict("unknown", valid, None, None, None,
+                        "exact points agree but the symbolic difference is not zero", method)
+    return _verdict("equivalent", valid, _k_str(ks), 0.0, None, None,
+                    "exact_symbolic" if proof else "exact_rational_points")
+
+
+def _big_power(e: sp.Basic, limit: int = 12) -> bool:
+    """A power of a non-number whose exponent is not a small integer (expanding it could
+    take unbounded time), or a numeric power kept unevaluated by the grammar."""
+    for p in e.atoms(sp.Pow):
+        ex = p.exp
+        if p.base.is_number:
+            if ex.is_number and p.base.is_Rational and ex.is_Rational and abs(ex) > 64:
+                return True
+            continue
+        if ex.is_Integer:
+            if abs(int(ex)) > limit:
+                return True
+        elif not (ex.is_Rational and abs(int(ex.p)) <= limit and int(ex.q) <= limit):
+            return True
+    return False
+
+
+_SYMBOLIC_ERRORS = (sp.PolynomialError, NotImplementedError, RecursionError, TypeError, ValueError,
+                    ZeroDivisionError, AttributeError, OverflowError)
+
+
+def _symbolic_proportional(forms_a, forms_b, ks) -> bool | None:
+    """``cancel(together(g_b − k·g_a)) == 0`` for every link: True (proved), False (a
+    nonzero difference) or None (too large to try)."""
+    diffs = []
+    for (_, ga), (_, gb), k in zip(forms_a, forms_b, ks):
+        kk = sp.Integer(1) if k is None else sp.Rational(k.numerator, k.denominator)
+        diff = gb - kk * ga
+        if sp.count_ops(diff) > 60 or _big_power(diff):
+            return None
+        diffs.append(diff)
+    for diff in diffs:
+        try:
+            if sp.cancel(sp.together(diff)) != 0:
+                return False
+        except _SYMBOLIC_ERRORS:
+            return None
+    return True
+
+
+def _nice_rational(k: complex | None) -> Fraction | None:
+    """``k`` as a fraction with a denominator ≤ 1000 when it is one to 1e-9, else None."""
+    if k is None:
+        return Fraction(1)
+    kc = complex(k)
+    if abs(kc.imag) > 1e-9 * (1 + abs(kc)):
+        return None
+    fr = Fraction(kc.real).limit_denominator(1000)
+    return fr if abs(float(fr) - kc.real) <= 1e-9 * (1 + abs(kc.real)) else None
+
+
+def _constant_shift(forms_a, forms_b, ks) -> str | None:
+    """When every ``k`` is a simple rational ``k_q`` and some ``expand(g_b − k_q·g_a)`` is a
+    nonzero constant, the residuals differ by that constant: its description, else None."""
+    kq = [_nice_rational(k) for k in ks]
+    if any(k is None for k in kq):
+        return None
+    for (_, ga), (_, gb), k in zip(forms_a, forms_b, kq):
+        diff = (gb - sp.Rational(k.numerator, k.denominator) * ga).xreplace({DEGREE: sp.pi / 180})
+        if sp.count_ops(diff) > 80 or _big_power(diff):
+            continue
+        try:
+            d = sp.expand(diff)
+        except _SYMBOLIC_ERRORS:
+            continue
+        if d == 0 or d.free_symbols or d.atoms(AppliedUndef):
+            continue
+        try:
+            with mpmath.workdps(_MP_DPS):
+                v = _mp_compile(d, real=False)({})
+                nonzero = abs(v) > mpmath.mpf(10) ** -(_MP_DPS - 5)
+        except (Undefined, ValueError, TypeError, ZeroDivisionError):
+            continue
+        if nonzero:
+            return f"residuals differ by the constant {sp.sstr(d)[:60]} (k = {k})"
+    return None
+
+
+def _check_forms_numeric(a: Rel, b: Rel, forms_a, forms_b, variables, rng, domains, n_points, max_draws,
+                         min_nontrivial) -> dict:
     method = "residual_ratio_k"
     rel_list = [a, b]
-    variables = sorted(set(relation_variables(a)) | set(relation_variables(b)), key=_sort_key)
     real = _is_real_only(rel_list)
     try:
         fa = [compile_expr(g, "real" if real else "complex") for _, g in forms_a]
@@ -635,6 +1137,7 @@ def _check_forms(a: Rel, b: Rel, forms_a, forms_b, rng, domains, n_points, max_d
     nontrivial = 0
     max_dev = 0.0
     draws = 0
+    envs: list[dict] = []
     has_atoms = any(isinstance(v, AppliedUndef) for v in variables)
     while valid < n_points and draws < max_draws:
         draws += 1
@@ -680,33 +1183,91 @@ def _check_forms(a: Rel, b: Rel, forms_a, forms_b, rng, domains, n_points, max_d
             env, ga, gb, why = bad
             cx = {"point": {_var_name(v): _fmt(env[v]) for v in variables},
                   "a": _fmt(ga), "b": _fmt(gb), "method": "residual_mismatch"}
-            return _verdict("not_equivalent", valid + 1, _k_str(ks), None, cx, why, method)
+            return _verdict("not_equivalent", valid + 1, None, None, cx, why, method)
         valid += 1
+        envs.append(env)
         if point_nontrivial:
             nontrivial += 1
     if valid < n_points:
-        return _verdict("unknown", valid, _k_str(ks), max_dev, None,
+        return _verdict("unknown", valid, None, max_dev, None,
                         f"only {valid} valid points in {draws} draws (need {n_points})", method)
     if nontrivial < min_nontrivial:
-        return _verdict("unknown", valid, _k_str(ks), max_dev, None,
+        return _verdict("unknown", valid, None, max_dev, None,
                         f"only {nontrivial} non-trivial points (need {min_nontrivial})", method)
+    shift = _constant_shift(forms_a, forms_b, ks)
+    if shift is not None:
+        return _verdict("not_equivalent", valid, None, max_dev,
+                        {"point": None, "a": None, "b": None, "method": "constant_shift"}, shift, method)
+    confirm = _confirm_high_precision(forms_a, forms_b, variables, envs, real, method, valid)
+    if confirm is not None:
+        return confirm
+    if _k_str(ks) is None:
+        return _verdict("unknown", valid, None, max_dev, None, "the constant k is not real", method)
     return _verdict("equivalent", valid, _k_str(ks), max_dev, None, None,
                     method + ("_real" if real else "_complex"))
 
 
+#: Points re-checked at high precision, and how many must be usable.
+_MP_POINTS = 8
+_MP_MIN_POINTS = 3
+
+
+def _confirm_high_precision(forms_a, forms_b, variables, envs, real, method, valid) -> dict | None:
+    """Re-check proportionality at :data:`_MP_DPS` digits at up to :data:`_MP_POINTS` of
+    the float test's points; None when confirmed, else the verdict to return."""
+    with mpmath.workdps(_MP_DPS):
+        try:
+            ma = [_mp_compile(g, real) for _, g in forms_a]
+            mb = [_mp_compile(g, real) for _, g in forms_b]
+        except Undefined as exc:
+            return _verdict("unknown", valid, None, None, None,
+                            f"no high-precision evaluation: {exc}", method)
+        ks: list = [mpmath.mpf(1) if kind == "expr" else None for kind, _ in forms_a]
+        tiny = mpmath.mpf(10) ** -(_MP_DPS - 10)
+        confirmed = 0
+        for env in envs[:_MP_POINTS]:
+            try:
+                vals = [(f(env), g(env)) for f, g in zip(ma, mb)]
+            except (Undefined, ZeroDivisionError, ValueError, TypeError, OverflowError):
+                continue
+            for idx, (ga, gb) in enumerate(vals):
+                scale = 1 + abs(ga) + abs(gb)
+                if ks[idx] is None and abs(ga) > tiny * scale:
+                    ks[idx] = gb / ga
+                if ks[idx] is None:
+                    dev = abs(gb) / scale
+                else:
+                    dev = abs(gb - ks[idx] * ga) / scale
+                if dev > _MP_TOL:
+                    cx = {"point": {_var_name(v): _fmt(env[v]) for v in variables},
+                          "a": mpmath.nstr(ga, 17), "b": mpmath.nstr(gb, 17), "method": "residual_mismatch"}
+                    return _verdict("not_equivalent", valid, None, None, cx,
+                                    f"residuals not proportional at {_MP_DPS} digits "
+                                    f"(deviation {mpmath.nstr(dev, 3)})", method)
+            confirmed += 1
+    if confirmed < _MP_MIN_POINTS:
+        return _verdict("unknown", valid, None, None, None,
+                        f"only {confirmed} points confirmed at {_MP_DPS} digits (need {_MP_MIN_POINTS})", method)
+    return None
+
+
 def _k_str(ks: list) -> str | None:
+    """The constants as a comma-separated string of real values (exact fractions where
+    known), or None when one of them is not real."""
     out = []
     for k in ks:
         if k is None:
             out.append("1")
             continue
+        if isinstance(k, Fraction):
+            out.append(str(k))
+            continue
         kc = complex(k)
-        if abs(kc.imag) < 1e-9 * (1 + abs(kc)):
-            r = kc.real
-            fr = Fraction(r).limit_denominator(1000)
-            out.append(str(fr) if abs(float(fr) - r) < 1e-9 * (1 + abs(r)) else f"{r:.12g}")
-        else:
-            out.append(_fmt(kc))
+        if abs(kc.imag) > 1e-9 * (1 + abs(kc)):
+            return None
+        r = kc.real
+        fr = Fraction(r).limit_denominator(1000)
+        out.append(str(fr) if abs(float(fr) - r) < 1e-9 * (1 + abs(r)) else f"{r:.12g}")
     return ",".join(out) if out else None
 
 
@@ -716,12 +1277,123 @@ def _verdict(verdict, points, k, max_dev, cx, reason, method) -> dict:
             "counterexample": cx, "reason": reason, "method": method}
 
 
+# --------------------------------------------------------------------------- domains
+
+def _rebuild(e: sp.Basic) -> sp.Basic:
+    """The same tree rebuilt with evaluation, so that a non-canonical tree SymPy can produce
+    (``Abs(Abs(x))``) compares equal to its canonical form."""
+    if not e.args or isinstance(e, AppliedUndef):
+        return e
+    return e.func(*[_rebuild(a) for a in e.args])
+
+
+def _canon(e: sp.Basic) -> sp.Basic:
+    try:
+        if sp.count_ops(e) <= 60 and not _big_power(e):
+            return sp.expand(_rebuild(e))
+    except _SYMBOLIC_ERRORS:
+        pass
+    return e
+
+
+def _zero_factors(base: sp.Basic) -> set[sp.Basic]:
+    """The irreducible factors of ``base`` (sign and content removed): its zero set is the
+    union of theirs, whatever the grouping (``x^2 - 1`` against ``(x-1)(x+1)``, ``|x+1|``
+    or ``\\sqrt{x+1}`` against ``x+1``)."""
+    if base.is_number:
+        return set()
+    if base.is_Mul:
+        return set().union(*(_zero_factors(a) for a in base.args))
+    if isinstance(base, sp.Abs):
+        return _zero_factors(base.args[0])
+    if base.is_Pow and base.exp.is_number and base.exp.is_extended_positive:
+        return _zero_factors(base.base)
+    try:
+        if sp.count_ops(base) <= 60 and not _big_power(base):
+            # a rational function vanishes where its numerator does (the poles of its
+            # denominator are conditions of their own, from the inner negative powers)
+            num = sp.together(base).as_numer_denom()[0]
+            _, facs = sp.factor_list(num)
+            out = set()
+            for f, m in facs:
+                if f.is_number or m <= 0:
+                    continue
+                out.add(-f if f.could_extract_minus_sign() else f)
+            return out
+    except _SYMBOLIC_ERRORS:
+        pass
+    return {_canon(base)}
+
+
+def domain_conditions(rel: Rel) -> frozenset:
+    """Where the sides of a relation are defined, as a set of conditions: ``("nonzero",
+    f)`` for every irreducible factor of a denominator, ``("power", base, kind)`` for a
+    root or a real power of a non-constant base, ``("log", arg)``, ``("cos_pole", arg)``
+    (``\\tan``, ``\\sec``), ``("sin_pole", arg)`` (``\\cot``, ``\\csc``), ``("arc", arg)``
+    and ``("integer", args)`` (factorial, binomial); arguments in expanded form."""
+    conds: set = set()
+    for side in rel.sides:
+        for node in sp.preorder_traversal(side):
+            if node.is_Pow:
+                base, ex = node.args
+                if base.is_number:
+                    continue
+                if ex.is_number:
+                    if ex.is_extended_negative:
+                        conds |= {("nonzero", f) for f in _zero_factors(base)}
+                    if not ex.is_Integer and not base.is_extended_nonnegative:
+                        kind = ("even_root" if int(ex.q) % 2 == 0 else "odd_root") if ex.is_Rational else "real"
+                        conds.add(("power", _canon(base), kind))
+                else:
+                    conds.add(("power", _canon(base), "variable"))
+            elif isinstance(node, (sp.log, sp.tan, sp.sec, sp.cot, sp.csc, sp.asin, sp.acos)):
+                arg = node.args[0]
+                if arg.is_number:
+                    continue
+                tag = {sp.log: "log", sp.tan: "cos_pole", sp.sec: "cos_pole", sp.cot: "sin_pole",
+                       sp.csc: "sin_pole", sp.asin: "arc", sp.acos: "arc"}[type(node)]
+                conds.add((tag, _canon(arg)))
+            elif isinstance(node, (sp.factorial, sp.binomial)) and not all(x.is_number for x in node.args):
+                conds.add(("integer", tuple(_canon(x) for x in node.args)))
+    return frozenset(conds)
+
+
+def _describe_condition(c: tuple) -> str:
+    tag = c[0]
+    if tag == "nonzero":
+        return f"{sp.sstr(c[1])} = 0"
+    if tag == "power":
+        return f"the base {sp.sstr(c[1])} of a {c[2].replace('_', ' ')} power is out of range"
+    if tag == "integer":
+        return "a factorial/binomial argument is not a non-negative integer"
+    return f"the argument {sp.sstr(c[1])} of {tag.replace('_', ' ')} is out of range"
+
+
+def domain_difference(a: Rel, b: Rel) -> str | None:
+    """None when ``a`` and ``b`` have the same domain conditions
+    (:func:`domain_conditions`), else a sentence saying where one is undefined and the
+    other is not (a removable singularity such as ``x = 1`` in ``\\frac{x^2-1}{x-1}``)."""
+    try:
+        ca, cb = domain_conditions(a), domain_conditions(b)
+    except _SYMBOLIC_ERRORS:
+        return "their domains could not be compared"
+    if ca == cb:
+        return None
+    only_a = sorted(ca - cb, key=str)
+    only_b = sorted(cb - ca, key=str)
+    if only_a:
+        return f"the domains differ: A is undefined where {_describe_condition(only_a[0])}, B is not"
+    return f"the domains differ: B is undefined where {_describe_condition(only_b[0])}, A is not"
+
+
 # --------------------------------------------------------------------------- counterexamples
 
-def _truth(forms: list[tuple[str, Callable, Callable]], env: dict) -> tuple[bool, list[float]] | None:
+def _truth(forms: list[tuple[str, Callable, Callable]], env: dict,
+           strict: bool = False) -> tuple[bool, list[float]] | None:
     """Truth value of a relation at a real point, or ``None`` when a side is undefined or a
     link is too close to its boundary to decide: ``|P − Q| ≤ 1e-7·(1 + |P| + |Q|)`` counts
-    as equality for ``=`` and as undecided for ``<``, ``≤``, ``>``, ``≥`` (margin rule)."""
+    as equality for ``=`` and as undecided for ``<``, ``≤``, ``>``, ``≥`` (margin rule;
+    with ``strict``, as undecided for ``=`` too)."""
     vals = []
     truth = True
     for kind, fp, fq in forms:
@@ -735,7 +1407,7 @@ def _truth(forms: list[tuple[str, Callable, Callable]], env: dict) -> tuple[bool
         g = p - q
         vals.append(g)
         if abs(g) <= _MARGIN * (1 + abs(p) + abs(q)):
-            if kind == "eq":
+            if kind == "eq" and not strict:
                 continue
             return None
         if kind == "eq":
@@ -743,6 +1415,49 @@ def _truth(forms: list[tuple[str, Callable, Callable]], env: dict) -> tuple[bool
         elif kind in ("gt", "ge") and g < 0:
             truth = False
     return truth, vals
+
+
+#: Counterexample points are decided exactly only for relations whose powers of unknowns
+#: have exponents up to this (``a^{2014}`` at 300 points would cost seconds in fractions).
+_CX_EXACT_MAX_EXP = 64
+
+
+def _truth_exact(forms: list[tuple[str, Callable, Callable]], env: dict) -> bool | None:
+    """Exact truth value of a rational relation at an exact rational point (no margin: a
+    residual of ``10^{-10}`` is as nonzero as one of 1), or ``None`` where a side is
+    undefined."""
+    truth = True
+    for kind, fp, fq in forms:
+        try:
+            g = fp(env) - fq(env)
+        except (Undefined, ZeroDivisionError):
+            return None
+        if kind == "eq":
+            truth = truth and g == 0
+        elif kind == "ne":
+            truth = truth and g != 0
+        elif kind == "gt":
+            truth = truth and g > 0
+        else:
+            truth = truth and g >= 0
+    return truth
+
+
+def _exact_forms(rel: Rel) -> list[tuple[str, Callable, Callable]] | None:
+    try:
+        return [(k, exact_compile(p), exact_compile(q)) for k, p, q in _oriented_links(rel)]
+    except _NotExact:
+        return None
+
+
+def _side_values_exact(rel: Rel, env: dict) -> list[str]:
+    out = []
+    for s in rel.sides:
+        try:
+            out.append(_fmt(exact_compile(s)(env)))
+        except (_NotExact, Undefined, ZeroDivisionError):
+            out.append("undefined")
+    return out
 
 
 def _side_values(rel: Rel, env: dict, log_base: float | None) -> list[str]:
@@ -770,6 +1485,14 @@ def find_counterexample(orig: Rel, edited: Rel, *, rng: random.Random,
       denominators; real roots in its domain only), and the other relation must fail
       there by a clear margin. Both directions are tried.
 
+    Exact decisions: when both relations are rational functions with rational
+    coefficients (no ``e``, no function, no root, exponents of unknowns at most
+    :data:`_CX_EXACT_MAX_EXP`) and the point is exact (a sampled
+    decimal, or a root of a linear equation), the truth values are computed in exact
+    rational arithmetic with no margin, and the sides are printed exactly, so
+    ``x = 3.0000000001`` against ``x = 3`` is refuted at ``x = 3``. Otherwise the
+    floating-point margin rule of :func:`_truth` applies.
+
     A bare ``e`` is pinned to Euler's number, and a ``\\log`` without a base must give the
     disagreement under both the natural and the base-10 reading. Relations with ``i``
     used as an unknown in an equation are refused (imaginary unit or index?).
@@ -784,13 +1507,46 @@ def find_counterexample(orig: Rel, edited: Rel, *, rng: random.Random,
     variables = sorted(set(relation_variables(orig)) | set(relation_variables(edited)), key=_sort_key)
     e_sym = sp.Symbol("e")
     bases: list[float | None] = [None, 10.0] if "log_base_ambiguous" in flags else [None]
+    has_atoms = any(isinstance(v, AppliedUndef) for v in variables)
+    # rational relations at an exact rational point are decided exactly (no margin)
+    exact_forms = None
+    if all(v.is_Symbol and v != e_sym for v in variables) and not any(
+            _big_power(s, _CX_EXACT_MAX_EXP) for r in (orig, edited) for s in r.sides):
+        fo_x, fe_x = _exact_forms(orig), _exact_forms(edited)
+        if fo_x is not None and fe_x is not None:
+            exact_forms = (fo_x, fe_x)
     try:
         compiled = {lb: (_compile_forms(orig, lb), _compile_forms(edited, lb)) for lb in bases}
     except Undefined:
-        return None
-    has_atoms = any(isinstance(v, AppliedUndef) for v in variables)
+        if exact_forms is None:
+            return None
+        compiled = None  # a constant too large for a float: exact points only
 
-    def judge(env: dict) -> tuple[bool, bool] | None:
+    def exact_point(exact: dict | None) -> dict | None:
+        if exact_forms is None or exact is None:
+            return None
+        if not all(isinstance(exact.get(v), Fraction) for v in variables):
+            return None
+        return exact
+
+    def judge(env: dict, exact: dict | None = None) -> tuple[bool, bool] | None:
+        xp = exact_point(exact)
+        if xp is not None:
+            if compiled is not None and len(bases) == 1:
+                # floats first (fast): both relations defined and decided with a clear margin
+                # and agreeing means no counterexample here; only other points are decided
+                # exactly (a float slip can then only lose a counterexample, never make one)
+                fo, fe = compiled[bases[0]]
+                to_f, te_f = _truth(fo, env, strict=True), _truth(fe, env, strict=True)
+                if to_f is not None and te_f is not None and to_f[0] == te_f[0]:
+                    return None
+            to = _truth_exact(exact_forms[0], xp)
+            te = _truth_exact(exact_forms[1], xp)
+            if to is None or te is None or to == te:
+                return None
+            return to, te
+        if compiled is None:
+            return None
         res = None
         for lb in bases:
             fo, fe = compiled[lb]
@@ -810,9 +1566,14 @@ def find_counterexample(orig: Rel, edited: Rel, *, rng: random.Random,
             point[_var_name(v)] = _fmt(val) if not isinstance(val, str) else val
         if e_sym in env and e_sym in variables:
             point["e"] = "E"
+        xp = exact_point(exact)
+        if xp is not None:
+            sides_o, sides_e = _side_values_exact(orig, xp), _side_values_exact(edited, xp)
+        else:
+            sides_o, sides_e = _side_values(orig, env, bases[0]), _side_values(edited, env, bases[0])
         return {"point": point,
-                "orig": {"holds": truths[0], "sides": _side_values(orig, env, bases[0])},
-                "edited": {"holds": truths[1], "sides": _side_values(edited, env, bases[0])},
+                "orig": {"holds": truths[0], "sides": sides_o},
+                "edited": {"holds": truths[1], "sides": sides_e},
                 "method": method}
 
     # 1) sampling
@@ -831,7 +1592,7 @@ def find_counterexample(orig: Rel, edited: Rel, *, rng: random.Random,
             return None
         if has_atoms and not _atoms_consistent([orig, edited], env):
             continue
-        t = judge(env)
+        t = judge(env, exact)
         if t is not None:
             return pack(env, t, "real_sample_truth_disagreement", exact)
     # 2) equations: solve one, check the other
@@ -840,7 +1601,7 @@ def find_counterexample(orig: Rel, edited: Rel, *, rng: random.Random,
             r = _solve_and_check(first, second, variables, rng, domains, judge, solve_tries, e_sym)
             if r is not None:
                 env, exact = r
-                t = judge(env)
+                t = judge(env, exact)
                 if t is not None:
                     return pack(env, t, "solve_one_side_check_other", exact)
     return None
@@ -915,13 +1676,17 @@ def _solve_and_check(first: Rel, second: Rel, variables, rng, domains, judge, tr
             else:
                 roots = [r for r in poly.nroots(n=15) if abs(sp.im(r)) < 1e-12]
         except (sp.PolynomialError, TypeError, ValueError, NotImplementedError, ZeroDivisionError,
-                sp.polys.polyerrors.PolynomialError, RecursionError):
+                sp.polys.polyerrors.PolynomialError, RecursionError, NoConvergence):
             continue
         dom = (domains or {}).get(_var_name(v))
         for r in roots:
             try:
                 rv = float(sp.re(r))
-            except (TypeError, ValueError, OverflowError):
+            except OverflowError:
+                if not r.is_Rational:
+                    continue
+                rv = math.copysign(math.inf, int(r.p))  # decided exactly below
+            except (TypeError, ValueError):
                 continue
             if dom is not None and not dom.contains(rv):
                 continue
@@ -934,6 +1699,6 @@ def _solve_and_check(first: Rel, second: Rel, variables, rng, domains, judge, tr
                 ex2[v] = f"{rv:.15g}"
             if any(isinstance(x, AppliedUndef) for x in variables) and not _atoms_consistent([first, second], env2):
                 continue
-            if judge(env2) is not None:
+            if judge(env2, ex2) is not None:
                 return env2, ex2
     return None

@@ -12,12 +12,19 @@ Files (all derived from ``out_path``; the library receives paths, never invents 
 
 * ``<out_path>.journal.jsonl``: the append log. One JSON line per finished problem, written
   and flushed as soon as it finishes: ``{"source_id", "text_sha256", "generator_version",
-  "seed", "status", "reason", "elapsed_s", "rows", "census"}``. A rerun reads it and
-  skips problems already present with the same text hash, generator version and seed;
-  a truncated last line (a killed run) is ignored and that problem is redone.
+  "seed", "timeout_s", "memory_mb", "status", "reason", "elapsed_s", "rows", "census"}``.
+  A truncated last line (a killed run) is ignored and that problem is redone.
+* **Resume rule**: a rerun reuses a journal record with the same source id, text hash,
+  generator version and seed when its outcome is finished work (``ok``, ``no_relation``,
+  ``no_pair``: deterministic, whatever the limits), and a ``timeout``/``crash`` record
+  (memory included) only when it was produced under the **same** ``timeout_s`` and
+  ``memory_mb``: after a change of limits every failure is retried, so its reason names
+  the limits of the run that wrote the final file. (Lowering the limits keeps earlier
+  ``ok`` outcomes that the lower limits might not have reached.)
 * ``out_path``: the final file, written at the end (atomically), one line per input
-  problem sorted by ``source_id`` then text hash, **without** ``elapsed_s``, keys sorted:
-  byte-identical across runs whatever the completion order.
+  problem sorted by ``source_id`` then text hash, **without** ``elapsed_s``, ``timeout_s``
+  and ``memory_mb``, keys sorted: byte-identical across runs whatever the completion
+  order, and between a fresh run and a resumed one.
 * ``<out_path>.timings.jsonl``: ``{"source_id", "status", "elapsed_s"}`` sorted the same
   way (timing is kept out of the deterministic output).
 """
@@ -28,7 +35,6 @@ import hashlib
 import json
 import multiprocessing as mp
 import os
-import resource
 import signal
 import time
 import traceback
@@ -37,12 +43,27 @@ from pathlib import Path
 
 from recipematch.cas import generator as _gen_mod
 from recipematch.cas.generator import GENERATOR_VERSION
+from recipematch.cas.isolation import (
+    child_setup,
+    set_memory_cap,
+    terminate_workers_on_sigterm,
+)
 
-__all__ = ["run_generator", "journal_path", "timings_path", "aggregate_census", "metrics_from_summary",
-           "STATUSES"]
+__all__ = [
+    "STATUSES",
+    "aggregate_census",
+    "journal_path",
+    "metrics_from_summary",
+    "run_generator",
+    "timings_path",
+]
 
 #: Every status a problem can end with.
 STATUSES = ("ok", "no_relation", "no_pair", "timeout", "crash")
+#: Outcomes that are finished work: reused on resume whatever the limits.
+FINISHED = ("ok", "no_relation", "no_pair")
+#: Journal fields kept out of the final file (they vary between equivalent runs).
+_RUN_ONLY = ("elapsed_s", "timeout_s", "memory_mb")
 
 
 def journal_path(out_path: Path) -> Path:
@@ -65,21 +86,15 @@ def _generate(source_id: str, text: str, seed: int) -> dict:
 
 
 def _set_memory_cap(memory_mb: int) -> None:
-    limit = int(memory_mb) * 1024 * 1024
-    try:
-        with open("/proc/self/statm") as fh:
-            vm_pages = int(fh.read().split()[0])
-        current = vm_pages * os.sysconf("SC_PAGE_SIZE")
-    except (OSError, ValueError):
-        current = 0
-    # the cap bounds what the problem may add on top of the forked interpreter's own mapping
-    # (a parent that imported torch maps gigabytes of address space it never touches)
-    limit = current + limit
-    resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+    set_memory_cap(memory_mb)
 
 
-def _worker(conn: Connection, memory_mb: int) -> None:
+def _worker(conn: Connection, memory_mb: int, parent_pid: int = 0, inherited: tuple = ()) -> None:
+    # never outlive the parent: close the parent-side pipe ends this fork inherited (so an
+    # idle recv() sees EOF when the parent dies) and ask for SIGKILL on its death (Linux)
+    child_setup(parent_pid or os.getppid(), inherited)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
     try:
         _set_memory_cap(memory_mb)
     except (ValueError, OSError):
@@ -98,7 +113,8 @@ def _worker(conn: Connection, memory_mb: int) -> None:
             payload = {"status": res.get("status", "ok"), "reason": res.get("reason"),
                        "rows": res.get("rows", []), "census": res.get("census", {})}
         except MemoryError:
-            payload = {"status": "crash", "reason": "MemoryError: memory cap exceeded", "rows": [], "census": {}}
+            payload = {"status": "crash", "reason": f"MemoryError: memory cap of {memory_mb} MiB exceeded",
+                       "rows": [], "census": {}}
         except RecursionError as exc:
             payload = {"status": "crash", "reason": f"RecursionError: {exc}"[:300], "rows": [], "census": {}}
         except Exception as exc:  # noqa: BLE001 - every failure becomes a recorded outcome
@@ -115,10 +131,12 @@ def _worker(conn: Connection, memory_mb: int) -> None:
 
 
 class _Slot:
-    def __init__(self, ctx, memory_mb: int):
+    def __init__(self, ctx, memory_mb: int, siblings: list[Connection] = ()):
         parent, child = ctx.Pipe(duplex=True)
         self.conn = parent
-        self.proc = ctx.Process(target=_worker, args=(child, memory_mb), daemon=True)
+        # the child closes its copy of this slot's parent end and of every sibling's
+        inherited = (parent, *siblings)
+        self.proc = ctx.Process(target=_worker, args=(child, memory_mb, os.getpid(), inherited), daemon=True)
         self.proc.start()
         child.close()
         self.task: tuple[str, str, str] | None = None  # (source_id, text, sha)
@@ -160,6 +178,17 @@ def _read_journal(path: Path) -> dict[tuple[str, str], dict]:
                 continue
             done[(rec["source_id"], rec.get("text_sha256", ""))] = rec
     return done
+
+
+def _reusable(rec: dict, timeout_s: float, memory_mb: int) -> bool:
+    """The resume rule (module docstring): finished outcomes always, failures only under
+    the same limits (a record without limits, from an older journal, is retried)."""
+    if rec.get("status") in FINISHED:
+        return True
+    try:
+        return (float(rec["timeout_s"]) == float(timeout_s)) and (int(rec["memory_mb"]) == int(memory_mb))
+    except (KeyError, TypeError, ValueError):
+        return False
 
 
 def _repair_journal(path: Path) -> None:
@@ -231,9 +260,14 @@ def run_generator(problems: list[tuple[str, str]], *, out_path: Path, seed: int,
         workers: number of worker processes (≥ 1).
         progress: show a tqdm bar.
 
+    Workers never outlive the call (:mod:`recipematch.cas.isolation`): ``SIGTERM`` to the
+    parent kills them and ends the call with :class:`~recipematch.cas.isolation.Terminated`
+    (exit status 143), and if the parent is killed outright they exit on their own.
+
     Returns:
         ``{"counts": {status: n}, "census": aggregate_census(...), "problems": n,
-        "resumed": n skipped from the journal, "generator_version", "rows": n,
+        "resumed": n skipped from the journal, "retried_for_limits": n failures redone
+        because the limits changed, "generator_version", "rows": n,
         "distinct_negatives": n, "negative_attachments": n, "out_path", "journal_path",
         "timings_path"}``.
 
@@ -249,6 +283,7 @@ def run_generator(problems: list[tuple[str, str]], *, out_path: Path, seed: int,
     journal = _read_journal(jpath)
     todo: list[tuple[str, str, str]] = []
     resumed = 0
+    retried = 0
     keys: list[tuple[str, str]] = []
     for source_id, text in problems:
         text = text if isinstance(text, str) else ""
@@ -256,8 +291,10 @@ def run_generator(problems: list[tuple[str, str]], *, out_path: Path, seed: int,
         keys.append((str(source_id), sha))
         rec = journal.get((str(source_id), sha))
         if rec is not None and rec.get("generator_version") == GENERATOR_VERSION and rec.get("seed") == seed:
-            resumed += 1
-            continue
+            if _reusable(rec, timeout_s, memory_mb):
+                resumed += 1
+                continue
+            retried += 1
         todo.append((str(source_id), text, sha))
 
     bar = None
@@ -268,11 +305,13 @@ def run_generator(problems: list[tuple[str, str]], *, out_path: Path, seed: int,
     ctx = mp.get_context("fork")
     slots: list[_Slot] = []
     pending = list(reversed(todo))
-    with jpath.open("a", encoding="utf-8") as jf:
+    # SIGTERM raises Terminated here, so the finally below kills the workers
+    with jpath.open("a", encoding="utf-8") as jf, terminate_workers_on_sigterm():
         def record(task: tuple[str, str, str], payload: dict) -> None:
             source_id, _text, sha = task
             rec = {"source_id": source_id, "text_sha256": sha, "generator_version": GENERATOR_VERSION,
-                   "seed": seed, "status": payload["status"], "reason": payload.get("reason"),
+                   "seed": seed, "timeout_s": float(timeout_s), "memory_mb": int(memory_mb),
+                   "status": payload["status"], "reason": payload.get("reason"),
                    "elapsed_s": payload.get("elapsed_s"), "rows": payload.get("rows", []),
                    "census": payload.get("census", {})}
             jf.write(json.dumps(rec, ensure_ascii=False, sort_keys=True) + "\n")
@@ -294,9 +333,13 @@ def run_generator(problems: list[tuple[str, str]], *, out_path: Path, seed: int,
                 record(task, {"status": "crash", "reason": "worker pipe closed before the task", "elapsed_s": 0.0})
                 slot.task = None
 
+        def new_slot(replacing: int | None = None) -> _Slot:
+            siblings = [s.conn for i, s in enumerate(slots) if i != replacing]
+            return _Slot(ctx, memory_mb, siblings)
+
         try:
             for _ in range(min(workers, len(todo))):
-                slots.append(_Slot(ctx, memory_mb))
+                slots.append(new_slot())
             for s in slots:
                 assign(s)
             while any(s.task is not None for s in slots):
@@ -328,7 +371,7 @@ def run_generator(problems: list[tuple[str, str]], *, out_path: Path, seed: int,
                         record(s.task, {"status": "crash", "reason": why,
                                         "elapsed_s": round(time.monotonic() - s.started, 4)})
                         s.kill()
-                        slots[idx] = _Slot(ctx, memory_mb)
+                        slots[idx] = new_slot(idx)
                         assign(slots[idx])
                         continue
                     if time.monotonic() - s.started >= timeout_s:
@@ -336,7 +379,7 @@ def run_generator(problems: list[tuple[str, str]], *, out_path: Path, seed: int,
                                         "reason": f"wall-clock limit of {timeout_s:g} s exceeded",
                                         "elapsed_s": round(time.monotonic() - s.started, 4)})
                         s.kill()
-                        slots[idx] = _Slot(ctx, memory_mb)
+                        slots[idx] = new_slot(idx)
                         assign(slots[idx])
         finally:
             for s in slots:
@@ -360,7 +403,7 @@ def run_generator(problems: list[tuple[str, str]], *, out_path: Path, seed: int,
     tmp = out_path.with_name(out_path.name + ".tmp")
     with tmp.open("w", encoding="utf-8") as fh:
         for rec in final:
-            clean = {k: v for k, v in rec.items() if k != "elapsed_s"}
+            clean = {k: v for k, v in rec.items() if k not in _RUN_ONLY}
             fh.write(json.dumps(clean, ensure_ascii=False, sort_keys=True) + "\n")
     os.replace(tmp, out_path)
     tpath = timings_path(out_path)
@@ -382,6 +425,7 @@ def run_generator(problems: list[tuple[str, str]], *, out_path: Path, seed: int,
             texts |= {n["text"] for n in row.get("negatives", [])}
         distinct += len(texts)
     return {"counts": counts, "census": aggregate_census(final), "problems": len(final), "resumed": resumed,
+            "retried_for_limits": retried,
             "generator_version": GENERATOR_VERSION, "rows": rows, "distinct_negatives": distinct,
             "negative_attachments": attach, "out_path": str(out_path), "journal_path": str(jpath),
             "timings_path": str(timings_path(out_path))}

@@ -6,8 +6,11 @@ Positives (each verified):
   own math spans; verified by re-parsing every segment that parsed and checking that it
   equals the original object with the symbols renamed (same structure);
 * **reformulate** (:func:`reformulations`): move one term, move all terms, expand or
-  factor a side, scale by 2 or by 1/2; verified numerically (``original − rewrite`` with
-  the constant ``k`` of the transform vanishes at ≥ 20 complex points);
+  factor a side, scale by 2 or by 1/2; verified by
+  :func:`recipematch.cas.numeric.check_equivalent` (``rewrite − k·original`` vanishes at
+  ≥ 20 points: exact rational points and a symbolic check for rational relations, complex
+  points confirmed at 50 digits otherwise; the domain must not change, so a factorisation
+  that cancels a removable singularity is not a positive);
 * **mirror** (:func:`mirror`): an inequality (or chain) with its sides swapped and every
   direction reversed; verified by the same numeric test.
 
