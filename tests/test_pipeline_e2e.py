@@ -138,9 +138,9 @@ def test_evaluation_is_self_masked_and_ranks_saved(pipeline):
 
     params, lay, _, _ = pipeline
     for a in ["base", *params["arms"]]:
-        ranks = pd.read_parquet(lay.eval(a) / "ranks.parquet")
+        ranks = pd.read_parquet(lay.eval_dir(a) / "ranks.parquet")
         assert set(ranks["test"]) == {"llm_tier", "probe", "probe_only"}
-        per = read_json(lay.eval(a) / "per_seed.json")
+        per = read_json(lay.eval_dir(a) / "per_seed.json")
         assert all(v["self_mask"] for s in per.values() for v in s.values())
         # recall is monotone in k and a percentage
         m = read_json(lay.metrics / "eval" / f"{a}.json")

@@ -59,7 +59,7 @@ class Layout:
     def pairs(self) -> Path: return self.p("artifacts", "pairs")
     def cells(self, arm: str) -> Path: return self.p("artifacts", "cells", arm)
     def models(self, arm: str) -> Path: return self.p("models", arm)
-    def eval(self, arm: str) -> Path: return self.p("artifacts", "eval", arm)
+    def eval_dir(self, arm: str) -> Path: return self.p("artifacts", "eval", arm)
     @property
     def cache(self) -> Path: return self.p("cache", "embeddings")
     @property

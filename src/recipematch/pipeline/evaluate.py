@@ -61,7 +61,7 @@ def run_evaluate(params: Mapping[str, Any], lay: Layout, arm: str, *, progress: 
         if rec is not None:
             _log_eval_to_mlflow(mcfg, lay, rec["mlflow_run_id"], res)
     ranks = pd.concat(frames, ignore_index=True)
-    out = lay.eval(arm)
+    out = lay.eval_dir(arm)
     out.mkdir(parents=True, exist_ok=True)
     ranks.to_parquet(out / "ranks.parquet", index=False)
     agg = {}

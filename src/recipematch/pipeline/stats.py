@@ -34,7 +34,7 @@ def run_stats(params: Mapping[str, Any], lay: Layout, arms: list[str]) -> dict:
 
     scfg = section(params, "stats", StatsConfig)
     ecfg = section(params, "evaluate", EvaluateConfig)
-    ranks = pd.concat([pd.read_parquet(lay.eval(a) / "ranks.parquet") for a in ["base", *arms]], ignore_index=True)
+    ranks = pd.concat([pd.read_parquet(lay.eval_dir(a) / "ranks.parquet") for a in ["base", *arms]], ignore_index=True)
     ranks["seed"] = ranks["seed"].astype(str)
     out: dict[str, Any] = {"arms": {}, "gaps": {}, "did": {}, "n_boot": scfg.n_boot, "seed": scfg.seed,
                            "seed_scheme": "paired" if scfg.paired_seeds else "independent"}
