@@ -16,3 +16,22 @@ REPO = Path(__file__).resolve().parents[1]
 @pytest.fixture
 def repo_root() -> Path:
     return REPO
+
+
+#: The raw inputs that ``dvc pull data.dvc`` restores from the in-repo remote.
+RELEASE = REPO / "data" / "peer_release"
+
+
+def require_real_data(path: Path = RELEASE) -> Path:
+    """Return ``path`` (a file or folder under ``data/``) for a test that checks real data.
+
+    When it is missing the test is skipped on a developer's machine, but FAILS under CI
+    (``CI`` set): CI's command pulls ``data.dvc`` first, so a missing file there means the
+    check would silently not run.
+    """
+    if path.exists():
+        return path
+    msg = f"{path} is missing: run `dvc pull data.dvc` first"
+    if os.environ.get("CI"):
+        pytest.fail(msg)
+    pytest.skip(msg)
