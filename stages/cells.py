@@ -1,8 +1,6 @@
-"""DVC entry point for the 'cells' stage: `python stages/cells.py [options]` = `recipematch cells`."""
+"""DVC entry point of the 'cells' stage: `python stages/cells.py [options]` (= `recipematch cells`)."""
 
-import sys
-
-from recipematch.cli import main
+from recipematch.pipeline.cells import main
 
 if __name__ == "__main__":
-    main(["cells", *sys.argv[1:]])
+    main()

@@ -1,8 +1,6 @@
-"""DVC entry point for the 'corpus' stage: `python stages/corpus.py [options]` = `recipematch corpus`."""
+"""DVC entry point of the 'corpus' stage: `python stages/corpus.py [options]` (= `recipematch corpus`)."""
 
-import sys
-
-from recipematch.cli import main
+from recipematch.pipeline.corpus import main
 
 if __name__ == "__main__":
-    main(["corpus", *sys.argv[1:]])
+    main()

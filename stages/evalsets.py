@@ -1,8 +1,6 @@
-"""DVC entry point for the 'evalsets' stage: `python stages/evalsets.py [options]` = `recipematch evalsets`."""
+"""DVC entry point of the 'evalsets' stage: `python stages/evalsets.py [options]` (= `recipematch evalsets`)."""
 
-import sys
-
-from recipematch.cli import main
+from recipematch.pipeline.evalsets import main
 
 if __name__ == "__main__":
-    main(["evalsets", *sys.argv[1:]])
+    main()

@@ -1,8 +1,6 @@
-"""DVC entry point for the 'gates' stage: `python stages/gates.py [options]` = `recipematch gates`."""
+"""DVC entry point of the 'gates' stage: `python stages/gates.py [options]` (= `recipematch gates`)."""
 
-import sys
-
-from recipematch.cli import main
+from recipematch.pipeline.gates import main
 
 if __name__ == "__main__":
-    main(["gates", *sys.argv[1:]])
+    main()

@@ -1,8 +1,6 @@
-"""DVC entry point for the 'llm' stage: `python stages/llm.py [options]` = `recipematch llm`."""
+"""DVC entry point of the 'llm' stage: `python stages/llm.py [options]` (= `recipematch llm`)."""
 
-import sys
-
-from recipematch.cli import main
+from recipematch.pipeline.llm import main
 
 if __name__ == "__main__":
-    main(["llm", *sys.argv[1:]])
+    main()

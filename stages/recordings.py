@@ -1,8 +1,6 @@
-"""DVC entry point for the 'recordings' stage: `python stages/recordings.py [options]` = `recipematch recordings`."""
+"""DVC entry point of the 'recordings' stage: `python stages/recordings.py [options]` (= `recipematch recordings`)."""
 
-import sys
-
-from recipematch.cli import main
+from recipematch.pipeline.recordings import main
 
 if __name__ == "__main__":
-    main(["recordings", *sys.argv[1:]])
+    main()

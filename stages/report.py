@@ -1,8 +1,6 @@
-"""DVC entry point for the 'report' stage: `python stages/report.py [options]` = `recipematch report`."""
+"""DVC entry point of the 'report' stage: `python stages/report.py [options]` (= `recipematch report`)."""
 
-import sys
-
-from recipematch.cli import main
+from recipematch.pipeline.report import main
 
 if __name__ == "__main__":
-    main(["report", *sys.argv[1:]])
+    main()

@@ -1,8 +1,6 @@
-"""DVC entry point for the 'specs' stage: `python stages/specs.py` = `recipematch specs`."""
+"""DVC entry point of the 'specs' stage: `python stages/specs.py [options]` (= `recipematch specs`)."""
 
-import sys
-
-from recipematch.cli import main
+from recipematch.pipeline.specs import main
 
 if __name__ == "__main__":
-    main(["specs", *sys.argv[1:]])
+    main()

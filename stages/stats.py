@@ -1,8 +1,6 @@
-"""DVC entry point for the 'stats' stage: `python stages/stats.py [options]` = `recipematch stats`."""
+"""DVC entry point of the 'stats' stage: `python stages/stats.py [options]` (= `recipematch stats`)."""
 
-import sys
-
-from recipematch.cli import main
+from recipematch.pipeline.stats import main
 
 if __name__ == "__main__":
-    main(["stats", *sys.argv[1:]])
+    main()

@@ -1,8 +1,6 @@
-"""DVC entry point for the 'train' stage: `python stages/train.py [options]` = `recipematch train`."""
+"""DVC entry point of the 'train' stage: `python stages/train.py [options]` (= `recipematch train`)."""
 
-import sys
-
-from recipematch.cli import main
+from recipematch.pipeline.train import main
 
 if __name__ == "__main__":
-    main(["train", *sys.argv[1:]])
+    main()

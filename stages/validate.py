@@ -1,8 +1,6 @@
-"""DVC entry point for the 'validate' stage: `python stages/validate.py [options]` = `recipematch validate`."""
+"""DVC entry point of the 'validate' stage: `python stages/validate.py [options]` (= `recipematch validate`)."""
 
-import sys
-
-from recipematch.cli import main
+from recipematch.pipeline.validate import main
 
 if __name__ == "__main__":
-    main(["validate", *sys.argv[1:]])
+    main()

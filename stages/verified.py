@@ -1,8 +1,6 @@
-"""DVC entry point for the 'verified' stage: `python stages/verified.py [options]` = `recipematch verified`."""
+"""DVC entry point of the 'verified' stage: `python stages/verified.py [options]` (= `recipematch verified`)."""
 
-import sys
-
-from recipematch.cli import main
+from recipematch.pipeline.verified import main
 
 if __name__ == "__main__":
-    main(["verified", *sys.argv[1:]])
+    main()

@@ -3,6 +3,7 @@ import textwrap
 import pytest
 
 from recipematch.config import BudgetConfig, TrainConfig, load_yaml, section, top
+from recipematch.errors import RecipematchError
 
 
 def _write(tmp_path, text):
@@ -32,13 +33,13 @@ def test_section_types_and_unknown_keys():
     assert section({"budget": base}, "budget", BudgetConfig) == BudgetConfig(60, 0.05, 1, ())
     # a numeric string (as a YAML 1.1 writer may leave it) still becomes a float
     assert section({"budget": {**base, "dev_fraction": "5e-02"}}, "budget", BudgetConfig).dev_fraction == 0.05
-    with pytest.raises(TypeError, match="unknown key"):
+    with pytest.raises(RecipematchError, match="unknown key"):
         section({"budget": {**base, "rowz": 1}}, "budget", BudgetConfig)
-    with pytest.raises(TypeError, match="expected an integer"):
+    with pytest.raises(RecipematchError, match="expected an integer"):
         section({"budget": {**base, "rows": "60"}}, "budget", BudgetConfig)
-    with pytest.raises(KeyError, match="missing key 'rows'"):
+    with pytest.raises(RecipematchError, match="budget.rows: missing"):
         section({"budget": {"dev_fraction": 0.05}}, "budget", BudgetConfig)
-    with pytest.raises(TypeError, match="expected true/false"):
+    with pytest.raises(RecipematchError, match="expected true/false"):
         top({"flag": "yes"}, "flag", bool)
 
 
@@ -59,21 +60,38 @@ def test_yaml_12_scalars_and_duplicate_keys(tmp_path):
         f: -7
     """))
     assert params == {"a": 40, "b": "1:00", "c": "yes", "d": True, "e": 31, "f": -7}
-    with pytest.raises(ValueError, match="duplicate key 'a'"):
+    with pytest.raises(RecipematchError, match="duplicate key 'a'"):
         load_yaml(_write(tmp_path, "a: 1\na: 2\n"))
 
 
 @pytest.mark.parametrize("edit, needle", [
     (lambda p: p.update(sede=1), "unknown top-level key"),
     (lambda p: p["gates"].update(active="none"), "cannot be switched off"),
-    (lambda p: p["train"].update(lr=float("nan")), "lr finite"),
-    (lambda p: p["train"].update(lr=-1.0), "lr finite"),
+    (lambda p: p["train"].update(lr=float("nan")), "train.lr must be a finite number"),
+    (lambda p: p["train"].update(lr=-1.0), "train.lr must lie in"),
     (lambda p: p["evaluate"].update(ks=[5, 10]), "including 1"),
     (lambda p: p["budget"].update(shared_sources=["bogus"]), "unknown: ['bogus']"),
-    (lambda p: p.update(seed=-1), "seed must be >= 0"),
+    (lambda p: p.update(seed=-1), "seed must lie in [0,"),
     (lambda p: p.update(arms=["verified", "nope"]), "arms must be"),
     (lambda p: p.update(positives="d9"), "unknown positives"),
     (lambda p: p["stats"].update(n_boot=1), "n_boot"),
+    # every bound a hostile user tried (each used to fail later with a traceback, or run unbounded)
+    (lambda p: p["evalsets"].update(n_heldout=10_000_000), "evalsets.n_heldout must lie in"),
+    (lambda p: p["llm"].update(prompts=["bogus"]), "llm.prompts must be distinct names"),
+    (lambda p: p["evaluate"].update(batch_size=0), "evaluate.batch_size must lie in"),
+    (lambda p: p["evaluate"].update(max_seq_length=0), "evaluate.max_seq_length must lie in"),
+    (lambda p: p["evaluate"].update(device="tpu"), "evaluate.device must be one of"),
+    (lambda p: p["stats"].update(seed=-1), "stats.seed must lie in"),
+    (lambda p: p["mlflow"].update(tracking_uri="not a uri"), "mlflow.tracking_uri must be"),
+    (lambda p: p["mlflow"].update(experiment=""), "mlflow.experiment must not be empty"),
+    (lambda p: p["mlflow"].update(experiment="x" * 500), "mlflow.experiment is 500 characters long"),
+    (lambda p: p["train"].pop("model"), "train.model: missing"),
+    (lambda p: p["stats"].update(n_boot=100_000_000), "stats.n_boot must lie in"),
+    (lambda p: p["cas"].update(timeout_s=float("inf")), "cas.timeout_s must be a finite number"),
+    (lambda p: p["cas"].update(workers=100_000), "cas.workers must lie in"),
+    (lambda p: p["train"].update(eval_steps=0), "train.eval_steps must lie in"),
+    (lambda p: p["train"].update(max_dev_triplets=-1), "train.max_dev_triplets must lie in"),
+    (lambda p: p["llm"].update(backend="openai", base_url=""), "llm.base_url"),
 ])
 def test_check_params_refuses_bad_values(repo_root, edit, needle):
     from recipematch.config import check_params
@@ -82,5 +100,35 @@ def test_check_params_refuses_bad_values(repo_root, edit, needle):
     params = load_yaml(repo_root / "params.yaml")
     check_params(params)  # the shipped files are valid
     edit(params)
-    with pytest.raises((ValueError, TypeError, KeyError), match=needle.replace("[", r"\[").replace("]", r"\]").replace("(", r"\(")):
+    with pytest.raises(RecipematchError, match=needle.replace("[", r"\[").replace("]", r"\]").replace("(", r"\(")):
         check_params(params)
+
+
+def test_stage_view_refuses_undeclared_keys(repo_root):
+    from recipematch.config import UndeclaredParam, load_params
+
+    p = load_params(repo_root / "params.yaml")
+    v = p.view(("seed", "gates.active", "budget"))
+    assert v.seed == 42 and v.gates.active == "v2" and v.budget == p.budget
+    with pytest.raises(UndeclaredParam, match="'gates.ngram_n'"):
+        v.gates.ngram_n
+    with pytest.raises(UndeclaredParam, match="'train'"):
+        v.train
+    assert v.declared() == {"budget": dataclass_dict(p.budget), "gates.active": "v2", "seed": 42}
+
+
+def dataclass_dict(x):
+    import dataclasses
+
+    return dataclasses.asdict(x)
+
+
+def test_load_params_names_the_file(tmp_path):
+    from recipematch.config import load_params
+
+    bad = tmp_path / "params.yaml"
+    bad.write_bytes(b"seed: 1\n\xff\n")
+    with pytest.raises(RecipematchError, match="params.yaml: not UTF-8"):
+        load_params(bad)
+    with pytest.raises(RecipematchError, match="does not exist"):
+        load_params(tmp_path / "nope.yaml")

@@ -1,6 +1,6 @@
 import pytest
 
-from recipematch.gates import build_exclusion_list
+from recipematch.gates import ContaminationGate, NgramGate, build_exclusion_list
 from recipematch.validation import ValidationFailed, validate_cell
 
 SHA = "ab" * 32
@@ -14,7 +14,8 @@ def _row(sid, split, anchor=None, positive=None, negs=("a near miss",), prompt_s
 
 @pytest.fixture
 def exclusion():
-    return build_exclusion_list([("bad", "An evaluation query."), ("ok", "fine")], ["An evaluation query."], "v2")
+    ex = build_exclusion_list([("bad", "An evaluation query."), ("ok", "fine")], ["An evaluation query."], "v2")
+    return ContaminationGate(ex, NgramGate([], n=5, threshold=0.35))
 
 
 def test_passing_suite_records_counts(exclusion):
@@ -23,7 +24,7 @@ def test_passing_suite_records_counts(exclusion):
     assert rec["success"] and rec["rows"] == 3 and rec["examples"] == 3
     assert rec["negatives_per_row"] == pytest.approx(2 / 3, abs=1e-4)
     assert rec["splits"] == {"dev": 1, "train": 2}
-    assert all(e["success"] for e in rec["expectations"]) and len(rec["expectations"]) == 15
+    assert all(e["success"] for e in rec["expectations"]) and len(rec["expectations"]) == 16
 
 
 @pytest.mark.parametrize("rows, budget, expectation, needle", [
@@ -53,9 +54,35 @@ def test_ngram_gate_catches_a_restated_evaluation_text(exclusion):
     from recipematch.gates import NgramGate
 
     ev = "Let a b and c be positive reals with a b c equal to one; prove the inequality below holds."
-    ng = NgramGate([ev], n=5, threshold=0.35)
+    gate = ContaminationGate(exclusion.exclusion, NgramGate([ev], n=5, threshold=0.35))
     rows = [_row("s1", "train", anchor="Note: " + ev.replace("prove", "show")), _row("s2", "dev")]
-    rec = validate_cell([_row("s1", "train"), _row("s2", "dev")], exclusion, budget_rows=2, suite_name="ok", ngram=ng)
+    rec = validate_cell([_row("s1", "train"), _row("s2", "dev")], gate, budget_rows=2, suite_name="ok")
     assert rec["success"]
     with pytest.raises(ValidationFailed, match="ngram_flagged.*s1"):
-        validate_cell(rows, exclusion, budget_rows=2, suite_name="bad", ngram=ng)
+        validate_cell(rows, gate, budget_rows=2, suite_name="bad")
+
+
+def test_whole_gate_checked_held_out_source_and_cosine(exclusion):
+    """The suite checks the whole contamination gate: a held-out source and a text at the
+    cosine threshold fail ``gate_violation`` even when no finer column catches them."""
+    import numpy as np
+
+    from recipematch.gates import CosineGate
+
+    class OneHot:
+        def encode(self, texts):
+            out = np.zeros((len(texts), 2), dtype=np.float32)
+            for i, t in enumerate(texts):
+                out[i, 0 if "twin" in t else 1] = 1.0
+            return out
+
+    held = ContaminationGate(exclusion.exclusion, exclusion.ngram, heldout_sources={"s1"})
+    with pytest.raises(ValidationFailed, match="gate_violation.*'s1'.*heldout_source"):
+        validate_cell([_row("s1", "train"), _row("s2", "dev")], held, budget_rows=2, suite_name="held")
+    enc = OneHot()
+    cos = ContaminationGate(exclusion.exclusion, exclusion.ngram,
+                            cosine=CosineGate(enc.encode(["twin"]), enc, threshold=0.9))
+    assert validate_cell([_row("s1", "train"), _row("s2", "dev")], cos, budget_rows=2, suite_name="c0")["success"]
+    with pytest.raises(ValidationFailed, match="gate_violation.*'s1'.*cosine_gate"):
+        validate_cell([_row("s1", "train", negs=("a twin text",)), _row("s2", "dev")], cos, budget_rows=2,
+                      suite_name="c1")

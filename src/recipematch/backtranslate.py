@@ -1,4 +1,4 @@
-"""Back-translation control: a paraphrase no LLM wrote (SPEC §3.3, paper Appendix C).
+"""Back-translation control: a paraphrase no LLM wrote (paper Appendix C).
 
 Each source problem goes out to a pivot language and back through a dedicated
 machine-translation model (NLLB-200-distilled-600M in the paper), with LaTeX spans masked
@@ -97,7 +97,7 @@ def nllb_code(lang: str) -> str:
 
 
 def pivots_for(lang: str, hops: int) -> list[str]:
-    """Pivot languages (NLLB codes) for a source language (SPEC §3.3).
+    """Pivot languages (NLLB codes) for a source language (Appendix C).
 
     ``hops=1``: ``["fra_Latn"]`` for English, ``["eng_Latn"]`` otherwise. ``hops=3``:
     French, German, Russian, each replaced by English where it equals the source language.
@@ -428,7 +428,7 @@ def backtranslate(
     model_id: str = DEFAULT_MODEL_ID,
     progress: Callable[[str], None] | None = None,
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, Any]]:
-    """Back-translate source problems (SPEC §3.3).
+    """Back-translate source problems (Appendix C).
 
     Args:
         sources: ``(source_id, text, language)`` triples; ids unique; ``language`` an ISO

@@ -1,4 +1,4 @@
-"""Factorial cells and the matched budget (SPEC §3.4, §5; paper Tables 2, 11–12).
+"""Factorial cells and the matched budget (paper Tables 2, 11–12; Appendix A).
 
 A *cell* is positives × negatives × negative volume. Positives come from one generator's
 pair file (``cas``, ``d1``, ``d4``, … ); negatives are attached per source from another
@@ -13,7 +13,7 @@ reference  d4         cas        full
 d4         d4         none       full
 =========  =========  =========  ======
 
-Attachment rules (SPEC §3.4):
+Attachment rules (Tables 11–12):
 
 * same generator for both (``cas``×``cas``, ``d1``×``recipe``): a row keeps its own negatives;
 * ``cas`` negatives on other positives: each positive row takes the negatives of ONE computer-
@@ -44,90 +44,7 @@ import numpy as np
 from recipematch.gates import ExclusionList, NgramGate
 from recipematch.pairs import n_examples, sort_rows
 
-#: Generators of positives and the pair-file key each reads (SPEC §3.4).
-POSITIVES = {"cas": "cas", "d1": "d1_recipe", "d2": "d2_paraphrase", "d3": "d3_style", "d4": "d4_restatement",
-             "d5": "d5_survey", "bt": "bt", "bt3": "bt3"}
-#: Negatives and the pair-file key they come from (``none`` attaches nothing).
-NEGATIVES = {"none": None, "cas": "cas", "recipe": "d1_recipe", "unrelated": "unrelated_negatives"}
-VOLUMES = ("matched", "full")
-
-
-@dataclass(frozen=True)
-class CellSpec:
-    """One cell of the factorial.
-
-    Raises:
-        ValueError: an unknown positives, negatives or volume value.
-    """
-
-    positives: str
-    negatives: str
-    volume: str = "full"
-
-    def __post_init__(self) -> None:
-        if self.positives not in POSITIVES:
-            raise ValueError(f"unknown positives={self.positives!r}; choose from {sorted(POSITIVES)}")
-        if self.negatives not in NEGATIVES:
-            raise ValueError(f"unknown negatives={self.negatives!r}; choose from {sorted(NEGATIVES)}")
-        if self.volume not in VOLUMES:
-            raise ValueError(f"unknown volume={self.volume!r}; choose from {VOLUMES}")
-
-    @property
-    def name(self) -> str:
-        """``<positives>x<negatives>``, plus ``-<volume>`` where the volume matters (LLM
-        negatives attached to other positives), e.g. ``d4xnone``, ``d4xrecipe-matched``."""
-        base = f"{self.positives}x{self.negatives}"
-        if self.negatives in ("none", "cas") or self._own:
-            return base
-        return f"{base}-{self.volume}"
-
-    @property
-    def _own(self) -> bool:
-        return POSITIVES[self.positives] == NEGATIVES[self.negatives]
-
-    def inputs(self) -> list[str]:
-        """Pair-file keys this cell reads (the reference's CAS file for ``matched``)."""
-        keys = [POSITIVES[self.positives]]
-        neg = NEGATIVES[self.negatives]
-        if neg and neg not in keys:
-            keys.append(neg)
-        if self.volume == "matched" and neg not in (None, "cas") and not self._own:
-            for k in (POSITIVES["d4"], "cas"):
-                if k not in keys:
-                    keys.append(k)
-        return keys
-
-
-NAMED_ARMS: dict[str, CellSpec] = {
-    # Table 1 (the headline arms) and Table 9's D4
-    "verified": CellSpec("cas", "cas"),
-    "recipe": CellSpec("d1", "recipe"),
-    "reference": CellSpec("d4", "cas"),
-    "d4": CellSpec("d4", "none"),
-    # Table 12: the 2 x 2
-    "cas_alone": CellSpec("cas", "none"),
-    # Table 12: D4 positives with LLM-written near-misses
-    "d4_recipe_matched": CellSpec("d4", "recipe", "matched"),
-    "d4_recipe_full": CellSpec("d4", "recipe", "full"),
-    "d4_unrelated_matched": CellSpec("d4", "unrelated", "matched"),
-    "d4_unrelated_full": CellSpec("d4", "unrelated", "full"),
-    # Table 12: swapping the positives
-    "cas_recipe": CellSpec("cas", "recipe", "full"),
-    "bt_cas": CellSpec("bt", "cas"),
-    "bt3_cas": CellSpec("bt3", "cas"),
-    # Table 12: a second recipe-free prompt
-    "d5": CellSpec("d5", "none"),
-    "d5_cas": CellSpec("d5", "cas"),
-    # Table 12: the remaining cells of the grid (LLM near-misses at the recipe arm's volume)
-    "cas_unrelated": CellSpec("cas", "unrelated", "full"),
-    "bt": CellSpec("bt", "none"),
-    "bt_unrelated": CellSpec("bt", "unrelated", "full"),
-    "bt_recipe": CellSpec("bt", "recipe", "full"),
-    "d1_alone": CellSpec("d1", "none"),
-    "d1_cas": CellSpec("d1", "cas"),
-    "d1_unrelated": CellSpec("d1", "unrelated", "full"),
-}
-"""Named cells (paper Tables 1, 9 and 12). Any of these names can be listed in ``arms``."""
+from recipematch.rules import NAMED_ARMS, NEGATIVES, POSITIVES, VOLUMES, CellSpec  # noqa: F401 (re-exported)
 
 
 class MissingInput(RuntimeError):
@@ -201,54 +118,18 @@ def assemble_cell(spec: CellSpec, pair_files: Mapping[str, Sequence[Mapping[str,
     return rows, counts
 
 
-def apply_gates(rows: Sequence[Mapping[str, Any]], exclusion: ExclusionList, ngram: NgramGate | None,
+def apply_gates(rows: Sequence[Mapping[str, Any]], exclusion: ExclusionList, ngram: NgramGate,
                 heldout_sources: set[str] = frozenset()) -> tuple[list[dict], dict[str, int], list[dict]]:
-    """Drop rows and negatives that touch evaluation data (SPEC §4).
-
-    A row is dropped when its source is held out for evaluation, its anchor id is on the
-    exclusion list, or its anchor or positive matches an evaluation text (list's own
-    normaliser) or trips the n-gram gate. A negative that matches or trips the gate is
-    removed from its row. Every drop is counted per gate and recorded.
+    """The contamination gate's cheap checks on a cell pool (no cosine): a shorthand for
+    ``ContaminationGate(exclusion, ngram, heldout_sources).apply(rows, cosine=False)``
+    (paper Section 3, Appendix B; the rule itself lives in :mod:`recipematch.gates`).
 
     Returns:
         ``(kept_rows, counts, drop_records)``.
     """
-    counts = defaultdict(int)
-    drops: list[dict] = []
-    ids = set(exclusion.ids)
-    kept = []
-    for r in rows:
-        sid = r["source_id"]
-        reason = None
-        if sid in heldout_sources:
-            reason = "heldout_source"
-        elif sid in ids:
-            reason = f"exclusion_{exclusion.version}_anchor_id"
-        elif exclusion.hits_text(r["anchor"]):
-            reason = f"exclusion_{exclusion.version}_anchor_text"
-        elif exclusion.hits_text(r["positive"]):
-            reason = f"exclusion_{exclusion.version}_positive_text"
-        elif ngram is not None and (ngram.flags(r["anchor"]) or ngram.flags(r["positive"])):
-            reason = "ngram_containment"
-        if reason:
-            counts[f"rows_dropped.{reason}"] += 1
-            drops.append({"source_id": sid, "what": "row", "reason": reason})
-            continue
-        negs = []
-        for n in r.get("negatives") or []:
-            nreason = None
-            if exclusion.hits_text(n["text"]):
-                nreason = f"exclusion_{exclusion.version}_negative_text"
-            elif ngram is not None and ngram.flags(n["text"]):
-                nreason = "ngram_containment"
-            if nreason:
-                counts[f"negatives_dropped.{nreason}"] += 1
-                drops.append({"source_id": sid, "what": "negative", "reason": nreason, "text_head": n["text"][:80]})
-            else:
-                negs.append(n)
-        kept.append({**r, "negatives": negs})
-    counts["rows_kept"] = len(kept)
-    return kept, dict(sorted(counts.items())), drops
+    from recipematch.gates import ContaminationGate
+
+    return ContaminationGate(exclusion, ngram, heldout_sources).apply(rows, cosine=False)
 
 
 def is_dev_source(source_id: str, *, seed: int, dev_fraction: float) -> bool:
@@ -261,7 +142,7 @@ def budget_rows(rows: Sequence[Mapping[str, Any]], *, n_rows: int, seed: int, de
                 max_rows_per_source: int | None = None,
                 row_filter: Callable[[list[dict]], tuple[list[dict], list[dict]]] | None = None,
                 source_list: Sequence[str] | None = None) -> tuple[list[dict], dict[str, Any]]:
-    """Matched budget: seeded shuffle-then-truncate with sources kept together (SPEC §5).
+    """Matched budget: seeded shuffle-then-truncate with sources kept together (Appendix A).
 
     Sources are put in a random order drawn from ``seed``; their rows (canonical order inside
     a source) are listed source after source and the list is cut at exactly ``n_rows`` rows,
@@ -282,7 +163,7 @@ def budget_rows(rows: Sequence[Mapping[str, Any]], *, n_rows: int, seed: int, de
             reaches that source (e.g. :meth:`recipematch.gates.CosineGate.filter_rows`); it
             returns ``(kept, dropped_records)``. Deterministic filters keep prefixes nested.
         source_list: when given, only these sources are drawn from (two arms trained on one
-            source list: pass the intersection of their pools; SPEC §5).
+            source list: pass the intersection of their pools; Appendix A).
 
     Returns:
         ``(rows_with_split, info)``; info holds ``requested``, ``available``, ``selected``,

@@ -1,31 +1,39 @@
-"""Typed, frozen configuration for every stage, read from a ``params.yaml`` given by path.
+"""The params schema: every key of ``params.yaml``, its type and its bounds, read once.
 
-The library never opens ``params.yaml`` by itself (STYLE: the thin ``stages/`` entry points
-pass the path). Each section maps onto a frozen dataclass that rejects unknown and missing
-keys and checks types, so a typo in ``dvc exp run -S`` fails loudly instead of being ignored.
+A stage reads ``params.yaml`` at its door (:func:`load_params`) into one frozen
+:class:`Params`, checked whole before any work starts: unknown or missing keys, wrong types
+and out-of-range values are refused with the dotted key named
+(:class:`~recipematch.errors.RecipematchError`). The stage then sees only the keys its
+``dvc.yaml`` entry declares (:meth:`Params.view`), and hands typed values to the library,
+which never sees the params mapping.
+
+Every bound lives on its field (``field(metadata=...)``: ``min``, ``max``, ``choices``,
+``finite``, ``help``), so this module is the one list of what a value may be; the README's
+troubleshooting table is written from it.
 
 YAML pitfall handled here: ``dvc exp run -S lr=0.000001`` writes ``1e-06``, which YAML 1.1
-loaders (PyYAML) read as a *string*. :func:`load_yaml` resolves floats by the YAML 1.2 rule
-(``1e-06``, ``2E5``, ``.5`` are floats), and :func:`section` also converts a numeric string
-for a float field, so parameters keep their types.
+loaders (PyYAML) read as a *string*. :func:`load_yaml` resolves scalars by the YAML 1.2 core
+schema (as DVC's own reader does), and a numeric string for a float field is converted, so
+parameters keep their types.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 import types
 import typing
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
 import yaml
 
+from recipematch.errors import RecipematchError
+
 _FLOAT_12 = re.compile(r"""^[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?$|^[-+]?\.(?:inf|Inf|INF)$|^\.(?:nan|NaN|NAN)$""", re.X)
-
-
 _INT_12 = re.compile(r"^[-+]?[0-9]+$|^0o[0-7]+$|^0x[0-9a-fA-F]+$")
 _BOOL_12 = re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$")
 
@@ -63,22 +71,37 @@ _Loader.add_constructor("tag:yaml.org,2002:int", _Loader.construct_yaml_int)
 
 
 def load_yaml(path: str | Path) -> dict[str, Any]:
-    """Read a YAML mapping with YAML 1.2 floats (see module docstring).
+    """Read a YAML mapping with YAML 1.2 scalars (see module docstring).
 
     Raises:
-        ValueError: the file is not valid YAML, repeats a key, or is not a mapping.
+        RecipematchError: the file is missing, not valid YAML or UTF-8, repeats a key, or
+            is not a mapping.
     """
-    with open(path, encoding="utf-8") as f:
-        try:
+    try:
+        with open(path, encoding="utf-8-sig") as f:
             data = yaml.load(f, Loader=_Loader)  # noqa: S506 - _Loader derives from SafeLoader
-        except yaml.YAMLError as e:
-            raise ValueError(f"{path}: not valid YAML: {e}") from None
+    except FileNotFoundError:
+        raise RecipematchError(f"{path}: file does not exist") from None
+    except UnicodeDecodeError as e:
+        raise RecipematchError(f"{path}: not UTF-8 text ({e.reason} at byte {e.start})") from None
+    except yaml.YAMLError as e:
+        raise RecipematchError(f"{path}: not valid YAML: {e}") from None
     if not isinstance(data, dict):
-        raise ValueError(f"{path}: top level must be a mapping, got {type(data).__name__}")
+        raise RecipematchError(f"{path}: top level must be a mapping, got {type(data).__name__}")
     return data
 
 
 T = TypeVar("T")
+
+
+def _spec(help: str, *, min: float | None = None, max: float | None = None, choices: Iterable[Any] | None = None,
+          finite: bool = False, default: Any = dataclasses.MISSING, max_len: int | None = None) -> Any:
+    """A params field with its help text and bounds (checked by :func:`_check_field`)."""
+    md = {"help": help, "min": min, "max": max, "choices": tuple(choices) if choices is not None else None,
+          "finite": finite, "max_len": max_len}
+    if default is dataclasses.MISSING:
+        return field(metadata=md)
+    return field(default=default, metadata=md)
 
 
 def _coerce(value: Any, tp: Any, where: str) -> Any:
@@ -95,249 +118,373 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:
                 continue
             try:
                 return _coerce(value, a, where)
-            except (TypeError, ValueError) as e:
+            except RecipematchError as e:
                 errors.append(str(e))
-        raise TypeError(f"{where}: {value!r} matches none of {tp}: {errors}")
+        raise RecipematchError(f"{where}: {value!r} matches none of {tp}: {errors}")
     if origin in (list, tuple):
         if not isinstance(value, (list, tuple)):
-            raise TypeError(f"{where}: expected a list, got {value!r}")
+            raise RecipematchError(f"{where}: expected a list, got {value!r}")
         (inner, *_) = typing.get_args(tp) or (Any,)
         return tuple(_coerce(v, inner, f"{where}[{i}]") for i, v in enumerate(value))
     if origin is dict or tp is dict:
         if not isinstance(value, Mapping):
-            raise TypeError(f"{where}: expected a mapping, got {value!r}")
+            raise RecipematchError(f"{where}: expected a mapping, got {value!r}")
         return dict(value)
     if dataclasses.is_dataclass(tp):
-        return section({"x": value}, "x", tp, where=where)
+        return _build(value, tp, where)
     if tp is bool:
         if isinstance(value, bool):
             return value
-        raise TypeError(f"{where}: expected true/false, got {value!r}")
+        raise RecipematchError(f"{where}: expected true/false, got {value!r}")
     if tp is int:
         if isinstance(value, bool) or not isinstance(value, int):
-            raise TypeError(f"{where}: expected an integer, got {value!r}")
+            raise RecipematchError(f"{where}: expected an integer, got {value!r}")
         return value
     if tp is float:
         if isinstance(value, bool):
-            raise TypeError(f"{where}: expected a number, got {value!r}")
+            raise RecipematchError(f"{where}: expected a number, got {value!r}")
         if isinstance(value, (int, float)):
             return float(value)
         if isinstance(value, str) and _FLOAT_12.match(value.strip()):
             return float(value)
-        raise TypeError(f"{where}: expected a number, got {value!r}")
+        raise RecipematchError(f"{where}: expected a number, got {value!r}")
     if tp is str:
         if not isinstance(value, str):
-            raise TypeError(f"{where}: expected a string, got {value!r}")
+            raise RecipematchError(f"{where}: expected a string, got {value!r}")
         return value
     return value
 
 
-def section(params: Mapping[str, Any], key: str, cls: type[T], *, where: str | None = None) -> T:
-    """Build the frozen dataclass ``cls`` from ``params[key]``.
+def _check_value(v: Any, md: Mapping[str, Any], where: str) -> None:
+    if isinstance(v, tuple):
+        for i, x in enumerate(v):
+            _check_value(x, md, f"{where}[{i}]")
+        return
+    if isinstance(v, float) and md.get("finite") and not math.isfinite(v):
+        raise RecipematchError(f"{where} must be a finite number, got {v!r}")
+    if isinstance(v, (int, float)) and not isinstance(v, bool):
+        lo, hi = md.get("min"), md.get("max")
+        if (lo is not None and not v >= lo) or (hi is not None and not v <= hi):
+            rng = f"[{'-inf' if lo is None else lo}, {'inf' if hi is None else hi}]"
+            raise RecipematchError(f"{where} must lie in {rng}, got {v!r}")
+    if isinstance(v, str):
+        if md.get("max_len") is not None and len(v) > md["max_len"]:
+            raise RecipematchError(f"{where} is {len(v)} characters long; at most {md['max_len']}")
+        if md.get("min") is not None and len(v) < md["min"]:
+            raise RecipematchError(f"{where} must not be empty")
+    choices = md.get("choices")
+    if choices is not None and not isinstance(v, tuple) and v not in choices:
+        raise RecipematchError(f"{where} must be one of {list(choices)}, got {v!r} ({md['help']})")
 
-    Raises:
-        KeyError: the section or a required field is missing.
-        TypeError: a value has the wrong type, or the section has unknown keys.
-    """
-    where = where or key
-    if key not in params:
-        raise KeyError(f"params.yaml has no '{key}' section")
-    raw = params[key]
+
+def _build(raw: Any, cls: type[T], where: str) -> T:
     if not isinstance(raw, Mapping):
-        raise TypeError(f"{where}: expected a mapping, got {raw!r}")
+        raise RecipematchError(f"{where}: expected a mapping, got {raw!r}")
     hints = typing.get_type_hints(cls)
-    names = {f.name for f in dataclasses.fields(cls)}
-    unknown = set(raw) - names
+    names = [f.name for f in dataclasses.fields(cls)]
+    unknown = sorted(set(raw) - set(names), key=str)
     if unknown:
-        raise TypeError(f"{where}: unknown key(s) {sorted(unknown)}; allowed: {sorted(names)}")
+        what = f"{where}: unknown key(s)" if where else "unknown top-level key(s)"
+        raise RecipematchError(f"{what} {unknown}; allowed: {names}")
     kwargs = {}
     for f in dataclasses.fields(cls):
+        key = f"{where}.{f.name}" if where else f.name
         if f.name not in raw:
             if f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING:  # type: ignore[misc]
                 continue
-            raise KeyError(f"{where}: missing key '{f.name}'")
-        kwargs[f.name] = _coerce(raw[f.name], hints[f.name], f"{where}.{f.name}")
+            raise RecipematchError(f"{key}: missing (params.yaml must set it)")
+        v = _coerce(raw[f.name], hints[f.name], key)
+        _check_value(v, f.metadata, key)
+        kwargs[f.name] = v
     return cls(**kwargs)
 
 
-def top(params: Mapping[str, Any], key: str, tp: Any) -> Any:
-    """A typed top-level scalar or list, e.g. ``top(p, "seed", int)``."""
+def section(params: Mapping[str, Any], key: str, cls: type[T], *, where: str | None = None) -> T:
+    """Build the frozen dataclass ``cls`` from ``params[key]`` (types and bounds checked).
+
+    Raises:
+        RecipematchError: the section or a required key is missing, a value has the wrong
+            type or lies out of range, or the section has unknown keys.
+    """
     if key not in params:
-        raise KeyError(f"params.yaml has no top-level '{key}'")
+        raise RecipematchError(f"params.yaml has no '{key}' section")
+    return _build(params[key], cls, where or key)
+
+
+def top(params: Mapping[str, Any], key: str, tp: Any) -> Any:
+    """A typed top-level scalar or list of a raw params mapping, e.g. ``top(p, "seed", int)``.
+
+    Raises:
+        RecipematchError: missing key or wrong type.
+    """
+    if key not in params:
+        raise RecipematchError(f"params.yaml has no top-level '{key}'")
     return _coerce(params[key], tp, key)
+
+
+# --------------------------------------------------------------------------- the sections
+
+from recipematch.rules import GATE_VERSIONS  # noqa: E402 (the paper's rule, Appendix B)
+
+LLM_BACKENDS = ("replay", "openai")
+DEVICES = ("cpu", "cuda", "mps")
 
 
 @dataclass(frozen=True)
 class GatesConfig:
-    """SPEC §4. ``active``: ``v1`` or ``v2`` (no "off"); n-gram gate over word ``ngram_n``-grams
-    with containment threshold ``ngram_threshold`` in [0, 1] (paper: 5 and 0.35), checked in
-    both directions; embedding-cosine gate at ``cosine_threshold`` (paper: 0.9) with the
-    base model."""
+    """Contamination gates (paper Section 3, Appendix B). They cannot be switched off."""
 
-    active: str
-    ngram_n: int
-    ngram_threshold: float
-    cosine_threshold: float
+    active: str = _spec("exclusion list in force: v1 (the headline arms' gate) or v2 (corrected); "
+                        "gates cannot be switched off", choices=GATE_VERSIONS)
+    ngram_n: int = _spec("word n-gram length of the containment gate (paper: 5)", min=1, max=50)
+    ngram_threshold: float = _spec("containment above which a row is dropped, either direction (paper: 0.35)",
+                                   min=0.0, max=1.0, finite=True)
+    cosine_threshold: float = _spec("base-model cosine at or above which a row is dropped (paper: 0.9)",
+                                    min=-1.0, max=1.0, finite=True)
 
 
 @dataclass(frozen=True)
 class EvalSetConfig:
-    """Held-out evaluation sources (no arm trains on them). ``n_heldout`` sources with a
-    recorded D1 rewrite are drawn with ``seed`` for the LLM-built tier; ``corpus_docs`` corpus
-    problems are searched (0 = the whole corpus, as the paper does; SPEC §7)."""
+    """Held-out evaluation sources (no arm trains on them; paper Section 3)."""
 
-    seed: int
-    n_heldout: int
-    corpus_docs: int
+    seed: int = _spec("draws the held-out sources and the searched corpus sample", min=0, max=2**32 - 1)
+    n_heldout: int = _spec("sources with a recorded D1 rewrite held out for the LLM-built tier", min=1, max=1_000_000)
+    corpus_docs: int = _spec("corpus problems searched (0 = all, as the paper)", min=0, max=10_000_000)
 
 
 @dataclass(frozen=True)
 class CasConfig:
-    """Computer-algebra generator limits (SPEC §3.1: 30 s per problem)."""
+    """Computer-algebra generator limits (paper Appendix A: 30 s per problem)."""
 
-    timeout_s: float
-    memory_mb: int
-    workers: int
+    timeout_s: float = _spec("per-problem wall-clock limit in seconds", min=0.1, max=3600.0, finite=True)
+    memory_mb: int = _spec("per-worker address-space cap in MB", min=64, max=1_048_576)
+    workers: int = _spec("worker processes", min=1, max=256)
 
 
 @dataclass(frozen=True)
 class LLMConfig:
-    """LLM generation and judging (SPEC §3.2). ``backend``: ``replay`` | ``openai`` | ``vllm``."""
+    """LLM generation and judging (paper Section 3; Appendix F)."""
 
-    backend: str
-    prompts: tuple[str, ...]
-    model_id: str
-    judge_model_id: str
-    n_pos: int
-    n_neg: int
-    require_tags: bool
-    temperature: float
-    top_p: float
-    max_tokens: int
-    base_url: str = ""
+    backend: str = _spec("replay (recorded answers) or openai (any OpenAI-compatible server, vLLM included)",
+                         choices=LLM_BACKENDS)
+    prompts: tuple[str, ...] = _spec("prompts to run, by name (one llm stage each)", min=1)
+    model_id: str = _spec("generator model id", min=1, max_len=300)
+    judge_model_id: str = _spec("judge model id", min=1, max_len=300)
+    n_pos: int = _spec("positives asked for per source", min=1, max=16)
+    n_neg: int = _spec("near-misses asked for per source (prompts that carry them)", min=0, max=16)
+    require_tags: bool = _spec("require the judge's tags and justifications in every answer")
+    temperature: float = _spec("sampling temperature", min=0.0, max=2.0, finite=True)
+    top_p: float = _spec("nucleus sampling mass", min=0.0, max=1.0, finite=True)
+    max_tokens: int = _spec("answer length cap in tokens", min=1, max=131_072)
+    base_url: str = _spec("server URL for backend openai", default="", max_len=2000)
 
 
 @dataclass(frozen=True)
 class BudgetConfig:
-    """Matched budget (SPEC §5): exact ``rows`` per arm and seed; ``dev_fraction`` of sources
-    held out as dev; at most ``max_rows_per_source`` rows of one source (1: as the peer's
-    released verified and recipe files, one row per source; 0 = no cap). Arms named in
-    ``shared_sources`` draw from one source list: the sources all of them can supply."""
+    """Matched budget (paper Table 2, Appendix A)."""
 
-    rows: int
-    dev_fraction: float
-    max_rows_per_source: int
-    shared_sources: tuple[str, ...]
+    rows: int = _spec("rows per arm and seed (paper: 6,145)", min=1, max=10_000_000)
+    dev_fraction: float = _spec("share of sources held out as dev, by source", min=1e-6, max=0.5, finite=True)
+    max_rows_per_source: int = _spec("cap on rows of one source (0 = no cap)", min=0, max=1000)
+    shared_sources: tuple[str, ...] = _spec("named arms drawn from one source list")
 
 
 @dataclass(frozen=True)
 class TrainConfig:
-    """Training (SPEC §6; CPU-sized defaults in params.yaml, paper values in params-paper.yaml)."""
+    """Training (paper Section 3, Table 2, Eq. 1)."""
 
-    model: str
-    lr: float
-    epochs: int
-    batch_size: int
-    mini_batch_size: int
-    scale: float
-    warmup_ratio: float
-    max_seq_length: int
-    eval_steps: int
-    max_dev_triplets: int
-    device: str
-    bf16: bool
+    seed: int = _spec("first training seed; each seed also draws its own budget rows (paper: 42)", min=0,
+                      max=2**32 - 1000)
+    n_seeds: int = _spec("training seeds train.seed, train.seed+1, ... (paper: 8)", min=1, max=1000)
+    model: str = _spec("base model: the packaged MiniLM name or a local sentence-transformers folder", min=1,
+                       max_len=2000)
+    lr: float = _spec("learning rate (paper: 2e-5)", min=1e-9, max=1.0, finite=True)
+    epochs: int = _spec("epochs (paper: 3)", min=1, max=1000)
+    batch_size: int = _spec("examples per batch (paper: 256)", min=1, max=65_536)
+    mini_batch_size: int = _spec("gradient-cache mini-batch (paper: 16)", min=1, max=65_536)
+    scale: float = _spec("contrastive loss scale (paper: 20)", min=1e-6, max=1e4, finite=True)
+    warmup_ratio: float = _spec("warm-up share of steps (paper: 0.05)", min=0.0, max=0.99, finite=True)
+    max_seq_length: int = _spec("tokens per text in training", min=1, max=32_768)
+    eval_steps: int = _spec("steps between dev evaluations (paper: 100)", min=1, max=10_000_000)
+    max_dev_triplets: int = _spec("dev triplets scored (paper: 2,000)", min=1, max=10_000_000)
+    device: str = _spec("cpu, cuda or mps", choices=DEVICES)
+    bf16: bool = _spec("bf16 mixed precision")
 
 
 @dataclass(frozen=True)
 class EvaluateConfig:
-    """Evaluation (SPEC §7): recall cut-offs and encoding length."""
+    """Evaluation (paper Section 3, Appendix A)."""
 
-    ks: tuple[int, ...]
-    max_seq_length: int
-    batch_size: int
-    device: str
+    ks: tuple[int, ...] = _spec("recall cut-offs; must include 1", min=1, max=10_000)
+    max_seq_length: int = _spec("tokens per text when encoding (paper: 1,024)", min=1, max=32_768)
+    batch_size: int = _spec("texts per encoding batch", min=1, max=65_536)
+    device: str = _spec("cpu, cuda or mps", choices=DEVICES)
 
 
 @dataclass(frozen=True)
 class StatsConfig:
-    """Statistics (SPEC §8): bootstrap replicates and seed."""
+    """Statistics (paper Appendix A: nested bootstrap, B = 5,000)."""
 
-    n_boot: int
-    seed: int
-    paired_seeds: bool
+    n_boot: int = _spec("bootstrap replicates", min=100, max=100_000)
+    seed: int = _spec("bootstrap seed", min=0, max=2**32 - 1)
+    paired_seeds: bool = _spec("resample seed indices shared by both arms (true) or each arm's own (false)")
+
+
+_URI = re.compile(r"^(?:sqlite:///.+|https?://[^\s/]+.*|file:.+)$")
 
 
 @dataclass(frozen=True)
 class MlflowConfig:
     """Tracking store; a relative sqlite path is resolved against the project root."""
 
-    tracking_uri: str
-    experiment: str
+    tracking_uri: str = _spec("sqlite:///PATH, http(s)://HOST:PORT or file:PATH", min=1, max_len=2000)
+    experiment: str = _spec("experiment name", min=1, max_len=200)
+
+
+@dataclass(frozen=True)
+class Params:
+    """The whole ``params.yaml``, checked (see :func:`load_params`)."""
+
+    seed: int = _spec("pair-building seed (CAS draws, LLM sampling, cell assembly); training seeds are train.seed",
+                      min=0, max=2**32 - 1)
+    positives: str = _spec("the cell under test: positives", min=1)
+    negatives: str = _spec("the cell under test: negatives", min=1)
+    negatives_volume: str = _spec("the cell under test: LLM negative volume", min=1)
+    arms: tuple[str, ...] = _spec("arms trained and scored: named cells and/or 'cell'", min=1)
+    evalsets: EvalSetConfig = _spec("held-out evaluation sources")
+    gates: GatesConfig = _spec("contamination gates")
+    cas: CasConfig = _spec("computer-algebra generator")
+    llm: LLMConfig = _spec("LLM generation and judging")
+    budget: BudgetConfig = _spec("matched budget")
+    train: TrainConfig = _spec("training")
+    evaluate: EvaluateConfig = _spec("evaluation")
+    stats: StatsConfig = _spec("statistics")
+    mlflow: MlflowConfig = _spec("tracking")
+
+    def view(self, keys: Iterable[str]) -> ParamsView:
+        """The keys a stage declared (dotted, e.g. ``"gates.active"`` or ``"budget"``);
+        reading any other key raises :class:`UndeclaredParam`."""
+        return ParamsView(self, frozenset(keys))
 
 
 #: Every top-level key of params.yaml; anything else is a typo and is refused.
-TOP_LEVEL_KEYS = ("seed", "n_seeds", "positives", "negatives", "negatives_volume", "arms", "evalsets", "gates", "cas",
-                  "llm", "budget", "train", "evaluate", "stats", "mlflow")
+TOP_LEVEL_KEYS = tuple(f.name for f in dataclasses.fields(Params))
 
 
-def check_params(params: Mapping[str, Any]) -> None:
-    """Validate a whole params mapping before any stage runs, so a typo or an impossible
-    value fails at once with its key named, not hours later inside training.
+def _cross_checks(p: Params) -> None:
+    """Rules that join several keys."""
+    from recipematch.rules import LLM_PROMPTS, NAMED_ARMS, CellSpec
+
+    try:
+        CellSpec(p.positives, p.negatives, p.negatives_volume)
+    except RecipematchError as e:
+        raise RecipematchError(f"positives/negatives/negatives_volume: {e}") from None
+    bad = [a for a in p.arms if a != "cell" and a not in NAMED_ARMS]
+    if bad or len(set(p.arms)) != len(p.arms):
+        raise RecipematchError(f"arms must be distinct names from {sorted(NAMED_ARMS)} or 'cell'; got {list(p.arms)}")
+    bad = [a for a in p.budget.shared_sources if a not in NAMED_ARMS]
+    if bad:
+        raise RecipematchError(f"budget.shared_sources may list named arms only; unknown: {bad}")
+    bad = [x for x in p.llm.prompts if x not in LLM_PROMPTS]
+    if bad or len(set(p.llm.prompts)) != len(p.llm.prompts):
+        raise RecipematchError(f"llm.prompts must be distinct names from {list(LLM_PROMPTS)}; got {list(p.llm.prompts)}")
+    if p.llm.backend == "openai" and not p.llm.base_url:
+        raise RecipematchError("llm.base_url: backend openai needs the server's URL (e.g. http://127.0.0.1:8000/v1)")
+    if 1 not in p.evaluate.ks:
+        raise RecipematchError(f"evaluate.ks must be cut-offs >= 1 including 1 (the report's R@1), got {list(p.evaluate.ks)}")
+    if not _URI.match(p.mlflow.tracking_uri):
+        raise RecipematchError(f"mlflow.tracking_uri must be sqlite:///PATH, http(s)://HOST[:PORT] or file:PATH, "
+                               f"got {p.mlflow.tracking_uri!r}")
+    if any(ord(c) < 32 for c in p.mlflow.experiment):
+        raise RecipematchError("mlflow.experiment must not contain control characters")
+
+
+def parse_params(raw: Mapping[str, Any]) -> Params:
+    """Check a whole params mapping and return it typed.
 
     Raises:
-        KeyError: a required key is missing.
-        TypeError: a value has the wrong type, or an unknown key is present.
-        ValueError: a value is out of range (with the allowed range in the message).
+        RecipematchError: naming the dotted key: unknown, missing, wrong type, out of range,
+            or breaking a rule that joins keys (arms, prompts, the cell under test, ...).
     """
-    import math
+    p = _build(raw, Params, "")
+    _cross_checks(p)
+    return p
 
-    from recipematch.cells import NAMED_ARMS, CellSpec
-    from recipematch.gates import GATE_VERSIONS
 
-    unknown = sorted(set(params) - set(TOP_LEVEL_KEYS))
-    if unknown:
-        raise TypeError(f"unknown top-level key(s) {unknown}; allowed: {list(TOP_LEVEL_KEYS)}")
-    for k in TOP_LEVEL_KEYS:
-        if k not in params:
-            raise KeyError(f"params.yaml has no top-level '{k}'")
-    if top(params, "seed", int) < 0:
-        raise ValueError("seed must be >= 0")
-    if top(params, "n_seeds", int) < 1:
-        raise ValueError("n_seeds must be >= 1")
-    CellSpec(top(params, "positives", str), top(params, "negatives", str), top(params, "negatives_volume", str))
-    arms = top(params, "arms", list[str])
-    bad = [a for a in arms if a != "cell" and a not in NAMED_ARMS]
-    if bad or len(set(arms)) != len(arms) or not arms:
-        raise ValueError(f"arms must be distinct names from {sorted(NAMED_ARMS)} or 'cell'; got {list(arms)}")
-    ev = section(params, "evalsets", EvalSetConfig)
-    if ev.n_heldout < 1 or ev.corpus_docs < 0 or ev.seed < 0:
-        raise ValueError("evalsets: n_heldout >= 1, corpus_docs >= 0 (0 = all) and seed >= 0")
-    g = section(params, "gates", GatesConfig)
-    if g.active not in GATE_VERSIONS:
-        raise ValueError(f"gates.active must be one of {GATE_VERSIONS} (gates cannot be switched off), got {g.active!r}")
-    if g.ngram_n < 1 or not 0 <= g.ngram_threshold <= 1 or not -1 <= g.cosine_threshold <= 1:
-        raise ValueError("gates: ngram_n >= 1, ngram_threshold in [0, 1], cosine_threshold in [-1, 1]")
-    c = section(params, "cas", CasConfig)
-    if not (c.timeout_s > 0 and c.memory_mb > 0 and c.workers >= 1):
-        raise ValueError("cas: timeout_s > 0, memory_mb > 0, workers >= 1")
-    llm = section(params, "llm", LLMConfig)
-    if llm.backend not in ("replay", "openai", "vllm") or not llm.prompts or llm.n_pos < 1 or llm.n_neg < 0:
-        raise ValueError("llm: backend replay|openai|vllm, at least one prompt, n_pos >= 1, n_neg >= 0")
-    b = section(params, "budget", BudgetConfig)
-    if b.rows < 1 or not 0 < b.dev_fraction < 1 or b.max_rows_per_source < 0:
-        raise ValueError("budget: rows >= 1, dev_fraction in (0, 1), max_rows_per_source >= 0 (0 = no cap)")
-    bad = [a for a in b.shared_sources if a not in NAMED_ARMS]
-    if bad:
-        raise ValueError(f"budget.shared_sources may list named arms only; unknown: {bad}")
-    t = section(params, "train", TrainConfig)
-    if not (math.isfinite(t.lr) and t.lr > 0) or t.epochs < 1 or t.batch_size < 1 or t.mini_batch_size < 1:
-        raise ValueError("train: lr finite and > 0, epochs >= 1, batch_size >= 1, mini_batch_size >= 1")
-    if not (math.isfinite(t.scale) and t.scale > 0) or not 0 <= t.warmup_ratio < 1 or t.max_seq_length < 1:
-        raise ValueError("train: scale > 0, warmup_ratio in [0, 1), max_seq_length >= 1")
-    e = section(params, "evaluate", EvaluateConfig)
-    if not e.ks or 1 not in e.ks or any(k < 1 for k in e.ks):
-        raise ValueError(f"evaluate.ks must be cut-offs >= 1 including 1 (the report's R@1), got {list(e.ks)}")
-    st = section(params, "stats", StatsConfig)
-    if st.n_boot < 100:
-        raise ValueError(f"stats.n_boot must be >= 100 for a 95% interval to mean anything, got {st.n_boot}")
-    section(params, "mlflow", MlflowConfig)
+def load_params(path: str | Path) -> Params:
+    """Read and check ``params.yaml`` (the one place it is opened).
+
+    Raises:
+        RecipematchError: the message starts with the file's path and names the key.
+    """
+    raw = load_yaml(path)
+    try:
+        return parse_params(raw)
+    except RecipematchError as e:
+        raise RecipematchError(f"{path}: {e}") from None
+
+
+def check_params(raw: Mapping[str, Any]) -> None:
+    """Validate a raw params mapping (see :func:`parse_params`)."""
+    parse_params(raw)
+
+
+def field_table() -> list[dict[str, Any]]:
+    """Every params key with its help text and bounds (for the README's table)."""
+    out = []
+
+    def walk(cls, prefix):
+        for f in dataclasses.fields(cls):
+            tp = typing.get_type_hints(cls)[f.name]
+            key = f"{prefix}{f.name}"
+            if dataclasses.is_dataclass(tp):
+                walk(tp, key + ".")
+                continue
+            out.append({"key": key, **{k: v for k, v in f.metadata.items() if v not in (None, False)}})
+
+    walk(Params, "")
+    return out
+
+
+# --------------------------------------------------------------------------- a stage's view
+
+class UndeclaredParam(AttributeError):
+    """A stage read a params key that its ``dvc.yaml`` entry does not declare (a bug in the
+    stage: DVC would not rerun it when that key changes)."""
+
+
+class ParamsView:
+    """Read-only view of :class:`Params` restricted to a stage's declared keys.
+
+    A fully declared section (``"budget"``) comes back as its frozen dataclass; a partly
+    declared one (``"gates.active"``) as a further view.
+    """
+
+    def __init__(self, target: Any, keys: frozenset[str], prefix: str = "") -> None:
+        object.__setattr__(self, "_target", target)
+        object.__setattr__(self, "_keys", keys)
+        object.__setattr__(self, "_prefix", prefix)
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        if name in self._keys:
+            return getattr(self._target, name)
+        sub = frozenset(k.split(".", 1)[1] for k in self._keys if k.startswith(name + "."))
+        if sub:
+            return ParamsView(getattr(self._target, name), sub, f"{self._prefix}{name}.")
+        raise UndeclaredParam(f"this stage reads params key '{self._prefix}{name}', which it does not declare "
+                              f"(declared: {sorted(self._prefix + k for k in self._keys)})")
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError("params are read-only")
+
+    def declared(self) -> dict[str, Any]:
+        """``{dotted key: value}`` for every declared key (the run record's config)."""
+        out = {}
+        for k in sorted(self._keys):
+            obj = self._target
+            for part in k.split("."):
+                obj = getattr(obj, part)
+            out[self._prefix + k] = dataclasses.asdict(obj) if dataclasses.is_dataclass(obj) else obj
+        return out

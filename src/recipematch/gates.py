@@ -1,4 +1,4 @@
-"""Contamination gates (SPEC §4; paper Section 3 and Appendix B).
+"""Contamination gates (paper Section 3 and Appendix B).
 
 An *exclusion list* names the corpus ids that no training row may use, and the hashes of
 every evaluation text (queries, golds, distractors), so that a positive or negative that
@@ -10,7 +10,7 @@ restates an evaluation text is caught even when it is not a corpus problem.
   and image placeholders (:func:`norm_v2`), then the union with the corpus's own internal
   duplicates: every corpus id whose v2 text equals that of an excluded id is excluded too.
 * **n-gram gate**: word 5-gram containment above a threshold (0.35) in EITHER direction
-  (SPEC §4: the paper checked one direction and missed 11 sources).
+  (Appendix B: the paper checked one direction and missed 11 sources).
 
 The gates cannot be switched off: a stage chooses which version is active, never "none".
 """
@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 from recipematch.io import sha256_text
 
-GATE_VERSIONS = ("v1", "v2")
+from recipematch.rules import GATE_VERSIONS  # noqa: F401 (re-exported)
 
 _WS = re.compile(r"\s+")
 _HEADER = re.compile(r"^\s*(?:\*\*)?problem(?:\*\*)?\s*[:.]\s*", re.IGNORECASE)
@@ -41,7 +41,7 @@ def norm_v1(text: str) -> str:
 
 def norm_v2(text: str) -> str:
     """v2 normal form: v1, after removing image placeholders and a leading ``Problem:``
-    header (12,498 of 27,817 MathNet problems start with it; SPEC §4)."""
+    header (12,498 of 27,817 MathNet problems start with it; Appendix B)."""
     t = _IMAGE.sub(" ", text)
     t = _HEADER.sub("", t, count=1)
     return norm_v1(t)
@@ -108,7 +108,7 @@ def build_exclusion_list(corpus: Sequence[tuple[str, str]], eval_texts: Iterable
         eval_texts: every text an evaluation shows a model (queries, golds, distractors).
         version: ``"v1"`` or ``"v2"``.
         extra_ids: corpus ids excluded outright (e.g. the duplicate evaluation's members,
-            SPEC §4: "plus the 779 ids that are queries or golds of the duplicate evaluation").
+            Appendix B: "plus the 779 ids that are queries or golds of the duplicate evaluation").
 
     Returns:
         The list; ``reasons`` says for each id whether it matched an evaluation text, was
@@ -139,7 +139,7 @@ def build_exclusion_list(corpus: Sequence[tuple[str, str]], eval_texts: Iterable
                          reasons=reasons)
 
 
-def word_ngrams(text: str, n: int = 5) -> set[tuple[str, ...]]:
+def word_ngrams(text: str, n: int) -> set[tuple[str, ...]]:
     """Set of lowercase word n-grams (``\\w+`` tokens, Unicode-aware); empty when the text
     has fewer than ``n`` words."""
     words = [w.lower() for w in _WORD.findall(text)]
@@ -147,7 +147,7 @@ def word_ngrams(text: str, n: int = 5) -> set[tuple[str, ...]]:
 
 
 class NgramGate:
-    """Word n-gram containment gate in both directions (SPEC §4).
+    """Word n-gram containment gate in both directions (Appendix B).
 
     ``containment(a, b) = |G(a) ∩ G(b)| / |G(a)|`` with ``G`` the word n-gram set. A text
     is flagged when, for some evaluation text ``e``, ``containment(text, e) > threshold``
@@ -162,7 +162,7 @@ class NgramGate:
         ValueError: ``n < 1`` or ``threshold`` outside [0, 1].
     """
 
-    def __init__(self, eval_texts: Iterable[str], *, n: int = 5, threshold: float = 0.35) -> None:
+    def __init__(self, eval_texts: Iterable[str], *, n: int, threshold: float) -> None:
         if n < 1:
             raise ValueError(f"n must be >= 1, got {n}")
         if not 0.0 <= threshold <= 1.0:
@@ -200,7 +200,7 @@ class NgramGate:
 
 
 class CosineGate:
-    """Embedding-cosine gate (SPEC §4: cosine ≥ 0.9, used for MELD).
+    """Embedding-cosine gate (Appendix B: cosine ≥ 0.9, used for MELD).
 
     A text is flagged when its cosine similarity to some evaluation text reaches
     ``threshold``, both embedded by ``encoder`` (any object with ``encode(list[str]) ->
@@ -215,7 +215,7 @@ class CosineGate:
         ValueError: ``threshold`` outside [-1, 1] or embeddings not 2-D.
     """
 
-    def __init__(self, eval_embeddings, encoder, *, threshold: float = 0.9) -> None:
+    def __init__(self, eval_embeddings, encoder, *, threshold: float) -> None:
         import numpy as np
 
         if not -1.0 <= threshold <= 1.0:
@@ -263,3 +263,137 @@ class CosineGate:
                     keep_negs.append(n)
             kept.append({**r, "negatives": keep_negs})
         return kept, dropped
+
+
+class ContaminationGate:
+    """The one contamination rule (paper Section 3, Appendix B), applied identically where
+    cell rows are built, where they are validated and inside the trainer.
+
+    A row is dropped when (checked in this order, the first reason recorded):
+
+    1. its source is held out for evaluation (``heldout_source``);
+    2. its anchor id is on the exclusion list (``exclusion_<v>_anchor_id``);
+    3. its anchor or positive normalises to an evaluation text (``exclusion_<v>_anchor_text``,
+       ``exclusion_<v>_positive_text``);
+    4. its anchor or positive shares word n-grams with an evaluation text above the
+       threshold in either direction (``ngram_containment``);
+    5. its anchor or positive reaches the cosine threshold against an evaluation text with
+       the base model (``cosine_gate``; only when a :class:`CosineGate` is given).
+
+    A negative is removed from its row for reasons 3–5 (``exclusion_<v>_negative_text``,
+    ``ngram_containment``, ``cosine_gate``).
+
+    Args:
+        exclusion: the active exclusion list.
+        ngram: the n-gram gate over the evaluation texts.
+        heldout_sources: source ids held out for evaluation.
+        cosine: the embedding-cosine gate, or ``None`` where no encoder is at hand (then
+            reason 5 is not checked and :attr:`complete` is False).
+    """
+
+    def __init__(self, exclusion: ExclusionList, ngram: NgramGate, heldout_sources: Iterable[str] = (),
+                 cosine: CosineGate | None = None) -> None:
+        self.exclusion = exclusion
+        self.ngram = ngram
+        self.heldout = frozenset(heldout_sources)
+        self.cosine = cosine
+        self._ids = frozenset(exclusion.ids)
+
+    @property
+    def complete(self) -> bool:
+        """True when every check, the cosine one included, is applied."""
+        return self.cosine is not None
+
+    def row_reason(self, row: Mapping) -> str | None:
+        """The first non-cosine reason to drop ``row`` (``None`` when it passes)."""
+        v = self.exclusion.version
+        if row["source_id"] in self.heldout:
+            return "heldout_source"
+        if row["source_id"] in self._ids:
+            return f"exclusion_{v}_anchor_id"
+        if self.exclusion.hits_text(row["anchor"]):
+            return f"exclusion_{v}_anchor_text"
+        if self.exclusion.hits_text(row["positive"]):
+            return f"exclusion_{v}_positive_text"
+        if self.ngram.flags(row["anchor"]) or self.ngram.flags(row["positive"]):
+            return "ngram_containment"
+        return None
+
+    def negative_reason(self, text: str) -> str | None:
+        """The first non-cosine reason to remove a negative (``None`` when it passes)."""
+        if self.exclusion.hits_text(text):
+            return f"exclusion_{self.exclusion.version}_negative_text"
+        if self.ngram.flags(text):
+            return "ngram_containment"
+        return None
+
+    def apply(self, rows: Sequence[Mapping], *, cosine: bool = True) -> tuple[list[dict], dict[str, int], list[dict]]:
+        """Gate ``rows``.
+
+        Args:
+            rows: pair rows ``{source_id, anchor, positive, negatives: [{text}]}``.
+            cosine: also apply the cosine check (when the gate has one). The cells stage
+                passes False and applies :meth:`cosine_filter` lazily in the budget walk
+                (same rule, fewer texts to encode).
+
+        Returns:
+            ``(kept_rows, counts, drop_records)``; counts are keyed
+            ``rows_dropped.<reason>``, ``negatives_dropped.<reason>`` and ``rows_kept``.
+        """
+        counts: dict[str, int] = defaultdict(int)
+        drops: list[dict] = []
+        kept = []
+        for r in rows:
+            reason = self.row_reason(r)
+            if reason:
+                counts[f"rows_dropped.{reason}"] += 1
+                drops.append({"source_id": r["source_id"], "what": "row", "reason": reason})
+                continue
+            negs = []
+            for n in r.get("negatives") or []:
+                nreason = self.negative_reason(n["text"])
+                if nreason:
+                    counts[f"negatives_dropped.{nreason}"] += 1
+                    drops.append({"source_id": r["source_id"], "what": "negative", "reason": nreason,
+                                  "text_head": n["text"][:80]})
+                else:
+                    negs.append(n)
+            kept.append({**r, "negatives": negs})
+        if cosine and self.cosine is not None:
+            kept, cdrops = self.cosine.filter_rows(kept)
+            for d in cdrops:
+                counts[f"{'rows' if d['what'] == 'row' else 'negatives'}_dropped.cosine_gate"] += 1
+            drops.extend(cdrops)
+        counts["rows_kept"] = len(kept)
+        return kept, dict(sorted(counts.items())), drops
+
+    def cosine_filter(self, rows: Sequence[Mapping]) -> tuple[list[dict], list[dict]]:
+        """Only the cosine check: ``(kept, dropped_records)`` (identity without a cosine gate)."""
+        if self.cosine is None:
+            return [dict(r) for r in rows], []
+        return self.cosine.filter_rows(rows)
+
+    def violations(self, rows: Sequence[Mapping]) -> list[str]:
+        """Per row, every reason the gate would drop it or one of its negatives, joined by
+        ``"; "`` (``""`` when the row passes whole) — the column Great Expectations checks."""
+        out = []
+        cos_flags: list[bool] = [False] * len(rows)
+        if self.cosine is not None and rows:
+            texts, spans = [], []
+            for r in rows:
+                t = [r["anchor"], r["positive"], *[n["text"] for n in r.get("negatives") or []]]
+                spans.append((len(texts), len(texts) + len(t)))
+                texts += t
+            cos = self.cosine.max_cosine(texts)
+            cos_flags = [bool((cos[a:b] >= self.cosine.threshold).any()) for a, b in spans]
+        for r, cf in zip(rows, cos_flags):
+            reasons = []
+            if (rr := self.row_reason(r)) is not None:
+                reasons.append(rr)
+            for n in r.get("negatives") or []:
+                if (nr := self.negative_reason(n["text"])) is not None:
+                    reasons.append(f"negative:{nr}")
+            if cf:
+                reasons.append("cosine_gate")
+            out.append("; ".join(reasons))
+        return out

@@ -99,7 +99,7 @@ def write_report(stats: Mapping[str, Any], cells: Mapping[str, str], counts: Map
              "Recomputed from this run's pipeline outputs (`dvc repro`). Arms are mean ± sample sd over "
              "training seeds (percent); gaps are percentage points with 95% intervals from a nested bootstrap "
              f"over queries and seeds (B = {stats['n_boot']}, seed scheme: {stats['seed_scheme']}); the DiD is "
-             "computed inside each replicate (SPEC §8).", "",
+             "computed inside each replicate (Appendix A).", "",
              "Parameters: " + ", ".join(f"`{k}={v}`" for k, v in params.items()), "",
              "## Table 1 (shape of the paper's Table 1)", "", table_markdown(stats, cells), "",
              "## Figure 1", "", "![benchmark score against real retrieval](figure1.png)", "",

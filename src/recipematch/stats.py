@@ -1,4 +1,4 @@
-"""The one bootstrap module: every interval of the paper (SPEC §8; paper Appendix A,
+"""The one bootstrap module: every interval of the paper (paper Appendix A,
 "Statistical reporting", "The cluster bootstrap governs ...", and the three-scale paragraph
 "The difference-in-differences holds on all three scales").
 
@@ -378,7 +378,7 @@ def nested_bootstrap_gap(
     return_replicates: bool = False,
     n_threads: int = 1,
 ):
-    """Gap between two arms with a nested bootstrap interval (Appendix A, SPEC §8).
+    """Gap between two arms with a nested bootstrap interval (Appendix A).
 
     Args:
         hits_a, hits_b: ``(n_seeds, n_queries)`` per-query scores of arm a and arm b on the
@@ -451,7 +451,7 @@ def did_bootstrap(
     return_replicates: bool = False,
     n_threads: int = 1,
 ):
-    """Difference-in-differences, benchmark gap − real-duplicate gap (Appendix A, SPEC §8).
+    """Difference-in-differences, benchmark gap − real-duplicate gap (Appendix A).
 
     Args:
         bench_a, bench_b: ``(n_seeds, n_bench_queries)`` per-query scores of the two arms on

@@ -1,4 +1,5 @@
-"""Great Expectations suites that must pass before any training stage (SPEC §5).
+"""Great Expectations suites that must pass before any training stage (paper Appendix A,
+Table 2: the matched-budget invariants; Section 3, Appendix B: the contamination gates).
 
 Each cell file (one arm, one seed, after the budget) is flattened to one table row per pair
 row with derived check columns, then validated by a Great Expectations suite:
@@ -6,12 +7,14 @@ row with derived check columns, then validated by a Great Expectations suite:
 * row count equals the budget;
 * each source lies in exactly one split (train and dev disjoint by source) and both
   splits exist;
-* no anchor id, anchor, positive or negative on the active exclusion list;
+* no anchor id, anchor, positive or negative on the active exclusion list, and nothing the
+  whole contamination gate (:class:`recipematch.gates.ContaminationGate`: held-out sources,
+  exclusion list, n-gram containment, base-model cosine) would drop (``gate_violation``);
 * no empty anchor or positive text, no empty negative;
 * provenance complete (generator, model id, prompt SHA-256 for LLM texts);
-* every row well formed, no positive equal to its anchor (after whitespace folding), and,
-  when the n-gram gate is given, no text that restates an evaluation text (word 5-gram
-  containment in either direction above the threshold).
+* every row well formed, no positive equal to its anchor (after whitespace folding), and no
+  text that restates an evaluation text (word n-gram containment in either direction above
+  the threshold).
 
 A failing suite raises :class:`ValidationFailed` whose message names each failed
 expectation and the offending rows (source ids), so the pipeline stops before training.
@@ -27,7 +30,7 @@ from typing import Any
 
 import pandas as pd
 
-from recipematch.gates import ExclusionList, NgramGate
+from recipematch.gates import ContaminationGate
 from recipematch.pairs import n_examples, provenance_problems
 
 
@@ -63,15 +66,20 @@ def _norm(t: str) -> str:
     return " ".join(t.split())
 
 
-def flatten_for_validation(rows: Sequence[Any], exclusion: ExclusionList, ngram: NgramGate | None = None) -> pd.DataFrame:
+def flatten_for_validation(rows: Sequence[Any], gate: ContaminationGate) -> pd.DataFrame:
     """One table row per pair row with the derived columns the suite checks. Malformed rows
-    are kept (their ``malformed`` column says why) so the suite reports them by position."""
+    are kept (their ``malformed`` column says why) so the suite reports them by position.
+    The exclusion and n-gram columns name which part of the gate a row trips;
+    ``gate_violation`` is the whole gate's verdict (:meth:`ContaminationGate.violations`)."""
+    exclusion, ngram = gate.exclusion, gate.ngram
     ids = set(exclusion.ids)
     splits_per_source: dict[str, set[str]] = {}
     bad = [_malformed(r) for r in rows]
     for r, b in zip(rows, bad):
         if not b:
             splits_per_source.setdefault(r["source_id"], set()).add(r.get("split", ""))
+    good = [r for r, b in zip(rows, bad) if not b]
+    verdicts = iter(gate.violations(good))
     recs = []
     for i, (r, b) in enumerate(zip(rows, bad)):
         if b:
@@ -80,7 +88,7 @@ def flatten_for_validation(rows: Sequence[Any], exclusion: ExclusionList, ngram:
                          "positive_len": 0, "min_negative_len": -1, "splits_of_source": 1, "anchor_id_excluded": False,
                          "anchor_text_excluded": False, "positive_text_excluded": False, "negatives_excluded": 0,
                          "positive_is_anchor": False, "ngram_flagged": 0, "provenance_ok": False,
-                         "provenance_problem": b, "n_negatives": 0, "n_examples": 0})
+                         "provenance_problem": b, "n_negatives": 0, "n_examples": 0, "gate_violation": ""})
             continue
         negs = r.get("negatives") or []
         prov = provenance_problems(r)
@@ -98,17 +106,18 @@ def flatten_for_validation(rows: Sequence[Any], exclusion: ExclusionList, ngram:
             "positive_text_excluded": exclusion.hits_text(r["positive"]),
             "negatives_excluded": sum(exclusion.hits_text(n["text"]) for n in negs),
             "positive_is_anchor": _norm(r["positive"]) == _norm(r["anchor"]),
-            "ngram_flagged": sum(ngram.flags(t) for t in texts) if ngram is not None else 0,
+            "ngram_flagged": sum(ngram.flags(t) for t in texts),
             "provenance_ok": not prov,
             "provenance_problem": "; ".join(prov),
             "n_negatives": len(negs),
             "n_examples": n_examples(r),
+            "gate_violation": next(verdicts),
         })
     return pd.DataFrame(recs, columns=["source_id", "split", "malformed", "anchor_len", "positive_len",
                                        "min_negative_len", "splits_of_source", "anchor_id_excluded",
                                        "anchor_text_excluded", "positive_text_excluded", "negatives_excluded",
                                        "positive_is_anchor", "ngram_flagged", "provenance_ok", "provenance_problem",
-                                       "n_negatives", "n_examples"])
+                                       "n_negatives", "n_examples", "gate_violation"])
 
 
 def _expectations(budget_rows: int):
@@ -130,21 +139,20 @@ def _expectations(budget_rows: int):
         gxe.ExpectColumnValuesToBeBetween(column="positive_len", min_value=1),
         gxe.ExpectColumnValuesToNotBeInSet(column="min_negative_len", value_set=[0]),
         gxe.ExpectColumnValuesToBeInSet(column="provenance_ok", value_set=[True]),
+        gxe.ExpectColumnValuesToBeInSet(column="gate_violation", value_set=[""]),
     ]
 
 
-def validate_cell(rows: Sequence[Any], exclusion: ExclusionList, *, budget_rows: int,
-                  suite_name: str, ngram: NgramGate | None = None) -> dict[str, Any]:
+def validate_cell(rows: Sequence[Any], gate: ContaminationGate, *, budget_rows: int,
+                  suite_name: str) -> dict[str, Any]:
     """Run the suite on one budgeted cell file.
 
     Args:
         rows: the cell's rows, each with ``split``.
-        exclusion: the active exclusion list (SPEC §4).
-        budget_rows: the exact row count required (SPEC §5).
+        gate: the contamination gate (paper Section 3, Appendix B); pass one with its cosine
+            check (:attr:`ContaminationGate.complete`) so the suite checks the whole rule.
+        budget_rows: the exact row count required (paper Table 2: matched budget).
         suite_name: e.g. ``"cell-recipe-seed42"`` (shown in messages and records).
-        ngram: the word n-gram containment gate over the evaluation texts (SPEC §4); when
-            given, no anchor, positive or negative may trip it (restatements of evaluation
-            texts that exact matching misses).
 
     Returns:
         A record ``{"suite", "success": True, "expectations": [...], "rows", "examples",
@@ -158,7 +166,7 @@ def validate_cell(rows: Sequence[Any], exclusion: ExclusionList, *, budget_rows:
     logging.getLogger("great_expectations").setLevel(logging.ERROR)
     import great_expectations as gx
 
-    df = flatten_for_validation(rows, exclusion, ngram)
+    df = flatten_for_validation(rows, gate)
     from great_expectations.data_context.types.base import ProgressBarsConfig
 
     context = gx.get_context(mode="ephemeral")
@@ -194,6 +202,8 @@ def validate_cell(rows: Sequence[Any], exclusion: ExclusionList, *, budget_rows:
             extra = ""
             if column in ("provenance_ok", "malformed") and len(bad):
                 extra = f"; first problem: {bad['provenance_problem'].iloc[0]}"
+            if column == "gate_violation" and len(bad):
+                extra = f"; first: {bad['gate_violation'].iloc[0]}"
             detail = (f"{res.get('unexpected_count', len(idx))} offending row(s), sources "
                       f"{srcs[:20]}{' …' if len(srcs) > 20 else ''}{extra}")
         failures.append({"expectation": cfg.type, "column": column, "detail": detail})

@@ -1,90 +1,46 @@
-"""Stages 5a-5b: cell specs and cell assembly with gates and matched budgets."""
+"""Stage ``cells@<arm>``: assemble one arm, gate it, draw each training seed's matched budget
+(paper Section 3, Tables 2 and 11–12, Appendix B)."""
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict
-from typing import Any
 
-from recipematch.config import (
-    BudgetConfig,
-    EvaluateConfig,
-    GatesConfig,
-    TrainConfig,
-    section,
-    top,
-)
-from recipematch.io import read_json, read_jsonl_strict, write_json, write_jsonl
-from recipematch.pipeline.common import (
-    Layout,
-    arm_spec,
-    eval_texts,
-    load_exclusion,
-    read_pairs,
-    resolve_model,
-    spec_from_file,
-    train_seeds,
-    write_run_record,
-)
+from recipematch.errors import RecipematchError
+from recipematch.io import write_json, write_jsonl
+from recipematch.pipeline.door import Layout, arm_option, check_device, stage, write_run_record
+from recipematch.pipeline.inputs import arm_spec_from_file, read_pairs, train_seeds
+from recipematch.pipeline.models import contamination_gate
 
-log = logging.getLogger("recipematch")
-
-def run_specs(params: Mapping[str, Any], lay: Layout) -> dict:
-    """One spec file per arm (``artifacts/specs/<arm>.json``), so that changing the cell
-    under test (``positives``/``negatives``/``negatives_volume``) changes only ``cell.json``
-    and DVC reruns only that arm's downstream stages."""
-    from recipematch.config import top
-
-    arms = list(top(params, "arms", list[str]))
-    if len(set(arms)) != len(arms):
-        raise ValueError(f"arms lists a name twice: {arms}")
-    out = {}
-    for a in arms:
-        spec = arm_spec(params, a)
-        out[a] = {"arm": a, "name": spec.name, **asdict(spec)}
-        write_json(lay.p("artifacts", "specs", f"{a}.json"), out[a])
-    return out
+PARAMS = ("seed", "train.seed", "train.n_seeds", "budget", "gates", "train.model", "evaluate.max_seq_length",
+          "evaluate.batch_size", "evaluate.device")
 
 
+def run(p, lay: Layout, arm: str) -> dict:
+    """Stage 5: assemble one arm, gate it, draw each seed's matched budget."""
+    from recipematch.cells import MissingInput, assemble_cell, budget_rows
 
-
-def run_cells(params: Mapping[str, Any], lay: Layout, arm: str) -> dict:
-    """Assemble one arm, gate it, and draw each training seed's matched budget (SPEC §3.4, §5)."""
-    from recipematch.cells import MissingInput, apply_gates, assemble_cell, budget_rows
-    from recipematch.gates import NgramGate
-
-    spec = spec_from_file(lay, arm)
-    bcfg = section(params, "budget", BudgetConfig)
-    gcfg = section(params, "gates", GatesConfig)
-    seed = top(params, "seed", int)
-    pair_files = {}
-    for key in spec.inputs():
-        path = lay.pairs / f"{key}.jsonl"
-        if path.exists():
-            pair_files[key] = read_jsonl_strict(path)
+    check_device("evaluate.device", p.evaluate.device)
+    spec = arm_spec_from_file(lay, arm)
+    bcfg, seed = p.budget, p.seed
+    pair_files = {k: rows for k in spec.inputs() if (rows := read_pairs(lay, k)) is not None}
     try:
         pool, asm_counts = assemble_cell(spec, pair_files, seed=seed)
     except MissingInput as e:
-        raise SystemExit(f"cells[{arm}]: {e}") from None
-    ex, ex_path = load_exclusion(lay, params)
-    texts = eval_texts(lay)
-    ngram = NgramGate(texts, n=gcfg.ngram_n, threshold=gcfg.ngram_threshold)
-    heldout = set(read_json(lay.evalsets / "heldout.json")["heldout_sources"])
-    kept, gate_counts, drops = apply_gates(pool, ex, ngram, heldout)
+        raise RecipematchError(f"cells[{arm}]: {e}") from None
+    gate, ex_path = contamination_gate(p, lay)
+    kept, gate_counts, drops = gate.apply(pool, cosine=False)
     source_list = None
     if arm in bcfg.shared_sources:
-        source_list = _shared_source_list(bcfg.shared_sources, pair_files_loader=lambda k: read_pairs(lay, k),
-                                          seed=seed, exclusion=ex, ngram=ngram, heldout=heldout)
-    cosine = _cosine_gate(params, lay, texts)
+        source_list = _shared_source_list(bcfg.shared_sources, lay, seed=seed, gate=gate)
     out = lay.cells(arm)
     out.mkdir(parents=True, exist_ok=True)
     write_jsonl(out / "pool.jsonl", kept)
     seeds = {}
-    for s in train_seeds(params):
+    for s in train_seeds(p.train.seed, p.train.n_seeds):
         chosen, info = budget_rows(kept, n_rows=bcfg.rows, seed=s, dev_fraction=bcfg.dev_fraction,
                                    max_rows_per_source=bcfg.max_rows_per_source or None,
-                                   row_filter=cosine.filter_rows, source_list=source_list)
+                                   row_filter=gate.cosine_filter, source_list=source_list)
         write_jsonl(out / f"seed_{s}.jsonl", chosen)
         filtered = info.pop("filtered")
         drops.extend({**d, "seed": s} for d in filtered)
@@ -95,43 +51,27 @@ def run_cells(params: Mapping[str, Any], lay: Layout, arm: str) -> dict:
     counts = {"arm": arm, "cell": spec.name, "assemble": asm_counts, "gates": gate_counts, "budget": seeds}
     write_json(out / "cell.json", {"arm": arm, "spec": asdict(spec), "name": spec.name})
     write_json(lay.metrics / "cells" / f"{arm}.json", counts)
-    write_run_record(out, lay, f"cells:{arm}", {"spec": asdict(spec), "budget": asdict(bcfg), "gates": asdict(gcfg), "seed": seed},
+    write_run_record(out, f"cells:{arm}", {"spec": asdict(spec), "budget": asdict(bcfg), "gates": asdict(p.gates),
+                                           "seed": seed},
                      {**{k: lay.pairs / f"{k}.jsonl" for k in pair_files}, "exclusion": ex_path}, counts)
     return counts
 
 
-
-def _shared_source_list(arms: Sequence[str], *, pair_files_loader, seed: int, exclusion, ngram, heldout) -> list[str]:
-    """Sources every arm in ``arms`` can draw from after the gates (SPEC §5: both arms of a
-    comparison drawn from the same source list). Only named arms may share a list."""
-    from recipematch.cells import NAMED_ARMS, apply_gates, assemble_cell
+def _shared_source_list(arms: Sequence[str], lay: Layout, *, seed: int, gate) -> list[str]:
+    """Sources every arm in ``arms`` can draw from after the gate (paper Appendix A: both
+    arms of a comparison drawn from the same source list). Only named arms may share a list."""
+    from recipematch.cells import assemble_cell
+    from recipematch.rules import NAMED_ARMS
 
     common: set[str] | None = None
     for a in arms:
-        if a not in NAMED_ARMS:
-            raise ValueError(f"budget.shared_sources may list named arms only, got {a!r}")
         spec = NAMED_ARMS[a]
-        files = {k: rows for k in spec.inputs() if (rows := pair_files_loader(k)) is not None}
+        files = {k: rows for k in spec.inputs() if (rows := read_pairs(lay, k)) is not None}
         pool, _ = assemble_cell(spec, files, seed=seed)
-        kept, _, _ = apply_gates(pool, exclusion, ngram, heldout)
+        kept, _, _ = gate.apply(pool, cosine=False)
         srcs = {r["source_id"] for r in kept}
         common = srcs if common is None else common & srcs
     return sorted(common or ())
 
 
-def _cosine_gate(params: Mapping[str, Any], lay: Layout, eval_texts: list[str]):
-    """The embedding-cosine gate over the evaluation texts, with the base model (SPEC §4)."""
-    from recipematch.gates import CosineGate
-    from recipematch.retrieval import (
-        MemoisedEncoder,
-        SentenceTransformerEncoder,
-        encode_cached,
-    )
-
-    gcfg = section(params, "gates", GatesConfig)
-    tcfg = section(params, "train", TrainConfig)
-    ecfg = section(params, "evaluate", EvaluateConfig)
-    enc = MemoisedEncoder(SentenceTransformerEncoder(resolve_model(tcfg.model), max_seq_length=ecfg.max_seq_length,
-                                                     batch_size=ecfg.batch_size, device=ecfg.device))
-    emb = encode_cached(enc, eval_texts, lay.cache)
-    return CosineGate(emb, enc, threshold=gcfg.cosine_threshold)
+main = stage("cells", PARAMS, arm_option)(run)

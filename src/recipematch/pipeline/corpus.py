@@ -1,18 +1,16 @@
-"""Stage 1: corpus loading and normalisation."""
+"""Stage ``corpus``: BEIR ``corpus.jsonl`` → normalised parquet, bad rows recorded with their reason."""
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Mapping
-from typing import Any
-
 from recipematch.io import write_json, write_jsonl
-from recipematch.pipeline.common import Layout, write_run_record
+from recipematch.pipeline.door import Layout, stage, write_run_record
 
-log = logging.getLogger("recipematch")
+#: params keys this stage reads (its dvc.yaml entry lists the same)
+PARAMS: tuple[str, ...] = ()
 
-def run_corpus(params: Mapping[str, Any], lay: Layout) -> dict:
-    """Stage 1: BEIR ``corpus.jsonl`` → ``artifacts/corpus/corpus.parquet`` + failures."""
+
+def run(p, lay: Layout) -> dict:
+    """Stage 1: load and normalise the corpus (BEIR jsonl → parquet)."""
     from recipematch.corpus import load_beir_corpus
 
     src = lay.release / "corpus.jsonl"
@@ -22,5 +20,8 @@ def run_corpus(params: Mapping[str, Any], lay: Layout) -> dict:
     write_jsonl(lay.corpus / "failures.jsonl", loaded.failures)
     counts = loaded.counts()
     write_json(lay.metrics / "corpus.json", counts)
-    write_run_record(lay.corpus, lay, "corpus", {"source": str(src.relative_to(lay.root))}, {"corpus": src}, counts)
+    write_run_record(lay.corpus, "corpus", {"source": str(src.relative_to(lay.root))}, {"corpus": src}, counts)
     return counts
+
+
+main = stage("corpus", PARAMS)(run)

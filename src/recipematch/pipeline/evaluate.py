@@ -1,14 +1,18 @@
-"""Stage 8: evaluation of every seed of an arm (or the base)."""
+"""Stage ``evaluate_base`` / ``evaluate@<arm>``: score every seed of an arm (or the untrained
+base model) on the evaluations (paper Section 3, Appendix A)."""
 
 from __future__ import annotations
 
 import logging
+
+import click
 from collections.abc import Mapping
 from typing import Any
 
-from recipematch.config import EvaluateConfig, MlflowConfig, TrainConfig, section
 from recipematch.io import read_json, write_json
-from recipematch.pipeline.common import Layout, mlflow_uri, resolve_model, train_seeds
+from recipematch.pipeline.door import Layout, arm_option, check_device, progress_option, stage
+from recipematch.pipeline.inputs import mlflow_uri, train_seeds
+from recipematch.pipeline.models import resolve_model
 
 log = logging.getLogger("recipematch")
 
@@ -16,12 +20,15 @@ log = logging.getLogger("recipematch")
 TESTS = ("llm_tier", "probe", "probe_only")
 
 
-def run_evaluate(params: Mapping[str, Any], lay: Layout, arm: str, *, progress: bool = True) -> dict:
+PARAMS = ("train.seed", "train.n_seeds", "train.model", "evaluate", "mlflow")
+
+
+def run(p, lay: Layout, arm: str, *, progress: bool = True) -> dict:
     """Score every seed of ``arm`` (or the untrained ``base``) on :data:`TESTS`.
 
     Writes per-query ranks (``artifacts/eval/<arm>/ranks.parquet``: arm, seed, test,
     query_id, rank, hit@k) and mean ± sd per test to ``metrics/eval/<arm>.json``; mirrors the
-    numbers to each (arm, seed) MLflow run. Self-masking is on (SPEC §7).
+    numbers to each (arm, seed) MLflow run. Self-masking is on (Appendix A).
     """
     import pandas as pd
 
@@ -33,14 +40,17 @@ def run_evaluate(params: Mapping[str, Any], lay: Layout, arm: str, *, progress: 
     )
     from recipematch.stats import mean_sd
 
-    ecfg = section(params, "evaluate", EvaluateConfig)
-    tcfg = section(params, "train", TrainConfig)
-    mcfg = section(params, "mlflow", MlflowConfig)
+    from recipematch.errors import RecipematchError
+
+    ecfg, mcfg = p.evaluate, p.mlflow
+    check_device("evaluate.device", ecfg.device)
     if arm == "base":
-        models = [("base", resolve_model(tcfg.model), None)]
+        models = [("base", resolve_model(p.train.model), None)]
     else:
+        if not lay.models(arm).is_dir():
+            raise RecipematchError(f"--arm {arm!r}: {lay.models(arm)} does not exist (train it first, or use 'base')")
         models = []
-        for s in train_seeds(params):
+        for s in train_seeds(p.train.seed, p.train.n_seeds):
             rec = read_json(lay.models(arm) / f"seed_{s}.json")
             models.append((str(s), str(lay.models(arm) / f"seed_{s}"), rec))
     data = {t: load_beir(lay.evalsets / t) for t in TESTS}
@@ -78,16 +88,20 @@ def run_evaluate(params: Mapping[str, Any], lay: Layout, arm: str, *, progress: 
     return agg
 
 
-def _log_eval_to_mlflow(mcfg: MlflowConfig, lay: Layout, run_id: str, res: Mapping[str, Mapping[str, Any]]) -> None:
+def _log_eval_to_mlflow(mcfg, lay: Layout, run_id: str, res: Mapping[str, Mapping[str, Any]]) -> None:
     import time as _time
 
     from mlflow.entities import Metric
 
     from recipematch import tracking
 
-    c = tracking.client(mlflow_uri(mcfg, lay))
+    c = tracking.client(mlflow_uri(mcfg.tracking_uri, lay))
     now = int(_time.time() * 1000)
     metrics = [Metric(f"{t}.{k.replace('@', '_at_')}", float(v), now, 0)
                for t, r in res.items() for k, v in r.items() if k.startswith("R@")]
     c.log_batch(run_id, metrics=metrics)
     c.set_tag(run_id, "self_mask", "true")
+
+
+main = stage("evaluate", PARAMS, click.option("--arm", required=True, help="an arm, or 'base' for the untrained model"),
+             progress_option)(run)

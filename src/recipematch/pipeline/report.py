@@ -1,31 +1,43 @@
-"""Stage 10: the Markdown report."""
+"""Stage ``report``: the Markdown report with the Table-1-shaped table and the Figure-1-style
+scatter (paper Table 1, Figure 1)."""
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 from recipematch.io import read_json
-from recipematch.pipeline.common import Layout
+from recipematch.pipeline.door import Layout, stage
+
+PARAMS = ("arms", "seed", "train.seed", "train.n_seeds", "positives", "negatives", "negatives_volume", "budget")
 
 log = logging.getLogger("recipematch")
 
-def run_report(params: Mapping[str, Any], lay: Layout, arms: list[str]) -> Path:
+def run(p, lay: Layout) -> Path:
     """Markdown report with the Table-1-shaped table and the Figure-1-style scatter (PNG)."""
     from recipematch.report import write_report
 
+    arms = list(p.arms)
     stats = read_json(lay.metrics / "stats.json")
     cells = {a: read_json(lay.cells(a) / "cell.json")["name"] for a in arms}
     counts = {}
     for name in ("corpus", "evalsets", "gates", "verified", "recordings"):
-        p = lay.metrics / f"{name}.json"
-        if p.exists():
-            counts[name] = read_json(p)
-    for p in sorted(lay.metrics.glob("llm_*.json")):
-        counts[p.stem] = read_json(p)
+        path = lay.metrics / f"{name}.json"
+        if path.exists():
+            counts[name] = read_json(path)
+    for path in sorted(lay.metrics.glob("llm_*.json")):
+        counts[path.stem] = read_json(path)
     for a in arms:
         counts[f"cells.{a}"] = read_json(lay.metrics / "cells" / f"{a}.json")
         counts[f"train.{a}"] = read_json(lay.metrics / "train" / f"{a}.json")
-    return write_report(stats, cells, counts, lay.reports, params={k: params[k] for k in ("seed", "n_seeds", "positives", "negatives", "negatives_volume", "budget") if k in params})
+    return write_report(stats, cells, counts, lay.reports, params=_report_params(p))
+
+
+def _report_params(p) -> dict:
+    from dataclasses import asdict
+
+    return {"seed": p.seed, "train.seed": p.train.seed, "n_seeds": p.train.n_seeds, "positives": p.positives,
+            "negatives": p.negatives, "negatives_volume": p.negatives_volume, "budget": asdict(p.budget)}
+
+
+main = stage("report", PARAMS)(lambda p, lay: str(run(p, lay)))

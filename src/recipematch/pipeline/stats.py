@@ -1,16 +1,19 @@
-"""Stage 9: statistics over seeds and queries."""
+"""Stage ``stats``: mean ± sd over seeds, nested-bootstrap gaps and the difference in
+differences (paper Appendix A)."""
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
 from dataclasses import asdict
 from typing import Any
 
-from recipematch.config import EvaluateConfig, StatsConfig, section
+from recipematch.errors import RecipematchError
 from recipematch.io import write_json
-from recipematch.pipeline.common import Layout
+from recipematch.pipeline.door import Layout, stage
 from recipematch.pipeline.evaluate import TESTS
+from recipematch.rules import CONTRASTS
+
+PARAMS = ("arms", "stats", "evaluate.ks")
 
 log = logging.getLogger("recipematch")
 
@@ -25,15 +28,15 @@ def _hits(ranks, arm: str, test: str, k: int):
     return ((r >= 0) & (r < k)).astype(np.float64), list(piv.columns)  # rank -1: no gold, a miss
 
 
-def run_stats(params: Mapping[str, Any], lay: Layout, arms: list[str]) -> dict:
+def run(p, lay: Layout) -> dict:
     """Mean ± sd per arm, nested-bootstrap gaps between arms and the difference in
-    differences (LLM-built tier gap − probe gap), all in percentage points (SPEC §8)."""
+    differences (LLM-built tier gap − probe gap), all in percentage points (Appendix A)."""
     import pandas as pd
 
     from recipematch.stats import did_bootstrap, mean_sd, nested_bootstrap_gap
 
-    scfg = section(params, "stats", StatsConfig)
-    ecfg = section(params, "evaluate", EvaluateConfig)
+    scfg = p.stats
+    arms = list(p.arms)
     ranks = pd.concat([pd.read_parquet(lay.eval_dir(a) / "ranks.parquet") for a in ["base", *arms]], ignore_index=True)
     ranks["seed"] = ranks["seed"].astype(str)
     out: dict[str, Any] = {"arms": {}, "gaps": {}, "did": {}, "n_boot": scfg.n_boot, "seed": scfg.seed,
@@ -41,20 +44,20 @@ def run_stats(params: Mapping[str, Any], lay: Layout, arms: list[str]) -> dict:
     for a in ["base", *arms]:
         out["arms"][a] = {}
         for t in TESTS:
-            for k in ecfg.ks:
+            for k in p.evaluate.ks:
                 h, _ = _hits(ranks, a, t, k)
                 per_seed = 100.0 * h.mean(axis=1)
                 m, sd = mean_sd(per_seed)
                 out["arms"][a][f"{t}.R@{k}"] = {"mean": round(float(m), 4), "sd": None if sd != sd else round(float(sd), 4),
                                                  "per_seed": [round(float(x), 4) for x in per_seed]}
-    contrasts = [(x, y) for x, y in (("recipe", "verified"), ("recipe", "reference"), ("cell", "verified"),
-                                     ("cell", "reference"), ("reference", "verified")) if x in arms and y in arms]
+    contrasts = [(x, y) for x, y in CONTRASTS if x in arms and y in arms]
     for x, y in contrasts:
         name = f"{x}-{y}"
         for t in TESTS:
             ha, qa = _hits(ranks, x, t, 1)
             hb, qb = _hits(ranks, y, t, 1)
-            assert qa == qb, "arms were scored on different queries"
+            if qa != qb:
+                raise RecipematchError(f"arms {x} and {y} were scored on different {t} queries: rerun evaluate")
             g = nested_bootstrap_gap(100 * ha, 100 * hb, n_boot=scfg.n_boot, seed=scfg.seed, paired_seeds=scfg.paired_seeds)
             out["gaps"][f"{name}.{t}.R@1"] = _as_dict(g)
         ba, _ = _hits(ranks, x, "llm_tier", 1)
@@ -89,3 +92,11 @@ def _as_dict(obj: Any) -> Any:
     if hasattr(obj, "item"):
         return obj.item()
     return obj
+
+
+def _main(p, lay: Layout) -> dict:
+    out = run(p, lay)
+    return {"gaps": {k: {kk: v[kk] for kk in ("estimate", "low", "high") if kk in v} for k, v in out["gaps"].items()}}
+
+
+main = stage("stats", PARAMS)(_main)

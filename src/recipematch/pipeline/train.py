@@ -1,15 +1,14 @@
-"""Stage 7: training, one MLflow run per (arm, seed)."""
+"""Stage ``train@<arm>``: train every seed of one arm, one MLflow run per (arm, seed); resumable
+per seed (paper Section 3, Table 2, Eq. 1)."""
 
 from __future__ import annotations
 
 import logging
 import sys
-from collections.abc import Mapping
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
 
-from recipematch.config import MlflowConfig, TrainConfig, section
+from recipematch.errors import RecipematchError
 from recipematch.io import (
     canonical_json,
     read_json,
@@ -19,35 +18,39 @@ from recipematch.io import (
     sha256_tree,
     write_json,
 )
-from recipematch.pipeline.common import (
-    Layout,
-    git_rev,
-    load_exclusion,
-    mlflow_uri,
-    resolve_model,
-    spec_from_file,
-    train_seeds,
-)
+from recipematch.pipeline.door import Layout, arm_option, check_device, progress_option, stage
+from recipematch.pipeline.inputs import arm_spec_from_file, git_rev, mlflow_uri, train_seeds
+from recipematch.pipeline.models import contamination_gate, resolve_model
 
 log = logging.getLogger("recipematch")
 
-def run_train(params: Mapping[str, Any], lay: Layout, arm: str, *, progress: bool = True) -> dict:
-    """Train every seed of one arm; one MLflow run per (arm, seed). Resumable per seed."""
+PARAMS = ("train", "mlflow", "gates", "evaluate.max_seq_length", "evaluate.batch_size", "evaluate.device")
+
+#: train keys that choose WHICH seeds run, not how one seed trains (kept out of a run's key)
+_SEED_KEYS = ("seed", "n_seeds")
+
+
+def run(p, lay: Layout, arm: str, *, progress: bool = True) -> dict:
+    """Stage 7: train every seed of one arm (one MLflow run per seed)."""
     import pandas as pd
 
     import recipematch.training as training_mod
     from recipematch import tracking
-    from recipematch.training import gate_rows_again, train_one
+    from recipematch.training import train_one
 
     train_stage_mod = sys.modules[__name__]
 
-    tcfg = section(params, "train", TrainConfig)
-    mcfg = section(params, "mlflow", MlflowConfig)
-    ex, ex_path = load_exclusion(lay, params)
-    validated = read_json(lay.p("artifacts", "validated", f"{arm}.json"))
-    spec = spec_from_file(lay, arm)
+    tcfg = p.train
+    mcfg = p.mlflow
+    check_device("train.device", tcfg.device)
+    check_device("evaluate.device", p.evaluate.device)
+    gate, ex_path = contamination_gate(p, lay)
+    ex = gate.exclusion
+    validated = read_json(lay.validated(arm))
+    spec = arm_spec_from_file(lay, arm)
     base = resolve_model(tcfg.model)
-    c = tracking.client(mlflow_uri(mcfg, lay))
+    train_settings = {k: v for k, v in asdict(tcfg).items() if k not in _SEED_KEYS}
+    c = tracking.client(mlflow_uri(mcfg.tracking_uri, lay))
     exp_id = tracking.experiment_id(c, mcfg.experiment, artifact_location=(lay.root / "mlruns").resolve().as_uri())
     out_root = lay.models(arm)
     out_root.mkdir(parents=True, exist_ok=True)
@@ -58,15 +61,16 @@ def run_train(params: Mapping[str, Any], lay: Layout, arm: str, *, progress: boo
     summary = {}
     # the code that trains is part of a run's identity: an edit retrains, an interruption resumes
     code_sha = sha256_text("".join(sha256_file(Path(m.__file__)) for m in (training_mod, train_stage_mod)))
-    for s in train_seeds(params):
+    for s in train_seeds(tcfg.seed, tcfg.n_seeds):
         pair_path = lay.cells(arm) / f"seed_{s}.jsonl"
         pair_sha = sha256_file(pair_path)
         v = validated.get(str(s))
         if v is None or v["file_sha256"] != pair_sha:
-            raise SystemExit(f"train[{arm}] seed {s}: {pair_path} has not passed validation (hash differs); run the validate stage")
+            raise RecipematchError(f"train[{arm}] seed {s}: {pair_path} has not passed validation (hash differs); "
+                                   f"run the validate stage")
         gate_sha = sha256_file(ex_path)
         run_key = sha256_text(canonical_json({"arm": arm, "seed": s, "pairs": pair_sha, "gate": gate_sha,
-                                              "train": asdict(tcfg), "code": code_sha}))
+                                              "train": train_settings, "code": code_sha}))
         ckpt = out_root / f"seed_{s}"
         rec_path = out_root / f"seed_{s}.json"
         if rec_path.exists() and ckpt.exists():
@@ -74,15 +78,17 @@ def run_train(params: Mapping[str, Any], lay: Layout, arm: str, *, progress: boo
             if rec.get("run_key") == run_key and rec.get("checkpoint_sha256") == sha256_tree(ckpt):
                 log.info("train[%s] seed %d: finished earlier (run key %s), skipped", arm, s, run_key[:12])
                 rec = _ensure_mlflow_run(c, exp_id, rec, arm=arm, seed=s, cell=spec.name, rec_path=rec_path)
-                summary[str(s)] = {k: rec[k] for k in ("dev_accuracy_best", "steps", "train_examples", "train_loss")}
+                summary[str(s)] = _summary(rec)
                 continue
         rows = read_jsonl_strict(pair_path)
-        rows, gate_again = gate_rows_again(rows, ex)
+        rows, gate_counts, _ = gate.apply(rows)
+        gate_again = {"rows_dropped": sum(v for k, v in gate_counts.items() if k.startswith("rows_dropped.")),
+                      "negatives_dropped": sum(v for k, v in gate_counts.items() if k.startswith("negatives_dropped."))}
         run_id, resumed = tracking.find_or_create_run(c, exp_id, run_key, f"{arm}-seed{s}",
                                                      {"arm": arm, "cell": spec.name, "seed": str(s)})
         tracking.log_params_safe(c, run_id, {"arm": arm, "cell": spec.name, "positives": spec.positives,
                                              "negatives": spec.negatives, "negatives_volume": spec.volume, "seed": s,
-                                             "budget_rows": len(rows), **{f"train.{k}": v for k, v in asdict(tcfg).items()}})
+                                             "budget_rows": len(rows), **{f"train.{k}": v for k, v in train_settings.items()}})
         c.set_tag(run_id, "pair_file_sha256", pair_sha)
         c.set_tag(run_id, "gate_list_sha256", gate_sha)
         c.set_tag(run_id, "gate_version", ex.version)
@@ -123,9 +129,17 @@ def run_train(params: Mapping[str, Any], lay: Layout, arm: str, *, progress: boo
                "checkpoint_sha256": ckpt_sha, "pair_file_sha256": pair_sha, "gate_list_sha256": gate_sha,
                "gate_again": gate_again}
         write_json(rec_path, rec)
-        summary[str(s)] = {k: rec[k] for k in ("dev_accuracy_best", "steps", "train_examples", "train_loss")}
+        summary[str(s)] = _summary(rec)
     write_json(lay.metrics / "train" / f"{arm}.json", summary)
     return summary
+
+
+def _summary(rec: dict) -> dict:
+    """The committed per-seed training metrics. Floats are rounded to 4 places: the loss
+    differs in the 7th digit between runs with byte-identical weights (summation order),
+    and committed files hold only what reproduces."""
+    return {"dev_accuracy_best": round(float(rec["dev_accuracy_best"]), 4), "steps": rec["steps"],
+            "train_examples": rec["train_examples"], "train_loss": round(float(rec["train_loss"]), 4)}
 
 
 def _ensure_mlflow_run(c, exp_id: str, rec: dict, *, arm: str, seed: int, cell: str, rec_path: Path) -> dict:
@@ -158,3 +172,6 @@ def _ensure_mlflow_run(c, exp_id: str, rec: dict, *, arm: str, seed: int, cell: 
     rec = {**rec, "mlflow_run_id": run_id}
     write_json(rec_path, rec)
     return rec
+
+
+main = stage("train", PARAMS, arm_option, progress_option)(run)

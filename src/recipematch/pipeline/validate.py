@@ -1,39 +1,41 @@
-"""Stage 6: Great Expectations validation before training."""
+"""Stage ``validate@<arm>``: Great Expectations suites on every seed's cell file; a failure
+stops the pipeline before training (paper Appendix A, Table 2; Section 3, Appendix B)."""
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Mapping
-from typing import Any
-
-from recipematch.config import BudgetConfig, section
+from recipematch.errors import RecipematchError
 from recipematch.io import read_jsonl_strict, sha256_file, write_json
-from recipematch.pipeline.common import Layout, eval_ngram_gate, load_exclusion, train_seeds
+from recipematch.pipeline.door import Layout, arm_option, check_device, stage
+from recipematch.pipeline.inputs import train_seeds
+from recipematch.pipeline.models import contamination_gate
 
-log = logging.getLogger("recipematch")
+PARAMS = ("budget.rows", "gates", "train.seed", "train.n_seeds", "train.model", "evaluate.max_seq_length",
+          "evaluate.batch_size", "evaluate.device")
 
-def run_validate(params: Mapping[str, Any], lay: Layout, arm: str) -> dict:
-    """Great Expectations suites on every seed's cell file; a failure stops the pipeline."""
+
+def run(p, lay: Layout, arm: str) -> dict:
+    """Stage 6: Great Expectations suites; a failure stops the pipeline before training."""
     from recipematch.validation import ValidationFailed, validate_cell
 
-    bcfg = section(params, "budget", BudgetConfig)
-    ex, ex_path = load_exclusion(lay, params)
-    ngram = eval_ngram_gate(params, lay)
+    check_device("evaluate.device", p.evaluate.device)
+    gate, ex_path = contamination_gate(p, lay)
     records, failed = {}, []
-    for s in train_seeds(params):
+    for s in train_seeds(p.train.seed, p.train.n_seeds):
         path = lay.cells(arm) / f"seed_{s}.jsonl"
         rows = read_jsonl_strict(path)
         try:
-            rec = validate_cell(rows, ex, budget_rows=bcfg.rows, suite_name=f"cell-{arm}-seed{s}", ngram=ngram)
+            rec = validate_cell(rows, gate, budget_rows=p.budget.rows, suite_name=f"cell-{arm}-seed{s}")
         except ValidationFailed as e:
             failed.append(str(e))
             continue
         records[str(s)] = {**rec, "file_sha256": sha256_file(path), "exclusion_sha256": sha256_file(ex_path)}
     if failed:
-        raise SystemExit("validation failed, training will not start:\n" + "\n".join(failed))
-    out = lay.p("artifacts", "validated", f"{arm}.json")
-    write_json(out, records)
-    summary = {s: {"rows": r["rows"], "examples": r["examples"], "negatives_per_row": r["negatives_per_row"], "splits": r["splits"]}
-               for s, r in records.items()}
+        raise RecipematchError("validation failed, training will not start:\n" + "\n".join(failed))
+    write_json(lay.validated(arm), records)
+    summary = {s: {"rows": r["rows"], "examples": r["examples"], "negatives_per_row": r["negatives_per_row"],
+                   "splits": r["splits"]} for s, r in records.items()}
     write_json(lay.metrics / "validate" / f"{arm}.json", summary)
     return summary
+
+
+main = stage("validate", PARAMS, arm_option)(run)

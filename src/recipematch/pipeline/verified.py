@@ -1,40 +1,42 @@
-"""Stage 4a: computer-algebra (verified) pairs."""
+"""Stage ``verified``: computer-algebra pairs (paper Appendix A) for every corpus problem not
+on the active exclusion list; each problem in a worker process with time and memory limits;
+resumable."""
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Mapping
 from dataclasses import asdict
-from typing import Any
 
-from recipematch.config import CasConfig, section, top
 from recipematch.io import read_jsonl_strict, write_json, write_jsonl
-from recipematch.pipeline.common import (
-    Layout,
-    corpus_rows,
-    load_exclusion,
-    paraphrase_depth,
-    write_run_record,
-)
+from recipematch.pipeline.door import Layout, progress_option, stage, write_run_record
+from recipematch.pipeline.depth import paraphrase_depth
+from recipematch.pipeline.inputs import corpus_rows, load_exclusion
 
-log = logging.getLogger("recipematch")
+PARAMS = ("seed", "cas", "gates.active")
 
-def run_verified(params: Mapping[str, Any], lay: Layout, *, progress: bool = True) -> dict:
-    """Computer-algebra pairs (SPEC §3.1) for every corpus problem not on the active list."""
+
+def run(p, lay: Layout, *, progress: bool = True) -> dict:
+    """Stage 4a: computer-algebra (verified) pairs."""
     import sympy
 
     from recipematch import cas
     from recipematch.pairs import cas_rows_to_pairs, sort_rows
 
-    cfg = section(params, "cas", CasConfig)
-    seed = top(params, "seed", int)
-    ex, ex_path = load_exclusion(lay, params)
+    cfg = p.cas
+    seed = p.seed
+    ex, ex_path = load_exclusion(lay, p.gates.active)
     corpus = corpus_rows(lay)
     excluded = set(ex.ids)
     problems = [(r["doc_id"], r["text"]) for r in corpus if r["doc_id"] not in excluded]
     lay.cas.mkdir(parents=True, exist_ok=True)
-    summary = cas.run_generator(problems, out_path=lay.cas / "outcomes.jsonl", seed=seed, timeout_s=cfg.timeout_s,
+    # the resumable journal and the timings live outside the DVC output (they depend on
+    # completion order and wall time); the final, sorted outcomes file is copied in
+    work = lay.scratch / "cas"
+    work.mkdir(parents=True, exist_ok=True)
+    summary = cas.run_generator(problems, out_path=work / "outcomes.jsonl", seed=seed, timeout_s=cfg.timeout_s,
                                 memory_mb=cfg.memory_mb, workers=cfg.workers, progress=progress)
+    import shutil
+
+    shutil.copyfile(work / "outcomes.jsonl", lay.cas / "outcomes.jsonl")
     texts = dict(problems)
     model_id = f"sympy=={sympy.__version__};recipematch-cas={cas.GENERATOR_VERSION}"
     rows, failures = [], []
@@ -50,7 +52,8 @@ def run_verified(params: Mapping[str, Any], lay: Layout, *, progress: bool = Tru
     write_jsonl(lay.pairs / "cas.jsonl", rows)
     write_jsonl(lay.cas / "failures.jsonl", sorted(failures, key=lambda f: f["source_id"]))
     srcs = {r["source_id"] for r in rows}
-    counts = {"paraphrase_depth_char3_jaccard": paraphrase_depth(rows), "problems": len(problems), "skipped_excluded": len(corpus) - len(problems), "rows": len(rows),
+    counts = {"paraphrase_depth_char3_jaccard": paraphrase_depth(rows), "problems": len(problems),
+              "skipped_excluded": len(corpus) - len(problems), "rows": len(rows),
               "sources_with_rows": len(srcs),
               "sources_with_negative": len({r["source_id"] for r in rows if r["negatives"]}),
               "negatives": sum(len(r["negatives"]) for r in rows),
@@ -59,8 +62,13 @@ def run_verified(params: Mapping[str, Any], lay: Layout, *, progress: bool = Tru
               "generator": {k: v for k, v in summary.items() if k not in ("census", "resumed") and not k.endswith("_path")},
               "census": summary.get("census", {})}
     write_json(lay.metrics / "verified.json", counts)
-    # problems taken from an earlier, interrupted run: a run fact, not a metric
-    write_run_record(lay.cas, lay, "verified", {**asdict(cfg), "seed": seed, "generator_version": cas.GENERATOR_VERSION},
-                     {"corpus": lay.corpus / "corpus.parquet", "exclusion": ex_path},
-                     {**counts, "this_run": {"resumed": summary.get("resumed")}})
-    return counts
+    write_run_record(lay.cas, "verified", {**asdict(cfg), "seed": seed, "generator_version": cas.GENERATOR_VERSION},
+                     {"corpus": lay.corpus / "corpus.parquet", "exclusion": ex_path}, counts)
+    # problems taken from an earlier, interrupted run: a fact of this run, kept out of
+    # every DVC output so a resumed run and a fresh one hash the same
+    this_run = {"resumed": summary.get("resumed")}
+    write_json(work / "this_run.json", this_run)
+    return {**counts, "this_run": this_run}
+
+
+main = stage("verified", PARAMS, progress_option)(run)

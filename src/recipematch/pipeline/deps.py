@@ -1,0 +1,175 @@
+"""Keep ``dvc.yaml`` honest: each stage declares exactly the code it runs and the params it reads.
+
+A stage's code is the import closure of its stage module: every ``recipematch`` module
+reachable through ``import`` / ``from … import`` statements (module level and inside
+functions alike, read from the source with :mod:`ast`, nothing executed), plus the
+``stages/<name>.py`` entry point. Its params are the module's ``PARAMS`` (which the stage
+door enforces at run time: reading an undeclared key fails).
+
+``python -m recipematch.pipeline.deps`` prints what differs; ``--write`` rewrites the code
+and params entries of ``dvc.yaml`` in place (comments and other entries kept).
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import re
+import sys
+from collections.abc import Iterable
+from pathlib import Path
+
+PACKAGE = "recipematch"
+
+
+def _src_root() -> Path:
+    return Path(importlib.import_module(PACKAGE).__file__).resolve().parent.parent
+
+
+def _module_file(name: str, src: Path) -> Path | None:
+    base = src.joinpath(*name.split("."))
+    if (base / "__init__.py").is_file():
+        return base / "__init__.py"
+    if base.with_suffix(".py").is_file():
+        return base.with_suffix(".py")
+    return None
+
+
+def _imports(path: Path, module: str) -> set[str]:
+    """Every module name imported anywhere in ``path`` (absolute names; for ``from a import b``
+    both ``a`` and ``a.b``, the latter kept only if it is a module)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    is_pkg = path.name == "__init__.py"
+    out: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                parts = module.split(".")
+                base_parts = parts if is_pkg else parts[:-1]
+                base_parts = base_parts[: len(base_parts) - (node.level - 1)]
+                base = ".".join(base_parts + ([node.module] if node.module else []))
+            else:
+                base = node.module or ""
+            out.add(base)
+            out.update(f"{base}.{a.name}" for a in node.names)
+    return out
+
+
+def closure(modules: Iterable[str]) -> set[Path]:
+    """Files of every ``recipematch`` module reachable from ``modules`` (parents' ``__init__``
+    included, since importing a module runs them)."""
+    src = _src_root()
+    seen: set[str] = set()
+    files: set[Path] = set()
+    todo = list(modules)
+    while todo:
+        name = todo.pop()
+        if name in seen or not (name == PACKAGE or name.startswith(PACKAGE + ".")):
+            continue
+        seen.add(name)
+        f = _module_file(name, src)
+        if f is None:
+            continue
+        files.add(f)
+        parts = name.split(".")
+        todo.extend(".".join(parts[:i]) for i in range(1, len(parts)))
+        todo.extend(_imports(f, name))
+    return files
+
+
+def stage_module(entry: Path) -> str:
+    """The ``recipematch.pipeline.<x>`` module a ``stages/<name>.py`` entry point runs."""
+    tree = ast.parse(entry.read_text(encoding="utf-8"))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith(f"{PACKAGE}.pipeline."):
+            return node.module
+    raise ValueError(f"{entry}: imports no {PACKAGE}.pipeline module")
+
+
+def expected(root: Path, cmd: str) -> tuple[list[str], list[str]] | None:
+    """``(code deps, params)`` a ``dvc.yaml`` stage with command ``cmd`` must declare, or
+    ``None`` when the command runs no ``stages/*.py`` entry point."""
+    m = re.search(r"\bstages/(\w+)\.py\b", cmd)
+    if not m:
+        return None
+    entry = root / "stages" / f"{m.group(1)}.py"
+    mod = stage_module(entry)
+    src = _src_root()
+    files = sorted(str(Path("src") / f.relative_to(src)) for f in closure([mod]))
+    params = list(importlib.import_module(mod).PARAMS)
+    return [str(entry.relative_to(root)), *files], params
+
+
+def _is_code(dep: str) -> bool:
+    return dep.startswith(("src/", "stages/"))
+
+
+def check(root: Path) -> list[str]:
+    """Every difference between ``dvc.yaml`` and what the stages import and read."""
+    import yaml
+
+    doc = yaml.safe_load((root / "dvc.yaml").read_text(encoding="utf-8"))
+    problems = []
+    for name, st in doc["stages"].items():
+        exp = expected(root, st["cmd"])
+        if exp is None:
+            continue
+        code, params = exp
+        have = [d for d in st.get("deps", []) if isinstance(d, str) and _is_code(d)]
+        missing, extra = sorted(set(code) - set(have)), sorted(set(have) - set(code))
+        if missing:
+            problems.append(f"stage {name}: deps lack {missing}")
+        if extra:
+            problems.append(f"stage {name}: deps list code it does not import {extra}")
+        have_p = [p if isinstance(p, str) else next(iter(p)) for p in st.get("params", [])]
+        if sorted(have_p) != sorted(params):
+            problems.append(f"stage {name}: params {sorted(have_p)} but the stage reads {sorted(params)}")
+    return problems
+
+
+def write(root: Path) -> int:
+    """Rewrite the code deps and params of every stage in ``dvc.yaml``; returns stages changed."""
+    from ruamel.yaml import YAML
+
+    y = YAML()
+    y.preserve_quotes = True
+    y.indent(mapping=2, sequence=4, offset=2)
+    path = root / "dvc.yaml"
+    doc = y.load(path.read_text(encoding="utf-8"))
+    changed = 0
+    for _name, st in doc["stages"].items():
+        exp = expected(root, st["cmd"])
+        if exp is None:
+            continue
+        code, params = exp
+        others = [d for d in st.get("deps", []) if not (isinstance(d, str) and _is_code(d))]
+        new_deps = [*code, *others]
+        if list(st.get("deps", [])) != new_deps:
+            st["deps"] = new_deps
+            changed += 1
+        if params and [str(p) for p in st.get("params", [])] != params:
+            st["params"] = params
+            changed += 1
+        elif not params and "params" in st:
+            del st["params"]
+            changed += 1
+    with open(path, "w", encoding="utf-8") as f:
+        y.dump(doc, f)
+    return changed
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    root = Path(".").resolve()
+    if "--write" in argv:
+        print(f"dvc.yaml: {write(root)} entries rewritten")
+    problems = check(root)
+    for p in problems:
+        print(p)
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,194 @@
+"""The stage door: how every pipeline stage starts.
+
+Each stage module under :mod:`recipematch.pipeline` declares ``PARAMS`` (the dotted
+``params.yaml`` keys it reads, exactly those its ``dvc.yaml`` entry lists) and a ``run``
+function, and exposes ``main = stage(...)(run)``: a click command that
+
+1. reads ``params.yaml`` once (:func:`recipematch.config.load_params`, every key checked),
+2. restricts it to the declared keys (reading another raises
+   :class:`~recipematch.config.UndeclaredParam`),
+3. calls ``run(params_view, layout, **options)`` and prints its JSON summary,
+4. turns a :class:`~recipematch.errors.RecipematchError` into one line on stderr and exit
+   status 2 (``--debug`` shows the traceback).
+
+``stages/<name>.py`` (what ``dvc.yaml`` calls) and ``recipematch <name>`` run the same
+command object.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import os
+import platform
+import sys
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import click
+
+from recipematch import __version__
+from recipematch.errors import RecipematchError
+
+log = logging.getLogger("recipematch")
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Every path of the pipeline, relative to ``root`` (mirrors ``dvc.yaml``)."""
+
+    root: Path
+
+    def p(self, *parts: str) -> Path:
+        return self.root.joinpath(*parts)
+
+    # inputs
+    @property
+    def release(self) -> Path: return self.p("data", "peer_release")
+    # stage outputs
+    @property
+    def corpus(self) -> Path: return self.p("artifacts", "corpus")
+    @property
+    def evalsets(self) -> Path: return self.p("artifacts", "evalsets")
+    @property
+    def gates(self) -> Path: return self.p("artifacts", "gates")
+    @property
+    def cas(self) -> Path: return self.p("artifacts", "cas")
+    @property
+    def recordings(self) -> Path: return self.p("artifacts", "recordings")
+    def llm(self, prompt: str) -> Path: return self.p("artifacts", "llm", prompt)
+    @property
+    def pairs(self) -> Path: return self.p("artifacts", "pairs")
+    def specs(self, arm: str) -> Path: return self.p("artifacts", "specs", f"{arm}.json")
+    def cells(self, arm: str) -> Path: return self.p("artifacts", "cells", arm)
+    def validated(self, arm: str) -> Path: return self.p("artifacts", "validated", f"{arm}.json")
+    def models(self, arm: str) -> Path: return self.p("models", arm)
+    def eval_dir(self, arm: str) -> Path: return self.p("artifacts", "eval", arm)
+    @property
+    def cache(self) -> Path: return self.p("cache", "embeddings")
+    @property
+    def scratch(self) -> Path: return self.p("cache")
+    @property
+    def metrics(self) -> Path: return self.p("metrics")
+    @property
+    def reports(self) -> Path: return self.p("reports")
+
+
+def offline_env() -> None:
+    """Quiet, offline runs: no hub lookups, no telemetry."""
+    for k, v in {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "MLFLOW_DISABLE_TELEMETRY": "true",
+                 "DVC_NO_ANALYTICS": "1", "TOKENIZERS_PARALLELISM": "false", "GX_ANALYTICS_ENABLED": "false",
+                 "DO_NOT_TRACK": "1"}.items():
+        os.environ.setdefault(k, v)
+
+
+def run_guarded(fn: Callable[[], Any], *, debug: bool) -> Any:
+    """Call ``fn``; a :class:`RecipematchError` becomes one line on stderr and exit 2."""
+    try:
+        return fn()
+    except RecipematchError as e:
+        if debug:
+            raise
+        click.echo(f"recipematch: error: {e}", err=True)
+        sys.exit(2)
+
+
+def open_params(params_path: Path, root: Path, keys: tuple[str, ...]):
+    """Read ``params.yaml`` once, checked whole, restricted to ``keys``.
+
+    Raises:
+        RecipematchError: missing file or any bad key (named).
+    """
+    from recipematch.config import load_params
+
+    p = params_path if params_path.is_absolute() else root / params_path
+    if not p.exists():
+        raise RecipematchError(f"parameters file {p} does not exist (--params is relative to --root)")
+    return load_params(p).view(keys), Layout(root.resolve())
+
+
+def stage(name: str, keys: tuple[str, ...], *options: Callable) -> Callable:
+    """Decorator turning ``run(params_view, layout, **options) -> summary`` into the stage's
+    click command (see the module docstring). ``options`` are click option decorators."""
+
+    def deco(run: Callable[..., Any]) -> click.Command:
+        @click.command(name, help=(run.__doc__ or "").strip().split("\n\n")[0])
+        @click.option("--params", "params_path", type=click.Path(dir_okay=False, path_type=Path),
+                      default=Path("params.yaml"), show_default=True, help="Parameters file (relative to --root).")
+        @click.option("--root", type=click.Path(file_okay=False, path_type=Path), default=Path("."),
+                      show_default=True, help="Project root; every stage path is relative to it.")
+        @click.option("--debug", is_flag=True, help="Show a traceback for user errors too.")
+        @functools.wraps(run)
+        def command(params_path: Path, root: Path, debug: bool, **opts: Any) -> None:
+            offline_env()
+            if not logging.getLogger().handlers:
+                logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+
+            def go():
+                p, lay = open_params(params_path, root, keys)
+                return run(p, lay, **opts)
+
+            out = run_guarded(go, debug=debug)
+            click.echo(json.dumps(out, indent=1, sort_keys=True, ensure_ascii=False, default=str))
+
+        for o in reversed(options):
+            command = o(command)
+        command.params_keys = keys  # type: ignore[attr-defined]
+        return command
+
+    return deco
+
+
+arm_option = click.option("--arm", required=True, help="An arm named in params.yaml `arms`.")
+progress_option = click.option("--progress/--no-progress", default=True, show_default=True,
+                               help="Progress bars on stderr.")
+
+
+# --------------------------------------------------------------------------- run records
+
+def _versions() -> dict[str, str]:
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = {"python": platform.python_version(), "recipematch": __version__}
+    for pkg in ("torch", "transformers", "sentence-transformers", "sympy", "dvc", "mlflow", "great-expectations", "pandas"):
+        try:
+            out[pkg] = version(pkg)
+        except PackageNotFoundError:
+            out[pkg] = "absent"
+    return out
+
+
+def write_run_record(out_dir: Path, stage_name: str, config: Any, inputs: Mapping[str, Path],
+                     counts: Mapping[str, Any]) -> None:
+    """The stage's run record: the params it read, package versions, input hashes, counts.
+
+    It lives inside the stage's DVC output, so it holds nothing that changes without the
+    output changing: no timestamps, no git revision, no command line (DVC's lock file and
+    the MLflow runs' ``git_rev`` tags carry those)."""
+    from recipematch.io import sha256_tree, write_json
+
+    hashes = {}
+    for key, path in sorted(inputs.items()):
+        hashes[key] = sha256_tree(path) if Path(path).exists() else "missing"
+    write_json(out_dir / "run_record.json", {
+        "stage": stage_name, "config": config, "versions": _versions(), "input_sha256": hashes, "counts": counts,
+    })
+
+
+def check_device(key: str, device: str) -> None:
+    """A CUDA or MPS device must exist on this machine.
+
+    Raises:
+        RecipematchError: naming the params key.
+    """
+    if device == "cpu":
+        return
+    import torch
+
+    if device == "cuda" and not torch.cuda.is_available():
+        raise RecipematchError(f"{key}: cuda requested but this machine has no CUDA device (set it to cpu)")
+    if device == "mps" and not torch.backends.mps.is_available():
+        raise RecipematchError(f"{key}: mps requested but this machine has no MPS device (set it to cpu)")

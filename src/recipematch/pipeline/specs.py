@@ -1,0 +1,41 @@
+"""Stage ``specs``: one cell spec per arm (paper Tables 1, 9, 11–12)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+
+from recipematch.errors import RecipematchError
+from recipematch.io import write_json
+from recipematch.pipeline.door import Layout, stage
+
+PARAMS = ("arms", "positives", "negatives", "negatives_volume")
+
+
+def arm_spec(p, arm: str):
+    """The cell an arm names: a named cell, or ``cell`` = ``positives`` × ``negatives`` ×
+    ``negatives_volume``.
+
+    Raises:
+        RecipematchError: an unknown arm.
+    """
+    from recipematch.rules import NAMED_ARMS, CellSpec
+
+    if arm == "cell":
+        return CellSpec(p.positives, p.negatives, p.negatives_volume)
+    if arm not in NAMED_ARMS:
+        raise RecipematchError(f"unknown arm {arm!r}; named arms are {sorted(NAMED_ARMS)} plus 'cell'")
+    return NAMED_ARMS[arm]
+
+
+def run(p, lay: Layout) -> dict:
+    """Stage 5a: write one cell spec per arm (``artifacts/specs/<arm>.json``), so that changing
+    the cell under test changes only ``cell.json`` and DVC reruns only that arm's stages."""
+    out = {}
+    for a in p.arms:
+        spec = arm_spec(p, a)
+        out[a] = {"arm": a, "name": spec.name, **asdict(spec)}
+        write_json(lay.specs(a), out[a])
+    return out
+
+
+main = stage("specs", PARAMS)(run)
