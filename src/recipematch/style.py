@@ -554,17 +554,21 @@ def similarity_style_spearman(similarities, style_scores, *, mask=None) -> np.nd
         raise RecipematchError("style tracking: similarities must be finite")
     m = _check_mask(mask, s.shape)
     if m is None or not m.any():
-        rs = rankdata(s, axis=1)
-        rt = np.broadcast_to(rankdata(t), s.shape)
+        # no document left out: the style ranks are shared by every query
+        a = rankdata(s, axis=1)
+        a -= a.mean(axis=1, keepdims=True)
+        b = rankdata(t)
+        b -= b.mean()
+        num = a @ b
+        den = np.sqrt(np.einsum("ij,ij->i", a, a) * float(b @ b))
     else:
-        s = np.where(m, np.nan, s)
-        rs = rankdata(s, axis=1, nan_policy="omit")
+        rs = rankdata(np.where(m, np.nan, s), axis=1, nan_policy="omit")
         rt = rankdata(np.where(m, np.nan, np.broadcast_to(t, s.shape)), axis=1, nan_policy="omit")
+        a = np.nan_to_num(rs - np.nanmean(rs, axis=1, keepdims=True))  # left-out entries -> 0
+        b = np.nan_to_num(rt - np.nanmean(rt, axis=1, keepdims=True))
+        num = np.einsum("ij,ij->i", a, b)
+        den = np.sqrt(np.einsum("ij,ij->i", a, a) * np.einsum("ij,ij->i", b, b))
     with np.errstate(invalid="ignore", divide="ignore"):
-        a = rs - np.nanmean(rs, axis=1, keepdims=True)
-        b = rt - np.nanmean(rt, axis=1, keepdims=True)
-        num = np.nansum(a * b, axis=1)
-        den = np.sqrt(np.nansum(a * a, axis=1) * np.nansum(b * b, axis=1))
         rho = np.where(den > 0, num / np.where(den > 0, den, 1.0), np.nan)
     return np.clip(rho, -1.0, 1.0)
 
@@ -598,8 +602,19 @@ def top_k_style_percentile(similarities, style_scores, *, k: int, mask=None) -> 
         raise RecipematchError(f"style tracking: top_k must be in [1, {available}] (unmasked documents per query), got {k}")
     if m is not None:
         s = np.where(m, -np.inf, s)
-    top = np.argsort(-s, axis=1, kind="stable")[:, : int(k)]
-    return style_percentiles(t)[top].mean(axis=1)
+    return style_percentiles(t)[_top_k_indices(s, int(k))].mean(axis=1)
+
+
+def _top_k_indices(s: np.ndarray, k: int) -> np.ndarray:
+    """Row-wise indices of the ``k`` largest values, ties broken by the lower index: the same
+    set as ``np.argsort(-s, kind="stable")[:, :k]``, found in linear time per row."""
+    n = s.shape[1]
+    kth = np.partition(s, n - k, axis=1)[:, n - k][:, None]  # the k-th largest value per row
+    above = s > kth
+    tied = s == kth
+    need = k - above.sum(axis=1, keepdims=True)  # >= 1: how many tied entries to take
+    take = above | (tied & (np.cumsum(tied, axis=1) <= need))
+    return np.nonzero(take)[1].reshape(s.shape[0], k)
 
 
 def sample_queries(n_total: int, n_sample: int, *, seed: int) -> np.ndarray:
