@@ -106,7 +106,8 @@ def main(argv=None) -> int:
     rep_d4, _, _ = run_style_probe(organic, {"d4": rewrites["d4"]}, train_prompt="d4", **probe)
     out["probe_seconds"] = round(time.perf_counter() - t0, 2)
     print(f"\nDetector fitted on D1 ({len(rep_d1.split.train)} train / {len(rep_d1.split.test)} held-out sources, "
-          f"seed {args.seed}, {args.n_boot} replicates over held-out source ids, {100 * args.level:g}% CI):")
+          f"seed {args.seed}, {args.n_boot} replicates over held-out source ids, {100 * args.level:g}% CI; "
+          f"{rep_d1.n_heldout_twins} held-out organic texts equal a training text):")
     print(fmt_row(rep_d1, "d1"))
     print(fmt_row(rep_d1, "d4"))
     print(f"Detector fitted on D4's own rewrites ({len(rep_d4.split.train)} train / {len(rep_d4.split.test)} held-out):")

@@ -175,6 +175,7 @@ def test_perfectly_separable_texts_give_auc_one():
     organic, rewrites = _separable(40)
     report, det, _ = run_style_probe(organic, {"d1": rewrites}, train_prompt="d1", test_fraction=0.25, seed=3,
                                      n_boot=500, level=0.95, **PROBE)
+    assert report.n_heldout_twins == 0
     row = report.row("d1")
     for auc in (row.stripped, row.unstripped):
         assert (auc.auc, auc.low, auc.high) == (1.0, 1.0, 1.0)
@@ -264,6 +265,19 @@ def test_run_style_probe_is_deterministic_and_serialises_flat():
         assert key in m
     c, _, _ = run_style_probe(organic, {"d1": d1}, seed=2, **args)
     assert c.split.test != a.split.test
+
+
+def test_run_style_probe_counts_heldout_twins_of_training_texts():
+    organic, d1 = _separable(20)
+    split = split_sources(organic, test_fraction=0.25, seed=9)
+    # one held-out source's organic text is a training source's text under another id, up to
+    # a "Problem:" header that stripping removes
+    organic[split.test[0]] = "Problem: " + organic[split.train[0]]
+    report, _, _ = run_style_probe(organic, {"d1": d1}, train_prompt="d1", test_fraction=0.25, seed=9,
+                                   n_boot=50, level=0.95, **PROBE)
+    assert report.split == split
+    assert report.n_heldout_twins == 1
+    assert report.to_metrics()["n_heldout_twins"] == 1
 
 
 def test_run_style_probe_rejects_bad_input():

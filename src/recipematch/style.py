@@ -399,6 +399,9 @@ class StyleProbeReport:
         rows: one :class:`StyleProbeRow` per prompt, the training prompt first, then the
             others in sorted order.
         ngram_range, C, max_iter: the detector's parameters.
+        n_heldout_twins: held-out organic texts whose stripped text equals a training
+            document's (organic or rewrite). The split is by source id, so a problem filed
+            under two ids can sit on both sides (Appendix C: 20 of 1,282 in the paper).
     """
 
     train_prompt: str
@@ -407,6 +410,7 @@ class StyleProbeReport:
     ngram_range: tuple[int, int]
     C: float
     max_iter: int
+    n_heldout_twins: int
 
     def row(self, prompt: str) -> StyleProbeRow:
         for r in self.rows:
@@ -418,7 +422,8 @@ class StyleProbeReport:
         """Flat JSON-ready dict, e.g. ``{"d1.auc": ..., "d1.unstripped.auc_low": ...}``."""
         out: dict = {"train_prompt": self.train_prompt, **self.split.to_metrics(),
                      "ngram_min": self.ngram_range[0], "ngram_max": self.ngram_range[1],
-                     "C": float(self.C), "max_iter": int(self.max_iter)}
+                     "C": float(self.C), "max_iter": int(self.max_iter),
+                     "n_heldout_twins": int(self.n_heldout_twins)}
         for r in self.rows:
             out.update(r.to_metrics())
         return out
@@ -489,8 +494,11 @@ def run_style_probe(organic: Mapping[str, str], rewrites: Mapping[str, Sequence[
             aucs[k] = bootstrap_auc(np.r_[neg_scores[k], pos_scores], labels, groups,
                                     n_boot=n_boot, seed=seed, level=level)
         out_rows.append(StyleProbeRow(prompt=prompt, stripped=aucs["stripped"], unstripped=aucs["unstripped"]))
+    seen = {strip_artefacts(t) for t in train_organic + train_rewrites}
+    twins = sum(strip_artefacts(t) in seen for t in test_organic)
     report = StyleProbeReport(train_prompt=train_prompt, split=split, rows=tuple(out_rows),
-                              ngram_range=det["stripped"].ngram_range, C=float(C), max_iter=int(max_iter))
+                              ngram_range=det["stripped"].ngram_range, C=float(C), max_iter=int(max_iter),
+                              n_heldout_twins=int(twins))
     return report, det["stripped"], det["unstripped"]
 
 
