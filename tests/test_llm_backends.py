@@ -11,12 +11,14 @@ from collections.abc import Callable, Iterator
 import pytest
 from test_llm_support import MODEL, SAMPLING, ChatServer, ScriptedBackend, fake_vllm_module, fixture_corpus
 
+from recipematch.errors import RecipematchError
 from recipematch.llm.backends import (
     GenerationBackend,
     GenerationRequest,
     GenerationResult,
     OpenAICompatibleBackend,
     ReplayBackend,
+    ServerUnreachableError,
     VLLMBackend,
     normalise_sampling,
 )
@@ -289,13 +291,23 @@ def test_http_slow_answer_times_out_then_recovers(served) -> None:
     assert time.monotonic() - t < 2.5  # waiting out two slow answers would take 3 s
 
 
-def test_http_connection_refused() -> None:
+def test_http_connection_refused_raises_naming_the_url_after_retries() -> None:
     srv = ChatServer()
     port = srv.port
     srv.httpd.server_close()  # the port is now closed
-    b = OpenAICompatibleBackend(f"http://127.0.0.1:{port}", MODEL, max_retries=1, backoff=0, timeout_s=1)
-    req = gen_request("0000", "x")
-    assert b.generate([req])[0].error == "connection_error"
+    sleeps: list[float] = []
+    b = OpenAICompatibleBackend(f"http://127.0.0.1:{port}", MODEL, max_retries=2, backoff=0.25, timeout_s=1,
+                                concurrency=1, sleep=sleeps.append)
+    reqs = [gen_request(f"s{i}", f"problem {i}") for i in range(5)]
+    delivered: dict[int, GenerationResult] = {}
+    with pytest.raises(ServerUnreachableError, match=f"http://127.0.0.1:{port}/v1/chat/completions") as ei:
+        b.generate(reqs, on_result=lambda i, r: delivered.__setitem__(i, r))
+    assert isinstance(ei.value, RecipematchError) and "5 of 5 calls" in str(ei.value)
+    # every result was delivered first (the store keeps what it can), all connection errors
+    assert sorted(delivered) == [0, 1, 2, 3, 4] and {r.error for r in delivered.values()} == {"connection_error"}
+    # the first call used its retries; the others were not sent against the dead address
+    assert sorted(r.attempts for r in delivered.values()) == [0, 0, 0, 0, 3]
+    assert sleeps == [0.25, 0.5]
 
 
 def test_http_concurrency_is_bounded(corpus: dict[str, str]) -> None:
@@ -314,10 +326,12 @@ def test_http_constructor_validation() -> None:
 # ------------------------------------------------------------------ vLLM
 
 
-def test_vllm_missing_gives_clear_import_error(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_vllm_missing_gives_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "vllm", None)  # makes `import vllm` raise ImportError
-    with pytest.raises(ImportError, match="separate GPU environment"):
+    with pytest.raises(RecipematchError, match="vLLM is not installed in this environment; run `vllm serve` and use "
+                                                "backend: openai") as ei:
         VLLMBackend(MODEL)
+    assert isinstance(ei.value, ImportError)
 
 
 def test_backends_module_does_not_import_vllm() -> None:

@@ -471,7 +471,7 @@ def test_hostile_answers_over_http_keep_every_in_flight_result(corpus, tmp_path:
         be = OpenAICompatibleBackend(srv.base_url, MODEL, concurrency=3, max_retries=0, timeout_s=30)
         rows, _failures, counts = run_d1(corpus, be, store)
         assert counts["generate"] == {"requests": 9, "from_store": 0, "sent": 9, "answered": 6,
-                                      "failed": {"http_404": 3}}
+                                      "failed": {"http_400": 3}}
         assert counts["parse"]["rejected"] == {"invalid_json": 2, "invalid_text": 1}
         assert [r["source_id"] for r in rows] == ["002r", "00cz", "01bq"]
         raw = {json.loads(ln)["source_id"]: json.loads(ln) for ln in store.read_text("utf-8").splitlines()

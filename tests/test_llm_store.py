@@ -171,7 +171,7 @@ def test_kill_9_mid_write_then_resume(tmp_path: Path, tear_at: int) -> None:
     store_path = tmp_path / "run.jsonl"
     (tmp_path / "sources.json").write_text(json.dumps(sources), encoding="utf-8")
 
-    with ChatServer(answers) as srv:  # unreleased sources: it answers 404, stored as http_404
+    with ChatServer(answers) as srv:  # unreleased sources: it answers 400 (a final failure), stored as http_400
         child = subprocess.Popen(
             [sys.executable, "-c", CHILD, srv.base_url, str(store_path), str(tear_at), str(tmp_path / "sources.json")],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,

@@ -122,7 +122,7 @@ class ChatServer:
                 kind = "ok"
             if kind == "ok":
                 if k not in self.answers:
-                    self._send(h, 404, b'{"error": "no such request"}')
+                    self._send(h, 400, b'{"error": "no such request"}')  # final, like a refused request
                     return
                 self._send(h, 200, self._completion(self.answers[k], "stop"))
             elif kind == "text":

@@ -1,17 +1,22 @@
-"""The LLM-written arms: generate, parse, judge, keep (SPEC §3.2; rows as SPEC §3).
+"""The LLM-written arms: generate, parse, judge, keep (paper Sections 3 and 5; Appendix C for
+the controls, Appendix F for the prompts).
 
-:func:`run_llm_pairs` runs one arm (one prompt of D1–D5 or the unrelated near-miss prompt)
-over a list of sources; :func:`run_llm_pairs_separate_calls` is the separate-calls variant of
-D1; :func:`judge_agreement` tabulates two judges; :func:`self_test` is the worker gate.
+:func:`run_llm_pairs` runs one arm (one prompt of D1–D5, the unrelated near-miss prompt, or a
+user's own prompt) over a list of sources; :func:`run_llm_pairs_separate_calls` is the
+separate-calls variant of D1; :func:`run_second_judge` re-judges an arm's candidates with a
+second judge and :func:`judge_agreement` tabulates the two judges (Appendix C, the two-judge
+control); :func:`self_test` is the worker gate.
 
-Keep rule (SPEC §3.2, "our reading of the paper's keep rule"): a positive is kept when the
+Keep rule (Section 3; our reading of the paper's keep rule): a positive is kept when the
 judge says ``equivalent``; a near-miss is kept when the judge says ``not_equivalent``. A
 judge call that fails or whose answer does not parse keeps nothing. A source whose
 positive is not kept yields no row (its kept near-misses are then unused and counted).
 
 Every call goes through the :class:`~recipematch.llm.store.CallStore`: a request already
 stored is never sent again, so a rerun (or a resumed, killed run) answers from the store
-and gives byte-identical rows.
+and gives byte-identical rows. A stored failure that no model answered (a connection error,
+a time-out, an exhausted 429/5xx, a refused key: ``is_retry_later``) is sent again by the
+next run; nothing answered is ever paid twice.
 
 One item never takes the stage down: every answer is stored whatever its parse does (a
 parser that raises is recorded as the outcome ``parser_exception``); an answer that cannot
@@ -30,18 +35,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from recipematch.errors import RecipematchError
 from recipematch.llm.backends import GenerationBackend, GenerationRequest, GenerationResult, normalise_sampling
 from recipematch.llm.parsing import (
     JudgeOutcome,
     ParsedItem,
     ParseOutcome,
+    PromptSchema,
     json_schema_for,
     normalise_for_compare,
     parse_answer,
     parse_judge,
     schema_for,
 )
-from recipematch.llm.prompts import PromptTemplate, load_prompt, split_d1_prompt
+from recipematch.llm.prompts import CustomPrompt, PromptTemplate, load_prompt, split_d1_prompt
 from recipematch.llm.recordings import ORIGIN_IMPLIED_JUDGE, candidate_key
 from recipematch.llm.store import CallStore, make_record
 
@@ -52,6 +59,9 @@ __all__ = [
     "run_llm_pairs_separate_calls",
     "build_generation_requests",
     "judge_agreement",
+    "run_second_judge",
+    "TwoJudgeResult",
+    "arm_candidates",
     "self_test",
     "recorded_items_from_store",
     "rows_to_jsonl",
@@ -84,6 +94,7 @@ class _Call:
     schema_name: str
     n_pos: int
     n_neg: int
+    schema: PromptSchema | None = None  # a user's prompt; None = SCHEMAS[schema_name]
 
 
 def _validate_sources(sources: Sequence[tuple[str, str]]) -> dict[str, str]:
@@ -117,19 +128,36 @@ def build_generation_requests(
     sampling: Mapping[str, Any],
     seed: int,
     variant: int = 0,
+    chat_template_kwargs: Mapping[str, Any] | None = None,
+    custom_prompt: CustomPrompt | None = None,
 ) -> list[GenerationRequest]:
     """The generation requests of an arm, one per source, in input order.
 
     The prompt is rendered with ``n_pos``, ``n_neg`` and ``problem`` (only the slots the
-    template has); ``response_schema`` is :func:`~recipematch.llm.parsing.json_schema_for`.
+    template has); ``response_schema`` is :func:`~recipematch.llm.parsing.json_schema_for`;
+    ``chat_template_kwargs`` (e.g. ``{"enable_thinking": False}``) ride on every request.
+    ``custom_prompt`` replaces the shipped prompt (its name must equal ``prompt_name``).
     """
-    t = load_prompt(prompt_name)
-    return [_gen_request(_Call(t, prompt_name, n_pos, n_neg), sid, text, model_id, sampling, seed, variant)
+    call = _arm_call(prompt_name, n_pos, n_neg, custom_prompt)
+    return [_gen_request(call, sid, text, model_id, sampling, seed, variant, chat_template_kwargs)
             for sid, text in sources]
 
 
+def _arm_call(prompt_name: str, n_pos: int, n_neg: int, custom_prompt: CustomPrompt | None) -> _Call:
+    if custom_prompt is None:
+        return _Call(load_prompt(prompt_name), prompt_name, n_pos, n_neg)
+    if custom_prompt.role != "generator" or custom_prompt.schema is None:
+        raise RecipematchError(f"{custom_prompt.sidecar}: prompt {custom_prompt.name!r} is a {custom_prompt.role} "
+                               "prompt, not a generator prompt")
+    if custom_prompt.name != prompt_name:
+        raise RecipematchError(f"prompt_name {prompt_name!r} differs from the custom prompt's name "
+                               f"{custom_prompt.name!r} ({custom_prompt.sidecar})")
+    return _Call(custom_prompt.template, prompt_name, n_pos, n_neg, custom_prompt.schema)
+
+
 def _gen_request(
-    call: _Call, sid: str, text: str, model_id: str, sampling: Mapping[str, Any], seed: int, variant: int = 0
+    call: _Call, sid: str, text: str, model_id: str, sampling: Mapping[str, Any], seed: int, variant: int = 0,
+    chat_template_kwargs: Mapping[str, Any] | None = None,
 ) -> GenerationRequest:
     system, user = call.template.render(**_render_slots(call.template, call.n_pos, call.n_neg, text))
     return GenerationRequest(
@@ -142,7 +170,8 @@ def _gen_request(
         sampling=sampling,
         seed=seed,
         model_id=model_id,
-        response_schema=json_schema_for(call.schema_name, call.n_pos, call.n_neg),
+        response_schema=json_schema_for(call.schema_name, call.n_pos, call.n_neg, schema=call.schema),
+        chat_template_kwargs=chat_template_kwargs,
     )
 
 
@@ -187,7 +216,7 @@ def _through_store(
     queued: set[str] = set()
     for r in requests:
         k = r.key
-        if k not in store and k not in queued:
+        if (k not in store or store.supersedable(k)) and k not in queued:
             todo.append(r)
             queued.add(k)
     bar = _Progress(len(todo), desc, progress)
@@ -213,7 +242,7 @@ def _through_store(
             on_result(i, res)
     finally:
         bar.close()
-    records = [store.get(r.key) or unstored.get(r.key) for r in requests]
+    records = [unstored.get(r.key) or store.get(r.key) for r in requests]
     assert all(rec is not None for rec in records)
     return records, {"requests": len(requests), "from_store": len(requests) - len(todo), "sent": len(todo)}  # type: ignore[return-value]
 
@@ -243,17 +272,18 @@ def _stand_in_record(req: GenerationRequest, res: GenerationResult, e: BaseExcep
             "finish_reason": res.finish_reason, "detail": _exc_text(e), "parse": None}
 
 
-def _safe_parse_answer(call: _Call, raw: str, anchor: str, require_tags: bool) -> ParseOutcome:
+def _safe_parse_answer(call: _Call, raw: str, anchor: str, require_tags: bool, preamble: bool = False) -> ParseOutcome:
     try:
         return parse_answer(call.schema_name, raw, n_pos=call.n_pos, n_neg=call.n_neg, anchor=anchor,
-                            require_tags=require_tags)
+                            require_tags=require_tags, allow_reasoning_preamble=preamble, schema=call.schema)
     except Exception as e:  # noqa: BLE001 - a parser bug fails this answer, not the stage
         return ParseOutcome(ok=False, reason="parser_exception", detail=_exc_text(e))
 
 
-def _safe_parse_judge(raw: str, origin: str | None) -> JudgeOutcome:
+def _safe_parse_judge(raw: str, origin: str | None, preamble: bool = False) -> JudgeOutcome:
     try:
-        return parse_judge(raw, allow_null_confidence=origin == ORIGIN_IMPLIED_JUDGE)
+        return parse_judge(raw, allow_null_confidence=origin == ORIGIN_IMPLIED_JUDGE,
+                           allow_reasoning_preamble=preamble)
     except Exception as e:  # noqa: BLE001 - a parser bug fails this judgment, not the stage
         return JudgeOutcome(ok=False, reason="parser_exception", detail=_exc_text(e))
 
@@ -261,6 +291,26 @@ def _safe_parse_judge(raw: str, origin: str | None) -> JudgeOutcome:
 def _judge_block(rec: Mapping[str, Any], judge_t: PromptTemplate) -> dict[str, Any]:
     return {"verdict": None, "confidence": None, "model_id": rec["model_id"], "prompt_sha256": judge_t.sha256,
             "origin": rec["origin"]}
+
+
+def _judge_template(judge_prompt: CustomPrompt | None) -> PromptTemplate:
+    if judge_prompt is None:
+        return load_prompt("judge")
+    if judge_prompt.role != "judge":
+        raise RecipematchError(f"{judge_prompt.sidecar}: prompt {judge_prompt.name!r} is a {judge_prompt.role} "
+                               "prompt, not a judge prompt")
+    return judge_prompt.template
+
+
+def _judge_request(
+    judge_t: PromptTemplate, sid: str, anchor: str, candidate: str, sampling: Mapping[str, Any], seed: int,
+    model_id: str, schema: Mapping[str, Any], chat_template_kwargs: Mapping[str, Any] | None,
+) -> GenerationRequest:
+    system, user = judge_t.render(anchor=anchor, candidate=candidate)
+    return GenerationRequest(
+        prompt_name=judge_t.name, prompt_sha256=judge_t.sha256,
+        system=system, user=user, source_id=sid, variant=candidate_key(candidate), sampling=sampling, seed=seed,
+        model_id=model_id, response_schema=schema, chat_template_kwargs=chat_template_kwargs)
 
 
 def run_llm_pairs_detailed(
@@ -280,6 +330,11 @@ def run_llm_pairs_detailed(
     progress: bool = True,
     judge_sampling: Mapping[str, Any] | None = None,
     separate_calls: bool = False,
+    chat_template_kwargs: Mapping[str, Any] | None = None,
+    judge_chat_template_kwargs: Mapping[str, Any] | None = None,
+    allow_reasoning_preamble: bool = False,
+    custom_prompt: CustomPrompt | None = None,
+    judge_prompt: CustomPrompt | None = None,
 ) -> ArmResult:
     """:func:`run_llm_pairs` that also returns the per-candidate judgments.
 
@@ -287,6 +342,17 @@ def run_llm_pairs_detailed(
     source, the positives-only and the near-misses-only cut of D1
     (:func:`~recipematch.llm.prompts.split_d1_prompt`), rendered with ``n_neg=0`` and
     ``n_pos=0`` respectively; each row item then carries its own call's prompt name and hash.
+
+    Serving options (Section 3's generator and judge run behind a server at scale):
+    ``chat_template_kwargs`` / ``judge_chat_template_kwargs`` ride on every generation /
+    judge request (e.g. Qwen3's ``{"enable_thinking": False}``; part of each request's key);
+    ``allow_reasoning_preamble`` lets both parsers skip a ``<think>`` block or other text
+    before the JSON (the JSON is checked as strictly as ever). A user's own prompts:
+    ``custom_prompt`` (role generator; its name must equal ``prompt_name``) and
+    ``judge_prompt`` (role judge) from :func:`~recipematch.llm.prompts.load_custom_prompt`.
+
+    Raises:
+        RecipematchError: a custom prompt of the wrong role or name.
     """
     texts = _validate_sources(sources)
     if n_pos < 1 or n_neg < 0:
@@ -299,11 +365,12 @@ def run_llm_pairs_detailed(
         pos_t, neg_t = split_d1_prompt(load_prompt("d1_recipe"))
         calls = [_Call(pos_t, pos_t.name, n_pos, 0)] + ([_Call(neg_t, neg_t.name, 0, n_neg)] if n_neg else [])
     else:
-        sch = schema_for(prompt_name)
+        call0 = _arm_call(prompt_name, n_pos, n_neg, custom_prompt)
+        sch = call0.schema if call0.schema is not None else schema_for(prompt_name)
         if sch.negatives_key is None and n_neg:
             raise ValueError(f"{prompt_name} writes positives only; n_neg must be 0")
-        calls = [_Call(load_prompt(prompt_name), prompt_name, n_pos, n_neg)]
-    judge_t = load_prompt("judge")
+        calls = [call0]
+    judge_t = _judge_template(judge_prompt)
     sids = sorted(texts)
 
     failures: list[dict[str, Any]] = []
@@ -318,12 +385,13 @@ def run_llm_pairs_detailed(
 
     with CallStore(store_path) as store:
         for call in calls:
-            reqs = [_gen_request(call, s, texts[s], model_id, sampling, seed) for s in sids]
+            reqs = [_gen_request(call, s, texts[s], model_id, sampling, seed, 0, chat_template_kwargs) for s in sids]
 
             def gen_summary(req: GenerationRequest, res: GenerationResult, _c: _Call = call) -> dict[str, Any] | None:
                 if res.raw_text is None:
                     return None
-                return _safe_parse_answer(_c, res.raw_text, texts[req.source_id], require_tags).summary()
+                return _safe_parse_answer(_c, res.raw_text, texts[req.source_id], require_tags,
+                                          allow_reasoning_preamble).summary()
 
             recs, c = _through_store(store, backend, reqs, gen_summary, progress=progress,
                                      desc=f"generate {call.template.name}")
@@ -338,7 +406,8 @@ def run_llm_pairs_detailed(
                                      "reason": rec["error"]})
                     continue
                 gen_counts["answered"] += 1
-                out: ParseOutcome = _safe_parse_answer(call, rec["raw_text"], texts[sid], require_tags)
+                out: ParseOutcome = _safe_parse_answer(call, rec["raw_text"], texts[sid], require_tags,
+                                                       allow_reasoning_preamble)
                 if not out.ok:
                     parse_rejected[out.reason] += 1
                     failures.append({"source_id": sid, "stage": "parse",
@@ -385,11 +454,8 @@ def run_llm_pairs_detailed(
             for role, items in (("positive", pos_items[sid]), ("near_miss", neg_items[sid])):
                 for call, it, gen_model in items:
                     try:
-                        system, user = judge_t.render(anchor=texts[sid], candidate=it.text)
-                        jreq = GenerationRequest(
-                            prompt_name="judge", prompt_sha256=judge_t.sha256, system=system, user=user,
-                            source_id=sid, variant=candidate_key(it.text), sampling=judge_sampling, seed=seed,
-                            model_id=judge_model_id, response_schema=jschema)
+                        jreq = _judge_request(judge_t, sid, texts[sid], it.text, judge_sampling, seed, judge_model_id,
+                                              jschema, judge_chat_template_kwargs)
                     except Exception as e:  # noqa: BLE001 - one bad candidate must not stop the stage
                         tallies[role]["candidates"] += 1
                         tallies[role]["judge_failed"] += 1
@@ -405,7 +471,7 @@ def run_llm_pairs_detailed(
         def judge_summary(req: GenerationRequest, res: GenerationResult) -> dict[str, Any] | None:
             if res.raw_text is None:
                 return None
-            return _safe_parse_judge(res.raw_text, res.origin).summary()
+            return _safe_parse_judge(res.raw_text, res.origin, allow_reasoning_preamble).summary()
 
         jrecs, jc = _through_store(store, judge_backend, judge_reqs, judge_summary, progress=progress, desc="judge")
 
@@ -432,7 +498,7 @@ def run_llm_pairs_detailed(
             judgments.append(judgment)
             continue
         judge_answered += 1
-        jo = _safe_parse_judge(rec["raw_text"], rec["origin"])
+        jo = _safe_parse_judge(rec["raw_text"], rec["origin"], allow_reasoning_preamble)
         if not jo.ok:
             judge_parse_rejected[jo.reason] += 1
             tally["judge_failed"] += 1
@@ -516,8 +582,9 @@ def run_llm_pairs(
     seed: int,
     require_tags: bool,
     progress: bool = True,
+    **serving: Any,
 ) -> tuple[list[dict], list[dict], dict]:
-    """Build one LLM-written arm (SPEC §3.2): render, generate, parse, judge, keep.
+    """Build one LLM-written arm (paper Sections 3 and 5): render, generate, parse, judge, keep.
 
     Args:
         sources: ``(source_id, problem text)`` pairs; ids unique, texts non-empty.
@@ -533,6 +600,9 @@ def run_llm_pairs(
         seed: sampling seed sent with every call.
         require_tags: parse per-item annotations strictly (False for the peer's release).
         progress: progress bars on stderr.
+        **serving: ``judge_sampling``, ``chat_template_kwargs``,
+            ``judge_chat_template_kwargs``, ``allow_reasoning_preamble``, ``custom_prompt``,
+            ``judge_prompt`` as in :func:`run_llm_pairs_detailed`.
 
     Returns:
         ``(rows, failures, counts)``:
@@ -568,7 +638,7 @@ def run_llm_pairs(
     res = run_llm_pairs_detailed(
         sources, prompt_name=prompt_name, n_pos=n_pos, n_neg=n_neg, backend=backend,
         judge_backend=judge_backend, store_path=store_path, model_id=model_id, judge_model_id=judge_model_id,
-        sampling=sampling, seed=seed, require_tags=require_tags, progress=progress,
+        sampling=sampling, seed=seed, require_tags=require_tags, progress=progress, **serving,
     )
     return res.rows, res.failures, res.counts
 
@@ -587,8 +657,9 @@ def run_llm_pairs_separate_calls(
     seed: int,
     require_tags: bool,
     progress: bool = True,
+    **serving: Any,
 ) -> tuple[list[dict], list[dict], dict]:
-    """The separate-calls variant of the recipe arm (SPEC §3.2; paper App. C "exact_split"):
+    """The separate-calls variant of the recipe arm (paper Appendix C, "exact_split"):
     D1 cut into a positives-only call and a near-misses-only call per source (see
     :func:`~recipematch.llm.prompts.split_d1_prompt`); same judge and keep rule. Rows and
     failures as :func:`run_llm_pairs`; the positive's ``generator`` is
@@ -598,7 +669,7 @@ def run_llm_pairs_separate_calls(
     res = run_llm_pairs_detailed(
         sources, prompt_name="d1_recipe", n_pos=n_pos, n_neg=n_neg, backend=backend,
         judge_backend=judge_backend, store_path=store_path, model_id=model_id, judge_model_id=judge_model_id,
-        sampling=sampling, seed=seed, require_tags=require_tags, progress=progress, separate_calls=True,
+        sampling=sampling, seed=seed, require_tags=require_tags, progress=progress, separate_calls=True, **serving,
     )
     return res.rows, res.failures, res.counts
 
@@ -611,19 +682,23 @@ def rows_to_jsonl(rows: Iterable[Mapping[str, Any]]) -> str:
     return "".join(json.dumps(r, ensure_ascii=False, allow_nan=False) + "\n" for r in rows)
 
 
-def _kappa(a: int, b: int, c: int, d: int) -> float | None:
-    """Cohen's kappa of a 2x2 table [[a, b], [c, d]] (a = both accept, d = neither)."""
-    n = a + b + c + d
-    if n == 0:
+def _kappa(labels_a: list[int], labels_b: list[int]) -> float | None:
+    """Cohen's kappa of two label lists (:func:`sklearn.metrics.cohen_kappa_score`);
+    ``None`` when it is undefined (no items, or chance agreement 1: both judges gave one
+    and the same label to everything)."""
+    if not labels_a:
         return None
-    po = (a + d) / n
-    p1, p2 = (a + b) / n, (a + c) / n
-    pe = p1 * p2 + (1 - p1) * (1 - p2)
-    return None if math.isclose(pe, 1.0) else (po - pe) / (1 - pe)
+    if len(set(labels_a) | set(labels_b)) == 1:
+        return None
+    from sklearn.metrics import cohen_kappa_score
+
+    k = float(cohen_kappa_score(labels_a, labels_b))
+    return None if math.isnan(k) else k
 
 
 def judge_agreement(first: Sequence[Mapping[str, Any]], second: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """Agreement table of two judges over the same candidates (SPEC §3.2, paper App. C R12-a).
+    """Agreement table of two judges over the same candidates (paper Appendix C, the
+    two-judge control R12-a).
 
     Args:
         first, second: judgment records ``{source_id, role, candidate_key, verdict}``
@@ -641,12 +716,14 @@ def judge_agreement(first: Sequence[Mapping[str, Any]], second: Sequence[Mapping
           ``not_equivalent`` for a near-miss; a missing verdict is not an accept, as the
           paper counted unparsed second-judge verdicts "as not verified");
         * ``agreement`` = (both_accept + neither) / n (fraction in [0, 1]) and
-          ``cohen_kappa`` on that 2x2 table (``None`` when undefined);
+          ``cohen_kappa`` on that 2x2 table (:func:`sklearn.metrics.cohen_kappa_score` over
+          the accept/not-accept labels; ``None`` when undefined);
         * ``accept_rate_first`` / ``accept_rate_second`` (fractions);
         * ``exact_verdict_agreement``: fraction with the same label among
           {equivalent, not_equivalent, missing};
-        * ``opposite_verdicts``: both judged and disagree (the binary analogue of a
-          "0 against 2" disagreement); ``one_missing``: exactly one verdict missing;
+        * ``opposite_verdicts``: both judged and disagree — the "0 against 2" disagreements
+          (with a binary judge a disagreement between two verdicts is always the full
+          0-vs-2 kind); ``one_missing``: exactly one verdict missing;
           ``missing_first`` / ``missing_second``.
         Fractions are ``None`` when ``n == 0``.
 
@@ -671,11 +748,15 @@ def judge_agreement(first: Sequence[Mapping[str, Any]], second: Sequence[Mapping
 
     def table(keys: list[tuple[str, str, str]]) -> dict[str, Any]:
         c: Counter = Counter()
+        la: list[int] = []
+        lb: list[int] = []
         for k in keys:
             role = k[1]
             keep = "equivalent" if role == "positive" else "not_equivalent"
             va, vb = a[k], b[k]
             acc_a, acc_b = va == keep, vb == keep
+            la.append(int(acc_a))
+            lb.append(int(acc_b))
             c["both_accept" if acc_a and acc_b else "only_first_accepts" if acc_a else
               "only_second_accepts" if acc_b else "neither"] += 1
             c["same_label"] += va == vb
@@ -688,7 +769,7 @@ def judge_agreement(first: Sequence[Mapping[str, Any]], second: Sequence[Mapping
         frac = (lambda x: x / n) if n else (lambda x: None)
         return {
             "n": n, "both_accept": ba, "only_first_accepts": of, "only_second_accepts": os_, "neither": ne,
-            "agreement": frac(ba + ne), "cohen_kappa": _kappa(ba, of, os_, ne),
+            "agreement": frac(ba + ne), "cohen_kappa": _kappa(la, lb),
             "accept_rate_first": frac(ba + of), "accept_rate_second": frac(ba + os_),
             "exact_verdict_agreement": frac(c["same_label"]), "opposite_verdicts": c["opposite_verdicts"],
             "one_missing": c["one_missing"], "missing_first": c["missing_first"], "missing_second": c["missing_second"],
