@@ -77,9 +77,9 @@ class ArmResult:
         failures: ``{source_id, stage, item, reason}`` records, one per failed thing.
         counts: per-reason and total counts (see :func:`run_llm_pairs`).
         judgments: one record per judged candidate ``{source_id, role, index, prompt_name,
-            candidate_key, verdict, confidence, origin, model_id, prompt_sha256, error}``
+            candidate_key, text, verdict, confidence, origin, model_id, prompt_sha256, error}``
             (``verdict`` ``None`` when the call failed or did not parse); the input of
-            :func:`judge_agreement`.
+            :func:`judge_agreement` and :func:`run_second_judge`.
     """
 
     rows: list[dict[str, Any]]
@@ -485,8 +485,9 @@ def run_llm_pairs_detailed(
         tally["candidates"] += 1
         jblock = _judge_block(rec, judge_t)
         judgment = {"source_id": sid, "role": role, "index": it.index, "prompt_name": call.template.name,
-                    "candidate_key": req.variant, "verdict": None, "confidence": None, "origin": rec["origin"],
-                    "model_id": rec["model_id"], "prompt_sha256": judge_t.sha256, "error": None}
+                    "candidate_key": req.variant, "text": it.text, "verdict": None, "confidence": None,
+                    "origin": rec["origin"], "model_id": rec["model_id"], "prompt_sha256": judge_t.sha256,
+                    "error": None}
         item_ref = {"role": role, "index": it.index, "prompt_name": call.template.name,
                     "candidate_key": req.variant, "text": it.text}
         if rec["raw_text"] is None:
@@ -832,3 +833,216 @@ def recorded_items_from_store(
                 if len(out) >= limit:
                     break
     return out
+
+
+# ------------------------------------------------------------------ the second judge (Appendix C)
+
+
+def arm_candidates(rows: Sequence[Mapping[str, Any]], failures: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The first judge's judgments, rebuilt from an arm's written rows and failures (for
+    when :attr:`ArmResult.judgments` was not kept).
+
+    Kept positives and near-misses come from ``rows`` (with the verdict in their ``judge``
+    block), rejected candidates from the ``judge``-stage failures ``judged_equivalent`` /
+    ``judged_not_equivalent``, and candidates whose judge call failed or did not parse from
+    the other ``judge``-stage failures (verdict ``None``). Not recoverable from these files:
+    near-misses the first judge kept for a source whose positive it rejected (they are
+    counted as ``negatives_unused_no_positive`` and written nowhere); pass
+    :attr:`ArmResult.judgments` to :func:`run_second_judge` to include them.
+
+    Returns:
+        Records ``{source_id, role, candidate_key, text, verdict, confidence}``, one per
+        candidate, sorted by ``(source_id, role, candidate_key)``.
+
+    Raises:
+        RecipematchError: a row or failure lacks the fields named above (the message says
+            which, by position).
+    """
+    out: dict[tuple[str, str, str], dict[str, Any]] = {}
+
+    def add(sid: str, role: str, text: str, verdict: str | None, conf: Any) -> None:
+        k = candidate_key(text)
+        out.setdefault((sid, role, k), {"source_id": sid, "role": role, "candidate_key": k, "text": text,
+                                        "verdict": verdict, "confidence": conf})
+
+    for i, r in enumerate(rows):
+        try:
+            j = r["positive_provenance"]["judge"] or {}
+            add(r["source_id"], "positive", r["positive"], j.get("verdict"), j.get("confidence"))
+            for n in r["negatives"]:
+                nj = n["judge"] or {}
+                add(r["source_id"], "near_miss", n["text"], nj.get("verdict"), nj.get("confidence"))
+        except (KeyError, TypeError) as e:
+            raise RecipematchError(f"row {i}: not an LLM-arm row (missing {e})") from None
+    for i, f in enumerate(failures):
+        if f.get("stage") != "judge":
+            continue
+        item = f.get("item") or {}
+        if not isinstance(item.get("text"), str) or item.get("role") not in ("positive", "near_miss"):
+            raise RecipematchError(f"failure {i}: a judge failure without the candidate's role and text")
+        reason = f.get("reason")
+        verdict = {"judged_equivalent": "equivalent", "judged_not_equivalent": "not_equivalent"}.get(reason)
+        add(f["source_id"], item["role"], item["text"], verdict, None)
+    return [out[k] for k in sorted(out)]
+
+
+@dataclass
+class TwoJudgeResult:
+    """What :func:`run_second_judge` produced.
+
+    Attributes:
+        rows: the two-judge row set: each first-judge row whose positive the second judge
+            also accepts (judged ``equivalent``), with only the near-misses it also accepts
+            (judged ``not_equivalent``); every kept item carries the second verdict as
+            ``judge_2`` beside its ``judge`` block. Same order as the input rows.
+        judgments_second: one record per candidate, as :attr:`ArmResult.judgments`.
+        agreement: :func:`judge_agreement` of the first and second judgments.
+        failures: ``{source_id, stage: "judge_2", item, reason}`` for each second-judge
+            call that failed or did not parse.
+        counts: ``candidates``, ``requests``/``from_store``/``sent``, ``answered``,
+            ``failed`` by code, ``parse_rejected`` by reason, ``rows_in``, ``rows``,
+            ``negatives_in``, ``negatives``.
+    """
+
+    rows: list[dict[str, Any]]
+    judgments_second: list[dict[str, Any]]
+    agreement: dict[str, Any]
+    failures: list[dict[str, Any]]
+    counts: dict[str, Any]
+
+
+def run_second_judge(
+    rows: Sequence[Mapping[str, Any]],
+    candidates: Sequence[Mapping[str, Any]],
+    sources: Mapping[str, str],
+    *,
+    judge_backend: GenerationBackend,
+    store_path: str | Path,
+    judge_model_id: str,
+    sampling: Mapping[str, Any],
+    seed: int,
+    chat_template_kwargs: Mapping[str, Any] | None = None,
+    allow_reasoning_preamble: bool = False,
+    judge_prompt: CustomPrompt | None = None,
+    progress: bool = False,
+) -> TwoJudgeResult:
+    """Re-judge every candidate of an arm with a second judge (paper Appendix C, the
+    two-judge control: every candidate row of the recipe arm re-judged by a judge of another
+    vendor under the same judge prompt; a cell trained on the rows both judges admit).
+
+    Every kept pair is among the candidates, so every kept pair is re-judged; the
+    candidates the first judge rejected are re-judged too, which the agreement table needs.
+
+    Args:
+        rows: the arm's rows (first judge), e.g. ``pairs/d1_recipe.jsonl``.
+        candidates: the first judge's judgments with their texts: :attr:`ArmResult.judgments`
+            or :func:`arm_candidates`. Each ``{source_id, role, candidate_key, text,
+            verdict}``; ``candidate_key`` must be :func:`candidate_key` of ``text``.
+        sources: source id → anchor text (the corpus problems), for every candidate.
+        judge_backend: the second judge's backend (its own server, model and key: an
+            :class:`~recipematch.llm.backends.OpenAICompatibleBackend`; or a
+            :class:`~recipematch.llm.backends.ReplayBackend` over recordings of the second
+            judge, e.g. :func:`recipematch.llm.recordings.recordings_from_store` of a live run).
+        store_path: the second judge's own call store (resumable; nothing paid twice).
+        judge_model_id: the second judge's model id (recorded; the backend refuses others).
+        sampling: ``{temperature, top_p, max_tokens}``. seed: sent with every call.
+        chat_template_kwargs / allow_reasoning_preamble / judge_prompt: as in
+            :func:`run_llm_pairs_detailed` (``judge_prompt`` defaults to the shipped judge).
+        progress: a progress bar on stderr.
+
+    Returns:
+        A :class:`TwoJudgeResult`; ``rows`` are byte-identical across reruns.
+
+    Raises:
+        RecipematchError: a candidate without text, with a key that does not match its
+            text, listed twice, or whose source has no anchor text.
+    """
+    judge_t = _judge_template(judge_prompt)
+    sampling = normalise_sampling(sampling)
+    jschema = json_schema_for("judge", 0, 0)
+    seen: set[tuple[str, str, str]] = set()
+    reqs: list[GenerationRequest] = []
+    for i, c in enumerate(candidates):
+        text, sid, role = c.get("text"), c.get("source_id"), c.get("role")
+        if not isinstance(text, str) or role not in ("positive", "near_miss") or not isinstance(sid, str):
+            raise RecipematchError(f"candidate {i}: needs source_id, role (positive/near_miss) and text")
+        if c.get("candidate_key") != candidate_key(text):
+            raise RecipematchError(f"candidate {i} (source {sid}): candidate_key {c.get('candidate_key')!r} is not "
+                                   "the key of its text")
+        k = (sid, role, c["candidate_key"])
+        if k in seen:
+            raise RecipematchError(f"candidate {i}: {k} listed twice")
+        seen.add(k)
+        if sid not in sources:
+            raise RecipematchError(f"candidate {i}: source {sid!r} has no anchor text")
+        reqs.append(_judge_request(judge_t, sid, sources[sid], text, sampling, seed, judge_model_id, jschema,
+                                   chat_template_kwargs))
+
+    def summary(req: GenerationRequest, res: GenerationResult) -> dict[str, Any] | None:
+        if res.raw_text is None:
+            return None
+        return _safe_parse_judge(res.raw_text, res.origin, allow_reasoning_preamble).summary()
+
+    with CallStore(store_path) as store:
+        recs, c = _through_store(store, judge_backend, reqs, summary, progress=progress, desc="second judge")
+
+    failed: Counter = Counter()
+    rejected: Counter = Counter()
+    failures: list[dict[str, Any]] = []
+    second: list[dict[str, Any]] = []
+    verdicts: dict[tuple[str, str, str], dict[str, Any]] = {}
+    answered = 0
+    for cand, req, rec in zip(candidates, reqs, recs):
+        j = {"source_id": cand["source_id"], "role": cand["role"], "index": cand.get("index"),
+             "prompt_name": cand.get("prompt_name"), "candidate_key": req.variant, "text": cand["text"],
+             "verdict": None, "confidence": None, "origin": rec["origin"], "model_id": rec["model_id"],
+             "prompt_sha256": judge_t.sha256, "error": None}
+        item = {"role": cand["role"], "candidate_key": req.variant, "text": cand["text"]}
+        if rec["raw_text"] is None:
+            failed[rec["error"]] += 1
+            j["error"] = rec["error"]
+            failures.append({"source_id": cand["source_id"], "stage": "judge_2",
+                             "item": {**item, "detail": rec["detail"]}, "reason": rec["error"]})
+        else:
+            answered += 1
+            jo = _safe_parse_judge(rec["raw_text"], rec["origin"], allow_reasoning_preamble)
+            if jo.ok:
+                j["verdict"], j["confidence"] = jo.verdict, jo.confidence
+            else:
+                rejected[jo.reason] += 1
+                j["error"] = f"parse:{jo.reason}"
+                failures.append({"source_id": cand["source_id"], "stage": "judge_2",
+                                 "item": {**item, "detail": jo.detail}, "reason": f"judge_answer_{jo.reason}"})
+        second.append(j)
+        verdicts[(cand["source_id"], cand["role"], req.variant)] = j
+
+    def block(j: Mapping[str, Any] | None) -> dict[str, Any] | None:
+        if j is None:
+            return None
+        return {"verdict": j["verdict"], "confidence": j["confidence"], "model_id": j["model_id"],
+                "prompt_sha256": j["prompt_sha256"], "origin": j["origin"]}
+
+    out_rows: list[dict[str, Any]] = []
+    neg_in = neg_out = 0
+    for r in rows:
+        sid = r["source_id"]
+        pj = verdicts.get((sid, "positive", candidate_key(r["positive"])))
+        neg_in += len(r["negatives"])
+        if pj is None or pj["verdict"] != "equivalent":
+            continue
+        negs = []
+        for n in r["negatives"]:
+            nj = verdicts.get((sid, "near_miss", candidate_key(n["text"])))
+            if nj is not None and nj["verdict"] == "not_equivalent":
+                negs.append({**n, "judge_2": block(nj)})
+        neg_out += len(negs)
+        out_rows.append({**r, "positive_provenance": {**r["positive_provenance"], "judge_2": block(pj)},
+                         "negatives": negs})
+    counts = {"candidates": len(reqs), **c, "answered": answered, "failed": dict(sorted(failed.items())),
+              "parse_rejected": dict(sorted(rejected.items())), "rows_in": len(rows), "rows": len(out_rows),
+              "negatives_in": neg_in, "negatives": neg_out}
+    agreement = judge_agreement(
+        [{"source_id": x["source_id"], "role": x["role"], "candidate_key": x["candidate_key"],
+          "verdict": x.get("verdict")} for x in candidates], second)
+    return TwoJudgeResult(rows=out_rows, judgments_second=second, agreement=agreement, failures=failures,
+                          counts=counts)

@@ -300,7 +300,7 @@ def _section(lines: list[str], start_prefix: str, end_prefix: str) -> tuple[int,
 
 
 def split_d1_prompt(d1: PromptTemplate) -> tuple[PromptTemplate, PromptTemplate]:
-    """Cut D1 into a positives-only and a near-misses-only prompt (SPEC §3.2, paper App. C).
+    """Cut D1 into a positives-only and a near-misses-only prompt (paper Appendix C).
 
     The paper cut the Appendix-F prompt "by string surgery ... every surviving line verbatim
     D1's". Our surgery deletes whole lines and changes none:
