@@ -630,7 +630,8 @@ def _parse_answer(
 class JudgeOutcome:
     """Result of :func:`parse_judge`: ``ok``; ``verdict`` (``"equivalent"`` /
     ``"not_equivalent"``); ``confidence`` (float in [0, 1], or ``None`` = not recorded);
-    ``reason_text`` (the judge's sentence); on failure ``reason``/``detail``."""
+    ``reason_text`` (the judge's sentence); on failure ``reason``/``detail``;
+    ``preamble_chars`` as in :class:`ParseOutcome`."""
 
     ok: bool
     verdict: str | None = None
@@ -638,9 +639,14 @@ class JudgeOutcome:
     reason_text: str | None = None
     reason: str | None = None
     detail: str | None = None
+    preamble_chars: int = 0
 
     def summary(self) -> dict[str, Any]:
-        return asdict(self)
+        """The short form kept in the call store (``preamble_chars`` only when non-zero)."""
+        d = asdict(self)
+        if not d["preamble_chars"]:
+            del d["preamble_chars"]
+        return d
 
 
 def parse_judge(
@@ -667,8 +673,9 @@ def parse_judge(
 
 
 def _parse_judge(raw_text: str | None, *, allow_null_confidence: bool, allow_preamble: bool = False) -> JudgeOutcome:
+    preamble = 0
     try:
-        obj, _ = _load_json_object(raw_text, allow_preamble=allow_preamble)  # type: ignore[arg-type]
+        obj, preamble = _load_json_object(raw_text, allow_preamble=allow_preamble)  # type: ignore[arg-type]
         _check_keys(obj, ("verdict", "confidence", "reason"))
         verdict, conf, reason = obj["verdict"], obj["confidence"], obj["reason"]
         if verdict not in JUDGE_VERDICTS:
@@ -681,6 +688,7 @@ def _parse_judge(raw_text: str | None, *, allow_null_confidence: bool, allow_pre
         if not isinstance(reason, str):
             raise _Reject("wrong_type", "reason is not a string")
     except _Reject as r:
-        return JudgeOutcome(ok=False, reason=r.reason, detail=r.detail)
-    return JudgeOutcome(ok=True, verdict=verdict, confidence=None if conf is None else float(conf), reason_text=reason)
+        return JudgeOutcome(ok=False, reason=r.reason, detail=r.detail, preamble_chars=preamble)
+    return JudgeOutcome(ok=True, verdict=verdict, confidence=None if conf is None else float(conf), reason_text=reason,
+                        preamble_chars=preamble)
 
