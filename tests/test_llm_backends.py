@@ -439,3 +439,44 @@ def test_contract_a_raising_callback_does_not_lose_other_results(make_backend: F
     with pytest.raises(RuntimeError, match="store exploded"):
         backend.generate(reqs, on_result=on_result)
     assert delivered == {i: f"answer {r.source_id}" for i, r in enumerate(reqs)}
+
+
+def test_vllm_passes_chat_template_kwargs_per_batch(monkeypatch: pytest.MonkeyPatch, corpus: dict[str, str]) -> None:
+    plain = [gen_request(s, corpus[s]) for s in ["0004", "000d"]]
+    off = [GenerationRequest(**{**r.__dict__, "chat_template_kwargs": {"enable_thinking": False}}) for r in plain]
+    vllm, sp = fake_vllm_module({(r.system, r.user): "ok" for r in plain})
+    seen_kwargs: list[dict] = []
+    real_chat = vllm.LLM.chat
+
+    def chat(self, messages, sampling_params=None, use_tqdm=True, **kw):  # noqa: ANN001
+        seen_kwargs.append(kw)
+        return real_chat(self, messages, sampling_params=sampling_params, use_tqdm=use_tqdm)
+
+    monkeypatch.setattr(vllm.LLM, "chat", chat)
+    monkeypatch.setitem(sys.modules, "vllm", vllm)
+    monkeypatch.setitem(sys.modules, "vllm.sampling_params", sp)
+    res = VLLMBackend(MODEL, batch_size=8).generate([plain[0], off[0], plain[1], off[1]])
+    assert [r.raw_text for r in res] == ["ok"] * 4
+    assert seen_kwargs == [{}, {"chat_template_kwargs": {"enable_thinking": False}}]
+
+
+def test_http_api_key_from_named_variable_and_redacted(monkeypatch: pytest.MonkeyPatch, served) -> None:
+    srv, reqs = served
+    monkeypatch.setenv("RM_TEST_KEY", "sk-abc-123")
+    b = http_backend(srv, api_key_env="RM_TEST_KEY")
+    assert b.generate(reqs[:1])[0].raw_text == "answer 0004"
+    assert srv.headers[-1]["Authorization"] == "Bearer sk-abc-123"
+    assert "sk-abc-123" not in repr(b) and "RM_TEST_KEY" in repr(b)
+    with pytest.raises(ValueError, match="at most one"):
+        OpenAICompatibleBackend(srv.base_url, MODEL, api_key="k", api_key_env="RM_TEST_KEY")
+
+
+def test_request_key_includes_chat_template_kwargs_only_when_given(corpus: dict[str, str]) -> None:
+    base = gen_request("0004", corpus["0004"])
+    off = GenerationRequest(**{**base.__dict__, "chat_template_kwargs": {"enable_thinking": False}})
+    on = GenerationRequest(**{**base.__dict__, "chat_template_kwargs": {"enable_thinking": True}})
+    assert len({base.key, off.key, on.key}) == 3
+    # a request without it keeps the key it had before the field existed (existing stores stay valid)
+    assert GenerationRequest(**{**base.__dict__, "chat_template_kwargs": None}).key == base.key
+    with pytest.raises(ValueError, match="JSON values"):
+        GenerationRequest(**{**base.__dict__, "chat_template_kwargs": {"x": {1, 2}}})
