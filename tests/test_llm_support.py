@@ -136,6 +136,8 @@ class ChatServer:
             self._send(h, 404, json.dumps({"error": f"The model `{body.get('model')}` does not exist."}).encode())
             return
         msgs = body["messages"]
+        if len(msgs) == 1:  # no system message was sent (a prompt without one)
+            msgs = [{"role": "system", "content": ""}, *msgs]
         k = message_key(msgs[0]["content"], msgs[1]["content"])
         with self._lock:
             self.hits[k] += 1
