@@ -1,4 +1,4 @@
-"""recipematch.llm.depth: character-3-gram Jaccard (paraphrase depth, SPEC §8)."""
+"""recipematch.llm.depth: character-3-gram Jaccard (paraphrase depth, paper Appendix A)."""
 
 from __future__ import annotations
 

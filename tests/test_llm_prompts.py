@@ -19,7 +19,11 @@ from recipematch.llm.prompts import (
 )
 
 PKG_PROMPTS = resources.files("recipematch").joinpath("prompts")
-SHARED_PROMPTS = Path("/work/shared/prompts")
+# the project's original copies, when a checkout has them (a ``shared/`` folder beside the repo
+# or inside it); without them the recorded SHA-256 in the package are the reference
+SHARED_PROMPTS = next((p for p in (Path(__file__).resolve().parents[1] / "shared" / "prompts",
+                                   Path(__file__).resolve().parents[2] / "shared" / "prompts") if p.is_dir()),
+                      Path("shared/prompts"))
 ARM_PROMPTS = ["d1_recipe", "d2_paraphrase", "d3_style", "d4_restatement", "d5_survey", "unrelated_negatives", "judge"]
 # a problem text that would break if it went through str.format a second time
 TRICKY = "Find all $f$ with $f^{2}(x) = {n_pos}$ and {{y}} \\frac{a}{b}; caf\u00e9 \u2014 \u6570\u5b66\n  end "
