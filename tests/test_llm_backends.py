@@ -478,5 +478,7 @@ def test_request_key_includes_chat_template_kwargs_only_when_given(corpus: dict[
     assert len({base.key, off.key, on.key}) == 3
     # a request without it keeps the key it had before the field existed (existing stores stay valid)
     assert GenerationRequest(**{**base.__dict__, "chat_template_kwargs": None}).key == base.key
+    empty = GenerationRequest(**{**base.__dict__, "chat_template_kwargs": {}})
+    assert empty.key == base.key and empty.chat_template_kwargs is None
     with pytest.raises(ValueError, match="JSON values"):
         GenerationRequest(**{**base.__dict__, "chat_template_kwargs": {"x": {1, 2}}})

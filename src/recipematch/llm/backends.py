@@ -184,7 +184,7 @@ class GenerationRequest:
         chat_template_kwargs: optional keyword arguments for the server's chat template,
             e.g. ``{"enable_thinking": False}`` for Qwen3 (sent as the request body's
             ``chat_template_kwargs``; part of the request key when given, since it changes
-            the answer). JSON values only.
+            the answer). JSON values only; an empty mapping is the same as ``None``.
     """
 
     prompt_name: str
@@ -201,6 +201,8 @@ class GenerationRequest:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "sampling", normalise_sampling(self.sampling))
+        if isinstance(self.chat_template_kwargs, Mapping) and not self.chat_template_kwargs:
+            object.__setattr__(self, "chat_template_kwargs", None)  # {} sends nothing: the same request as None
         if self.chat_template_kwargs is not None:
             if not isinstance(self.chat_template_kwargs, Mapping) or not all(
                 isinstance(k, str) for k in self.chat_template_kwargs

@@ -58,7 +58,7 @@ class ServerSpec:
         structured_output: ask the server for JSON-schema-constrained decoding.
         chat_template_kwargs: sent with every request of this server's role, e.g.
             ``{"enable_thinking": False}`` for Qwen3 (JSON values; part of each request's
-            key in the call store). ``None``: not sent.
+            key in the call store). ``None`` or ``{}``: not sent.
     """
 
     base_url: str
@@ -72,6 +72,8 @@ class ServerSpec:
     chat_template_kwargs: Mapping[str, Any] | None = field(default=None)
 
     def __post_init__(self) -> None:
+        if isinstance(self.chat_template_kwargs, Mapping) and not self.chat_template_kwargs:
+            object.__setattr__(self, "chat_template_kwargs", None)  # params' {} means "send nothing"
         if not isinstance(self.base_url, str) or not self.base_url.strip():
             raise RecipematchError("a server's base_url is empty; give http://host:port of the OpenAI-compatible "
                                    "server (e.g. the one `vllm serve` started)")
