@@ -11,12 +11,14 @@ from collections.abc import Callable, Iterator
 import pytest
 from test_llm_support import MODEL, SAMPLING, ChatServer, ScriptedBackend, fake_vllm_module, fixture_corpus
 
+from recipematch.errors import RecipematchError
 from recipematch.llm.backends import (
     GenerationBackend,
     GenerationRequest,
     GenerationResult,
     OpenAICompatibleBackend,
     ReplayBackend,
+    ServerUnreachableError,
     VLLMBackend,
     normalise_sampling,
 )
@@ -289,13 +291,23 @@ def test_http_slow_answer_times_out_then_recovers(served) -> None:
     assert time.monotonic() - t < 2.5  # waiting out two slow answers would take 3 s
 
 
-def test_http_connection_refused() -> None:
+def test_http_connection_refused_raises_naming_the_url_after_retries() -> None:
     srv = ChatServer()
     port = srv.port
     srv.httpd.server_close()  # the port is now closed
-    b = OpenAICompatibleBackend(f"http://127.0.0.1:{port}", MODEL, max_retries=1, backoff=0, timeout_s=1)
-    req = gen_request("0000", "x")
-    assert b.generate([req])[0].error == "connection_error"
+    sleeps: list[float] = []
+    b = OpenAICompatibleBackend(f"http://127.0.0.1:{port}", MODEL, max_retries=2, backoff=0.25, timeout_s=1,
+                                concurrency=1, sleep=sleeps.append)
+    reqs = [gen_request(f"s{i}", f"problem {i}") for i in range(5)]
+    delivered: dict[int, GenerationResult] = {}
+    with pytest.raises(ServerUnreachableError, match=f"http://127.0.0.1:{port}/v1/chat/completions") as ei:
+        b.generate(reqs, on_result=lambda i, r: delivered.__setitem__(i, r))
+    assert isinstance(ei.value, RecipematchError) and "5 of 5 calls" in str(ei.value)
+    # every result was delivered first (the store keeps what it can), all connection errors
+    assert sorted(delivered) == [0, 1, 2, 3, 4] and {r.error for r in delivered.values()} == {"connection_error"}
+    # the first call used its retries; the others were not sent against the dead address
+    assert sorted(r.attempts for r in delivered.values()) == [0, 0, 0, 0, 3]
+    assert sleeps == [0.25, 0.5]
 
 
 def test_http_concurrency_is_bounded(corpus: dict[str, str]) -> None:
@@ -314,10 +326,12 @@ def test_http_constructor_validation() -> None:
 # ------------------------------------------------------------------ vLLM
 
 
-def test_vllm_missing_gives_clear_import_error(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_vllm_missing_gives_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "vllm", None)  # makes `import vllm` raise ImportError
-    with pytest.raises(ImportError, match="separate GPU environment"):
+    with pytest.raises(RecipematchError, match="vLLM is not installed in this environment; run `vllm serve` and use "
+                                                "backend: openai") as ei:
         VLLMBackend(MODEL)
+    assert isinstance(ei.value, ImportError)
 
 
 def test_backends_module_does_not_import_vllm() -> None:
@@ -425,3 +439,46 @@ def test_contract_a_raising_callback_does_not_lose_other_results(make_backend: F
     with pytest.raises(RuntimeError, match="store exploded"):
         backend.generate(reqs, on_result=on_result)
     assert delivered == {i: f"answer {r.source_id}" for i, r in enumerate(reqs)}
+
+
+def test_vllm_passes_chat_template_kwargs_per_batch(monkeypatch: pytest.MonkeyPatch, corpus: dict[str, str]) -> None:
+    plain = [gen_request(s, corpus[s]) for s in ["0004", "000d"]]
+    off = [GenerationRequest(**{**r.__dict__, "chat_template_kwargs": {"enable_thinking": False}}) for r in plain]
+    vllm, sp = fake_vllm_module({(r.system, r.user): "ok" for r in plain})
+    seen_kwargs: list[dict] = []
+    real_chat = vllm.LLM.chat
+
+    def chat(self, messages, sampling_params=None, use_tqdm=True, **kw):  # noqa: ANN001
+        seen_kwargs.append(kw)
+        return real_chat(self, messages, sampling_params=sampling_params, use_tqdm=use_tqdm)
+
+    monkeypatch.setattr(vllm.LLM, "chat", chat)
+    monkeypatch.setitem(sys.modules, "vllm", vllm)
+    monkeypatch.setitem(sys.modules, "vllm.sampling_params", sp)
+    res = VLLMBackend(MODEL, batch_size=8).generate([plain[0], off[0], plain[1], off[1]])
+    assert [r.raw_text for r in res] == ["ok"] * 4
+    assert seen_kwargs == [{}, {"chat_template_kwargs": {"enable_thinking": False}}]
+
+
+def test_http_api_key_from_named_variable_and_redacted(monkeypatch: pytest.MonkeyPatch, served) -> None:
+    srv, reqs = served
+    monkeypatch.setenv("RM_TEST_KEY", "sk-abc-123")
+    b = http_backend(srv, api_key_env="RM_TEST_KEY")
+    assert b.generate(reqs[:1])[0].raw_text == "answer 0004"
+    assert srv.headers[-1]["Authorization"] == "Bearer sk-abc-123"
+    assert "sk-abc-123" not in repr(b) and "RM_TEST_KEY" in repr(b)
+    with pytest.raises(ValueError, match="at most one"):
+        OpenAICompatibleBackend(srv.base_url, MODEL, api_key="k", api_key_env="RM_TEST_KEY")
+
+
+def test_request_key_includes_chat_template_kwargs_only_when_given(corpus: dict[str, str]) -> None:
+    base = gen_request("0004", corpus["0004"])
+    off = GenerationRequest(**{**base.__dict__, "chat_template_kwargs": {"enable_thinking": False}})
+    on = GenerationRequest(**{**base.__dict__, "chat_template_kwargs": {"enable_thinking": True}})
+    assert len({base.key, off.key, on.key}) == 3
+    # a request without it keeps the key it had before the field existed (existing stores stay valid)
+    assert GenerationRequest(**{**base.__dict__, "chat_template_kwargs": None}).key == base.key
+    empty = GenerationRequest(**{**base.__dict__, "chat_template_kwargs": {}})
+    assert empty.key == base.key and empty.chat_template_kwargs is None
+    with pytest.raises(ValueError, match="JSON values"):
+        GenerationRequest(**{**base.__dict__, "chat_template_kwargs": {"x": {1, 2}}})

@@ -358,3 +358,62 @@ def test_duplicates_differing_only_by_invisible_characters() -> None:
     # visible differences still count
     assert normalise_for_compare("x\u00b2") != normalise_for_compare("x2")
     assert normalise_for_compare("a\u200bb c") == "ab c"
+
+
+# ------------------------------------------------------------------ reasoning preamble (Qwen3 thinking mode)
+
+THINK = '<think>\nLet me rename $x$; note \\frac{a}{b} and {"draft": 1} and a stray " quote.\n</think>\n\n'
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [THINK + GOOD, "Here is the JSON:\n" + GOOD, THINK + "Final answer:\n" + GOOD + "\n\n", "  " + GOOD],
+)
+def test_preamble_skipped_and_the_json_parsed_as_strictly(raw: str) -> None:
+    out = parse(raw, allow_reasoning_preamble=True)
+    ref = parse(GOOD)
+    assert out.ok and (out.positives, out.negatives, out.item_rejections) == (ref.positives, ref.negatives, ())
+    assert out.preamble_chars == len(raw.strip()) - len(GOOD)
+    assert ("preamble_chars" in out.summary()) == (out.preamble_chars > 0)
+
+
+@pytest.mark.parametrize(
+    ("raw", "reason"),
+    [
+        ("<think>\nstill thinking when the tokens ran out {x}", "reasoning_unclosed"),
+        ("<think>\n" + GOOD, "reasoning_unclosed"),  # the JSON sits inside the unclosed block
+        (THINK + "So the answer is above.", "no_json_after_preamble"),
+        (THINK + GOOD + "\nHope this helps!", "no_json_after_preamble"),
+        (THINK + "```json\n" + GOOD + "\n```", "code_fence"),
+        (THINK + "the set {1, 2}", "invalid_json"),
+        (THINK + GOOD[:-40] + "}", "no_json_after_preamble"),  # its closing brace opens nowhere
+        # the schema is not loosened behind a preamble
+        (THINK + GOOD[:-1] + ', "notes": "x"}', "unexpected_field"),
+        (THINK + d1_answer([], []), "wrong_positive_count"),
+        (THINK + GOOD.replace('"original_problem": "Find', '"original_problem": "Find', 1)[:-1]
+         + ', "original_problem": "again"}', "duplicate_key"),
+        (THINK + '{"original_problem": NaN, "equivalent_variants": [], "near_miss_variants": []}', "invalid_json"),
+    ],
+)
+def test_preamble_without_valid_json_is_still_a_failure(raw: str, reason: str) -> None:
+    out = parse(raw, allow_reasoning_preamble=True)
+    assert (out.ok, out.reason) == (False, reason) and out.detail
+
+
+def test_preamble_is_leading_text_without_the_switch() -> None:
+    assert parse(THINK + GOOD).reason == "leading_text"
+
+
+def test_judge_preamble() -> None:
+    ans = '{"verdict": "equivalent", "confidence": 0.9, "reason": "same"}'
+    out = parse_judge(THINK + ans, allow_reasoning_preamble=True)
+    assert (out.ok, out.verdict, out.preamble_chars) == (True, "equivalent", len(THINK))
+    assert parse_judge(THINK + ans).reason == "leading_text"
+    assert parse_judge(THINK + ans[:-1] + ', "x": 1}', allow_reasoning_preamble=True).reason == "unexpected_field"
+    assert parse_judge("<think> ...", allow_reasoning_preamble=True).reason == "reasoning_unclosed"
+
+
+def test_preamble_scan_is_bounded_on_hostile_input() -> None:
+    deep = "reasoning " + "[" * 5000 + "]" * 5000 + "}"
+    out = parse(deep, allow_reasoning_preamble=True)
+    assert not out.ok and out.reason in ("invalid_json", "no_json_after_preamble")

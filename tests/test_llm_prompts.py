@@ -9,15 +9,21 @@ from pathlib import Path
 import pytest
 
 from recipematch.llm.prompts import (
+    SHIPPED_FILE_SHA256,
     SPLIT_NEAR_MISSES_NAME,
     SPLIT_POSITIVES_NAME,
     available_prompts,
     load_prompt,
     split_d1_prompt,
+    verify_shipped_prompts,
 )
 
 PKG_PROMPTS = resources.files("recipematch").joinpath("prompts")
-SHARED_PROMPTS = Path("/work/shared/prompts")
+# the project's original copies, when a checkout has them (a ``shared/`` folder beside the repo
+# or inside it); without them the recorded SHA-256 in the package are the reference
+SHARED_PROMPTS = next((p for p in (Path(__file__).resolve().parents[1] / "shared" / "prompts",
+                                   Path(__file__).resolve().parents[2] / "shared" / "prompts") if p.is_dir()),
+                      Path("shared/prompts"))
 ARM_PROMPTS = ["d1_recipe", "d2_paraphrase", "d3_style", "d4_restatement", "d5_survey", "unrelated_negatives", "judge"]
 # a problem text that would break if it went through str.format a second time
 TRICKY = "Find all $f$ with $f^{2}(x) = {n_pos}$ and {{y}} \\frac{a}{b}; caf\u00e9 \u2014 \u6570\u5b66\n  end "
@@ -44,11 +50,34 @@ def test_pinned_template_hashes() -> None:
     assert load_prompt("judge").sha256.startswith("6bc502157046")
 
 
-@pytest.mark.skipif(not SHARED_PROMPTS.is_dir(), reason="shared prompts folder not present")
-@pytest.mark.parametrize("name", ARM_PROMPTS)
-def test_package_prompts_equal_shared_originals(name: str) -> None:
-    for part in ("system", "user"):
-        assert file_bytes(f"{name}.{part}.txt") == (SHARED_PROMPTS / f"{name}.{part}.txt").read_bytes()
+def test_package_prompt_files_match_their_recorded_sha256() -> None:
+    """Every shipped prompt file is byte for byte the Appendix-F text whose SHA-256 the
+    package records (works without the project's shared folder)."""
+    assert verify_shipped_prompts() == {}
+    for name, digest in SHIPPED_FILE_SHA256.items():
+        assert hashlib.sha256(file_bytes(name)).hexdigest() == digest
+    assert {f"{n}.{p}.txt" for n in ARM_PROMPTS for p in ("system", "user")} <= SHIPPED_FILE_SHA256.keys()
+
+
+def test_verify_shipped_prompts_detects_an_edit(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    import recipematch.llm.prompts as pm
+
+    for f in PKG_PROMPTS.iterdir():
+        (tmp_path / f.name).write_bytes(f.read_bytes())
+    (tmp_path / "judge.system.txt").write_bytes(file_bytes("judge.system.txt") + b" ")
+    (tmp_path / "d9_extra.system.txt").write_bytes(b"x")
+    (tmp_path / "d5_survey.user.txt").unlink()
+    monkeypatch.setattr(pm, "_prompt_dir", lambda: tmp_path)
+    problems = verify_shipped_prompts()
+    assert set(problems) == {"judge.system.txt", "d9_extra.system.txt", "d5_survey.user.txt"}
+    assert "differs" in problems["judge.system.txt"] and problems["d5_survey.user.txt"] == "missing"
+
+
+@pytest.mark.parametrize("name", sorted(SHIPPED_FILE_SHA256))
+def test_recorded_sha256_equal_the_shared_originals_when_present(name: str) -> None:
+    if not SHARED_PROMPTS.is_dir():
+        pytest.skip("the project's shared prompts folder is absent; the recorded SHA-256 are checked above")
+    assert hashlib.sha256((SHARED_PROMPTS / name).read_bytes()).hexdigest() == SHIPPED_FILE_SHA256[name]
 
 
 @pytest.mark.parametrize("name", ["d1_recipe", "d2_paraphrase", "d3_style", "unrelated_negatives"])

@@ -171,7 +171,7 @@ def test_kill_9_mid_write_then_resume(tmp_path: Path, tear_at: int) -> None:
     store_path = tmp_path / "run.jsonl"
     (tmp_path / "sources.json").write_text(json.dumps(sources), encoding="utf-8")
 
-    with ChatServer(answers) as srv:  # unreleased sources: it answers 404, stored as http_404
+    with ChatServer(answers) as srv:  # unreleased sources: it answers 400 (a final failure), stored as http_400
         child = subprocess.Popen(
             [sys.executable, "-c", CHILD, srv.base_url, str(store_path), str(tear_at), str(tmp_path / "sources.json")],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -234,3 +234,28 @@ def test_lone_surrogate_in_a_raw_answer_is_stored_and_read_back(tmp_path: Path) 
     with CallStore(path) as s:
         assert s.get(req(0).key)["raw_text"] == text and verify_record(s.get(req(0).key))
         assert s.get(req(1).key)["raw_text"] == "plain caf\u00e9"
+
+
+def test_a_failure_no_model_answered_is_superseded_by_a_later_answer(tmp_path: Path) -> None:
+    """A connection error or time-out was not paid for: a rerun sends the request again and
+    its answer supersedes the failure; a final failure (HTTP 400) or an answer never does."""
+    path = tmp_path / "s.jsonl"
+    with CallStore(path) as s:
+        s.append(rec(0, None, "timeout"))
+        s.append(rec(1, None, "http_400"))
+        s.append(rec(2, None, "http_503_exhausted"))
+        assert s.supersedable(req(0).key) and s.supersedable(req(2).key)
+        assert not s.supersedable(req(1).key) and not s.supersedable(req(9).key)
+        s.append(rec(0, "late answer"))
+        with pytest.raises(ValueError, match="already stored"):
+            s.append(rec(1, "answer"))
+        with pytest.raises(ValueError, match="already stored"):
+            s.append(rec(0, "a third answer"))  # an answer is final
+    with CallStore(path) as s:  # the file holds both lines of s0; the later one wins
+        assert path.read_bytes().count(b"\n") == 4
+        assert s.get(req(0).key)["raw_text"] == "late answer" and len(s) == 3
+        assert [r["source_id"] for r in s.records()] == ["s0", "s1", "s2"]
+    lines = path.read_bytes().splitlines(keepends=True)
+    path.write_bytes(b"".join(lines + [lines[1]]))  # a final failure repeated: corruption
+    with pytest.raises(StoreCorruptError, match="stored twice"):
+        CallStore(path)

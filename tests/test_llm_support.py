@@ -3,7 +3,10 @@
 * :class:`ChatServer`: an OpenAI-compatible ``/v1/chat/completions`` server on 127.0.0.1 at a
   random free port, started and stopped by the tests. It answers from a table
   ``(system, user) -> text`` and can be scripted per request to misbehave (HTTP 429/500,
-  malformed bodies, slow answers). It counts hits per request.
+  malformed bodies, slow answers). It counts hits per request. Optionally it serves only one
+  model (``model``: other model names get HTTP 404, as vLLM answers), requires an API key
+  (``required_key``: a request without it gets HTTP 401 whose body echoes the header it got,
+  as a careless server might), and lists its model at ``GET /v1/models``.
 * :func:`fake_vllm_module`: a stand-in ``vllm`` module whose ``LLM.chat`` answers from the
   same table, so :class:`VLLMBackend`'s batching and parameter mapping run without vLLM.
 * :class:`ScriptedBackend`: an in-memory backend driven by a function, counting calls.
@@ -22,10 +25,14 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+from conftest import RELEASE
+
 from recipematch.llm.backends import GenerationBackend, GenerationRequest, GenerationResult
 
 FIXTURES = Path(__file__).parent / "fixtures" / "llm"
-SHARED_RELEASE = Path("/work/shared/data/peer_release")
+#: The repository's own copy of the peer's release (``dvc pull data.dvc``); tests that read it
+#: call ``conftest.require_real_data(SHARED_RELEASE)`` (skipped locally, failed under CI).
+SHARED_RELEASE = RELEASE
 MODEL = "Qwen/Qwen3-32B-AWQ"
 SAMPLING = {"temperature": 0.7, "top_p": 0.8, "max_tokens": 4096}
 
@@ -41,8 +48,11 @@ class ChatServer:
     ``("no_choices",)`` valid JSON without ``choices``; ``("sleep", s)`` sleep then answer;
     ``("length", s)`` answer ``s`` with ``finish_reason="length"``."""
 
-    def __init__(self, answers: dict[tuple[str, str], str] | None = None, *, handler_delay: float = 0.0) -> None:
+    def __init__(self, answers: dict[tuple[str, str], str] | None = None, *, handler_delay: float = 0.0,
+                 model: str | None = None, required_key: str | None = None) -> None:
         self.answers = {message_key(s, u): t for (s, u), t in (answers or {}).items()}
+        self.model = model
+        self.required_key = required_key
         self.scripts: dict[str, list[tuple]] = {}
         self.hits: Counter = Counter()
         self.bodies: list[dict[str, Any]] = []
@@ -61,6 +71,15 @@ class ChatServer:
 
             def do_POST(self) -> None:  # noqa: N802
                 outer._handle(self)
+
+            def do_GET(self) -> None:  # noqa: N802
+                if not outer._authorised(self):
+                    return
+                if self.path.rstrip("/") != "/v1/models":
+                    outer._send(self, 404, b'{"error": "no such route"}')
+                    return
+                ids = [outer.model] if outer.model else ["any"]
+                outer._send(self, 200, json.dumps({"object": "list", "data": [{"id": m} for m in ids]}).encode())
 
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.httpd.daemon_threads = True
@@ -99,10 +118,26 @@ class ChatServer:
         except (BrokenPipeError, ConnectionResetError):  # client gave up (time-out)
             pass
 
+    def _authorised(self, h: BaseHTTPRequestHandler) -> bool:
+        if self.required_key is None:
+            return True
+        got = h.headers.get("Authorization", "")
+        if got == f"Bearer {self.required_key}":
+            return True
+        self._send(h, 401, json.dumps({"error": f"invalid credentials: {got!r}"}).encode())
+        return False
+
     def _handle(self, h: BaseHTTPRequestHandler) -> None:
         n = int(h.headers.get("Content-Length", "0"))
         body = json.loads(h.rfile.read(n).decode("utf-8"))
+        if not self._authorised(h):
+            return
+        if self.model is not None and body.get("model") != self.model:
+            self._send(h, 404, json.dumps({"error": f"The model `{body.get('model')}` does not exist."}).encode())
+            return
         msgs = body["messages"]
+        if len(msgs) == 1:  # no system message was sent (a prompt without one)
+            msgs = [{"role": "system", "content": ""}, *msgs]
         k = message_key(msgs[0]["content"], msgs[1]["content"])
         with self._lock:
             self.hits[k] += 1
@@ -122,7 +157,7 @@ class ChatServer:
                 kind = "ok"
             if kind == "ok":
                 if k not in self.answers:
-                    self._send(h, 404, b'{"error": "no such request"}')
+                    self._send(h, 400, b'{"error": "no such request"}')  # final, like a refused request
                     return
                 self._send(h, 200, self._completion(self.answers[k], "stop"))
             elif kind == "text":
@@ -265,3 +300,22 @@ def release_script(corpus: dict[str, str], rows: list[dict[str, Any]]) -> Callab
                           ensure_ascii=False)
 
     return script
+
+
+def learn_answers(sources: list[tuple[str, str]], script: Callable[[GenerationRequest], str | None],
+                  store_path: Path, **kw: Any) -> tuple[dict[tuple[str, str], str], list[GenerationRequest], tuple]:
+    """Run an arm once through :class:`ScriptedBackend` to learn its requests; returns the
+    ``(system, user) -> answer`` table a :class:`ChatServer` needs, the requests, and the
+    reference ``(rows, failures, counts)``."""
+    from recipematch.llm.pipeline import run_llm_pairs
+
+    seen: dict[str, GenerationRequest] = {}
+
+    def capture(r: GenerationRequest) -> str | None:
+        seen[r.key] = r
+        return script(r)
+
+    ref = run_llm_pairs(sources, backend=ScriptedBackend(capture), judge_backend=ScriptedBackend(capture),
+                        store_path=store_path, **kw)
+    table = {(r.system, r.user): t for r in seen.values() if (t := script(r)) is not None}
+    return table, list(seen.values()), ref

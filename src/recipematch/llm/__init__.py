@@ -1,11 +1,14 @@
-"""LLM-written training pairs (SPEC §3.2): verbatim prompts, generation backends, the call
-store, strict parsing, replay recordings from the peer's release, and the arm runner.
+"""LLM-written training pairs (paper Sections 3 and 5; Appendix C for the controls such as
+the two-judge check, Appendix F for the verbatim prompts): prompts, generation backends, the
+call store, strict parsing, replay recordings from the peer's release, the arm runner, and
+serving at scale through OpenAI-compatible servers.
 
 Modules: :mod:`~recipematch.llm.prompts`, :mod:`~recipematch.llm.backends`,
-:mod:`~recipematch.llm.store`, :mod:`~recipematch.llm.parsing`,
-:mod:`~recipematch.llm.recordings`, :mod:`~recipematch.llm.pipeline`,
-:mod:`~recipematch.llm.depth`. vLLM is optional and imported only by
-:class:`~recipematch.llm.backends.VLLMBackend`.
+:mod:`~recipematch.llm.serving`, :mod:`~recipematch.llm.store`,
+:mod:`~recipematch.llm.parsing`, :mod:`~recipematch.llm.recordings`,
+:mod:`~recipematch.llm.pipeline`, :mod:`~recipematch.llm.depth`. vLLM is never imported
+here: at scale it runs as ``vllm serve`` (see :mod:`~recipematch.llm.serving`);
+:class:`~recipematch.llm.backends.VLLMBackend` imports it only where it is installed.
 """
 
 from recipematch.llm.backends import (
@@ -14,40 +17,59 @@ from recipematch.llm.backends import (
     GenerationResult,
     OpenAICompatibleBackend,
     ReplayBackend,
+    ServerUnreachableError,
     VLLMBackend,
+    VLLMNotInstalledError,
+    read_api_key,
 )
 from recipematch.llm.depth import char3_jaccard, mean_char3_jaccard
 from recipematch.llm.parsing import parse_answer, parse_judge
 from recipematch.llm.pipeline import (
+    TwoJudgeResult,
+    arm_candidates,
     judge_agreement,
     run_llm_pairs,
     run_llm_pairs_detailed,
     run_llm_pairs_separate_calls,
+    run_second_judge,
     self_test,
 )
-from recipematch.llm.prompts import PromptTemplate, load_prompt
-from recipematch.llm.recordings import build_recordings, candidate_key
+from recipematch.llm.prompts import CustomPrompt, PromptTemplate, load_custom_prompt, load_prompt
+from recipematch.llm.recordings import build_recordings, candidate_key, recordings_from_store
+from recipematch.llm.serving import ServerSpec, open_server, vllm_serve_command
 from recipematch.llm.store import CallStore
 
 __all__ = [
     "CallStore",
+    "CustomPrompt",
     "GenerationBackend",
     "GenerationRequest",
     "GenerationResult",
     "OpenAICompatibleBackend",
     "PromptTemplate",
     "ReplayBackend",
+    "ServerSpec",
+    "ServerUnreachableError",
+    "TwoJudgeResult",
     "VLLMBackend",
+    "VLLMNotInstalledError",
+    "arm_candidates",
     "build_recordings",
     "candidate_key",
     "char3_jaccard",
     "judge_agreement",
+    "load_custom_prompt",
     "load_prompt",
     "mean_char3_jaccard",
+    "open_server",
     "parse_answer",
     "parse_judge",
+    "read_api_key",
+    "recordings_from_store",
     "run_llm_pairs",
     "run_llm_pairs_detailed",
     "run_llm_pairs_separate_calls",
+    "run_second_judge",
     "self_test",
+    "vllm_serve_command",
 ]

@@ -1,12 +1,15 @@
-"""Generation backends behind one interface (SPEC §3.2: "every call's prompt hash, model,
-sampling settings and seed are recorded").
+"""Generation backends behind one interface (paper Section 3 and Appendix C: every call's
+prompt hash, model, sampling settings and seed are recorded).
 
 All backends implement :meth:`GenerationBackend.generate`::
 
     generate(requests: list[GenerationRequest], on_result=None) -> list[GenerationResult]
 
 The returned list is aligned with ``requests``. A backend never raises for a failed call:
-it returns a :class:`GenerationResult` with ``raw_text=None`` and an ``error`` code. If
+it returns a :class:`GenerationResult` with ``raw_text=None`` and an ``error`` code. The one
+exception is a server that cannot be reached at all: :class:`OpenAICompatibleBackend` then
+delivers every result it has (answers received before the outage included) and raises
+:class:`ServerUnreachableError`, naming the URL, once the batch is done. If
 ``on_result`` is given it is called once per request, ``on_result(index, result)``, in the
 caller's thread, as soon as that result is known (the call store uses it to write each
 answer before the next arrives, so a killed run loses at most the calls in flight). If
@@ -22,13 +25,22 @@ Backends:
 * :class:`OpenAICompatibleBackend`: ``POST {base_url}/v1/chat/completions`` with bounded
   concurrency and retries with exponential back-off on HTTP 429, HTTP 5xx, time-outs,
   connection errors and malformed response bodies.
-* :class:`VLLMBackend`: in-process vLLM (``import vllm`` happens inside the constructor; vLLM
-  lives in a separate GPU environment, see ``pyproject.toml`` extra ``gpu``).
+* :class:`VLLMBackend`: in-process vLLM, kept only for an environment where ``import vllm``
+  works; elsewhere it raises :class:`VLLMNotInstalledError`. The at-scale path is a vLLM
+  *server* reached through :class:`OpenAICompatibleBackend` (see
+  :mod:`recipematch.llm.serving` for the ``vllm serve`` command).
 
 Error codes (``GenerationResult.error``): ``no_recorded_answer``,
 ``recorded_model_mismatch``, ``http_429_exhausted``, ``http_5xx_exhausted`` (``http_500_exhausted``,
 ``http_503_exhausted``, ...), ``http_<status>`` (other 4xx, not retried), ``timeout``,
-``connection_error``, ``malformed_response``, ``empty_content``, ``backend_exception``.
+``connection_error``, ``malformed_response``, ``empty_content``, ``backend_exception``,
+``model_mismatch``. The codes in :data:`RETRY_LATER_ERRORS` mean that no model answered
+(nothing was paid for): the pipeline sends such a request again on its next run.
+
+API keys: :class:`OpenAICompatibleBackend` reads its key from an environment variable whose
+*name* it is given (``api_key_env``); the key is kept in a private attribute, left out of
+``repr``, and replaced by ``[redacted]`` in every error text the backend produces, so it
+never reaches a result, the call store, a record or a log.
 """
 
 from __future__ import annotations
@@ -36,6 +48,8 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import os
+import re
 import threading
 import time
 from abc import ABC, abstractmethod
@@ -45,6 +59,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from recipematch.errors import RecipematchError
+
 __all__ = [
     "GenerationRequest",
     "GenerationResult",
@@ -52,6 +68,11 @@ __all__ = [
     "ReplayBackend",
     "OpenAICompatibleBackend",
     "VLLMBackend",
+    "VLLMNotInstalledError",
+    "ServerUnreachableError",
+    "RETRY_LATER_ERRORS",
+    "is_retry_later",
+    "read_api_key",
     "normalise_sampling",
     "canonical_json",
     "replay_key",
@@ -59,6 +80,53 @@ __all__ = [
 ]
 
 ResultCallback = Callable[[int, "GenerationResult"], None]
+
+
+#: Error codes meaning no model produced an answer (transport faults, a server that refused
+#: the credentials or does not know the route or model, a request for another model). The
+#: call is not paid for, so the pipeline sends it again on a later run; every other stored
+#: failure (an HTTP 400, an empty answer, a missing recording) is final.
+RETRY_LATER_ERRORS: frozenset[str] = frozenset(
+    {"connection_error", "timeout", "malformed_response", "backend_exception", "model_mismatch",
+     "http_401", "http_403", "http_404", "http_408", "http_429_exhausted"}
+)
+_HTTP_5XX_EXHAUSTED = re.compile(r"http_5\d\d_exhausted")
+
+
+def is_retry_later(error: str | None) -> bool:
+    """True when ``error`` is a failure code of :data:`RETRY_LATER_ERRORS` or an exhausted
+    HTTP 5xx (``http_500_exhausted``, ``http_503_exhausted``, ...)."""
+    return error is not None and (error in RETRY_LATER_ERRORS or bool(_HTTP_5XX_EXHAUSTED.fullmatch(error)))
+
+
+class VLLMNotInstalledError(RecipematchError, ImportError):
+    """``VLLMBackend`` was asked for where vLLM cannot be imported."""
+
+
+class ServerUnreachableError(RecipematchError):
+    """No connection to an OpenAI-compatible server after every retry; the message names the URL."""
+
+
+def read_api_key(env_var: str, environ: Mapping[str, str] | None = None) -> str:
+    """The API key held by the environment variable named ``env_var``.
+
+    Args:
+        env_var: the variable's *name* (e.g. ``"RECIPEMATCH_LLM_API_KEY"``), as params give it.
+        environ: the environment to read (default :data:`os.environ`).
+
+    Raises:
+        RecipematchError: the name is empty or not a valid variable name, or the variable is
+            unset or empty. The message names the variable, never a value.
+    """
+    env = os.environ if environ is None else environ
+    if not isinstance(env_var, str) or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", env_var):
+        raise RecipematchError(f"api_key_env must be the NAME of an environment variable, got {env_var!r:.40}")
+    key = env.get(env_var, "")
+    if not key:
+        raise RecipematchError(
+            f"environment variable {env_var} (named by api_key_env) is not set or empty; export the "
+            "server's API key there (the key is never written into params)")
+    return key
 
 
 def canonical_json(obj: Any) -> str:
@@ -113,6 +181,10 @@ class GenerationRequest:
         model_id: the model the call is meant for.
         response_schema: optional JSON Schema for structured output (used by backends that
             support it; part of the request key because it changes the answer).
+        chat_template_kwargs: optional keyword arguments for the server's chat template,
+            e.g. ``{"enable_thinking": False}`` for Qwen3 (sent as the request body's
+            ``chat_template_kwargs``; part of the request key when given, since it changes
+            the answer). JSON values only; an empty mapping is the same as ``None``.
     """
 
     prompt_name: str
@@ -125,9 +197,22 @@ class GenerationRequest:
     seed: int
     model_id: str
     response_schema: Mapping[str, Any] | None = None
+    chat_template_kwargs: Mapping[str, Any] | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "sampling", normalise_sampling(self.sampling))
+        if isinstance(self.chat_template_kwargs, Mapping) and not self.chat_template_kwargs:
+            object.__setattr__(self, "chat_template_kwargs", None)  # {} sends nothing: the same request as None
+        if self.chat_template_kwargs is not None:
+            if not isinstance(self.chat_template_kwargs, Mapping) or not all(
+                isinstance(k, str) for k in self.chat_template_kwargs
+            ):
+                raise ValueError(f"chat_template_kwargs must be a mapping with string keys, got "
+                                 f"{self.chat_template_kwargs!r:.80}")
+            try:
+                canonical_json(dict(self.chat_template_kwargs))
+            except (TypeError, ValueError) as e:
+                raise ValueError(f"chat_template_kwargs must hold JSON values only: {e}") from None
         if isinstance(self.seed, bool) or not isinstance(self.seed, int):
             raise ValueError(f"seed must be an int, got {self.seed!r}")
         if isinstance(self.variant, bool) or not isinstance(self.variant, (int, str)):
@@ -139,12 +224,15 @@ class GenerationRequest:
     def key(self) -> str:
         """Content address of the request: SHA-256 hex of the canonical JSON of
         ``{v, prompt_name, prompt_sha256, system_sha256, user_sha256, source_id, variant,
-        sampling, seed, model_id, response_schema_sha256}`` (``v`` = key format version 1).
-        Two requests share a key iff they would send the same call."""
+        sampling, seed, model_id, response_schema_sha256}`` (``v`` = key format version 1),
+        plus ``chat_template_kwargs`` when it is not ``None`` (so keys of requests without it
+        are unchanged). Two requests share a key iff they would send the same call."""
         schema = None if self.response_schema is None else _sha256_text(canonical_json(self.response_schema))
+        extra = {} if self.chat_template_kwargs is None else {"chat_template_kwargs": dict(self.chat_template_kwargs)}
         return _sha256_text(
             canonical_json(
                 {
+                    **extra,
                     "v": 1,
                     "prompt_name": self.prompt_name,
                     "prompt_sha256": self.prompt_sha256,
@@ -354,30 +442,46 @@ class ReplayBackend(GenerationBackend):
 
 
 class OpenAICompatibleBackend(GenerationBackend):
-    """Chat completions over HTTP (OpenAI-compatible servers: vLLM, SGLang, TGI, vendors).
+    """Chat completions over HTTP (OpenAI-compatible servers: ``vllm serve``, SGLang, TGI,
+    vendors). The paper's generator and judges (Section 3, Appendix C) run this way at scale.
 
     Args:
         base_url: server root, e.g. ``"http://127.0.0.1:8000"`` (a trailing ``/v1`` is
             accepted); requests go to ``{root}/v1/chat/completions``.
         model: the ``model`` field sent to the server. Each request's ``model_id`` must
             equal it (a request meant for another model fails with ``model_mismatch``).
-        api_key: sent as ``Authorization: Bearer <key>`` when given.
+        api_key: the key itself, for programmatic use (tests, notebooks). Pipelines pass
+            ``api_key_env`` instead. Sent as ``Authorization: Bearer <key>``.
+        api_key_env: the NAME of the environment variable holding the key, read once here
+            (:func:`read_api_key`); at most one of ``api_key`` / ``api_key_env``.
         concurrency: calls in flight at once (≥ 1).
         max_retries: retries after the first call (≥ 0) on 429, 5xx, time-out, connection
             error or a malformed body. Other 4xx are not retried.
         backoff: base delay in seconds; retry ``k`` (0-based) waits ``backoff * 2**k``, or the
             server's ``Retry-After`` seconds when larger (capped at ``max_backoff``).
-        timeout_s: per-call read/connect time-out in seconds.
+        timeout_s: per-call read/connect time-out in seconds (> 0): a server that stalls
+            longer fails that attempt with ``timeout``.
+        max_backoff: longest wait between two attempts, in seconds.
         structured_output: send ``response_format={"type": "json_schema", ...}`` when the
             request carries a ``response_schema`` (servers such as vLLM honour it).
         sleep: the sleep function (tests pass a fast one).
 
     Raises:
-        ValueError: ``concurrency < 1``, ``max_retries < 0``, ``backoff < 0`` or
-            ``timeout_s <= 0``.
+        ValueError: ``concurrency < 1``, ``max_retries < 0``, ``backoff < 0``,
+            ``timeout_s <= 0``, or both ``api_key`` and ``api_key_env`` given.
+        RecipematchError: ``api_key_env`` names an unset or empty variable.
 
-    The body sends ``messages=[system, user]``, ``temperature``, ``top_p``,
-    ``max_tokens``, ``seed`` and ``n=1``; the answer is ``choices[0].message.content``.
+    The body sends ``messages=[system, user]`` (the system message is left out when the
+    request's system text is empty), ``temperature``, ``top_p``, ``max_tokens``, ``seed``,
+    ``n=1`` and, when the request has them, ``chat_template_kwargs`` (e.g. Qwen3's
+    ``{"enable_thinking": false}``); the answer is ``choices[0].message.content`` (a
+    server-side reasoning parser's ``reasoning_content`` is not kept).
+
+    Unreachable server: when a call has used up its retries on connection errors, the
+    calls not yet started fail at once (``connection_error``, 0 attempts) instead of each
+    retrying against a dead address; every result is delivered and :meth:`generate` then
+    raises :class:`ServerUnreachableError` naming the URL. A server that accepts the
+    connection but stalls is not "unreachable": those calls fail with ``timeout``.
     """
 
     def __init__(
@@ -386,6 +490,7 @@ class OpenAICompatibleBackend(GenerationBackend):
         model: str,
         api_key: str | None = None,
         *,
+        api_key_env: str | None = None,
         concurrency: int = 8,
         max_retries: int = 4,
         backoff: float = 1.0,
@@ -398,12 +503,19 @@ class OpenAICompatibleBackend(GenerationBackend):
 
         if concurrency < 1 or max_retries < 0 or backoff < 0 or timeout_s <= 0:
             raise ValueError("need concurrency >= 1, max_retries >= 0, backoff >= 0, timeout_s > 0")
-        root = base_url.rstrip("/")
+        if api_key is not None and api_key_env is not None:
+            raise ValueError("give at most one of api_key and api_key_env")
+        if not isinstance(base_url, str) or not re.match(r"https?://[^/\s]+", base_url.strip()):
+            raise RecipematchError(f"LLM server base_url must be an http(s) URL such as "
+                                   f"http://127.0.0.1:8000, got {base_url!r:.100}")
+        root = base_url.strip().rstrip("/")
         if root.endswith("/v1"):
             root = root[: -len("/v1")]
+        self.root = root
         self.url = root + "/v1/chat/completions"
         self.model = model
-        self.api_key = api_key
+        self.api_key_env = api_key_env
+        self.__key = read_api_key(api_key_env) if api_key_env is not None else (api_key or None)
         self.concurrency = concurrency
         self.max_retries = max_retries
         self.backoff = backoff
@@ -413,6 +525,23 @@ class OpenAICompatibleBackend(GenerationBackend):
         self._sleep = sleep
         self._requests = requests
         self._local = threading.local()
+        self._down = threading.Event()
+
+    def __repr__(self) -> str:
+        key = "none" if self.__key is None else (f"from ${self.api_key_env}" if self.api_key_env else "given")
+        return f"OpenAICompatibleBackend(url={self.url!r}, model={self.model!r}, api_key={key})"
+
+    def _scrub(self, text: str | None) -> str | None:
+        """``text`` with the API key replaced by ``[redacted]`` (error texts may echo it)."""
+        if text is None or not self.__key:
+            return text
+        return text.replace(self.__key, "[redacted]")
+
+    def _headers(self) -> dict[str, str]:
+        headers = {"Content-Type": "application/json"}
+        if self.__key:
+            headers["Authorization"] = f"Bearer {self.__key}"
+        return headers
 
     def _session(self):
         s = getattr(self._local, "session", None)
@@ -422,18 +551,20 @@ class OpenAICompatibleBackend(GenerationBackend):
         return s
 
     def _body(self, req: GenerationRequest) -> dict[str, Any]:
+        messages = [{"role": "user", "content": req.user}]
+        if req.system:
+            messages.insert(0, {"role": "system", "content": req.system})
         body: dict[str, Any] = {
             "model": self.model,
-            "messages": [
-                {"role": "system", "content": req.system},
-                {"role": "user", "content": req.user},
-            ],
+            "messages": messages,
             "temperature": req.sampling["temperature"],
             "top_p": req.sampling["top_p"],
             "max_tokens": req.sampling["max_tokens"],
             "seed": req.seed,
             "n": 1,
         }
+        if req.chat_template_kwargs is not None:
+            body["chat_template_kwargs"] = dict(req.chat_template_kwargs)
         if self.structured_output and req.response_schema is not None:
             body["response_format"] = {
                 "type": "json_schema",
@@ -450,25 +581,68 @@ class OpenAICompatibleBackend(GenerationBackend):
                 pass
         return min(d, self.max_backoff)
 
+    def probe(self) -> list[str]:
+        """Ask the server which models it serves (``GET {root}/v1/models``), with the
+        backend's retries, before paying for anything.
+
+        Returns:
+            The served model ids.
+
+        Raises:
+            ServerUnreachableError: no connection or no answer after every retry (names the URL).
+            RecipematchError: the server refused the key (401/403), answered with another
+                error status or an unreadable body, or does not serve :attr:`model`.
+        """
+        url = self.root + "/v1/models"
+        exc_t = self._requests.exceptions
+        detail = ""
+        for attempt in range(self.max_retries + 1):
+            try:
+                resp = self._session().get(url, headers=self._headers(), timeout=self.timeout_s)
+            except exc_t.RequestException as e:
+                detail = f"{type(e).__name__}: {e}"
+            else:
+                if resp.status_code in (401, 403):
+                    key = f"the key in ${self.api_key_env}" if self.api_key_env else "the API key"
+                    raise RecipematchError(f"LLM server {url} refused {key} (HTTP {resp.status_code})")
+                if resp.status_code == 200:
+                    try:
+                        ids = [m["id"] for m in json.loads(resp.content.decode("utf-8"))["data"]]
+                    except (ValueError, KeyError, TypeError) as e:
+                        raise RecipematchError(f"LLM server {url} sent an unreadable model list: "
+                                               f"{type(e).__name__}") from None
+                    if self.model not in ids:
+                        raise RecipematchError(f"LLM server {url} does not serve model {self.model!r}; it serves "
+                                               f"{ids[:10]}")
+                    return ids
+                if resp.status_code != 429 and resp.status_code < 500:
+                    raise RecipematchError(f"LLM server {url} answered HTTP {resp.status_code}: "
+                                           f"{self._scrub(resp.text[:200])}")
+                detail = f"HTTP {resp.status_code}"
+            if attempt < self.max_retries:
+                self._sleep(self._delay(attempt, None))
+        raise ServerUnreachableError(f"cannot reach the LLM server at {url} after {self.max_retries + 1} "
+                                     f"attempt(s): {self._scrub(detail)[:300]}")
+
     def _call(self, req: GenerationRequest) -> GenerationResult:
         if req.model_id != self.model:
             return GenerationResult(
                 None, "model_mismatch", attempts=0, detail=f"backend serves {self.model!r}, request wants {req.model_id!r}"
             )
-        headers = {"Content-Type": "application/json"}
-        if self.api_key:
-            headers["Authorization"] = f"Bearer {self.api_key}"
+        if self._down.is_set():
+            return GenerationResult(None, "connection_error", attempts=0,
+                                    detail=f"not sent: the server at {self.url} was unreachable earlier in this batch")
         data = json.dumps(self._body(req), ensure_ascii=False).encode("utf-8")
         exc_t = self._requests.exceptions
         last_error, detail = "connection_error", None
         for attempt in range(self.max_retries + 1):
             retry_after = None
             try:
-                resp = self._session().post(self.url, data=data, headers=headers, timeout=self.timeout_s)
+                resp = self._session().post(self.url, data=data, headers=self._headers(), timeout=self.timeout_s)
             except exc_t.Timeout as e:
-                last_error, detail = "timeout", str(e)
+                last_error, detail = "timeout", self._scrub(str(e))
             except exc_t.RequestException as e:
-                last_error, detail = "connection_error", str(e)
+                last_error, detail = "connection_error", self._scrub(f"{self.url}: {e}")
             else:
                 status = resp.status_code
                 if status == 200:
@@ -476,19 +650,24 @@ class OpenAICompatibleBackend(GenerationBackend):
                     if isinstance(parsed, GenerationResult):
                         return GenerationResult(
                             parsed.raw_text, parsed.error, attempts=attempt + 1,
-                            finish_reason=parsed.finish_reason, detail=parsed.detail,
+                            finish_reason=parsed.finish_reason, detail=self._scrub(parsed.detail),
                         )
-                    last_error, detail = "malformed_response", parsed
+                    last_error, detail = "malformed_response", self._scrub(parsed)
                 elif status == 429 or status >= 500:
                     last_error = "http_429" if status == 429 else f"http_{status}"
-                    detail = resp.text[:500]
+                    detail = self._scrub(resp.text[:500])
                     retry_after = resp.headers.get("Retry-After")
                 else:
-                    return GenerationResult(None, f"http_{status}", attempts=attempt + 1, detail=resp.text[:500])
+                    return GenerationResult(None, f"http_{status}", attempts=attempt + 1,
+                                            detail=self._scrub(resp.text[:500]))
             if attempt < self.max_retries:
+                if last_error == "connection_error" and self._down.is_set():
+                    break
                 self._sleep(self._delay(attempt, retry_after))
+        if last_error == "connection_error":
+            self._down.set()
         code = f"{last_error}_exhausted" if last_error.startswith("http_") else last_error
-        return GenerationResult(None, code, attempts=self.max_retries + 1, detail=detail)
+        return GenerationResult(None, code, attempts=attempt + 1, detail=detail)
 
     @staticmethod
     def _parse_body(content: bytes) -> GenerationResult | str:
@@ -501,15 +680,23 @@ class OpenAICompatibleBackend(GenerationBackend):
         except (ValueError, KeyError, IndexError, TypeError, AttributeError) as e:
             return f"malformed response body: {type(e).__name__}: {e}"[:500]
         if text is None or not isinstance(text, str):
-            return GenerationResult(None, "empty_content", finish_reason=finish)
+            return GenerationResult(None, "empty_content", finish_reason=finish if isinstance(finish, str) else None)
         return GenerationResult(text, None, finish_reason=finish if isinstance(finish, str) else None)
 
     def generate(
         self, requests: Sequence[GenerationRequest], on_result: ResultCallback | None = None
     ) -> list[GenerationResult]:
+        """See :meth:`GenerationBackend.generate`.
+
+        Raises:
+            ServerUnreachableError: after delivering every result, when calls used up their
+                retries on connection errors (the message names the URL and how many calls
+                got no connection); answers received before are delivered as usual.
+        """
         results: list[GenerationResult | None] = [None] * len(requests)
         if not requests:
             return []
+        self._down.clear()
         deliver = _Deliver(on_result)
         with ThreadPoolExecutor(max_workers=self.concurrency) as pool:
             futures = {pool.submit(self._safe_call, r): i for i, r in enumerate(requests)}
@@ -517,6 +704,14 @@ class OpenAICompatibleBackend(GenerationBackend):
                 i = futures[fut]
                 results[i] = fut.result()
                 deliver(i, results[i])
+        if self._down.is_set():
+            failed = [r for r in results if r is not None and r.error == "connection_error"]
+            tried = [r for r in failed if r.attempts]
+            first = tried[0].detail if tried else ""
+            raise ServerUnreachableError(
+                f"cannot reach the LLM server at {self.url}: {len(failed)} of {len(results)} calls got no "
+                f"connection (each call tries {self.max_retries + 1} time(s); last error: {first}"[:600]
+                + "). Answers received before are kept; start the server and run again.") from deliver.error
         deliver.finish()
         return results  # type: ignore[return-value]
 
@@ -524,19 +719,20 @@ class OpenAICompatibleBackend(GenerationBackend):
         try:
             return self._call(req)
         except Exception as e:  # a bug must not lose the other answers of the batch
-            return GenerationResult(None, "backend_exception", detail=f"{type(e).__name__}: {e}"[:500])
+            return GenerationResult(None, "backend_exception", detail=self._scrub(f"{type(e).__name__}: {e}"[:500]))
 
 
 _VLLM_MISSING = (
-    "VLLMBackend needs the 'vllm' package, which is not installed in this environment. "
-    "vLLM pins its own torch/transformers and cannot share the dev/CI environment; install it "
-    "in a separate GPU environment (pip install 'recipematch[gpu]'), or use "
-    "OpenAICompatibleBackend against a running `vllm serve` instead."
+    "vLLM is not installed in this environment; run `vllm serve` and use backend: openai "
+    "(vLLM pins its own torch/transformers and lives in a separate GPU environment; see "
+    "recipematch.llm.serving for the command)"
 )
 
 
 class VLLMBackend(GenerationBackend):
-    """In-process vLLM generation, batched through ``LLM.chat``.
+    """In-process vLLM generation, batched through ``LLM.chat``: only for an environment
+    where vLLM imports (the dev/CI environment cannot hold it). At paper scale run
+    ``vllm serve`` and use :class:`OpenAICompatibleBackend` (:mod:`recipematch.llm.serving`).
 
     Args:
         model: model path or name given to ``vllm.LLM`` (also the ``model_id`` every
@@ -551,10 +747,12 @@ class VLLMBackend(GenerationBackend):
             ``max_model_len``, ``quantization="awq"``).
 
     Sampling comes from each request: ``SamplingParams(temperature, top_p, max_tokens,
-    seed=request.seed, n=1)``.
+    seed=request.seed, n=1)``; a request's ``chat_template_kwargs`` go to ``LLM.chat``
+    (requests with different ones are sent in different batches).
 
     Raises:
-        ImportError: vLLM is not installed (the message says how to get it).
+        VLLMNotInstalledError: (a :class:`~recipematch.errors.RecipematchError` and an
+            :class:`ImportError`) vLLM cannot be imported here.
     """
 
     def __init__(
@@ -569,7 +767,7 @@ class VLLMBackend(GenerationBackend):
         try:
             import vllm  # noqa: PLC0415 - lazy on purpose: vLLM is an optional GPU extra
         except ImportError as e:
-            raise ImportError(_VLLM_MISSING) from e
+            raise VLLMNotInstalledError(_VLLM_MISSING) from e
         if batch_size < 1:
             raise ValueError("batch_size must be >= 1")
         self._vllm = vllm
@@ -613,29 +811,33 @@ class VLLMBackend(GenerationBackend):
                 deliver(i, results[i])
             else:
                 todo.append(i)
-        for start in range(0, len(todo), self.batch_size):
-            idx = todo[start : start + self.batch_size]
-            convs = [
-                [
-                    {"role": "system", "content": requests[i].system},
-                    {"role": "user", "content": requests[i].user},
+        groups: dict[str, list[int]] = {}
+        for i in todo:  # one LLM.chat call takes one set of chat-template arguments
+            ctk = requests[i].chat_template_kwargs
+            groups.setdefault("" if ctk is None else canonical_json(dict(ctk)), []).append(i)
+        for gkey, members in groups.items():
+            extra = {} if gkey == "" else {"chat_template_kwargs": json.loads(gkey)}
+            for start in range(0, len(members), self.batch_size):
+                idx = members[start : start + self.batch_size]
+                convs = [
+                    ([{"role": "system", "content": requests[i].system}] if requests[i].system else [])
+                    + [{"role": "user", "content": requests[i].user}]
+                    for i in idx
                 ]
-                for i in idx
-            ]
-            params = [self._params(requests[i]) for i in idx]
-            try:
-                outs = self.llm.chat(convs, sampling_params=params, use_tqdm=False)
-                batch = [self._result(o) for o in outs]
-                if len(batch) != len(idx):
-                    raise RuntimeError(f"vLLM returned {len(batch)} outputs for {len(idx)} prompts")
-            except Exception as e:  # one broken batch fails its own requests only
-                batch = [
-                    GenerationResult(None, "backend_exception", detail=f"{type(e).__name__}: {e}"[:500])
-                    for _ in idx
-                ]
-            for i, res in zip(idx, batch):
-                results[i] = res
-                deliver(i, res)
+                params = [self._params(requests[i]) for i in idx]
+                try:
+                    outs = self.llm.chat(convs, sampling_params=params, use_tqdm=False, **extra)
+                    batch = [self._result(o) for o in outs]
+                    if len(batch) != len(idx):
+                        raise RuntimeError(f"vLLM returned {len(batch)} outputs for {len(idx)} prompts")
+                except Exception as e:  # one broken batch fails its own requests only
+                    batch = [
+                        GenerationResult(None, "backend_exception", detail=f"{type(e).__name__}: {e}"[:500])
+                        for _ in idx
+                    ]
+                for i, res in zip(idx, batch):
+                    results[i] = res
+                    deliver(i, res)
         deliver.finish()
         return results  # type: ignore[return-value]
 

@@ -1,4 +1,4 @@
-"""Paraphrase depth: character-3-gram Jaccard similarity (SPEC §8, "Paraphrase depth").
+"""Paraphrase depth: character-3-gram Jaccard similarity (paper Appendix A, "Paraphrase depth").
 
 Definition. For a string ``s`` (a Python ``str``: a sequence of Unicode code points, taken
 exactly as given: no case folding, no whitespace normalisation, no padding), its 3-gram set

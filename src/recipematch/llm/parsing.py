@@ -1,5 +1,6 @@
-"""Strict parsing of LLM answers against each prompt's own JSON schema (SPEC §3.2: "a
-malformed answer is kept as a failure record with its reason, never silently dropped").
+"""Strict parsing of LLM answers against each prompt's own JSON schema (paper Section 3 and
+Appendix C: a malformed answer is kept as a failure record with its reason, never silently
+dropped; the answer formats are the ones the Appendix-F prompts print).
 
 Schemas (read from the prompt files in ``recipematch/prompts/``):
 
@@ -21,7 +22,7 @@ judge                        ``{"verdict": "equivalent"|"not_equivalent", "confi
 
 Counts. Positives (equivalent variants / restatements): exactly ``n_pos``. Near-misses
 (near-miss variants / companions): at most ``n_neg``. The D1–D3 prompt text says "Exactly
-{n_pos} equivalent and {n_neg} near-miss variants", but the paper (SPEC §3.2, Section 5)
+{n_pos} equivalent and {n_neg} near-miss variants", but the paper (Sections 3 and 5)
 describes the output as "one positive and up to three near-misses", and the peer's released
 D1 rows carry 0–3 near-misses; we follow the paper: fewer than ``n_neg`` is accepted, more
 is a wrong count.
@@ -30,8 +31,21 @@ Whole-answer rejections (``ParseOutcome.reason``): ``empty_answer``, ``code_fenc
 ``leading_text``, ``trailing_text``, ``truncated``, ``invalid_json``, ``duplicate_key``,
 ``not_an_object``, ``missing_field``, ``unexpected_field``, ``wrong_type``,
 ``wrong_positive_count``, ``too_many_near_misses``, ``answer_too_long``, ``invalid_text``,
-``parser_exception``; judge only: ``bad_verdict``, ``bad_confidence``,
+``parser_exception``; with ``allow_reasoning_preamble`` also ``reasoning_unclosed`` and
+``no_json_after_preamble``; judge only: ``bad_verdict``, ``bad_confidence``,
 ``null_confidence_not_allowed``.
+
+Reasoning preamble (Qwen3's thinking mode). With ``allow_reasoning_preamble=True`` an answer
+may open with reasoning before its JSON: a ``<think>…</think>`` block, other text, or both.
+The JSON object is then the one that *ends the answer* (only whitespace after it), found by a
+string-aware scan backwards from the final ``}``; everything before it is the preamble and is
+ignored, and the object itself goes through exactly the same strict checks as an answer
+without a preamble (duplicate keys, constants, nesting, schema, counts). A ``<think>`` that
+never closes before the JSON is ``reasoning_unclosed`` (typically a thinking run cut off by
+``max_tokens``); a preamble with no JSON object ending the answer is
+``no_json_after_preamble`` (``code_fence`` when the answer ends in a Markdown fence). The
+preamble's length is kept in the outcome (``preamble_chars``). Without the switch any text
+before the object is ``leading_text``, as before.
 
 Hostile or broken answers never make the parsers raise: an answer longer than
 :data:`MAX_ANSWER_CHARS` is ``answer_too_long``; nesting deeper than :data:`MAX_NESTING`
@@ -74,6 +88,7 @@ from typing import Any
 __all__ = [
     "SCHEMAS",
     "PromptSchema",
+    "split_reasoning_preamble",
     "ParsedItem",
     "ItemRejection",
     "ParseOutcome",
@@ -134,12 +149,16 @@ class PromptSchema:
             ``None`` for positives-only prompts.
         positive_fields / negative_fields: item keys besides ``problem``; ``tags`` is a list
             of strings, every other one a string.
+        top_fields: required top-level string fields besides the lists (every shipped
+            prompt's answer has ``original_problem``; a user's own prompt may declare others
+            or none, see :func:`recipematch.llm.prompts.load_custom_prompt`).
     """
 
     positives_key: str
     negatives_key: str | None
     positive_fields: tuple[str, ...]
     negative_fields: tuple[str, ...] = ()
+    top_fields: tuple[str, ...] = ("original_problem",)
 
 
 _VARIANTS = PromptSchema("equivalent_variants", "near_miss_variants", ("justification", "tags"), ("justification", "tags"))
@@ -169,11 +188,12 @@ def schema_for(prompt_name: str) -> PromptSchema:
         raise KeyError(f"no answer schema for prompt {prompt_name!r}; known: {sorted(SCHEMAS)}") from None
 
 
-def json_schema_for(prompt_name: str, n_pos: int, n_neg: int) -> dict[str, Any]:
+def json_schema_for(prompt_name: str, n_pos: int, n_neg: int, *, schema: PromptSchema | None = None) -> dict[str, Any]:
     """A JSON Schema (draft 2020-12 subset that vLLM/xgrammar accept) for structured
     decoding of a prompt's answer; the judge's is returned for ``"judge"``. The strict
-    parser still checks every answer (structured decoding is a help, not a guarantee)."""
-    if prompt_name == "judge":
+    parser still checks every answer (structured decoding is a help, not a guarantee).
+    ``schema`` gives the answer schema of a prompt outside :data:`SCHEMAS` (a user's own)."""
+    if prompt_name == "judge" and schema is None:
         return {
             "type": "object",
             "properties": {
@@ -184,7 +204,7 @@ def json_schema_for(prompt_name: str, n_pos: int, n_neg: int) -> dict[str, Any]:
             "required": ["verdict", "confidence", "reason"],
             "additionalProperties": False,
         }
-    sch = schema_for(prompt_name)
+    sch = schema if schema is not None else schema_for(prompt_name)
 
     def item(fields: tuple[str, ...]) -> dict[str, Any]:
         props: dict[str, Any] = {"problem": {"type": "string", "minLength": 1}}
@@ -197,7 +217,7 @@ def json_schema_for(prompt_name: str, n_pos: int, n_neg: int) -> dict[str, Any]:
         return {"type": "object", "properties": props, "required": ["problem", *fields], "additionalProperties": False}
 
     props: dict[str, Any] = {
-        "original_problem": {"type": "string"},
+        **{f: {"type": "string"} for f in sch.top_fields},
         sch.positives_key: {"type": "array", "items": item(sch.positive_fields), "minItems": n_pos, "maxItems": n_pos},
     }
     if sch.negatives_key is not None:
@@ -234,7 +254,8 @@ class ParseOutcome:
 
     ``ok`` is false when the whole answer was rejected (``reason`` and ``detail`` say why;
     no items). When ``ok``, ``positives`` and ``negatives`` hold the valid items and
-    ``item_rejections`` every item that was dropped.
+    ``item_rejections`` every item that was dropped. ``preamble_chars``: length of the
+    reasoning preamble that was skipped (0 when none; see the module docstring).
     """
 
     ok: bool
@@ -243,6 +264,7 @@ class ParseOutcome:
     positives: tuple[ParsedItem, ...] = ()
     negatives: tuple[ParsedItem, ...] = ()
     item_rejections: tuple[ItemRejection, ...] = ()
+    preamble_chars: int = 0
 
     def summary(self) -> dict[str, Any]:
         """The short form kept in the call store."""
@@ -250,6 +272,7 @@ class ParseOutcome:
             "ok": self.ok,
             "reason": self.reason,
             "detail": self.detail,
+            **({"preamble_chars": self.preamble_chars} if self.preamble_chars else {}),
             "n_positives": len(self.positives),
             "n_negatives": len(self.negatives),
             "item_rejections": [
@@ -309,9 +332,83 @@ def _scan_object_end(text: str, max_depth: int = MAX_NESTING) -> int | None:
     return None
 
 
-def _load_json_object(raw: str) -> dict[str, Any]:
+_THINK_OPEN, _THINK_CLOSE = "<think>", "</think>"
+
+
+def _json_start_backwards(text: str) -> int | None:
+    """Index of the ``{`` that opens the JSON object ending at ``text[-1] == '}'``, by a
+    string-aware bracket count from the end (a ``"`` preceded by an odd number of
+    backslashes is inside a string); ``None`` when the brackets never balance."""
+    depth = 0
+    in_str = False
+    i = len(text) - 1
+    while i >= 0:
+        ch = text[i]
+        if ch == '"':
+            j = i - 1
+            while j >= 0 and text[j] == "\\":
+                j -= 1
+            if (i - 1 - j) % 2 == 0:
+                in_str = not in_str
+        elif not in_str:
+            if ch in "}]":
+                depth += 1
+                if depth > MAX_NESTING:
+                    raise _Reject("invalid_json", f"nesting too deep (more than {MAX_NESTING} levels)")
+            elif ch in "{[":
+                depth -= 1
+                if depth == 0:
+                    return i if ch == "{" else None
+        i -= 1
+    return None
+
+
+def split_reasoning_preamble(raw: str) -> tuple[str, str]:
+    """Split an answer into ``(preamble, json_text)`` where ``json_text`` is the JSON object
+    that ends the answer (see the module docstring, "Reasoning preamble"). An answer that
+    starts with ``{`` has no preamble. Never loosens the checks on ``json_text``.
+
+    Raises:
+        ValueError: with the rejection code as its first argument (``reasoning_unclosed``,
+            ``no_json_after_preamble``, ``code_fence``, ``invalid_json``) and a detail second.
+    """
+    try:
+        return _split_preamble(raw)
+    except _Reject as r:
+        raise ValueError(r.reason, r.detail) from None
+
+
+def _split_preamble(raw: str) -> tuple[str, str]:
+    text = raw.strip()
+    if text.startswith("{"):
+        return "", text
+    body = text.rstrip()
+    if not body.endswith("}"):
+        if _THINK_OPEN in text and _THINK_CLOSE not in text:
+            raise _Reject("reasoning_unclosed", f"<think> never closes ({len(text)} characters)")
+        if "```" in text[-200:]:
+            raise _Reject("code_fence", "the answer ends in a Markdown code fence")
+        raise _Reject("no_json_after_preamble", f"no JSON object ends the answer: ...{body[-80:]!r}")
+    start = _json_start_backwards(body)
+    if start is None:
+        raise _Reject("no_json_after_preamble", "the closing brace at the end matches no opening brace")
+    preamble = text[:start]
+    if preamble.count(_THINK_OPEN) > preamble.count(_THINK_CLOSE):
+        raise _Reject("reasoning_unclosed", "the JSON object sits inside an unclosed <think> block")
+    return preamble, body[start:]
+
+
+def _load_json_object(raw: str, *, allow_preamble: bool = False) -> tuple[dict[str, Any], int]:
     """Strictly read one JSON object that makes up the whole answer (surrounding
-    whitespace allowed). Raises :class:`_Reject`."""
+    whitespace allowed), or with ``allow_preamble`` the object that ends it. Returns the
+    object and the preamble length in characters. Raises :class:`_Reject`."""
+    if allow_preamble and isinstance(raw, str) and raw.strip() and len(raw) <= MAX_ANSWER_CHARS:
+        preamble, body = _split_preamble(raw)
+        return _load_json_object(body)[0], len(preamble)
+    return _load_strict(raw), 0
+
+
+def _load_strict(raw: str) -> dict[str, Any]:
     if raw is None or not isinstance(raw, str) or not raw.strip():
         raise _Reject("empty_answer", "the answer is empty" if raw is None or isinstance(raw, str) else
                       f"the answer is a {type(raw).__name__}, not text")
@@ -429,11 +526,13 @@ def parse_answer(
     n_neg: int,
     anchor: str,
     require_tags: bool = True,
+    allow_reasoning_preamble: bool = False,
+    schema: PromptSchema | None = None,
 ) -> ParseOutcome:
     """Parse a generation answer strictly against the prompt's schema.
 
     Args:
-        prompt_name: a key of :data:`SCHEMAS`.
+        prompt_name: a key of :data:`SCHEMAS`, or any name when ``schema`` is given.
         raw_text: the answer exactly as received.
         n_pos: positives asked for; the list must hold exactly this many (≥ 0).
         n_neg: near-misses asked for; at most this many (≥ 0; must be 0 for a
@@ -446,6 +545,11 @@ def parse_answer(
             ``context``, ``what_changed`` non-empty). Switch it off for the peer's
             released rows, which carry none of them. Annotations that are present are
             type-checked either way.
+        allow_reasoning_preamble: skip a reasoning preamble before the JSON (Qwen3's
+            ``<think>`` block or other text; see the module docstring). The JSON itself is
+            checked exactly as strictly.
+        schema: the answer schema of a prompt outside :data:`SCHEMAS` (a user's own prompt,
+            :func:`recipematch.llm.prompts.load_custom_prompt`).
 
     Returns:
         A :class:`ParseOutcome`; never raises for a bad answer.
@@ -454,26 +558,30 @@ def parse_answer(
         KeyError: unknown prompt. ValueError: negative counts, or ``n_neg > 0`` for a
             positives-only prompt.
     """
-    sch = schema_for(prompt_name)
+    sch = schema if schema is not None else schema_for(prompt_name)
     if n_pos < 0 or n_neg < 0:
         raise ValueError("n_pos and n_neg must be >= 0")
     if sch.negatives_key is None and n_neg:
         raise ValueError(f"{prompt_name} writes positives only; n_neg must be 0")
     try:
-        return _parse_answer(sch, raw_text, n_pos=n_pos, n_neg=n_neg, anchor=anchor, require_tags=require_tags)
+        return _parse_answer(sch, raw_text, n_pos=n_pos, n_neg=n_neg, anchor=anchor, require_tags=require_tags,
+                             allow_preamble=allow_reasoning_preamble)
     except Exception as e:  # noqa: BLE001 - documented never to raise for a bad answer
         return ParseOutcome(ok=False, reason="parser_exception", detail=f"{type(e).__name__}: {e}"[:500])
 
 
 def _parse_answer(
-    sch: PromptSchema, raw_text: str | None, *, n_pos: int, n_neg: int, anchor: str, require_tags: bool
+    sch: PromptSchema, raw_text: str | None, *, n_pos: int, n_neg: int, anchor: str, require_tags: bool,
+    allow_preamble: bool = False,
 ) -> ParseOutcome:
+    preamble = 0
     try:
-        obj = _load_json_object(raw_text)  # type: ignore[arg-type]
-        required = ("original_problem", sch.positives_key) + ((sch.negatives_key,) if sch.negatives_key else ())
+        obj, preamble = _load_json_object(raw_text, allow_preamble=allow_preamble)  # type: ignore[arg-type]
+        required = (*sch.top_fields, sch.positives_key) + ((sch.negatives_key,) if sch.negatives_key else ())
         _check_keys(obj, required)
-        if not isinstance(obj["original_problem"], str):
-            raise _Reject("wrong_type", "original_problem is not a string")
+        for f in sch.top_fields:
+            if not isinstance(obj[f], str):
+                raise _Reject("wrong_type", f"{f} is not a string")
         pos_list = obj[sch.positives_key]
         neg_list = obj[sch.negatives_key] if sch.negatives_key else []
         for k, v in ((sch.positives_key, pos_list), (sch.negatives_key, neg_list)):
@@ -484,7 +592,7 @@ def _parse_answer(
         if len(neg_list) > n_neg:
             raise _Reject("too_many_near_misses", f"{len(neg_list)} near-misses, expected at most {n_neg}")
     except _Reject as r:
-        return ParseOutcome(ok=False, reason=r.reason, detail=r.detail)
+        return ParseOutcome(ok=False, reason=r.reason, detail=r.detail, preamble_chars=preamble)
 
     anchor_n = normalise_for_compare(anchor)
     seen: dict[str, tuple[str, int]] = {}
@@ -513,7 +621,8 @@ def _parse_answer(
                 continue
             (positives if role == "positive" else negatives).append(ParsedItem(role, i, problem, ann))
     return ParseOutcome(
-        ok=True, positives=tuple(positives), negatives=tuple(negatives), item_rejections=tuple(rejections)
+        ok=True, positives=tuple(positives), negatives=tuple(negatives), item_rejections=tuple(rejections),
+        preamble_chars=preamble,
     )
 
 
@@ -521,7 +630,8 @@ def _parse_answer(
 class JudgeOutcome:
     """Result of :func:`parse_judge`: ``ok``; ``verdict`` (``"equivalent"`` /
     ``"not_equivalent"``); ``confidence`` (float in [0, 1], or ``None`` = not recorded);
-    ``reason_text`` (the judge's sentence); on failure ``reason``/``detail``."""
+    ``reason_text`` (the judge's sentence); on failure ``reason``/``detail``;
+    ``preamble_chars`` as in :class:`ParseOutcome`."""
 
     ok: bool
     verdict: str | None = None
@@ -529,33 +639,43 @@ class JudgeOutcome:
     reason_text: str | None = None
     reason: str | None = None
     detail: str | None = None
+    preamble_chars: int = 0
 
     def summary(self) -> dict[str, Any]:
-        return asdict(self)
+        """The short form kept in the call store (``preamble_chars`` only when non-zero)."""
+        d = asdict(self)
+        if not d["preamble_chars"]:
+            del d["preamble_chars"]
+        return d
 
 
-def parse_judge(raw_text: str | None, *, allow_null_confidence: bool = False) -> JudgeOutcome:
+def parse_judge(
+    raw_text: str | None, *, allow_null_confidence: bool = False, allow_reasoning_preamble: bool = False
+) -> JudgeOutcome:
     """Parse a judge answer ``{"verdict", "confidence", "reason"}`` strictly.
 
     ``confidence`` must be a number in [0, 1] (``true``/``false`` refused). A ``null``
     confidence is accepted only with ``allow_null_confidence=True``, which the pipeline
     sets only for recordings whose origin is ``"implied_by_release"`` (verdicts implied by
     the peer's post-judge release, which recorded no confidence); it is returned as ``None``
-    meaning "not recorded", never as a number.
+    meaning "not recorded", never as a number. ``allow_reasoning_preamble`` skips a
+    reasoning preamble before the JSON exactly as :func:`parse_answer` does.
 
     Returns:
         A :class:`JudgeOutcome`; never raises for a bad answer (an unexpected exception
         inside the parser is returned as ``parser_exception``).
     """
     try:
-        return _parse_judge(raw_text, allow_null_confidence=allow_null_confidence)
+        return _parse_judge(raw_text, allow_null_confidence=allow_null_confidence,
+                            allow_preamble=allow_reasoning_preamble)
     except Exception as e:  # noqa: BLE001 - documented never to raise for a bad answer
         return JudgeOutcome(ok=False, reason="parser_exception", detail=f"{type(e).__name__}: {e}"[:500])
 
 
-def _parse_judge(raw_text: str | None, *, allow_null_confidence: bool) -> JudgeOutcome:
+def _parse_judge(raw_text: str | None, *, allow_null_confidence: bool, allow_preamble: bool = False) -> JudgeOutcome:
+    preamble = 0
     try:
-        obj = _load_json_object(raw_text)  # type: ignore[arg-type]
+        obj, preamble = _load_json_object(raw_text, allow_preamble=allow_preamble)  # type: ignore[arg-type]
         _check_keys(obj, ("verdict", "confidence", "reason"))
         verdict, conf, reason = obj["verdict"], obj["confidence"], obj["reason"]
         if verdict not in JUDGE_VERDICTS:
@@ -568,6 +688,7 @@ def _parse_judge(raw_text: str | None, *, allow_null_confidence: bool) -> JudgeO
         if not isinstance(reason, str):
             raise _Reject("wrong_type", "reason is not a string")
     except _Reject as r:
-        return JudgeOutcome(ok=False, reason=r.reason, detail=r.detail)
-    return JudgeOutcome(ok=True, verdict=verdict, confidence=None if conf is None else float(conf), reason_text=reason)
+        return JudgeOutcome(ok=False, reason=r.reason, detail=r.detail, preamble_chars=preamble)
+    return JudgeOutcome(ok=True, verdict=verdict, confidence=None if conf is None else float(conf), reason_text=reason,
+                        preamble_chars=preamble)
 

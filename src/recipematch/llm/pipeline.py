@@ -1,17 +1,22 @@
-"""The LLM-written arms: generate, parse, judge, keep (SPEC §3.2; rows as SPEC §3).
+"""The LLM-written arms: generate, parse, judge, keep (paper Sections 3 and 5; Appendix C for
+the controls, Appendix F for the prompts).
 
-:func:`run_llm_pairs` runs one arm (one prompt of D1–D5 or the unrelated near-miss prompt)
-over a list of sources; :func:`run_llm_pairs_separate_calls` is the separate-calls variant of
-D1; :func:`judge_agreement` tabulates two judges; :func:`self_test` is the worker gate.
+:func:`run_llm_pairs` runs one arm (one prompt of D1–D5, the unrelated near-miss prompt, or a
+user's own prompt) over a list of sources; :func:`run_llm_pairs_separate_calls` is the
+separate-calls variant of D1; :func:`run_second_judge` re-judges an arm's candidates with a
+second judge and :func:`judge_agreement` tabulates the two judges (Appendix C, the two-judge
+control); :func:`self_test` is the worker gate.
 
-Keep rule (SPEC §3.2, "our reading of the paper's keep rule"): a positive is kept when the
+Keep rule (Section 3; our reading of the paper's keep rule): a positive is kept when the
 judge says ``equivalent``; a near-miss is kept when the judge says ``not_equivalent``. A
 judge call that fails or whose answer does not parse keeps nothing. A source whose
 positive is not kept yields no row (its kept near-misses are then unused and counted).
 
 Every call goes through the :class:`~recipematch.llm.store.CallStore`: a request already
 stored is never sent again, so a rerun (or a resumed, killed run) answers from the store
-and gives byte-identical rows.
+and gives byte-identical rows. A stored failure that no model answered (a connection error,
+a time-out, an exhausted 429/5xx, a refused key: ``is_retry_later``) is sent again by the
+next run; nothing answered is ever paid twice.
 
 One item never takes the stage down: every answer is stored whatever its parse does (a
 parser that raises is recorded as the outcome ``parser_exception``); an answer that cannot
@@ -30,18 +35,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from recipematch.errors import RecipematchError
 from recipematch.llm.backends import GenerationBackend, GenerationRequest, GenerationResult, normalise_sampling
 from recipematch.llm.parsing import (
     JudgeOutcome,
     ParsedItem,
     ParseOutcome,
+    PromptSchema,
     json_schema_for,
     normalise_for_compare,
     parse_answer,
     parse_judge,
     schema_for,
 )
-from recipematch.llm.prompts import PromptTemplate, load_prompt, split_d1_prompt
+from recipematch.llm.prompts import CustomPrompt, PromptTemplate, load_prompt, split_d1_prompt
 from recipematch.llm.recordings import ORIGIN_IMPLIED_JUDGE, candidate_key
 from recipematch.llm.store import CallStore, make_record
 
@@ -52,6 +59,9 @@ __all__ = [
     "run_llm_pairs_separate_calls",
     "build_generation_requests",
     "judge_agreement",
+    "run_second_judge",
+    "TwoJudgeResult",
+    "arm_candidates",
     "self_test",
     "recorded_items_from_store",
     "rows_to_jsonl",
@@ -67,9 +77,9 @@ class ArmResult:
         failures: ``{source_id, stage, item, reason}`` records, one per failed thing.
         counts: per-reason and total counts (see :func:`run_llm_pairs`).
         judgments: one record per judged candidate ``{source_id, role, index, prompt_name,
-            candidate_key, verdict, confidence, origin, model_id, prompt_sha256, error}``
+            candidate_key, text, verdict, confidence, origin, model_id, prompt_sha256, error}``
             (``verdict`` ``None`` when the call failed or did not parse); the input of
-            :func:`judge_agreement`.
+            :func:`judge_agreement` and :func:`run_second_judge`.
     """
 
     rows: list[dict[str, Any]]
@@ -84,6 +94,7 @@ class _Call:
     schema_name: str
     n_pos: int
     n_neg: int
+    schema: PromptSchema | None = None  # a user's prompt; None = SCHEMAS[schema_name]
 
 
 def _validate_sources(sources: Sequence[tuple[str, str]]) -> dict[str, str]:
@@ -117,19 +128,36 @@ def build_generation_requests(
     sampling: Mapping[str, Any],
     seed: int,
     variant: int = 0,
+    chat_template_kwargs: Mapping[str, Any] | None = None,
+    custom_prompt: CustomPrompt | None = None,
 ) -> list[GenerationRequest]:
     """The generation requests of an arm, one per source, in input order.
 
     The prompt is rendered with ``n_pos``, ``n_neg`` and ``problem`` (only the slots the
-    template has); ``response_schema`` is :func:`~recipematch.llm.parsing.json_schema_for`.
+    template has); ``response_schema`` is :func:`~recipematch.llm.parsing.json_schema_for`;
+    ``chat_template_kwargs`` (e.g. ``{"enable_thinking": False}``) ride on every request.
+    ``custom_prompt`` replaces the shipped prompt (its name must equal ``prompt_name``).
     """
-    t = load_prompt(prompt_name)
-    return [_gen_request(_Call(t, prompt_name, n_pos, n_neg), sid, text, model_id, sampling, seed, variant)
+    call = _arm_call(prompt_name, n_pos, n_neg, custom_prompt)
+    return [_gen_request(call, sid, text, model_id, sampling, seed, variant, chat_template_kwargs)
             for sid, text in sources]
 
 
+def _arm_call(prompt_name: str, n_pos: int, n_neg: int, custom_prompt: CustomPrompt | None) -> _Call:
+    if custom_prompt is None:
+        return _Call(load_prompt(prompt_name), prompt_name, n_pos, n_neg)
+    if custom_prompt.role != "generator" or custom_prompt.schema is None:
+        raise RecipematchError(f"{custom_prompt.sidecar}: prompt {custom_prompt.name!r} is a {custom_prompt.role} "
+                               "prompt, not a generator prompt")
+    if custom_prompt.name != prompt_name:
+        raise RecipematchError(f"prompt_name {prompt_name!r} differs from the custom prompt's name "
+                               f"{custom_prompt.name!r} ({custom_prompt.sidecar})")
+    return _Call(custom_prompt.template, prompt_name, n_pos, n_neg, custom_prompt.schema)
+
+
 def _gen_request(
-    call: _Call, sid: str, text: str, model_id: str, sampling: Mapping[str, Any], seed: int, variant: int = 0
+    call: _Call, sid: str, text: str, model_id: str, sampling: Mapping[str, Any], seed: int, variant: int = 0,
+    chat_template_kwargs: Mapping[str, Any] | None = None,
 ) -> GenerationRequest:
     system, user = call.template.render(**_render_slots(call.template, call.n_pos, call.n_neg, text))
     return GenerationRequest(
@@ -142,7 +170,8 @@ def _gen_request(
         sampling=sampling,
         seed=seed,
         model_id=model_id,
-        response_schema=json_schema_for(call.schema_name, call.n_pos, call.n_neg),
+        response_schema=json_schema_for(call.schema_name, call.n_pos, call.n_neg, schema=call.schema),
+        chat_template_kwargs=chat_template_kwargs,
     )
 
 
@@ -187,7 +216,7 @@ def _through_store(
     queued: set[str] = set()
     for r in requests:
         k = r.key
-        if k not in store and k not in queued:
+        if (k not in store or store.supersedable(k)) and k not in queued:
             todo.append(r)
             queued.add(k)
     bar = _Progress(len(todo), desc, progress)
@@ -213,7 +242,7 @@ def _through_store(
             on_result(i, res)
     finally:
         bar.close()
-    records = [store.get(r.key) or unstored.get(r.key) for r in requests]
+    records = [unstored.get(r.key) or store.get(r.key) for r in requests]
     assert all(rec is not None for rec in records)
     return records, {"requests": len(requests), "from_store": len(requests) - len(todo), "sent": len(todo)}  # type: ignore[return-value]
 
@@ -243,17 +272,18 @@ def _stand_in_record(req: GenerationRequest, res: GenerationResult, e: BaseExcep
             "finish_reason": res.finish_reason, "detail": _exc_text(e), "parse": None}
 
 
-def _safe_parse_answer(call: _Call, raw: str, anchor: str, require_tags: bool) -> ParseOutcome:
+def _safe_parse_answer(call: _Call, raw: str, anchor: str, require_tags: bool, preamble: bool = False) -> ParseOutcome:
     try:
         return parse_answer(call.schema_name, raw, n_pos=call.n_pos, n_neg=call.n_neg, anchor=anchor,
-                            require_tags=require_tags)
+                            require_tags=require_tags, allow_reasoning_preamble=preamble, schema=call.schema)
     except Exception as e:  # noqa: BLE001 - a parser bug fails this answer, not the stage
         return ParseOutcome(ok=False, reason="parser_exception", detail=_exc_text(e))
 
 
-def _safe_parse_judge(raw: str, origin: str | None) -> JudgeOutcome:
+def _safe_parse_judge(raw: str, origin: str | None, preamble: bool = False) -> JudgeOutcome:
     try:
-        return parse_judge(raw, allow_null_confidence=origin == ORIGIN_IMPLIED_JUDGE)
+        return parse_judge(raw, allow_null_confidence=origin == ORIGIN_IMPLIED_JUDGE,
+                           allow_reasoning_preamble=preamble)
     except Exception as e:  # noqa: BLE001 - a parser bug fails this judgment, not the stage
         return JudgeOutcome(ok=False, reason="parser_exception", detail=_exc_text(e))
 
@@ -261,6 +291,26 @@ def _safe_parse_judge(raw: str, origin: str | None) -> JudgeOutcome:
 def _judge_block(rec: Mapping[str, Any], judge_t: PromptTemplate) -> dict[str, Any]:
     return {"verdict": None, "confidence": None, "model_id": rec["model_id"], "prompt_sha256": judge_t.sha256,
             "origin": rec["origin"]}
+
+
+def _judge_template(judge_prompt: CustomPrompt | None) -> PromptTemplate:
+    if judge_prompt is None:
+        return load_prompt("judge")
+    if judge_prompt.role != "judge":
+        raise RecipematchError(f"{judge_prompt.sidecar}: prompt {judge_prompt.name!r} is a {judge_prompt.role} "
+                               "prompt, not a judge prompt")
+    return judge_prompt.template
+
+
+def _judge_request(
+    judge_t: PromptTemplate, sid: str, anchor: str, candidate: str, sampling: Mapping[str, Any], seed: int,
+    model_id: str, schema: Mapping[str, Any], chat_template_kwargs: Mapping[str, Any] | None,
+) -> GenerationRequest:
+    system, user = judge_t.render(anchor=anchor, candidate=candidate)
+    return GenerationRequest(
+        prompt_name=judge_t.name, prompt_sha256=judge_t.sha256,
+        system=system, user=user, source_id=sid, variant=candidate_key(candidate), sampling=sampling, seed=seed,
+        model_id=model_id, response_schema=schema, chat_template_kwargs=chat_template_kwargs)
 
 
 def run_llm_pairs_detailed(
@@ -280,6 +330,11 @@ def run_llm_pairs_detailed(
     progress: bool = True,
     judge_sampling: Mapping[str, Any] | None = None,
     separate_calls: bool = False,
+    chat_template_kwargs: Mapping[str, Any] | None = None,
+    judge_chat_template_kwargs: Mapping[str, Any] | None = None,
+    allow_reasoning_preamble: bool = False,
+    custom_prompt: CustomPrompt | None = None,
+    judge_prompt: CustomPrompt | None = None,
 ) -> ArmResult:
     """:func:`run_llm_pairs` that also returns the per-candidate judgments.
 
@@ -287,6 +342,17 @@ def run_llm_pairs_detailed(
     source, the positives-only and the near-misses-only cut of D1
     (:func:`~recipematch.llm.prompts.split_d1_prompt`), rendered with ``n_neg=0`` and
     ``n_pos=0`` respectively; each row item then carries its own call's prompt name and hash.
+
+    Serving options (Section 3's generator and judge run behind a server at scale):
+    ``chat_template_kwargs`` / ``judge_chat_template_kwargs`` ride on every generation /
+    judge request (e.g. Qwen3's ``{"enable_thinking": False}``; part of each request's key);
+    ``allow_reasoning_preamble`` lets both parsers skip a ``<think>`` block or other text
+    before the JSON (the JSON is checked as strictly as ever). A user's own prompts:
+    ``custom_prompt`` (role generator; its name must equal ``prompt_name``) and
+    ``judge_prompt`` (role judge) from :func:`~recipematch.llm.prompts.load_custom_prompt`.
+
+    Raises:
+        RecipematchError: a custom prompt of the wrong role or name.
     """
     texts = _validate_sources(sources)
     if n_pos < 1 or n_neg < 0:
@@ -299,11 +365,12 @@ def run_llm_pairs_detailed(
         pos_t, neg_t = split_d1_prompt(load_prompt("d1_recipe"))
         calls = [_Call(pos_t, pos_t.name, n_pos, 0)] + ([_Call(neg_t, neg_t.name, 0, n_neg)] if n_neg else [])
     else:
-        sch = schema_for(prompt_name)
+        call0 = _arm_call(prompt_name, n_pos, n_neg, custom_prompt)
+        sch = call0.schema if call0.schema is not None else schema_for(prompt_name)
         if sch.negatives_key is None and n_neg:
             raise ValueError(f"{prompt_name} writes positives only; n_neg must be 0")
-        calls = [_Call(load_prompt(prompt_name), prompt_name, n_pos, n_neg)]
-    judge_t = load_prompt("judge")
+        calls = [call0]
+    judge_t = _judge_template(judge_prompt)
     sids = sorted(texts)
 
     failures: list[dict[str, Any]] = []
@@ -318,12 +385,13 @@ def run_llm_pairs_detailed(
 
     with CallStore(store_path) as store:
         for call in calls:
-            reqs = [_gen_request(call, s, texts[s], model_id, sampling, seed) for s in sids]
+            reqs = [_gen_request(call, s, texts[s], model_id, sampling, seed, 0, chat_template_kwargs) for s in sids]
 
             def gen_summary(req: GenerationRequest, res: GenerationResult, _c: _Call = call) -> dict[str, Any] | None:
                 if res.raw_text is None:
                     return None
-                return _safe_parse_answer(_c, res.raw_text, texts[req.source_id], require_tags).summary()
+                return _safe_parse_answer(_c, res.raw_text, texts[req.source_id], require_tags,
+                                          allow_reasoning_preamble).summary()
 
             recs, c = _through_store(store, backend, reqs, gen_summary, progress=progress,
                                      desc=f"generate {call.template.name}")
@@ -338,7 +406,8 @@ def run_llm_pairs_detailed(
                                      "reason": rec["error"]})
                     continue
                 gen_counts["answered"] += 1
-                out: ParseOutcome = _safe_parse_answer(call, rec["raw_text"], texts[sid], require_tags)
+                out: ParseOutcome = _safe_parse_answer(call, rec["raw_text"], texts[sid], require_tags,
+                                                       allow_reasoning_preamble)
                 if not out.ok:
                     parse_rejected[out.reason] += 1
                     failures.append({"source_id": sid, "stage": "parse",
@@ -385,11 +454,8 @@ def run_llm_pairs_detailed(
             for role, items in (("positive", pos_items[sid]), ("near_miss", neg_items[sid])):
                 for call, it, gen_model in items:
                     try:
-                        system, user = judge_t.render(anchor=texts[sid], candidate=it.text)
-                        jreq = GenerationRequest(
-                            prompt_name="judge", prompt_sha256=judge_t.sha256, system=system, user=user,
-                            source_id=sid, variant=candidate_key(it.text), sampling=judge_sampling, seed=seed,
-                            model_id=judge_model_id, response_schema=jschema)
+                        jreq = _judge_request(judge_t, sid, texts[sid], it.text, judge_sampling, seed, judge_model_id,
+                                              jschema, judge_chat_template_kwargs)
                     except Exception as e:  # noqa: BLE001 - one bad candidate must not stop the stage
                         tallies[role]["candidates"] += 1
                         tallies[role]["judge_failed"] += 1
@@ -405,7 +471,7 @@ def run_llm_pairs_detailed(
         def judge_summary(req: GenerationRequest, res: GenerationResult) -> dict[str, Any] | None:
             if res.raw_text is None:
                 return None
-            return _safe_parse_judge(res.raw_text, res.origin).summary()
+            return _safe_parse_judge(res.raw_text, res.origin, allow_reasoning_preamble).summary()
 
         jrecs, jc = _through_store(store, judge_backend, judge_reqs, judge_summary, progress=progress, desc="judge")
 
@@ -419,8 +485,9 @@ def run_llm_pairs_detailed(
         tally["candidates"] += 1
         jblock = _judge_block(rec, judge_t)
         judgment = {"source_id": sid, "role": role, "index": it.index, "prompt_name": call.template.name,
-                    "candidate_key": req.variant, "verdict": None, "confidence": None, "origin": rec["origin"],
-                    "model_id": rec["model_id"], "prompt_sha256": judge_t.sha256, "error": None}
+                    "candidate_key": req.variant, "text": it.text, "verdict": None, "confidence": None,
+                    "origin": rec["origin"], "model_id": rec["model_id"], "prompt_sha256": judge_t.sha256,
+                    "error": None}
         item_ref = {"role": role, "index": it.index, "prompt_name": call.template.name,
                     "candidate_key": req.variant, "text": it.text}
         if rec["raw_text"] is None:
@@ -432,7 +499,7 @@ def run_llm_pairs_detailed(
             judgments.append(judgment)
             continue
         judge_answered += 1
-        jo = _safe_parse_judge(rec["raw_text"], rec["origin"])
+        jo = _safe_parse_judge(rec["raw_text"], rec["origin"], allow_reasoning_preamble)
         if not jo.ok:
             judge_parse_rejected[jo.reason] += 1
             tally["judge_failed"] += 1
@@ -516,8 +583,9 @@ def run_llm_pairs(
     seed: int,
     require_tags: bool,
     progress: bool = True,
+    **serving: Any,
 ) -> tuple[list[dict], list[dict], dict]:
-    """Build one LLM-written arm (SPEC §3.2): render, generate, parse, judge, keep.
+    """Build one LLM-written arm (paper Sections 3 and 5): render, generate, parse, judge, keep.
 
     Args:
         sources: ``(source_id, problem text)`` pairs; ids unique, texts non-empty.
@@ -533,6 +601,9 @@ def run_llm_pairs(
         seed: sampling seed sent with every call.
         require_tags: parse per-item annotations strictly (False for the peer's release).
         progress: progress bars on stderr.
+        **serving: ``judge_sampling``, ``chat_template_kwargs``,
+            ``judge_chat_template_kwargs``, ``allow_reasoning_preamble``, ``custom_prompt``,
+            ``judge_prompt`` as in :func:`run_llm_pairs_detailed`.
 
     Returns:
         ``(rows, failures, counts)``:
@@ -568,7 +639,7 @@ def run_llm_pairs(
     res = run_llm_pairs_detailed(
         sources, prompt_name=prompt_name, n_pos=n_pos, n_neg=n_neg, backend=backend,
         judge_backend=judge_backend, store_path=store_path, model_id=model_id, judge_model_id=judge_model_id,
-        sampling=sampling, seed=seed, require_tags=require_tags, progress=progress,
+        sampling=sampling, seed=seed, require_tags=require_tags, progress=progress, **serving,
     )
     return res.rows, res.failures, res.counts
 
@@ -587,8 +658,9 @@ def run_llm_pairs_separate_calls(
     seed: int,
     require_tags: bool,
     progress: bool = True,
+    **serving: Any,
 ) -> tuple[list[dict], list[dict], dict]:
-    """The separate-calls variant of the recipe arm (SPEC §3.2; paper App. C "exact_split"):
+    """The separate-calls variant of the recipe arm (paper Appendix C, "exact_split"):
     D1 cut into a positives-only call and a near-misses-only call per source (see
     :func:`~recipematch.llm.prompts.split_d1_prompt`); same judge and keep rule. Rows and
     failures as :func:`run_llm_pairs`; the positive's ``generator`` is
@@ -598,7 +670,7 @@ def run_llm_pairs_separate_calls(
     res = run_llm_pairs_detailed(
         sources, prompt_name="d1_recipe", n_pos=n_pos, n_neg=n_neg, backend=backend,
         judge_backend=judge_backend, store_path=store_path, model_id=model_id, judge_model_id=judge_model_id,
-        sampling=sampling, seed=seed, require_tags=require_tags, progress=progress, separate_calls=True,
+        sampling=sampling, seed=seed, require_tags=require_tags, progress=progress, separate_calls=True, **serving,
     )
     return res.rows, res.failures, res.counts
 
@@ -611,19 +683,23 @@ def rows_to_jsonl(rows: Iterable[Mapping[str, Any]]) -> str:
     return "".join(json.dumps(r, ensure_ascii=False, allow_nan=False) + "\n" for r in rows)
 
 
-def _kappa(a: int, b: int, c: int, d: int) -> float | None:
-    """Cohen's kappa of a 2x2 table [[a, b], [c, d]] (a = both accept, d = neither)."""
-    n = a + b + c + d
-    if n == 0:
+def _kappa(labels_a: list[int], labels_b: list[int]) -> float | None:
+    """Cohen's kappa of two label lists (:func:`sklearn.metrics.cohen_kappa_score`);
+    ``None`` when it is undefined (no items, or chance agreement 1: both judges gave one
+    and the same label to everything)."""
+    if not labels_a:
         return None
-    po = (a + d) / n
-    p1, p2 = (a + b) / n, (a + c) / n
-    pe = p1 * p2 + (1 - p1) * (1 - p2)
-    return None if math.isclose(pe, 1.0) else (po - pe) / (1 - pe)
+    if len(set(labels_a) | set(labels_b)) == 1:
+        return None
+    from sklearn.metrics import cohen_kappa_score
+
+    k = float(cohen_kappa_score(labels_a, labels_b))
+    return None if math.isnan(k) else k
 
 
 def judge_agreement(first: Sequence[Mapping[str, Any]], second: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """Agreement table of two judges over the same candidates (SPEC §3.2, paper App. C R12-a).
+    """Agreement table of two judges over the same candidates (paper Appendix C, the
+    two-judge control R12-a).
 
     Args:
         first, second: judgment records ``{source_id, role, candidate_key, verdict}``
@@ -641,12 +717,14 @@ def judge_agreement(first: Sequence[Mapping[str, Any]], second: Sequence[Mapping
           ``not_equivalent`` for a near-miss; a missing verdict is not an accept, as the
           paper counted unparsed second-judge verdicts "as not verified");
         * ``agreement`` = (both_accept + neither) / n (fraction in [0, 1]) and
-          ``cohen_kappa`` on that 2x2 table (``None`` when undefined);
+          ``cohen_kappa`` on that 2x2 table (:func:`sklearn.metrics.cohen_kappa_score` over
+          the accept/not-accept labels; ``None`` when undefined);
         * ``accept_rate_first`` / ``accept_rate_second`` (fractions);
         * ``exact_verdict_agreement``: fraction with the same label among
           {equivalent, not_equivalent, missing};
-        * ``opposite_verdicts``: both judged and disagree (the binary analogue of a
-          "0 against 2" disagreement); ``one_missing``: exactly one verdict missing;
+        * ``opposite_verdicts``: both judged and disagree — the "0 against 2" disagreements
+          (with a binary judge a disagreement between two verdicts is always the full
+          0-vs-2 kind); ``one_missing``: exactly one verdict missing;
           ``missing_first`` / ``missing_second``.
         Fractions are ``None`` when ``n == 0``.
 
@@ -671,11 +749,15 @@ def judge_agreement(first: Sequence[Mapping[str, Any]], second: Sequence[Mapping
 
     def table(keys: list[tuple[str, str, str]]) -> dict[str, Any]:
         c: Counter = Counter()
+        la: list[int] = []
+        lb: list[int] = []
         for k in keys:
             role = k[1]
             keep = "equivalent" if role == "positive" else "not_equivalent"
             va, vb = a[k], b[k]
             acc_a, acc_b = va == keep, vb == keep
+            la.append(int(acc_a))
+            lb.append(int(acc_b))
             c["both_accept" if acc_a and acc_b else "only_first_accepts" if acc_a else
               "only_second_accepts" if acc_b else "neither"] += 1
             c["same_label"] += va == vb
@@ -688,7 +770,7 @@ def judge_agreement(first: Sequence[Mapping[str, Any]], second: Sequence[Mapping
         frac = (lambda x: x / n) if n else (lambda x: None)
         return {
             "n": n, "both_accept": ba, "only_first_accepts": of, "only_second_accepts": os_, "neither": ne,
-            "agreement": frac(ba + ne), "cohen_kappa": _kappa(ba, of, os_, ne),
+            "agreement": frac(ba + ne), "cohen_kappa": _kappa(la, lb),
             "accept_rate_first": frac(ba + of), "accept_rate_second": frac(ba + os_),
             "exact_verdict_agreement": frac(c["same_label"]), "opposite_verdicts": c["opposite_verdicts"],
             "one_missing": c["one_missing"], "missing_first": c["missing_first"], "missing_second": c["missing_second"],
@@ -751,3 +833,216 @@ def recorded_items_from_store(
                 if len(out) >= limit:
                     break
     return out
+
+
+# ------------------------------------------------------------------ the second judge (Appendix C)
+
+
+def arm_candidates(rows: Sequence[Mapping[str, Any]], failures: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The first judge's judgments, rebuilt from an arm's written rows and failures (for
+    when :attr:`ArmResult.judgments` was not kept).
+
+    Kept positives and near-misses come from ``rows`` (with the verdict in their ``judge``
+    block), rejected candidates from the ``judge``-stage failures ``judged_equivalent`` /
+    ``judged_not_equivalent``, and candidates whose judge call failed or did not parse from
+    the other ``judge``-stage failures (verdict ``None``). Not recoverable from these files:
+    near-misses the first judge kept for a source whose positive it rejected (they are
+    counted as ``negatives_unused_no_positive`` and written nowhere); pass
+    :attr:`ArmResult.judgments` to :func:`run_second_judge` to include them.
+
+    Returns:
+        Records ``{source_id, role, candidate_key, text, verdict, confidence}``, one per
+        candidate, sorted by ``(source_id, role, candidate_key)``.
+
+    Raises:
+        RecipematchError: a row or failure lacks the fields named above (the message says
+            which, by position).
+    """
+    out: dict[tuple[str, str, str], dict[str, Any]] = {}
+
+    def add(sid: str, role: str, text: str, verdict: str | None, conf: Any) -> None:
+        k = candidate_key(text)
+        out.setdefault((sid, role, k), {"source_id": sid, "role": role, "candidate_key": k, "text": text,
+                                        "verdict": verdict, "confidence": conf})
+
+    for i, r in enumerate(rows):
+        try:
+            j = r["positive_provenance"]["judge"] or {}
+            add(r["source_id"], "positive", r["positive"], j.get("verdict"), j.get("confidence"))
+            for n in r["negatives"]:
+                nj = n["judge"] or {}
+                add(r["source_id"], "near_miss", n["text"], nj.get("verdict"), nj.get("confidence"))
+        except (KeyError, TypeError) as e:
+            raise RecipematchError(f"row {i}: not an LLM-arm row (missing {e})") from None
+    for i, f in enumerate(failures):
+        if f.get("stage") != "judge":
+            continue
+        item = f.get("item") or {}
+        if not isinstance(item.get("text"), str) or item.get("role") not in ("positive", "near_miss"):
+            raise RecipematchError(f"failure {i}: a judge failure without the candidate's role and text")
+        reason = f.get("reason")
+        verdict = {"judged_equivalent": "equivalent", "judged_not_equivalent": "not_equivalent"}.get(reason)
+        add(f["source_id"], item["role"], item["text"], verdict, None)
+    return [out[k] for k in sorted(out)]
+
+
+@dataclass
+class TwoJudgeResult:
+    """What :func:`run_second_judge` produced.
+
+    Attributes:
+        rows: the two-judge row set: each first-judge row whose positive the second judge
+            also accepts (judged ``equivalent``), with only the near-misses it also accepts
+            (judged ``not_equivalent``); every kept item carries the second verdict as
+            ``judge_2`` beside its ``judge`` block. Same order as the input rows.
+        judgments_second: one record per candidate, as :attr:`ArmResult.judgments`.
+        agreement: :func:`judge_agreement` of the first and second judgments.
+        failures: ``{source_id, stage: "judge_2", item, reason}`` for each second-judge
+            call that failed or did not parse.
+        counts: ``candidates``, ``requests``/``from_store``/``sent``, ``answered``,
+            ``failed`` by code, ``parse_rejected`` by reason, ``rows_in``, ``rows``,
+            ``negatives_in``, ``negatives``.
+    """
+
+    rows: list[dict[str, Any]]
+    judgments_second: list[dict[str, Any]]
+    agreement: dict[str, Any]
+    failures: list[dict[str, Any]]
+    counts: dict[str, Any]
+
+
+def run_second_judge(
+    rows: Sequence[Mapping[str, Any]],
+    candidates: Sequence[Mapping[str, Any]],
+    sources: Mapping[str, str],
+    *,
+    judge_backend: GenerationBackend,
+    store_path: str | Path,
+    judge_model_id: str,
+    sampling: Mapping[str, Any],
+    seed: int,
+    chat_template_kwargs: Mapping[str, Any] | None = None,
+    allow_reasoning_preamble: bool = False,
+    judge_prompt: CustomPrompt | None = None,
+    progress: bool = False,
+) -> TwoJudgeResult:
+    """Re-judge every candidate of an arm with a second judge (paper Appendix C, the
+    two-judge control: every candidate row of the recipe arm re-judged by a judge of another
+    vendor under the same judge prompt; a cell trained on the rows both judges admit).
+
+    Every kept pair is among the candidates, so every kept pair is re-judged; the
+    candidates the first judge rejected are re-judged too, which the agreement table needs.
+
+    Args:
+        rows: the arm's rows (first judge), e.g. ``pairs/d1_recipe.jsonl``.
+        candidates: the first judge's judgments with their texts: :attr:`ArmResult.judgments`
+            or :func:`arm_candidates`. Each ``{source_id, role, candidate_key, text,
+            verdict}``; ``candidate_key`` must be :func:`candidate_key` of ``text``.
+        sources: source id → anchor text (the corpus problems), for every candidate.
+        judge_backend: the second judge's backend (its own server, model and key: an
+            :class:`~recipematch.llm.backends.OpenAICompatibleBackend`; or a
+            :class:`~recipematch.llm.backends.ReplayBackend` over recordings of the second
+            judge, e.g. :func:`recipematch.llm.recordings.recordings_from_store` of a live run).
+        store_path: the second judge's own call store (resumable; nothing paid twice).
+        judge_model_id: the second judge's model id (recorded; the backend refuses others).
+        sampling: ``{temperature, top_p, max_tokens}``. seed: sent with every call.
+        chat_template_kwargs / allow_reasoning_preamble / judge_prompt: as in
+            :func:`run_llm_pairs_detailed` (``judge_prompt`` defaults to the shipped judge).
+        progress: a progress bar on stderr.
+
+    Returns:
+        A :class:`TwoJudgeResult`; ``rows`` are byte-identical across reruns.
+
+    Raises:
+        RecipematchError: a candidate without text, with a key that does not match its
+            text, listed twice, or whose source has no anchor text.
+    """
+    judge_t = _judge_template(judge_prompt)
+    sampling = normalise_sampling(sampling)
+    jschema = json_schema_for("judge", 0, 0)
+    seen: set[tuple[str, str, str]] = set()
+    reqs: list[GenerationRequest] = []
+    for i, c in enumerate(candidates):
+        text, sid, role = c.get("text"), c.get("source_id"), c.get("role")
+        if not isinstance(text, str) or role not in ("positive", "near_miss") or not isinstance(sid, str):
+            raise RecipematchError(f"candidate {i}: needs source_id, role (positive/near_miss) and text")
+        if c.get("candidate_key") != candidate_key(text):
+            raise RecipematchError(f"candidate {i} (source {sid}): candidate_key {c.get('candidate_key')!r} is not "
+                                   "the key of its text")
+        k = (sid, role, c["candidate_key"])
+        if k in seen:
+            raise RecipematchError(f"candidate {i}: {k} listed twice")
+        seen.add(k)
+        if sid not in sources:
+            raise RecipematchError(f"candidate {i}: source {sid!r} has no anchor text")
+        reqs.append(_judge_request(judge_t, sid, sources[sid], text, sampling, seed, judge_model_id, jschema,
+                                   chat_template_kwargs))
+
+    def summary(req: GenerationRequest, res: GenerationResult) -> dict[str, Any] | None:
+        if res.raw_text is None:
+            return None
+        return _safe_parse_judge(res.raw_text, res.origin, allow_reasoning_preamble).summary()
+
+    with CallStore(store_path) as store:
+        recs, c = _through_store(store, judge_backend, reqs, summary, progress=progress, desc="second judge")
+
+    failed: Counter = Counter()
+    rejected: Counter = Counter()
+    failures: list[dict[str, Any]] = []
+    second: list[dict[str, Any]] = []
+    verdicts: dict[tuple[str, str, str], dict[str, Any]] = {}
+    answered = 0
+    for cand, req, rec in zip(candidates, reqs, recs):
+        j = {"source_id": cand["source_id"], "role": cand["role"], "index": cand.get("index"),
+             "prompt_name": cand.get("prompt_name"), "candidate_key": req.variant, "text": cand["text"],
+             "verdict": None, "confidence": None, "origin": rec["origin"], "model_id": rec["model_id"],
+             "prompt_sha256": judge_t.sha256, "error": None}
+        item = {"role": cand["role"], "candidate_key": req.variant, "text": cand["text"]}
+        if rec["raw_text"] is None:
+            failed[rec["error"]] += 1
+            j["error"] = rec["error"]
+            failures.append({"source_id": cand["source_id"], "stage": "judge_2",
+                             "item": {**item, "detail": rec["detail"]}, "reason": rec["error"]})
+        else:
+            answered += 1
+            jo = _safe_parse_judge(rec["raw_text"], rec["origin"], allow_reasoning_preamble)
+            if jo.ok:
+                j["verdict"], j["confidence"] = jo.verdict, jo.confidence
+            else:
+                rejected[jo.reason] += 1
+                j["error"] = f"parse:{jo.reason}"
+                failures.append({"source_id": cand["source_id"], "stage": "judge_2",
+                                 "item": {**item, "detail": jo.detail}, "reason": f"judge_answer_{jo.reason}"})
+        second.append(j)
+        verdicts[(cand["source_id"], cand["role"], req.variant)] = j
+
+    def block(j: Mapping[str, Any] | None) -> dict[str, Any] | None:
+        if j is None:
+            return None
+        return {"verdict": j["verdict"], "confidence": j["confidence"], "model_id": j["model_id"],
+                "prompt_sha256": j["prompt_sha256"], "origin": j["origin"]}
+
+    out_rows: list[dict[str, Any]] = []
+    neg_in = neg_out = 0
+    for r in rows:
+        sid = r["source_id"]
+        pj = verdicts.get((sid, "positive", candidate_key(r["positive"])))
+        neg_in += len(r["negatives"])
+        if pj is None or pj["verdict"] != "equivalent":
+            continue
+        negs = []
+        for n in r["negatives"]:
+            nj = verdicts.get((sid, "near_miss", candidate_key(n["text"])))
+            if nj is not None and nj["verdict"] == "not_equivalent":
+                negs.append({**n, "judge_2": block(nj)})
+        neg_out += len(negs)
+        out_rows.append({**r, "positive_provenance": {**r["positive_provenance"], "judge_2": block(pj)},
+                         "negatives": negs})
+    counts = {"candidates": len(reqs), **c, "answered": answered, "failed": dict(sorted(failed.items())),
+              "parse_rejected": dict(sorted(rejected.items())), "rows_in": len(rows), "rows": len(out_rows),
+              "negatives_in": neg_in, "negatives": neg_out}
+    agreement = judge_agreement(
+        [{"source_id": x["source_id"], "role": x["role"], "candidate_key": x["candidate_key"],
+          "verdict": x.get("verdict")} for x in candidates], second)
+    return TwoJudgeResult(rows=out_rows, judgments_second=second, agreement=agreement, failures=failures,
+                          counts=counts)

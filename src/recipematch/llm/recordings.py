@@ -1,5 +1,5 @@
 """Replay recordings built from the peer's released pair files (the only recorded LLM
-outputs we have; ``shared/data/peer_release/MANIFEST.md``).
+outputs we have; ``data/peer_release/MANIFEST.md``).
 
 The release is *post-judge*: it holds, per source, the positive and near-misses that the
 peer's judge kept. The generator's full answers (justification, tags, audience, ...), the
@@ -49,10 +49,13 @@ __all__ = [
     "write_recordings",
     "read_jsonl",
     "load_corpus_texts",
+    "recordings_from_store",
+    "ORIGIN_LIVE_STORE",
 ]
 
 ORIGIN_RELEASE = "peer_release_post_judge"
 ORIGIN_IMPLIED_JUDGE = "implied_by_release"
+ORIGIN_LIVE_STORE = "recorded_from_call_store"
 
 _IMPLIED_REASON = (
     "Not recorded: verdict implied by the peer's post-judge release, which keeps only the "
@@ -269,3 +272,35 @@ def write_recordings(path: str | Path, records: Iterable[Mapping[str, Any]]) -> 
     with open(p, "w", encoding="utf-8", newline="\n") as fh:
         for rec in records:
             fh.write(json.dumps(rec, ensure_ascii=False) + "\n")
+
+
+def recordings_from_store(store_path: str | Path, *, prompt_names: Iterable[str] | None = None) -> list[dict[str, Any]]:
+    """Replay recordings of every answered call in a live run's call store, so a later run
+    (e.g. the second judge of the two-judge control, paper Appendix C) replays it through
+    :class:`~recipematch.llm.backends.ReplayBackend` instead of paying again.
+
+    Args:
+        store_path: a :class:`~recipematch.llm.store.CallStore` file (opened read-write,
+            so no other run may hold it).
+        prompt_names: keep only calls of these prompts (default: all).
+
+    Returns:
+        Records ``{kind, prompt_name, prompt_sha256, source_id, variant, model_id, raw_text,
+        origin, role}`` (``kind`` ``"judge"`` for a judge prompt's calls, else
+        ``"generation"``; ``origin`` ``"recorded_from_call_store"``; ``role`` ``None``),
+        one per answered call, in store order. Failed calls have no answer to replay and
+        are left out. Only answers and identities are copied: no request text, header or key.
+    """
+    from recipematch.llm.store import CallStore
+
+    keep = None if prompt_names is None else set(prompt_names)
+    out: list[dict[str, Any]] = []
+    with CallStore(store_path) as store:
+        for rec in store.records():
+            if rec["raw_text"] is None or (keep is not None and rec["prompt_name"] not in keep):
+                continue
+            out.append({"kind": "judge" if rec["prompt_name"] == "judge" else "generation",
+                        "prompt_name": rec["prompt_name"], "prompt_sha256": rec["prompt_sha256"],
+                        "source_id": rec["source_id"], "variant": rec["variant"], "model_id": rec["model_id"],
+                        "raw_text": rec["raw_text"], "origin": ORIGIN_LIVE_STORE, "role": None})
+    return out

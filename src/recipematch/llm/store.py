@@ -1,6 +1,6 @@
-"""Append-only, content-addressed JSONL store of LLM calls (SPEC §3.2: every call's prompt
-hash, model, sampling settings and seed are recorded; a malformed answer is kept as a
-failure record with its reason).
+"""Append-only, content-addressed JSONL store of LLM calls (paper Section 3 and Appendix C:
+every call's prompt hash, model, sampling settings and seed are recorded; a malformed answer
+is kept as a failure record with its reason).
 
 One line per finished call, written and flushed as soon as the answer arrives (with the
 outcome of a parse that cannot raise; a parse that fails anyway is recorded as a
@@ -11,7 +11,11 @@ outcome of a parse that cannot raise; a parse that fails anyway is recorded as a
      "raw_text", "error", "origin", "attempts", "finish_reason", "detail", "parse": {...}}
 
 ``key`` is the request's content address, so a rerun looks every request up before sending
-it and never repeats a stored one. A raw answer holding a lone UTF-16 surrogate (not
+it and never repeats a stored answer. The one exception is a stored failure that no model
+answered (:func:`recipematch.llm.backends.is_retry_later`: connection error, time-out,
+exhausted 429/5xx, refused key, ...): nothing was paid for it, so a rerun sends it again and
+the new line *supersedes* it (a later line may repeat the key of such a failure, and only
+of such a failure; :meth:`CallStore.get` returns the latest). A raw answer holding a lone UTF-16 surrogate (not
 encodable as UTF-8) is stored too: its line is written with ASCII ``\\uXXXX`` escapes and its
 hash uses ``surrogatepass``. ``record_sha256`` (SHA-256 of the canonical JSON of all
 other fields) makes each line self-checking.
@@ -36,7 +40,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from recipematch.llm.backends import GenerationRequest, GenerationResult, canonical_json
+from recipematch.llm.backends import GenerationRequest, GenerationResult, canonical_json, is_retry_later
 
 __all__ = ["CallStore", "StoreCorruptError", "make_record", "verify_record"]
 
@@ -156,9 +160,11 @@ class CallStore:
                 raise StoreCorruptError(f"{self.path}: damaged record at byte {pos}")
             key = rec["key"]
             if key in self._records:
-                raise StoreCorruptError(f"{self.path}: key {key} stored twice (byte {pos})")
+                if not self.supersedable(key):
+                    raise StoreCorruptError(f"{self.path}: key {key} stored twice (byte {pos})")
+            else:
+                self._order.append(key)
             self._records[key] = rec
-            self._order.append(key)
             pos = nl + 1
             good_end = pos
         if good_end < n:
@@ -174,29 +180,38 @@ class CallStore:
     def __len__(self) -> int:
         return len(self._records)
 
+    def supersedable(self, key: str) -> bool:
+        """True when ``key`` is stored as a failure that no model answered (see the module
+        docstring): a rerun sends that request again and appends the new result."""
+        rec = self._records.get(key)
+        return rec is not None and rec.get("raw_text") is None and is_retry_later(rec.get("error"))
+
     def get(self, key: str) -> dict[str, Any] | None:
         """The stored record of a request key, or ``None``."""
         return self._records.get(key)
 
     def records(self) -> Iterator[dict[str, Any]]:
-        """Stored records in file order."""
+        """Stored records (the latest of each key), in the order their keys first appear."""
         return (self._records[k] for k in self._order)
 
     def append(self, record: Mapping[str, Any]) -> None:
         """Write one record as one line (single ``write`` + ``flush``).
 
         Raises:
-            ValueError: the key is already stored (the store never holds a request twice),
-                or ``record_sha256`` does not match.
+            ValueError: the key is already stored (the store never holds a request twice,
+                except that a new result may supersede a :meth:`supersedable` failure), or
+                ``record_sha256`` does not match.
         """
-        if record["key"] in self._records:
-            raise ValueError(f"request {record['key']} is already stored")
+        key = record["key"]
+        if key in self._records and not self.supersedable(key):
+            raise ValueError(f"request {key} is already stored")
         if not verify_record(record):
             raise ValueError("record_sha256 does not match the record")
         line = _encode_line(record)
         self._write(line)
-        self._records[record["key"]] = dict(record)
-        self._order.append(record["key"])
+        if key not in self._records:
+            self._order.append(key)
+        self._records[key] = dict(record)
         self.appended += 1
 
     def _write(self, line: bytes) -> None:
