@@ -329,3 +329,29 @@ def test_crosslingual_release_builds_the_papers_folder(tmp_path):
     assert [int(bset.slices[f"found_by={g}"].sum()) for g in ("answer", "text", "formulas_only")
             ] == [25, 15, 353]
     assert sum(int(v.sum()) for k, v in bset.slices.items() if k.startswith("lang=")) == 393
+
+
+def _copy_release(tmp_path):
+    import shutil
+
+    dst = tmp_path / "rel"
+    shutil.copytree(RELEASE_MINI, dst)
+    return dst
+
+
+def test_build_crosslingual_folder_refuses_bad_release(tmp_path):
+    rel = _copy_release(tmp_path)
+    with open(rel / "crosslingual_eval" / "gold_corpus.jsonl", "a") as fh:
+        fh.write('{"_id": "s2", "title": "", "text": "not B C"}\n')  # s2 with another text
+    with pytest.raises(RecipematchError, match=r"gold_corpus.jsonl: _id 's2' has a different text"):
+        build_crosslingual_folder(rel, tmp_path / "out")
+    rel = _copy_release(tmp_path / "b")
+    with open(rel / "crosslingual_eval" / "qrels" / "test.tsv", "a") as fh:
+        fh.write("q4\tg9\t1\n")
+    with pytest.raises(RecipematchError, match=r"test.tsv: corpus-id 'g9' \(query 'q4'\)"):
+        build_crosslingual_folder(rel, tmp_path / "out")
+    rel = _copy_release(tmp_path / "c")
+    (rel / "crosslingual_eval" / "queries.jsonl").write_text('{"_id": "q1", "text": 5}\n')
+    with pytest.raises(RecipematchError, match=r"queries.jsonl:1: field 'text'"):
+        build_crosslingual_folder(rel, tmp_path / "out")
+    assert not (tmp_path / "out").exists()

@@ -143,7 +143,8 @@ def _read_set(folder: str | os.PathLike, split: str, name: str) -> BeirDataset:
     """
     folder = Path(folder)
     if not folder.is_dir():
-        raise RecipematchError(f"set {name!r}: folder {folder} does not exist")
+        what = "is not a folder" if folder.exists() else "does not exist"
+        raise RecipematchError(f"set {name!r}: folder {folder} {what}")
     for fname in ("corpus.jsonl", "queries.jsonl"):
         path = folder / fname
         if not path.is_file():
