@@ -13,6 +13,8 @@ from recipematch.metrics import (
     recall_at_k,
     recall_by_group,
     recall_by_slices,
+    SCORING_RULES,
+    rule_qrels,
     strict_crosslingual_qrels,
 )
 
@@ -65,11 +67,32 @@ def test_near_miss_win_rate_leaves_out_queries_without_near_misses():
 
 
 def test_strict_crosslingual_rule():
-    qrels = {"q1": {"a": 1, "b": 1, "c": 0}, "q2": {"d": 1}, "q3": {"e": 1}}
-    qlang = {"q1": "nl", "q2": "de", "q3": None}
-    dlang = {"a": "en", "b": "nl", "c": "fr", "d": None, "e": "en"}
-    assert strict_crosslingual_qrels(qrels, qlang, dlang) == {
+    qrels = {"q1": {"a": 1, "b": 1, "c": 0}, "q2": {"d": 1}, "q3": {"e": 1}, "q4": {"a": 1}}
+    qlang = {"q1": "nl", "q2": "de", "q3": "en", "q4": "en"}
+    tags = {"q1": {"a": "en", "b": "nl", "c": "fr"}, "q2": {"d": "unknown"},
+            "q3": {"e": "en"}, "q4": {"a": "fr"}}
+    assert strict_crosslingual_qrels(qrels, qlang, tags) == {
         "q1": {"a": 1},  # same-language b and score-0 c dropped
-        "q2": {},  # gold with unknown language never counts as different
-        "q3": {},  # query with unknown language
+        "q2": {"d": 1},  # a gold tagged "unknown" counts as another language
+        "q3": {},  # only a same-language gold: a miss
+        "q4": {"a": 1},  # q4 tags a "fr" though q1 tags it "en": each query's own tag decides
     }
+
+
+def test_strict_rule_refuses_untagged_input():
+    with pytest.raises(ValueError, match="'q1': no language tag"):
+        strict_crosslingual_qrels({"q1": {"a": 1}}, {}, {"q1": {"a": "en"}})
+    with pytest.raises(ValueError, match="gold 'b' has no tag"):
+        strict_crosslingual_qrels({"q1": {"b": 1}}, {"q1": "de"}, {"q1": {"a": "en"}})
+
+
+def test_rule_qrels_is_data():
+    qrels = {"q1": {"a": 1, "b": 0}}
+    assert set(SCORING_RULES) == {"plain", "crosslingual_strict", "samelang"}
+    assert rule_qrels("plain", qrels) == rule_qrels("samelang", qrels) == {"q1": {"a": 1}}
+    assert rule_qrels("crosslingual_strict", qrels, query_lang={"q1": "en"},
+                      gold_tags={"q1": {"a": "en", "b": "fr"}}) == {"q1": {}}
+    with pytest.raises(ValueError, match="needs query_lang"):
+        rule_qrels("crosslingual_strict", qrels)
+    with pytest.raises(ValueError, match="unknown scoring rule"):
+        rule_qrels("lenient", qrels)

