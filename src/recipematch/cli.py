@@ -20,7 +20,8 @@ from recipematch.pipeline.door import offline_env
 STAGE_COMMANDS = (
     ("corpus", "corpus"), ("evalsets", "evalsets"), ("gates", "gates"), ("verified", "verified"),
     ("recordings", "recordings"), ("llm", "llm"), ("specs", "specs"), ("cells", "cells"), ("validate", "validate"),
-    ("train", "train"), ("evaluate-arm", "evaluate"), ("stats", "stats"), ("report", "report"),
+    ("train", "train"), ("evaluate-arm", "evaluate"), ("evaluate-base", "evaluate_base"),
+    ("evaluate-bm25", "evaluate_bm25"), ("stats", "stats"), ("report", "report"),
 )
 
 

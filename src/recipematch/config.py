@@ -95,10 +95,13 @@ T = TypeVar("T")
 
 
 def _spec(help: str, *, min: float | None = None, max: float | None = None, choices: Iterable[Any] | None = None,
-          finite: bool = False, default: Any = dataclasses.MISSING, max_len: int | None = None) -> Any:
-    """A params field with its help text and bounds (checked by :func:`_check_field`)."""
+          finite: bool = False, default: Any = dataclasses.MISSING, default_factory: Any = dataclasses.MISSING,
+          max_len: int | None = None) -> Any:
+    """A params field with its help text and bounds (checked by :func:`_check_value`)."""
     md = {"help": help, "min": min, "max": max, "choices": tuple(choices) if choices is not None else None,
           "finite": finite, "max_len": max_len}
+    if default_factory is not dataclasses.MISSING:
+        return field(default_factory=default_factory, metadata=md)
     if default is dataclasses.MISSING:
         return field(metadata=md)
     return field(default=default, metadata=md)
@@ -129,6 +132,9 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:
     if origin is dict or tp is dict:
         if not isinstance(value, Mapping):
             raise RecipematchError(f"{where}: expected a mapping, got {value!r}")
+        args = typing.get_args(tp)
+        if len(args) == 2 and dataclasses.is_dataclass(args[1]):
+            return {str(k): _build(v, args[1], f"{where}.{k}") for k, v in value.items()}
         return dict(value)
     if dataclasses.is_dataclass(tp):
         return _build(value, tp, where)
@@ -277,6 +283,17 @@ class LLMConfig:
     top_p: float = _spec("nucleus sampling mass", min=0.0, max=1.0, finite=True)
     max_tokens: int = _spec("answer length cap in tokens", min=1, max=131_072)
     base_url: str = _spec("server URL for backend openai", default="", max_len=2000)
+    api_key_env: str = _spec("NAME of the environment variable holding the server's API key ('' = none); "
+                             "the key itself never lands in params, logs or stores", default="", max_len=200)
+    judge_base_url: str = _spec("judge server URL ('' = the generator's server)", default="", max_len=2000)
+    judge_api_key_env: str = _spec("NAME of the judge server's API-key variable", default="", max_len=200)
+    chat_template_kwargs: dict = _spec("sent with every request, e.g. {enable_thinking: false} for Qwen3",
+                                       default_factory=dict)
+    allow_reasoning_preamble: bool = _spec("skip a <think> block or text before the JSON answer (schema kept strict)",
+                                           default=False)
+    concurrency: int = _spec("requests in flight", default=8, min=1, max=1024)
+    max_retries: int = _spec("retries per request", default=4, min=0, max=100)
+    timeout_s: float = _spec("seconds per request", default=300.0, min=0.1, max=86_400.0, finite=True)
 
 
 @dataclass(frozen=True)
@@ -319,6 +336,27 @@ class EvaluateConfig:
     max_seq_length: int = _spec("tokens per text when encoding (paper: 1,024)", min=1, max=32_768)
     batch_size: int = _spec("texts per encoding batch", min=1, max=65_536)
     device: str = _spec("cpu, cuda or mps", choices=DEVICES)
+    bm25_k1: float = _spec("BM25 baseline k1 (paper: 1.5)", min=0.0, max=100.0, finite=True)
+    bm25_b: float = _spec("BM25 baseline b (paper: 0.75)", min=0.0, max=1.0, finite=True)
+
+
+EVAL_RULES_ALLOWED = ("plain", "crosslingual_strict", "samelang")
+EVAL_ROLES_ALLOWED = ("benchmark", "real", "in_family")
+
+
+@dataclass(frozen=True)
+class EvaluationConfig:
+    """One declared evaluation set (paper Section 3; roles and rules: :mod:`recipematch.rules`)."""
+
+    folder: str = _spec("BEIR folder, relative to the project root (a stage output or a DVC-tracked folder)",
+                        min=1, max_len=2000)
+    rule: str = _spec("scoring rule", choices=EVAL_RULES_ALLOWED)
+    role: str = _spec("benchmark (LLM-built), real (no generator) or in_family (an arm's own generator)",
+                      choices=EVAL_ROLES_ALLOWED)
+    label: str = _spec("the report's row label", min=1, max_len=200)
+    report_ks: tuple[int, ...] = _spec("cut-offs the report shows for this set", min=1, max=10_000)
+    in_family_for: tuple[str, ...] = _spec("positives generators whose arms this set is in-family for "
+                                           "(e.g. [cas] for the CAS near-miss probe)", default=())
 
 
 @dataclass(frozen=True)
@@ -358,6 +396,7 @@ class Params:
     budget: BudgetConfig = _spec("matched budget")
     train: TrainConfig = _spec("training")
     evaluate: EvaluateConfig = _spec("evaluation")
+    evaluations: dict[str, EvaluationConfig] = _spec("every evaluation set each model is scored on, by name")
     stats: StatsConfig = _spec("statistics")
     mlflow: MlflowConfig = _spec("tracking")
 
@@ -392,6 +431,22 @@ def _cross_checks(p: Params) -> None:
         raise RecipematchError("llm.base_url: backend openai needs the server's URL (e.g. http://127.0.0.1:8000/v1)")
     if 1 not in p.evaluate.ks:
         raise RecipematchError(f"evaluate.ks must be cut-offs >= 1 including 1 (the report's R@1), got {list(p.evaluate.ks)}")
+    if not p.evaluations:
+        raise RecipematchError("evaluations: declare at least one evaluation set")
+    for name, ev in p.evaluations.items():
+        if not re.fullmatch(r"[A-Za-z0-9_\-]{1,64}", name):
+            raise RecipematchError(f"evaluations.{name}: names are 1-64 letters, digits, '_' or '-'")
+        bad = [k for k in ev.report_ks if k not in p.evaluate.ks]
+        if bad:
+            raise RecipematchError(f"evaluations.{name}.report_ks {bad} are not in evaluate.ks {list(p.evaluate.ks)}")
+        if Path(ev.folder).is_absolute() or ".." in Path(ev.folder).parts:
+            raise RecipematchError(f"evaluations.{name}.folder must be relative to the project root, got {ev.folder!r}")
+        from recipematch.rules import POSITIVES
+        bad = [g for g in ev.in_family_for if g not in POSITIVES]
+        if bad:
+            raise RecipematchError(f"evaluations.{name}.in_family_for: unknown positives {bad}; choose from {sorted(POSITIVES)}")
+    if not any(ev.role == "benchmark" for ev in p.evaluations.values()):
+        raise RecipematchError("evaluations: declare at least one set with role: benchmark")
     if not _URI.match(p.mlflow.tracking_uri):
         raise RecipematchError(f"mlflow.tracking_uri must be sqlite:///PATH, http(s)://HOST[:PORT] or file:PATH, "
                                f"got {p.mlflow.tracking_uri!r}")

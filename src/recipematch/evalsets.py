@@ -222,3 +222,28 @@ def evaluation_texts(*beirs: Beir, corpus_ids: set[str]) -> list[str]:
         out.extend(queries.values())
         out.extend(d["text"] for k, d in docs.items() if k not in corpus_ids)
     return sorted(set(out))
+
+
+def set_texts(bset, corpus_ids: set[str]) -> list[str]:
+    """Every text a declared evaluation shows a model apart from the plain search corpus: its
+    scored queries, every positive gold and near-miss (corpus problems included: the
+    cross-language golds are corpus problems), and every document that is not a corpus
+    problem. These feed the contamination gates (paper Section 3, Appendix B).
+
+    Args:
+        bset: a loaded :class:`recipematch.benchmarks_data.BenchmarkSet`.
+        corpus_ids: the training corpus's ids.
+
+    Returns:
+        Sorted distinct texts.
+    """
+    from recipematch.beir import doc_text, positive_qrels
+
+    keep: set[str] = set()
+    positive = positive_qrels(bset.qrels)
+    for q in bset.query_ids:
+        keep.update(positive.get(q, ()))
+        keep.update(bset.near_misses.get(q, ()))
+    out = {bset.queries[q] for q in bset.query_ids}
+    out.update(doc_text(d) for k, d in bset.corpus.items() if k in keep or k not in corpus_ids)
+    return sorted(t for t in out if t.strip())

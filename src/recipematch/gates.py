@@ -107,8 +107,9 @@ def build_exclusion_list(corpus: Sequence[tuple[str, str]], eval_texts: Iterable
         corpus: ``(doc_id, text)`` for every corpus problem.
         eval_texts: every text an evaluation shows a model (queries, golds, distractors).
         version: ``"v1"`` or ``"v2"``.
-        extra_ids: corpus ids excluded outright (e.g. the duplicate evaluation's members,
-            Appendix B: "plus the 779 ids that are queries or golds of the duplicate evaluation").
+        extra_ids: ids excluded outright, corpus problems or not (held-out sources, and every
+            query and gold id of the evaluations; Appendix B: "plus the 779 ids that are
+            queries or golds of the duplicate evaluation").
 
     Returns:
         The list; ``reasons`` says for each id whether it matched an evaluation text, was
@@ -117,10 +118,8 @@ def build_exclusion_list(corpus: Sequence[tuple[str, str]], eval_texts: Iterable
     norm = normaliser(version)
     eval_hashes = {sha256_text(norm(t)) for t in eval_texts}
     reasons: dict[str, str] = {}
-    corpus_ids = {d for d, _ in corpus}
     for d in extra_ids:
-        if d in corpus_ids:
-            reasons[d] = "named"
+        reasons[d] = "named"
     by_hash: dict[str, list[str]] = defaultdict(list)
     for doc_id, text in corpus:
         h = sha256_text(norm(text))

@@ -1,10 +1,9 @@
 """The generated report: a Table-1-shaped table (paper Table 1) and a Figure-1-style scatter
 (benchmark score against real retrieval kept, one point per trained model; paper Figure 1).
 
-In the embedded default the "benchmark" is the LLM-built tier (query = source problem, gold
-= its recorded D1 rewrite) and the "real retrieval" axis is the generator-free near-miss
-probe (no LLM wrote it); at paper scale the same code reads MathNet-Retrieve tiers and the
-cross-language duplicate set.
+Rows, axes and labels come from the declared evaluations (``params.yaml`` ``evaluations``,
+recorded in ``metrics/stats.json``): benchmark sets (LLM-built) on the y axis, the first real
+set (no generator) on the x axis.
 """
 
 from __future__ import annotations
@@ -15,16 +14,18 @@ from typing import Any
 
 from recipematch.io import atomic_write_text
 
-ARM_ORDER = ("base", "verified", "reference", "recipe", "cell")
-TEST_LABELS = {"llm_tier": "LLM-built tier", "probe": "near-miss probe (corpus + probe)", "probe_only": "near-miss probe (probe only)"}
-COLOURS = {"base": "black", "verified": "tab:blue", "reference": "tab:green", "recipe": "tab:red", "cell": "tab:purple"}
+ARM_ORDER = ("base", "bm25", "verified", "reference", "recipe", "cell")
+#: colour = the arm's positives (paper Figure 1)
+COLOURS = {"cas": "tab:blue", "d4": "tab:green", "d1": "tab:red", "d5": "tab:orange", "bt": "tab:brown",
+           "bt3": "tab:pink", "d2": "tab:olive", "d3": "tab:cyan"}
+ROLE_ORDER = ("benchmark", "real", "in_family")
 
 
-def _fmt(cell: Mapping[str, Any] | None) -> str:
+def _fmt(cell: Mapping[str, Any] | None, *, mark: str = "") -> str:
     if not cell:
         return ""
     sd = cell.get("sd")
-    return f"{cell['mean']:.2f}" + (f" ± {sd:.2f}" if sd is not None else "")
+    return f"{cell['mean']:.2f}" + (f" ± {sd:.2f}" if sd is not None else "") + mark
 
 
 def _gap(g: Mapping[str, Any] | None) -> str:
@@ -34,63 +35,93 @@ def _gap(g: Mapping[str, Any] | None) -> str:
     return f"{est:+.2f} [{lo:+.2f}, {hi:+.2f}]"
 
 
-def table_markdown(stats: Mapping[str, Any], cells: Mapping[str, str], ks=(1, 5, 10)) -> str:
-    """The Table-1-shaped Markdown table: rows = evaluation × R@k, columns = arms (mean ± sd
-    over seeds, percent) then gaps with 95% nested-bootstrap intervals (points)."""
-    arms = [a for a in ARM_ORDER if a in stats["arms"]]
-    gaps = [g for g in ("recipe-verified", "recipe-reference", "cell-verified", "cell-reference")
-            if any(k.startswith(g + ".") for k in stats["gaps"])]
-    head = ["evaluation"] + [a if a not in cells or a == cells.get(a) else f"{a} ({cells[a]})" for a in arms] + [g.replace("-", " − ") for g in gaps]
+def _ordered_arms(stats: Mapping[str, Any]) -> list[str]:
+    known = [a for a in ARM_ORDER if a in stats["arms"]]
+    return known + sorted(a for a in stats["arms"] if a not in known)
+
+
+def table_markdown(stats: Mapping[str, Any], cells: Mapping[str, Mapping[str, str]]) -> str:
+    """The Table-1-shaped Markdown table (paper Table 1): rows = each declared evaluation at
+    its ``report_ks`` (benchmark sets, then real sets, then in-family sets), then the DiD
+    rows; columns = base, BM25 and the arms (mean ± sd over seeds, percent), then the gaps
+    with 95% nested-bootstrap intervals (points). A score on a set that is in-family for the
+    arm (built by the arm's own generator, Table 6) is marked † and not read as evidence.
+
+    Args:
+        stats: ``metrics/stats.json``.
+        cells: per arm ``{"name", "positives", "negatives"}``.
+    """
+    evals = stats["evaluations"]
+    arms = _ordered_arms(stats)
+    gaps = list(dict.fromkeys(k.split(".")[0] for k in stats["gaps"]))
+    head = ["evaluation"] + [a if a not in cells else f"{a} ({cells[a]['name']})" for a in arms]
+    head += [g.replace("-", " − ") for g in gaps]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for t, label in TEST_LABELS.items():
-        for k in ks:
-            row = [f"{label} R@{k}"] + [_fmt(stats["arms"][a].get(f"{t}.R@{k}")) for a in arms]
-            row += [_gap(stats["gaps"].get(f"{g}.{t}.R@{k}")) for g in gaps]
+    order = sorted(evals, key=lambda n: (ROLE_ORDER.index(evals[n]["role"]), list(evals).index(n)))
+    for name in order:
+        ev = evals[name]
+        for k in ev["report_ks"]:
+            row = [f"{ev['label']} R@{k} ({ev['role'].replace('_', '-')})"]
+            for a in arms:
+                in_family = a in cells and cells[a]["positives"] in ev.get("in_family_for", ())
+                row.append(_fmt(stats["arms"][a].get(f"{name}.R@{k}"), mark=" †" if in_family else ""))
+            row += [_gap(stats["gaps"].get(f"{g}.{name}.R@{k}")) for g in gaps]
             lines.append("| " + " | ".join(row) + " |")
-    row = ["DiD LLM tier − probe R@1"] + [""] * len(arms)
-    row += [_gap((stats["did"].get(f"{g}.llm_tier-probe.R@1") or {}).get("did")) for g in gaps]
-    lines.append("| " + " | ".join(row) + " |")
+    for key in sorted({k.split(".", 1)[1] for k in stats["did"]}):
+        b, r = key.rsplit(".", 1)[0].split("-", 1)
+        row = [f"DiD {evals[b]['label']} − {evals[r]['label']} R@1"] + [""] * len(arms)
+        row += [_gap((stats["did"].get(f"{g}.{key}") or {}).get("did")) for g in gaps]
+        lines.append("| " + " | ".join(row) + " |")
+    lines.append("")
+    lines.append("† in-family: the set was built by this arm's own generator (paper Table 6); not read as evidence.")
     return "\n".join(lines)
 
 
-def scatter_png(stats: Mapping[str, Any], cells: Mapping[str, str], path: Path) -> None:
-    """Figure-1-style scatter: x = probe R@1 (real retrieval), y = LLM-built tier R@1; one
-    point per trained (arm, seed), the base as ×, a dashed line at the base's x, hollow
-    markers for cells trained without negatives (paper Figure 1 conventions)."""
+def scatter_png(stats: Mapping[str, Any], cells: Mapping[str, Mapping[str, str]], path: Path) -> None:
+    """Figure 1 (paper): one panel per benchmark set (a: the first, b: the second), x = the
+    first real set's R@1 (real retrieval kept), y = the benchmark set's R@1; one point per
+    trained (arm, seed), the base as ×, a dashed line at the base's x; colour = the arm's
+    positives, hollow = trained without negatives."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(6.4, 4.8), dpi=120)
+    evals = stats["evaluations"]
+    bench = [n for n, e in evals.items() if e["role"] == "benchmark"][:2]
+    real = [n for n, e in evals.items() if e["role"] == "real"]
+    xname = real[0] if real else next(n for n in evals if n not in bench)
+    fig, axes = plt.subplots(1, len(bench), figsize=(6.0 * len(bench), 4.8), dpi=110, squeeze=False)
     base = stats["arms"].get("base")
-    for a in ARM_ORDER:
-        if a not in stats["arms"]:
-            continue
-        xs = stats["arms"][a]["probe.R@1"]["per_seed"]
-        ys = stats["arms"][a]["llm_tier.R@1"]["per_seed"]
-        label = a if a not in cells else f"{a} ({cells[a]})"
-        if a == "base":
-            ax.scatter(xs, ys, marker="x", s=80, color="black", label="base (untrained)", zorder=3)
-        else:
-            hollow = "xnone" in cells.get(a, "")  # paper Figure 1: hollow = trained without negatives
-            colour = COLOURS.get(a, "grey")
-            ax.scatter(xs, ys, s=40, facecolors="none" if hollow else colour, edgecolors=colour, label=label,
-                       alpha=0.85, zorder=2)
-    if base:
-        ax.axvline(base["probe.R@1"]["mean"], color="black", linestyle="--", linewidth=1)
-    ax.set_xlabel("real retrieval kept: near-miss probe R@1 (%)")
-    ax.set_ylabel("benchmark score: LLM-built tier R@1 (%)")
-    ax.set_title("Benchmark score against real retrieval, one point per trained model")
-    ax.legend(fontsize=8, loc="best")
-    ax.grid(alpha=0.3)
+    for ax, yname, tag in zip(axes[0], bench, "ab"):
+        for a in _ordered_arms(stats):
+            if a == "bm25":
+                continue
+            xs = stats["arms"][a][f"{xname}.R@1"]["per_seed"]
+            ys = stats["arms"][a][f"{yname}.R@1"]["per_seed"]
+            if a == "base":
+                ax.scatter(xs, ys, marker="x", s=80, color="black", label="base (untrained)", zorder=3)
+                continue
+            c = cells.get(a, {})
+            colour = COLOURS.get(c.get("positives", ""), "grey")
+            hollow = c.get("negatives") == "none"
+            ax.scatter(xs, ys, s=40, facecolors="none" if hollow else colour, edgecolors=colour,
+                       label=f"{a} ({c.get('name', a)})", alpha=0.85, zorder=2)
+        if base:
+            ax.axvline(base[f"{xname}.R@1"]["mean"], color="black", linestyle="--", linewidth=1)
+        ax.set_xlabel(f"real retrieval kept: {evals[xname]['label']} R@1 (%)")
+        ax.set_ylabel(f"benchmark: {evals[yname]['label']} R@1 (%)")
+        ax.set_title(f"({tag}) {evals[yname]['label']}")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7, loc="best")
+    fig.suptitle("Benchmark score against real retrieval, one point per trained model")
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, metadata={"Software": None})
     plt.close(fig)
 
 
-def write_report(stats: Mapping[str, Any], cells: Mapping[str, str], counts: Mapping[str, Any], out_dir: Path,
+def write_report(stats: Mapping[str, Any], cells: Mapping[str, Mapping[str, str]], counts: Mapping[str, Any], out_dir: Path,
                  *, params: Mapping[str, Any]) -> Path:
     """Write ``report.md`` and ``figure1.png`` under ``out_dir``; returns the report path."""
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -99,7 +130,8 @@ def write_report(stats: Mapping[str, Any], cells: Mapping[str, str], counts: Map
              "Recomputed from this run's pipeline outputs (`dvc repro`). Arms are mean ± sample sd over "
              "training seeds (percent); gaps are percentage points with 95% intervals from a nested bootstrap "
              f"over queries and seeds (B = {stats['n_boot']}, seed scheme: {stats['seed_scheme']}); the DiD is "
-             "computed inside each replicate (Appendix A).", "",
+             "computed inside each replicate (Appendix A); sets with clusters (the cross-language reprints) "
+             "resample clusters, then queries within them.", "",
              "Parameters: " + ", ".join(f"`{k}={v}`" for k, v in params.items()), "",
              "## Table 1 (shape of the paper's Table 1)", "", table_markdown(stats, cells), "",
              "## Figure 1", "", "![benchmark score against real retrieval](figure1.png)", "",

@@ -1,4 +1,16 @@
-"""Stage ``evalsets``: hold out evaluation sources and write the evaluations as BEIR folders."""
+"""Stage ``evalsets``: hold out evaluation sources and write the embedded default's evaluation
+sets as BEIR folders (paper Section 3, Table 1, Table 6, Appendix A):
+
+* ``easy`` / ``hard``: held-out source → its recorded D1 rewrite; the hard tier adds the D1
+  near-misses as distractors; the searched corpus is the whole corpus plus the tier's
+  documents (``evalsets.corpus_docs`` = 0);
+* ``crosslingual``: the paper's real cross-language reprints (sample corpus ∪ golds ∪ query
+  rows, 3,245 documents);
+* ``probe`` / ``probe_only``: the generator-free near-miss probe.
+
+Which of these are scored, under which rule and role, is declared in ``params.yaml``
+``evaluations``.
+"""
 
 from __future__ import annotations
 
@@ -13,35 +25,38 @@ PARAMS = ("evalsets",)
 
 
 def run(p, lay: Layout) -> dict:
-    """Stage 2: hold out evaluation sources; write the LLM-built tier and the probe."""
+    """Stage 2: hold out evaluation sources; write the tiers, the cross-language set and the probe."""
     from recipematch.beir import write_beir
-    from recipematch.evalsets import build_llm_tier, build_probe, choose_heldout, sample_search_corpus
+    from recipematch.benchmarks_data import build_crosslingual_folder
+    from recipematch.evalsets import build_probe, choose_heldout, sample_search_corpus, write_tiers
 
     cfg = p.evalsets
     corpus = corpus_rows(lay)
     ids = {r["doc_id"] for r in corpus}
     d1 = read_jsonl_strict(lay.release / RELEASE_FILES["d1_recipe"])
     probe = read_jsonl_strict(lay.release / "probe_sample.jsonl")
-    candidates = [r["source_id"] for r in d1 if r["source_id"] in ids]
-    if cfg.n_heldout > len(set(candidates)):
-        raise RecipematchError(f"evalsets.n_heldout={cfg.n_heldout} exceeds the {len(set(candidates))} corpus sources "
+    candidates = sorted({r["source_id"] for r in d1 if isinstance(r, dict) and r.get("source_id") in ids})
+    if cfg.n_heldout > len(candidates):
+        raise RecipematchError(f"evalsets.n_heldout={cfg.n_heldout} exceeds the {len(candidates)} corpus sources "
                                f"with a recorded D1 rewrite; lower it")
     heldout = choose_heldout(candidates, cfg.n_heldout, seed=cfg.seed)
     out = lay.evalsets
     search = sample_search_corpus(corpus, cfg.corpus_docs, seed=cfg.seed,
                                   must_include=[*heldout, *(q["source_id"] for q in probe)])
-    llm = build_llm_tier(search, d1, heldout)
-    write_beir(out / "llm_tier", *llm)
+    tiers = write_tiers(out, search, d1, heldout)
+    xl = build_crosslingual_folder(lay.release, out / "crosslingual")
     write_beir(out / "probe", *build_probe(search, probe))
     write_beir(out / "probe_only", *build_probe(None, probe))
     write_json(out / "heldout.json", {"heldout_sources": heldout})
-    counts = {"heldout_sources": len(heldout), "search_corpus_docs": len(search), "llm_tier.queries": len(llm[1]),
-              "llm_tier.docs": len(llm[0]), "probe.queries": len(probe),
-              "probe.negatives": sum(len(q["negatives"]) for q in probe)}
+    counts = {"heldout_sources": len(heldout), "search_corpus_docs": len(search),
+              **{f"tiers.{k}": v for k, v in tiers.items()},
+              **{f"crosslingual.{k}": v for k, v in xl.items()},
+              "probe.queries": len(probe), "probe.negatives": sum(len(q["negatives"]) for q in probe)}
     write_json(lay.metrics / "evalsets.json", counts)
     write_run_record(out, "evalsets", asdict(cfg), {"corpus": lay.corpus / "corpus.parquet",
                                                      "d1": lay.release / RELEASE_FILES["d1_recipe"],
-                                                     "probe": lay.release / "probe_sample.jsonl"}, counts)
+                                                     "probe": lay.release / "probe_sample.jsonl",
+                                                     "crosslingual": lay.release / "crosslingual_eval"}, counts)
     return counts
 
 

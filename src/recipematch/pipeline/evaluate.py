@@ -1,94 +1,140 @@
-"""Stage ``evaluate_base`` / ``evaluate@<arm>``: score every seed of an arm (or the untrained
-base model) on the evaluations (paper Section 3, Appendix A)."""
+"""Stages ``evaluate@<arm>`` (and, through :mod:`.evaluate_base` / :mod:`.evaluate_bm25`, the
+untrained base model and the BM25 baseline): score every model on every evaluation declared
+in ``params.yaml`` ``evaluations``, each under its rule, the query's own corpus entry always
+masked (paper Section 3, Appendix A).
+
+Writes, per evaluation, the per-query ranks (``artifacts/eval/<arm>/<evaluation>.parquet``:
+arm, seed, query_id, rank, hit@k, and ``cluster`` / ``slice_*`` columns where the set has
+them) and mean ± sd over seeds to ``metrics/eval/<arm>.json`` (slices included). A model
+encodes the shared corpus once: its encoder is memoised across the evaluations and backed by
+the embedding cache.
+"""
 
 from __future__ import annotations
 
 import logging
-
-import click
-from collections.abc import Mapping
+import math
+from collections.abc import Mapping, Sequence
 from typing import Any
 
+from recipematch.errors import RecipematchError
 from recipematch.io import read_json, write_json
 from recipematch.pipeline.door import Layout, arm_option, check_device, progress_option, stage
 from recipematch.pipeline.inputs import mlflow_uri, train_seeds
-from recipematch.pipeline.models import resolve_model
 
 log = logging.getLogger("recipematch")
 
-#: The evaluations every model is scored on (BEIR folders under artifacts/evalsets).
-TESTS = ("llm_tier", "probe", "probe_only")
+PARAMS = ("train.seed", "train.n_seeds", "evaluate", "evaluations", "mlflow")
 
 
-PARAMS = ("train.seed", "train.n_seeds", "train.model", "evaluate", "mlflow")
+def load_evaluations(p, lay: Layout) -> dict:
+    """Every declared evaluation, loaded and checked before any model is loaded.
 
-
-def run(p, lay: Layout, arm: str, *, progress: bool = True) -> dict:
-    """Score every seed of ``arm`` (or the untrained ``base``) on :data:`TESTS`.
-
-    Writes per-query ranks (``artifacts/eval/<arm>/ranks.parquet``: arm, seed, test,
-    query_id, rank, hit@k) and mean ± sd per test to ``metrics/eval/<arm>.json``; mirrors the
-    numbers to each (arm, seed) MLflow run. Self-masking is on (Appendix A).
+    Raises:
+        RecipematchError: a missing folder or any check of the set's rule, naming the set.
     """
+    from recipematch.benchmarks_data import load_set
+
+    out = {}
+    for name, ev in sorted(p.evaluations.items()):
+        folder = lay.p(ev.folder)
+        if not folder.is_dir():
+            raise RecipematchError(f"evaluations.{name}.folder: {folder} does not exist "
+                                   f"(run the stage that writes it, or `dvc pull` it)")
+        out[name] = load_set(folder, ev.rule, name=name)
+    return out
+
+
+def score_models(models: Sequence[tuple[str, Any, dict | None]], sets: Mapping[str, Any], *, arm: str, ks,
+                 lay: Layout, bm25: tuple[float, float] | None = None):
+    """Score each ``(seed_label, model, record)`` on each set.
+
+    Returns:
+        ``(frames, per_model)``: per set a list of per-query frames; per seed label, per set
+        ``{"R@k": .., "n_queries": .., "slices": {...}}`` (percent).
+    """
+    from recipematch.scoring import BM25, score
+
+    frames: dict[str, list] = {n: [] for n in sets}
+    per_model: dict[str, dict] = {}
+    for seed_label, model, _rec in models:
+        res = {}
+        for name, bset in sets.items():
+            if model == BM25:
+                summary, per_query = score(bset, BM25, ks=ks, bm25_k1=bm25[0], bm25_b=bm25[1])
+            else:
+                summary, per_query = score(bset, model, ks=ks, self_mask=True, cache_dir=lay.cache)
+            frames[name].append(per_query.assign(arm=arm, seed=seed_label))
+            r = {f"R@{k}": float(summary[f"R@{k}"]) for k in ks}
+            r["n_queries"] = int(summary["n_queries"])
+            r["self_mask"] = True
+            if summary.get("slices"):
+                r["slices"] = {s: {kk: (None if isinstance(v, float) and math.isnan(v) else v)
+                                   for kk, v in d.items()} for s, d in summary["slices"].items()}
+            res[name] = r
+        per_model[seed_label] = res
+    return frames, per_model
+
+
+def write_results(lay: Layout, arm: str, frames, per_model, *, ks) -> dict:
+    """Per-query parquet per set, per-seed JSON, and mean ± sd metrics for ``arm``."""
     import pandas as pd
 
-    from recipematch.beir import load_beir
-    from recipematch.retrieval import (
-        MemoisedEncoder,
-        SentenceTransformerEncoder,
-        evaluate,
-    )
     from recipematch.stats import mean_sd
 
-    from recipematch.errors import RecipematchError
-
-    ecfg, mcfg = p.evaluate, p.mlflow
-    check_device("evaluate.device", ecfg.device)
-    if arm == "base":
-        models = [("base", resolve_model(p.train.model), None)]
-    else:
-        if not lay.models(arm).is_dir():
-            raise RecipematchError(f"--arm {arm!r}: {lay.models(arm)} does not exist (train it first, or use 'base')")
-        models = []
-        for s in train_seeds(p.train.seed, p.train.n_seeds):
-            rec = read_json(lay.models(arm) / f"seed_{s}.json")
-            models.append((str(s), str(lay.models(arm) / f"seed_{s}"), rec))
-    data = {t: load_beir(lay.evalsets / t) for t in TESTS}
-    frames, per_model = [], {}
-    for seed_label, path, rec in models:
-        enc = MemoisedEncoder(SentenceTransformerEncoder(path, max_seq_length=ecfg.max_seq_length,
-                                                         batch_size=ecfg.batch_size, device=ecfg.device))
-        res = {}
-        for t in TESTS:
-            corpus, queries, qrels = data[t]
-            summary, per_query = evaluate(enc, corpus, queries, qrels, ks=ecfg.ks, self_mask=True,
-                                          cache_dir=lay.cache)
-            per_query = per_query.assign(arm=arm, seed=seed_label, test=t)
-            frames.append(per_query)
-            res[t] = {f"R@{k}": float(summary[f"R@{k}"]) for k in ecfg.ks} | {"n_queries": int(summary["n_queries"]),
-                                                                              "self_mask": bool(summary["self_mask"])}
-        per_model[seed_label] = res
-        if rec is not None:
-            _log_eval_to_mlflow(mcfg, lay, rec["mlflow_run_id"], res)
-    ranks = pd.concat(frames, ignore_index=True)
     out = lay.eval_dir(arm)
     out.mkdir(parents=True, exist_ok=True)
-    ranks.to_parquet(out / "ranks.parquet", index=False)
-    agg = {}
-    for t in TESTS:
-        for k in ecfg.ks:
-            vals = [per_model[s][t][f"R@{k}"] for s in per_model]
-            m, sd = mean_sd(vals)
-            agg[f"{t}.R@{k}.mean"] = round(float(m), 4)
-            agg[f"{t}.R@{k}.sd"] = round(float(sd), 4) if sd == sd else None
-        agg[f"{t}.n_queries"] = per_model[next(iter(per_model))][t]["n_queries"]
-    agg["seeds"] = len(per_model)
+    for stale in out.glob("*.parquet"):
+        stale.unlink()
+    for name, fs in frames.items():
+        pd.concat(fs, ignore_index=True).to_parquet(out / f"{name}.parquet", index=False)
+    agg: dict[str, Any] = {}
+    seeds = list(per_model)
+    for name in frames:
+        for k in ks:
+            m, sd = mean_sd([per_model[s][name][f"R@{k}"] for s in seeds])
+            agg[f"{name}.R@{k}.mean"] = round(float(m), 4)
+            agg[f"{name}.R@{k}.sd"] = round(float(sd), 4) if sd == sd else None
+        agg[f"{name}.n_queries"] = per_model[seeds[0]][name]["n_queries"]
+        for sl, d in (per_model[seeds[0]][name].get("slices") or {}).items():
+            vals = [per_model[s][name]["slices"][sl]["R@1"] for s in seeds]
+            vals = [v for v in vals if v is not None]
+            agg[f"{name}.slice.{sl}.n"] = d["n"]
+            agg[f"{name}.slice.{sl}.R@1.mean"] = round(float(sum(vals) / len(vals)), 4) if vals else None
+    agg["seeds"] = len(seeds)
     write_json(lay.metrics / "eval" / f"{arm}.json", agg)
     write_json(out / "per_seed.json", per_model)
     return agg
 
 
-def _log_eval_to_mlflow(mcfg, lay: Layout, run_id: str, res: Mapping[str, Mapping[str, Any]]) -> None:
+def encoder_for(path: str, p):
+    from recipematch.pipeline.models import encoder
+
+    e = p.evaluate
+    return encoder(path, max_seq_length=e.max_seq_length, batch_size=e.batch_size, device=e.device)
+
+
+def run(p, lay: Layout, arm: str, *, progress: bool = True) -> dict:
+    """Stage 8: score every seed of one trained arm on every declared evaluation."""
+    ecfg = p.evaluate
+    check_device("evaluate.device", ecfg.device)
+    if not lay.models(arm).is_dir():
+        raise RecipematchError(f"--arm {arm!r}: {lay.models(arm)} does not exist (train it first)")
+    sets = load_evaluations(p, lay)
+    models = []
+    for s in train_seeds(p.train.seed, p.train.n_seeds):
+        rec_path = lay.models(arm) / f"seed_{s}.json"
+        if not rec_path.exists():
+            raise RecipematchError(f"{rec_path} does not exist: train@{arm} has not trained seed {s}")
+        models.append((str(s), encoder_for(str(lay.models(arm) / f"seed_{s}"), p), read_json(rec_path)))
+    frames, per_model = score_models(models, sets, arm=arm, ks=ecfg.ks, lay=lay)
+    for seed_label, _m, rec in models:
+        _log_eval_to_mlflow(p.mlflow, lay, rec, per_model[seed_label])
+    return write_results(lay, arm, frames, per_model, ks=ecfg.ks)
+
+
+def _log_eval_to_mlflow(mcfg, lay: Layout, rec: Mapping[str, Any], res: Mapping[str, Mapping[str, Any]]) -> None:
+    """Mirror a seed's scores to its MLflow run (found by the seed record's run key)."""
     import time as _time
 
     from mlflow.entities import Metric
@@ -96,6 +142,11 @@ def _log_eval_to_mlflow(mcfg, lay: Layout, run_id: str, res: Mapping[str, Mappin
     from recipematch import tracking
 
     c = tracking.client(mlflow_uri(mcfg.tracking_uri, lay))
+    run_id = tracking.run_id_for_record(c, mcfg.experiment, rec) if hasattr(tracking, "run_id_for_record") \
+        else rec.get("mlflow_run_id")
+    if not run_id:
+        log.warning("no MLflow run found for run key %s; scores not mirrored", str(rec.get("run_key"))[:12])
+        return
     now = int(_time.time() * 1000)
     metrics = [Metric(f"{t}.{k.replace('@', '_at_')}", float(v), now, 0)
                for t, r in res.items() for k, v in r.items() if k.startswith("R@")]
@@ -103,5 +154,4 @@ def _log_eval_to_mlflow(mcfg, lay: Layout, run_id: str, res: Mapping[str, Mappin
     c.set_tag(run_id, "self_mask", "true")
 
 
-main = stage("evaluate", PARAMS, click.option("--arm", required=True, help="an arm, or 'base' for the untrained model"),
-             progress_option)(run)
+main = stage("evaluate", PARAMS, arm_option, progress_option)(run)

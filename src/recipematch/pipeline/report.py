@@ -19,7 +19,10 @@ def run(p, lay: Layout) -> Path:
 
     arms = list(p.arms)
     stats = read_json(lay.metrics / "stats.json")
-    cells = {a: read_json(lay.cells(a) / "cell.json")["name"] for a in arms}
+    cells = {}
+    for a in arms:
+        c = read_json(lay.cells(a) / "cell.json")
+        cells[a] = {"name": c["name"], "positives": c["spec"]["positives"], "negatives": c["spec"]["negatives"]}
     counts = {}
     for name in ("corpus", "evalsets", "gates", "verified", "recordings"):
         path = lay.metrics / f"{name}.json"

@@ -1,5 +1,7 @@
-"""Stage ``stats``: mean ± sd over seeds, nested-bootstrap gaps and the difference in
-differences (paper Appendix A)."""
+"""Stage ``stats``: mean ± sd over seeds on every declared evaluation, nested-bootstrap gaps for
+the contrasts of :data:`recipematch.rules.CONTRASTS` (clusters resampled where a set has
+them), and the difference in differences of every benchmark set against every real set,
+computed inside each replicate (paper Appendix A)."""
 
 from __future__ import annotations
 
@@ -10,72 +12,94 @@ from typing import Any
 from recipematch.errors import RecipematchError
 from recipematch.io import write_json
 from recipematch.pipeline.door import Layout, stage
-from recipematch.pipeline.evaluate import TESTS
 from recipematch.rules import CONTRASTS
-
-PARAMS = ("arms", "stats", "evaluate.ks")
 
 log = logging.getLogger("recipematch")
 
-def _hits(ranks, arm: str, test: str, k: int):
-    """(n_seeds, n_queries) 0/1 hit matrix of ``arm`` on ``test`` at cut-off ``k``; seeds
-    sorted, queries sorted by id (identical query order for every arm)."""
+PARAMS = ("arms", "stats", "evaluate.ks", "evaluations")
+
+#: rows of the report besides the trained arms
+BASELINES = ("base", "bm25")
+
+
+def _hits(ranks, k: int):
+    """(n_seeds, n_queries) 0/1 hit matrix at cut-off ``k``; seeds sorted, queries sorted by
+    id (identical query order for every arm); cluster labels in that query order or None."""
     import numpy as np
 
-    sub = ranks[(ranks["arm"] == arm) & (ranks["test"] == test)]
-    piv = sub.pivot(index="seed", columns="query_id", values="rank").sort_index(axis=0).sort_index(axis=1)
+    piv = ranks.pivot(index="seed", columns="query_id", values="rank").sort_index(axis=0).sort_index(axis=1)
     r = piv.to_numpy()
-    return ((r >= 0) & (r < k)).astype(np.float64), list(piv.columns)  # rank -1: no gold, a miss
+    clusters = None
+    if "cluster" in ranks.columns:
+        first = ranks.drop_duplicates("query_id").set_index("query_id")["cluster"]
+        clusters = first.reindex(piv.columns).astype(str).to_numpy()
+    return ((r >= 0) & (r < k)).astype(np.float64), list(piv.columns), clusters  # rank -1: no gold, a miss
 
 
 def run(p, lay: Layout) -> dict:
-    """Mean ± sd per arm, nested-bootstrap gaps between arms and the difference in
-    differences (LLM-built tier gap − probe gap), all in percentage points (Appendix A)."""
+    """Stage 9: mean ± sd, nested-bootstrap gaps and the DiD (percentage points)."""
     import pandas as pd
 
     from recipematch.stats import did_bootstrap, mean_sd, nested_bootstrap_gap
 
     scfg = p.stats
     arms = list(p.arms)
-    ranks = pd.concat([pd.read_parquet(lay.eval_dir(a) / "ranks.parquet") for a in ["base", *arms]], ignore_index=True)
-    ranks["seed"] = ranks["seed"].astype(str)
+    evals = dict(sorted(p.evaluations.items()))
+    rows = [*BASELINES, *arms]
+    ranks: dict[str, dict[str, Any]] = {}
+    for a in rows:
+        ranks[a] = {}
+        for name in evals:
+            path = lay.eval_dir(a) / f"{name}.parquet"
+            if not path.exists():
+                raise RecipematchError(f"{path} does not exist: rerun the evaluate stage of {a!r}")
+            df = pd.read_parquet(path)
+            df["seed"] = df["seed"].astype(str)
+            ranks[a][name] = df
     out: dict[str, Any] = {"arms": {}, "gaps": {}, "did": {}, "n_boot": scfg.n_boot, "seed": scfg.seed,
-                           "seed_scheme": "paired" if scfg.paired_seeds else "independent"}
-    for a in ["base", *arms]:
+                           "seed_scheme": "paired" if scfg.paired_seeds else "independent",
+                           "evaluations": {k: asdict(v) for k, v in evals.items()}}
+    for a in rows:
         out["arms"][a] = {}
-        for t in TESTS:
+        for name in evals:
             for k in p.evaluate.ks:
-                h, _ = _hits(ranks, a, t, k)
+                h, _, _ = _hits(ranks[a][name], k)
                 per_seed = 100.0 * h.mean(axis=1)
                 m, sd = mean_sd(per_seed)
-                out["arms"][a][f"{t}.R@{k}"] = {"mean": round(float(m), 4), "sd": None if sd != sd else round(float(sd), 4),
-                                                 "per_seed": [round(float(x), 4) for x in per_seed]}
-    contrasts = [(x, y) for x, y in CONTRASTS if x in arms and y in arms]
-    for x, y in contrasts:
-        name = f"{x}-{y}"
-        for t in TESTS:
-            ha, qa = _hits(ranks, x, t, 1)
-            hb, qb = _hits(ranks, y, t, 1)
+                out["arms"][a][f"{name}.R@{k}"] = {"mean": round(float(m), 4),
+                                                   "sd": None if sd != sd else round(float(sd), 4),
+                                                   "per_seed": [round(float(x), 4) for x in per_seed]}
+    bench = [n for n, ev in evals.items() if ev.role == "benchmark"]
+    real = [n for n, ev in evals.items() if ev.role == "real"]
+    for x, y in [(x, y) for x, y in CONTRASTS if x in arms and y in arms]:
+        pair = f"{x}-{y}"
+        hits = {}
+        for name in evals:
+            ha, qa, ca = _hits(ranks[x][name], 1)
+            hb, qb, _ = _hits(ranks[y][name], 1)
             if qa != qb:
-                raise RecipematchError(f"arms {x} and {y} were scored on different {t} queries: rerun evaluate")
-            g = nested_bootstrap_gap(100 * ha, 100 * hb, n_boot=scfg.n_boot, seed=scfg.seed, paired_seeds=scfg.paired_seeds)
-            out["gaps"][f"{name}.{t}.R@1"] = _as_dict(g)
-        ba, _ = _hits(ranks, x, "llm_tier", 1)
-        bb, _ = _hits(ranks, y, "llm_tier", 1)
-        ra, _ = _hits(ranks, x, "probe", 1)
-        rb, _ = _hits(ranks, y, "probe", 1)
-        d = did_bootstrap(100 * ba, 100 * bb, 100 * ra, 100 * rb, n_boot=scfg.n_boot, seed=scfg.seed,
-                          paired_seeds=scfg.paired_seeds)
-        out["did"][f"{name}.llm_tier-probe.R@1"] = _as_dict(d)
+                raise RecipematchError(f"arms {x} and {y} were scored on different {name} queries: rerun evaluate")
+            hits[name] = (100 * ha, 100 * hb, ca)
+            g = nested_bootstrap_gap(100 * ha, 100 * hb, n_boot=scfg.n_boot, seed=scfg.seed, clusters=ca,
+                                     paired_seeds=scfg.paired_seeds)
+            out["gaps"][f"{pair}.{name}.R@1"] = _as_dict(g)
+        for b in bench:
+            for r in real:
+                d = did_bootstrap(hits[b][0], hits[b][1], hits[r][0], hits[r][1], n_boot=scfg.n_boot, seed=scfg.seed,
+                                  real_clusters=hits[r][2], bench_clusters=hits[b][2], paired_seeds=scfg.paired_seeds)
+                out["did"][f"{pair}.{b}-{r}.R@1"] = _as_dict(d)
     write_json(lay.metrics / "stats.json", out)
-    # DVC plot data: one point per trained model
+    # DVC plot data: one point per model, x = the (first) real set, y = each benchmark set
     pts = []
-    for a in ["base", *arms]:
-        llm = out["arms"][a]["llm_tier.R@1"]["per_seed"]
-        prb = out["arms"][a]["probe.R@1"]["per_seed"]
-        seeds = sorted(ranks[ranks["arm"] == a]["seed"].unique())
-        for s, yv, xv in zip(seeds, llm, prb):
-            pts.append({"arm": a, "seed": s, "probe_R@1": xv, "llm_tier_R@1": yv})
+    if real:
+        for a in ["base", *arms]:
+            xs = out["arms"][a][f"{real[0]}.R@1"]["per_seed"]
+            seeds = sorted(ranks[a][real[0]]["seed"].unique())
+            for i, (s, xv) in enumerate(zip(seeds, xs)):
+                pt = {"arm": a, "seed": s, f"{real[0]}_R@1": xv}
+                for b in bench:
+                    pt[f"{b}_R@1"] = out["arms"][a][f"{b}.R@1"]["per_seed"][i]
+                pts.append(pt)
     write_json(lay.metrics / "plots" / "scatter.json", pts)
     return out
 

@@ -1,0 +1,23 @@
+"""Stage ``evaluate_bm25``: the BM25 baseline (bm25s; paper Appendix A: k1 1.5, b 0.75) on every
+declared evaluation."""
+
+from __future__ import annotations
+
+from recipematch.pipeline.door import Layout, stage
+from recipematch.pipeline.evaluate import load_evaluations, score_models, write_results
+
+PARAMS = ("evaluate.ks", "evaluate.bm25_k1", "evaluate.bm25_b", "evaluations")
+
+
+def run(p, lay: Layout) -> dict:
+    """Stage 8: score BM25 on every declared evaluation."""
+    from recipematch.scoring import BM25
+
+    e = p.evaluate
+    sets = load_evaluations(p, lay)
+    frames, per_model = score_models([("bm25", BM25, None)], sets, arm="bm25", ks=e.ks, lay=lay,
+                                     bm25=(e.bm25_k1, e.bm25_b))
+    return write_results(lay, "bm25", frames, per_model, ks=e.ks)
+
+
+main = stage("evaluate_bm25", PARAMS)(run)
