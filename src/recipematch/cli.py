@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import sys
+from pathlib import Path
 
 import click
 
@@ -47,6 +48,33 @@ def main(verbose: bool) -> None:
     """recipematch: how much of a benchmark score is bought by recipe-matching."""
     offline_env()
     logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+
+
+@main.command("params")
+@click.option("--check", "check_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Check this params file (every key, type and bound) and exit 0 if it is valid.")
+def params_cmd(check_path: Path | None) -> None:
+    """Every params.yaml key with its meaning and bounds (or check a file with --check)."""
+    from recipematch.config import field_table, load_params
+    from recipematch.pipeline.door import run_guarded
+
+    if check_path is not None:
+        run_guarded(lambda: load_params(check_path), debug=False)
+        click.echo(f"{check_path}: valid")
+        return
+    for row in field_table():
+        bounds = []
+        if row.get("choices"):
+            bounds.append("one of " + ", ".join(map(str, row["choices"])))
+        if row.get("min") is not None or row.get("max") is not None:
+            bounds.append(f"[{row.get('min', '-inf')}, {row.get('max', 'inf')}]")
+        if row.get("non_empty"):
+            bounds.append("non-empty")
+        if row.get("finite"):
+            bounds.append("finite")
+        if row.get("max_len"):
+            bounds.append(f"at most {row['max_len']} characters")
+        click.echo(f"{row['key']:32s} {row['help']}" + (f"  ({'; '.join(bounds)})" if bounds else ""))
 
 
 def _register() -> None:

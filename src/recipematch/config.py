@@ -495,7 +495,11 @@ def field_table() -> list[dict[str, Any]]:
             if dataclasses.is_dataclass(tp):
                 walk(tp, key + ".")
                 continue
-            out.append({"key": key, **{k: v for k, v in f.metadata.items() if v not in (None, False)}})
+            md = {k: v for k, v in f.metadata.items() if v is not None and v is not False}
+            if tp is str and "min" in md:
+                md.pop("min")
+                md["non_empty"] = True
+            out.append({"key": key, "type": getattr(tp, "__name__", str(tp)), **md})
 
     walk(Params, "")
     return out

@@ -18,12 +18,37 @@ from recipematch.rules import negatives_for_prompt
 PARAMS = ("seed", "llm", "gates.active")
 
 
-def _backend(cfg, lay: Layout):
+def _backends(cfg, lay: Layout):
+    """``(generator, judge)`` backends: the replay store, or OpenAI-compatible servers (a
+    ``vllm serve`` among them; the judge may live on its own server with its own key).
+
+    Raises:
+        RecipematchError: a server that cannot be reached or does not serve the model
+            (probed once before any call), or a named key variable that is not set.
+    """
     from recipematch.llm import backends
+    from recipematch.llm.serving import ServerSpec, open_server
 
     if cfg.backend == "replay":
-        return backends.ReplayBackend(lay.recordings / "recordings.jsonl")
-    return backends.OpenAICompatibleBackend(cfg.base_url, cfg.model_id)
+        b = backends.ReplayBackend(lay.recordings / "recordings.jsonl")
+        return b, b
+
+    def spec(url: str, model: str, key_env: str) -> ServerSpec:
+        return ServerSpec(url, model, api_key_env=key_env, concurrency=cfg.concurrency, max_retries=cfg.max_retries,
+                          timeout_s=cfg.timeout_s, chat_template_kwargs=dict(cfg.chat_template_kwargs) or None)
+
+    gen = open_server(spec(cfg.base_url, cfg.model_id, cfg.api_key_env), probe=True)
+    judge = open_server(spec(cfg.judge_base_url or cfg.base_url, cfg.judge_model_id,
+                             cfg.judge_api_key_env or cfg.api_key_env), probe=True)
+    return gen, judge
+
+
+def _serving(cfg) -> dict:
+    """Request options shared by generation, judging and the self-test (part of each
+    request's key in the call store, so they must agree everywhere)."""
+    ctk = dict(cfg.chat_template_kwargs) or None
+    return {"chat_template_kwargs": ctk, "judge_chat_template_kwargs": ctk,
+            "allow_reasoning_preamble": cfg.allow_reasoning_preamble}
 
 
 def run(p, lay: Layout, prompt: str, *, progress: bool = True) -> dict:
@@ -38,7 +63,7 @@ def run(p, lay: Layout, prompt: str, *, progress: bool = True) -> dict:
     excluded = set(ex.ids)
     corpus = corpus_rows(lay)
     sources = [(r["doc_id"], r["text"]) for r in corpus if r["doc_id"] not in excluded]
-    backend = _backend(cfg, lay)
+    backend, judge_backend = _backends(cfg, lay)
     out = lay.llm(prompt)
     out.mkdir(parents=True, exist_ok=True)
     n_neg = negatives_for_prompt(prompt, cfg.n_neg)
@@ -46,9 +71,9 @@ def run(p, lay: Layout, prompt: str, *, progress: bool = True) -> dict:
     self_test = _llm_self_test(cfg, lay, backend, sources, prompt=prompt, n_neg=n_neg, sampling=sampling, seed=seed,
                                store_path=out / "calls.jsonl")
     rows, failures, counts = run_llm_pairs(
-        sources, prompt_name=prompt, n_pos=cfg.n_pos, n_neg=n_neg, backend=backend, judge_backend=backend,
+        sources, prompt_name=prompt, n_pos=cfg.n_pos, n_neg=n_neg, backend=backend, judge_backend=judge_backend,
         store_path=out / "calls.jsonl", model_id=cfg.model_id, judge_model_id=cfg.judge_model_id,
-        sampling=sampling, seed=seed, require_tags=cfg.require_tags, progress=progress)
+        sampling=sampling, seed=seed, require_tags=cfg.require_tags, progress=progress, **_serving(cfg))
     lay.pairs.mkdir(parents=True, exist_ok=True)
     write_jsonl(lay.pairs / f"{prompt}.jsonl", rows)
     write_jsonl(out / "failures.jsonl", failures)
@@ -83,7 +108,8 @@ def _llm_self_test(cfg, lay: Layout, backend, sources, *, prompt: str, n_neg: in
     from recipematch.llm.pipeline import build_generation_requests, recorded_items_from_store, self_test
 
     reqs = build_generation_requests(sources, prompt_name=prompt, n_pos=cfg.n_pos, n_neg=n_neg, model_id=cfg.model_id,
-                                     sampling=sampling, seed=seed)
+                                     sampling=sampling, seed=seed,
+                                     chat_template_kwargs=_serving(cfg)["chat_template_kwargs"])
     items = recorded_items_from_store(reqs, store_path, limit) if store_path.exists() else []
     origin = "call_store"
     if not items and cfg.backend == "replay":
