@@ -15,7 +15,8 @@ from recipematch.config import (
     section,
     top,
 )
-from recipematch.io import read_json, read_jsonl_strict, write_json, write_jsonl
+from recipematch.io import read_json, write_json, write_jsonl
+from recipematch.pairs import read_pair_file
 from recipematch.pipeline.common import (
     Layout,
     arm_spec,
@@ -62,7 +63,7 @@ def run_cells(params: Mapping[str, Any], lay: Layout, arm: str) -> dict:
     for key in spec.inputs():
         path = lay.pairs / f"{key}.jsonl"
         if path.exists():
-            pair_files[key] = read_jsonl_strict(path)
+            pair_files[key] = read_pair_file(path)  # file, line and field named on a bad row
     try:
         pool, asm_counts = assemble_cell(spec, pair_files, seed=seed)
     except MissingInput as e:
