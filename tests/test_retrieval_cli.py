@@ -37,6 +37,14 @@ def test_encoder_records_its_settings_and_returns_unit_float32(minilm):
     assert minilm.encode([]).shape == (0, 384)
 
 
+def test_model_revision_uses_the_one_folder_hash_rule(minilm):
+    """A local model folder's revision is :func:`recipematch.io.sha256_tree` of it, the same
+    rule as a checkpoint's ``checkpoint_sha256`` (issue 9: one folder-hash rule)."""
+    from recipematch.io import sha256_tree
+
+    assert minilm.settings["revision"] == "sha256:" + sha256_tree(resolve_model("all-MiniLM-L6-v2"))
+
+
 def test_query_prompt_changes_queries_only(minilm):
     from recipematch.retrieval import SentenceTransformerEncoder
 
