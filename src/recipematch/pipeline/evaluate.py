@@ -59,7 +59,7 @@ def run_evaluate(params: Mapping[str, Any], lay: Layout, arm: str, *, progress: 
                                                                               "self_mask": bool(summary["self_mask"])}
         per_model[seed_label] = res
         if rec is not None:
-            _log_eval_to_mlflow(mcfg, lay, rec["mlflow_run_id"], res)
+            _log_eval_to_mlflow(mcfg, lay, rec, arm, seed_label, res)
     ranks = pd.concat(frames, ignore_index=True)
     out = lay.eval_dir(arm)
     out.mkdir(parents=True, exist_ok=True)
@@ -78,14 +78,20 @@ def run_evaluate(params: Mapping[str, Any], lay: Layout, arm: str, *, progress: 
     return agg
 
 
-def _log_eval_to_mlflow(mcfg: MlflowConfig, lay: Layout, run_id: str, res: Mapping[str, Mapping[str, Any]]) -> None:
+def _log_eval_to_mlflow(mcfg: MlflowConfig, lay: Layout, rec: Mapping[str, Any], arm: str, seed: str,
+                        res: Mapping[str, Mapping[str, Any]]) -> None:
+    """Mirror the scores to the seed's MLflow run, found by the record's run key (re-created
+    from the record when the tracking store lost it; the record itself is never rewritten)."""
     import time as _time
 
     from mlflow.entities import Metric
 
     from recipematch import tracking
 
-    c = tracking.client(mlflow_uri(mcfg, lay))
+    c, exp_id = tracking.open_store(mlflow_uri(mcfg, lay), mcfg.experiment,
+                                    artifact_location=(lay.root / "mlruns").resolve().as_uri())
+    tags = {"arm": arm, "seed": seed, **({"cell": rec["cell"]} if "cell" in rec else {})}
+    run_id, _ = tracking.restore_run(c, exp_id, rec, run_name=f"{arm}-seed{seed}", tags=tags)
     now = int(_time.time() * 1000)
     metrics = [Metric(f"{t}.{k.replace('@', '_at_')}", float(v), now, 0)
                for t, r in res.items() for k, v in r.items() if k.startswith("R@")]
