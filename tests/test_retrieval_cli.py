@@ -107,3 +107,22 @@ def test_cli_reports_malformed_folders(tmp_path):
     res = CliRunner().invoke(evaluate, [str(tmp_path), "--model", "bm25", "--out",
                                         str(tmp_path / "o.json")])
     assert res.exit_code == 1 and "corpus.jsonl:1: missing field 'text'" in res.output
+
+
+@pytest.mark.parametrize("corpus_line, where", [
+    (b'{"_id": "d3", "text": "caf\xff"}\n', "corpus.jsonl:3"),
+    (b'{"_id": "d3", "text": "x \\ud800"}\n', "corpus.jsonl:3"),
+])
+def test_cli_bad_text_in_a_hand_made_folder_names_file_and_line(tmp_path, corpus_line, where):
+    """Issue 14: a byte that is not UTF-8 or a lone surrogate ends in one message naming the
+    file and line (no UnicodeDecodeError or tokenizer TypeError traceback)."""
+    import shutil
+
+    folder = tmp_path / "beir"
+    shutil.copytree(FIX / "two_doc", folder)
+    with open(folder / "corpus.jsonl", "ab") as fh:
+        fh.write(corpus_line)
+    res = CliRunner().invoke(evaluate, [str(folder), "--model", "bm25", "--out", str(tmp_path / "o.json")])
+    assert res.exit_code != 0 and isinstance(res.exception, SystemExit)
+    assert where in res.output and "Traceback" not in res.output
+    assert not (tmp_path / "o.json").exists()
