@@ -1,4 +1,4 @@
-"""The training-pair row (SPEC §3) and its canonical on-disk form.
+"""The training-pair row (the paper, Section 3 and Appendix A) and its canonical on-disk form.
 
 A row is ``(anchor, positive, negatives[])`` with provenance::
 
@@ -13,7 +13,7 @@ A row is ``(anchor, positive, negatives[])`` with provenance::
 (no prompt: ``prompt_sha256`` is ``None`` and ``model_id`` names the generator version), or
 a prompt name such as ``"d1_recipe"`` (then ``prompt_sha256`` is the 64-hex template hash).
 A row with k ≥ 1 negatives yields k training examples ``(anchor, positive, negative_i)``;
-a row with none yields one ``(anchor, positive)``; rows weigh ``max(k, 1)`` (SPEC §3).
+a row with none yields one ``(anchor, positive)``; rows weigh ``max(k, 1)`` (Appendix A).
 
 Pair files are JSON lines in canonical form (sorted keys), sorted by ``source_id`` then
 positive text, so the same inputs give byte-identical files.
@@ -32,7 +32,7 @@ HEX64 = re.compile(r"^[0-9a-f]{64}$")
 
 
 def n_examples(row: Mapping[str, Any]) -> int:
-    """Training examples a row yields: ``max(len(negatives), 1)`` (SPEC §3)."""
+    """Training examples a row yields: ``max(len(negatives), 1)`` (Appendix A)."""
     return max(len(row.get("negatives") or []), 1)
 
 
@@ -40,7 +40,7 @@ def provenance_problems(row: Mapping[str, Any]) -> list[str]:
     """Reasons a row's provenance is incomplete (empty list when it is complete).
 
     Every text needs a generator and a model id; LLM-written texts also need the 64-hex
-    SHA-256 of their prompt template (SPEC §3.2, §5: "every prompt hash and model id
+    SHA-256 of their prompt template (Section 3, Appendix F: "every prompt hash and model id
     present").
     """
     out: list[str] = []
@@ -112,11 +112,12 @@ def pair_row_problem(row: Any) -> str | None:
     """
     if not isinstance(row, dict):
         return f"expected a JSON object, got {_type_name(row)}"
-    sid = row.get("source_id")
     if "source_id" not in row:
         return "missing field 'source_id'"
+    sid = row["source_id"]
     if not isinstance(sid, str) or not sid:
-        return f"field 'source_id' must be a non-empty string, got {_type_name(sid) if not isinstance(sid, str) else 'an empty string'}"
+        got = "an empty string" if isinstance(sid, str) else _type_name(sid)
+        return f"field 'source_id' must be a non-empty string, got {got}"
     for key in ("anchor", "positive"):
         if key not in row:
             return f"missing field {key!r}"

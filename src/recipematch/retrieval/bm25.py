@@ -62,8 +62,8 @@ def bm25_ranks(
     stopwords: str | None = None,
     chunk_size: int | None = None,
 ) -> RankDetails:
-    """BM25 (bm25s, Lucene variant; SPEC §7: k1 1.5, b 0.75) ranks under the same rules
-    as :func:`rank_of_gold`.
+    """BM25 ranks (bm25s, Lucene variant: the paper's lexical baseline, Table 1 and
+    Appendix A) under the same rules as :func:`rank_of_gold`.
 
     Tokenisation: bm25s's tokenizer, lower-cased, with the pattern ``\\b\\w+\\b`` (single
     characters kept: in math problems they are the variables) and no stop-word list by

@@ -177,7 +177,7 @@ def rank_of_gold(
     chunk_size: int | None = None,
     return_details: bool = False,
 ) -> np.ndarray | RankDetails:
-    """Rank of each query's best gold over the whole corpus (SPEC §7).
+    """Rank of each query's best gold over the whole corpus (the paper, Section 3 and Appendix A).
 
     Args:
         query_emb: ``(n_queries, dim)`` unit vectors (float32).

@@ -62,13 +62,14 @@ class SentenceTransformerEncoder:
         model_name_or_path: a local model directory (its content hash is the revision) or a
             name that sentence-transformers can resolve from its local cache. Nothing is
             downloaded when ``HF_HUB_OFFLINE=1``.
-        max_seq_length: tokens kept per input (``None``: the model's own limit). SPEC §7 runs
-            our models at 1,024.
+        max_seq_length: tokens kept per input (``None``: the model's own limit). The paper
+            (Appendix A) runs its models at 1,024.
         batch_size: texts per forward pass.
-        query_prompt: text prepended to queries only (SPEC §6: the V2 instruction).
+        query_prompt: text prepended to queries only (Appendix A: the V2 model is evaluated
+            with the instruction it was trained with).
         device: torch device string.
-        dtype: ``"float32"``, ``"bfloat16"`` (SPEC §7 for our models) or ``"float16"``;
-            outputs are always returned as float32.
+        dtype: ``"float32"``, ``"bfloat16"`` (the paper's trained models, Appendix A) or
+            ``"float16"``; outputs are always returned as float32.
         revision: override for the model revision recorded in ``cache_key`` (default: the
             content hash of a local directory, else the name).
 

@@ -171,7 +171,7 @@ def evaluate(
     query_ids: Sequence[str] | None = None,
     chunk_size: int | None = None,
 ) -> tuple[dict, pd.DataFrame]:
-    """Encode, rank the whole corpus and score R@k (SPEC §7).
+    """Encode, rank the whole corpus and score R@k (the paper, Section 3 and Appendix A).
 
     Args:
         encoder: an :class:`Encoder`.
