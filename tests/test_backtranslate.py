@@ -8,6 +8,7 @@ import re
 from pathlib import Path
 
 import pytest
+from conftest import RELEASE, require_real_data
 
 from recipematch.backtranslate import (
     NLLBTranslator,
@@ -21,7 +22,6 @@ from recipematch.backtranslate import (
 )
 
 FIXTURES = Path(__file__).parent / "fixtures" / "llm"
-SHARED_CORPUS = Path("/work/shared/data/peer_release/corpus.jsonl")
 
 
 def corpus_rows(path: Path) -> list[dict]:
@@ -49,9 +49,8 @@ def test_mask_roundtrip_on_every_fixture_problem() -> None:
     assert sum(len(mask_latex(r["text"]).spans) for r in rows) == 95
 
 
-@pytest.mark.skipif(not SHARED_CORPUS.is_file(), reason="shared peer release not present")
 def test_mask_roundtrip_on_the_2500_released_problems() -> None:
-    rows = corpus_rows(SHARED_CORPUS)
+    rows = corpus_rows(require_real_data(RELEASE / "corpus.jsonl"))
     spans = 0
     for r in rows:
         m = mask_latex(r["text"])

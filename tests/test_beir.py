@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
+from conftest import RELEASE, require_real_data
 
 from recipematch.beir import (
     BeirFormatError,
@@ -15,8 +16,10 @@ from recipematch.beir import (
     positive_qrels,
     read_beir,
     read_corpus,
+    read_qrels_tsv,
     write_beir,
 )
+from recipematch.errors import RecipematchError
 
 FIX = Path(__file__).parent / "fixtures" / "beir"
 
@@ -136,11 +139,65 @@ def test_read_corpus_accepts_file_or_folder():
     assert read_corpus(FIX / "two_doc") == load_beir(FIX / "two_doc")[0]
 
 
-def test_peer_corpus_sample_reads_if_present():
-    path = Path(__file__).resolve().parents[2] / "shared" / "data" / "peer_release" / "corpus.jsonl"
-    if not path.exists():
-        pytest.skip("shared peer release not present")
+def test_peer_corpus_sample_reads():
+    path = require_real_data(RELEASE / "corpus.jsonl")
     corpus = read_corpus(path)
     assert len(corpus) == 2500
     assert next(iter(corpus)) == "0000"
     assert json.loads(path.open(encoding="utf-8").readline())["text"] == corpus["0000"]["text"]
+
+
+# ------------------------------------------------------------------ encoding (issue 14: readers)
+
+
+def test_byte_order_marks_are_accepted_on_every_file(tmp_path):
+    folder = _folder(tmp_path, ['{"_id": "d", "text": "a"}'])
+    for name in ("corpus.jsonl", "queries.jsonl", "qrels/test.tsv"):
+        p = folder / name
+        p.write_bytes(b"\xef\xbb\xbf" + p.read_bytes())
+    corpus, queries, qrels = load_beir(folder)
+    assert corpus == {"d": {"title": "", "text": "a"}}
+    assert queries == {"q": "x"}
+    # the BOM sat before the header: the header is still recognised, not read as a row
+    assert qrels == {"q": {"d": 1}}
+
+
+def test_invalid_utf8_byte_in_corpus_names_file_and_line(tmp_path):
+    folder = _folder(tmp_path, ['{"_id": "d", "text": "a"}'])
+    with open(folder / "corpus.jsonl", "ab") as fh:
+        fh.write(b'{"_id": "e", "text": "caf\xff"}\n')
+    with pytest.raises(BeirFormatError, match=r"corpus.jsonl:2: .*invalid UTF-8") as err:
+        load_beir(folder)
+    assert isinstance(err.value, RecipematchError)
+
+
+def test_lone_surrogate_in_a_query_names_file_and_line(tmp_path):
+    folder = _folder(tmp_path, ['{"_id": "d", "text": "a"}'],
+                     query_lines=['{"_id": "q", "text": "x"}', '{"_id": "r", "text": "y \\ud800"}'])
+    with pytest.raises(BeirFormatError, match=r"queries.jsonl:2: .*lone surrogate"):
+        load_beir(folder)
+
+
+def test_invalid_utf8_in_qrels_names_file_and_line(tmp_path):
+    folder = _folder(tmp_path, ['{"_id": "d", "text": "a"}'])
+    (folder / "qrels" / "test.tsv").write_bytes(b"query-id\tcorpus-id\tscore\nq\td\xff\t1\n")
+    with pytest.raises(BeirFormatError, match=r"test.tsv:2: not valid UTF-8"):
+        load_beir(folder)
+
+
+def test_qrels_tsv_reader_rows_and_header(tmp_path):
+    p = tmp_path / "q.tsv"
+    p.write_bytes(b"\xef\xbb\xbfqid\tdoc\tscore\r\n\r\nq1\td1\t1\r\nq1\td2\t0\n")
+    assert read_qrels_tsv(p) == [(3, "q1", "d1", 1), (4, "q1", "d2", 0)]
+    p.write_text("q1\td1\t2\n", encoding="utf-8")  # no header: the first line is a row
+    assert read_qrels_tsv(p) == [(1, "q1", "d1", 2)]
+
+
+def test_corpus_stage_and_beir_reader_agree_on_a_bom(tmp_path):
+    """One reader: the corpus stage and the BEIR reader accept the same file."""
+    from recipematch.corpus import load_beir_corpus
+
+    p = tmp_path / "corpus.jsonl"
+    p.write_bytes(b'\xef\xbb\xbf{"_id": "d", "text": "a"}\n')
+    assert list(read_corpus(p)) == ["d"]
+    assert load_beir_corpus(p).table["doc_id"].tolist() == ["d"]

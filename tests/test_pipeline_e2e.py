@@ -241,14 +241,17 @@ def test_lost_tracking_store_is_restored_without_retraining(pipeline):
     p2 = copy.deepcopy(params)
     p2["mlflow"] = {"tracking_uri": "sqlite:///mlflow-new.db", "experiment": "e2e"}
     before = {p: sha256_file(p) for p in sorted(lay.models("cell").glob("seed_*/*.safetensors"))}
+    records = {p: sha256_file(p) for p in sorted(lay.models("cell").glob("seed_*.json"))}
     stages.run_train(p2, lay, "cell", progress=False)
     assert before == {p: sha256_file(p) for p in sorted(lay.models("cell").glob("seed_*/*.safetensors"))}
+    # issue 14: re-creating the runs does not rewrite the seed records (DVC hashes them)
+    assert records == {p: sha256_file(p) for p in sorted(lay.models("cell").glob("seed_*.json"))}
     c = tracking.client(f"sqlite:///{lay.root / 'mlflow-new.db'}")
     runs = c.search_runs([c.get_experiment_by_name("e2e").experiment_id])
     assert sorted(r.data.tags["seed"] for r in runs) == ["42", "43"]
     for r in runs:
         rec = read_json(lay.models("cell") / f"seed_{r.data.tags['seed']}.json")
-        assert rec["mlflow_run_id"] == r.info.run_id
+        assert r.data.tags[tracking.RUN_KEY_TAG] == rec["run_key"]  # found by run key, not by a stored id
         assert r.data.tags["checkpoint_sha256"] == rec["checkpoint_sha256"]
         assert r.data.tags["restored_from_record"] == "true"
 

@@ -310,6 +310,56 @@ def test_cache_key_covers_role_texts_and_encoder(tmp_path):
     assert len(list(tmp_path.glob("*.npy"))) == 4
 
 
+
+def _pickled_npy(path):
+    np.save(path, np.array([{"x": 1}], dtype=object), allow_pickle=True)
+
+
+def _raw_pickle(path):
+    import pickle
+
+    path.write_bytes(pickle.dumps({"x": 1}))
+
+
+def _truncated(path):
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2])
+
+
+def _random_bytes(path):
+    path.write_bytes(np.random.default_rng(0).bytes(300))
+
+
+def _wrong_shape(path):
+    np.save(path, np.ones((5, 11), dtype=np.float32))
+
+
+def _nan(path):
+    np.save(path, np.full((2, 11), np.nan, dtype=np.float32))
+
+
+@pytest.mark.parametrize("spoil", [_pickled_npy, _raw_pickle, _truncated, _random_bytes, _wrong_shape, _nan])
+def test_corrupt_cache_entry_is_a_miss_with_a_warning_naming_the_file(tmp_path, spoil):
+    """Issue 14: a corrupt ``.npy`` is a cache miss, named in a warning; never an unsafe hint."""
+    enc = OneHot()
+    cache = EmbeddingCache(tmp_path)
+    good = encode_cached(enc, ["A", "B"], cache)
+    (npy,) = tmp_path.glob("*.npy")
+    spoil(npy)
+    with pytest.warns(UserWarning) as rec:
+        again = encode_cached(enc, ["A", "B"], cache)
+    messages = [str(w.message) for w in rec]
+    assert any(str(npy) in m and "cache miss" in m for m in messages), messages
+    assert not any("allow_pickle" in m for m in messages)
+    np.testing.assert_array_equal(again, good)
+    assert (cache.hits, cache.misses, cache.corrupt) == (0, 2, 1)
+    # the entry was rewritten: the next lookup is a silent hit
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        np.testing.assert_array_equal(encode_cached(enc, ["A", "B"], cache), good)
+    assert cache.hits == 1
+
+
 def test_encoder_output_is_checked():
     class Bad:
         cache_key = "bad"

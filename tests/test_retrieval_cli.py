@@ -37,6 +37,14 @@ def test_encoder_records_its_settings_and_returns_unit_float32(minilm):
     assert minilm.encode([]).shape == (0, 384)
 
 
+def test_model_revision_uses_the_one_folder_hash_rule(minilm):
+    """A local model folder's revision is :func:`recipematch.io.sha256_tree` of it, the same
+    rule as a checkpoint's ``checkpoint_sha256`` (issue 9: one folder-hash rule)."""
+    from recipematch.io import sha256_tree
+
+    assert minilm.settings["revision"] == "sha256:" + sha256_tree(resolve_model("all-MiniLM-L6-v2"))
+
+
 def test_query_prompt_changes_queries_only(minilm):
     from recipematch.retrieval import SentenceTransformerEncoder
 
@@ -99,3 +107,22 @@ def test_cli_reports_malformed_folders(tmp_path):
     res = CliRunner().invoke(evaluate, [str(tmp_path), "--model", "bm25", "--out",
                                         str(tmp_path / "o.json")])
     assert res.exit_code == 1 and "corpus.jsonl:1: missing field 'text'" in res.output
+
+
+@pytest.mark.parametrize("corpus_line, where", [
+    (b'{"_id": "d3", "text": "caf\xff"}\n', "corpus.jsonl:3"),
+    (b'{"_id": "d3", "text": "x \\ud800"}\n', "corpus.jsonl:3"),
+])
+def test_cli_bad_text_in_a_hand_made_folder_names_file_and_line(tmp_path, corpus_line, where):
+    """Issue 14: a byte that is not UTF-8 or a lone surrogate ends in one message naming the
+    file and line (no UnicodeDecodeError or tokenizer TypeError traceback)."""
+    import shutil
+
+    folder = tmp_path / "beir"
+    shutil.copytree(FIX / "two_doc", folder)
+    with open(folder / "corpus.jsonl", "ab") as fh:
+        fh.write(corpus_line)
+    res = CliRunner().invoke(evaluate, [str(folder), "--model", "bm25", "--out", str(tmp_path / "o.json")])
+    assert res.exit_code != 0 and isinstance(res.exception, SystemExit)
+    assert where in res.output and "Traceback" not in res.output
+    assert not (tmp_path / "o.json").exists()

@@ -31,3 +31,131 @@ def test_dataset_digest_is_recorded(tmp_path):
                          context="training")
     ds = c.get_run(run_id).inputs.dataset_inputs[0].dataset
     assert ds.digest == digest[:36] and ds.name == "cell"
+
+
+# ------------------------------------------------------------------ issue 14: tracking faults
+
+import math
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+from mlflow.entities import Metric
+
+from recipematch.errors import RecipematchError
+
+_RACER = textwrap.dedent("""
+    import sys, time
+    db, start, key = sys.argv[1], float(sys.argv[2]), sys.argv[3]
+    from recipematch import tracking
+    while time.time() < start:
+        time.sleep(0.001)
+    c, exp = tracking.open_store(f"sqlite:///{db}", "race", artifact_location="file:///tmp/unused-art")
+    run_id, _ = tracking.find_or_create_run(c, exp, key, key, {})
+    c.log_param(run_id, "who", key)
+    print("ok", run_id)
+""")
+
+
+def test_processes_started_together_on_a_missing_store_all_succeed(tmp_path):
+    """Two (here three) train stages started together with no mlflow.db: the schema is
+    created once, under the store lock, and every process gets its run."""
+    db = tmp_path / "mlflow.db"
+    script = tmp_path / "racer.py"
+    script.write_text(_RACER)
+    env = {**__import__("os").environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1] / "src"),
+           "OMP_NUM_THREADS": "1", "MLFLOW_DISABLE_TELEMETRY": "true"}
+    start = time.time() + 15  # every process has imported mlflow before the start signal
+    procs = [subprocess.Popen([sys.executable, str(script), str(db), repr(start), k], env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for k in ("a", "b", "c")]
+    outs = [p.communicate(timeout=300) for p in procs]
+    for p, (out, err) in zip(procs, outs):
+        assert p.returncode == 0, err[-2000:]
+        assert out.startswith("ok ")
+    c = tracking.client(f"sqlite:///{db}")
+    runs = c.search_runs([c.get_experiment_by_name("race").experiment_id])
+    assert sorted(r.data.params["who"] for r in runs) == ["a", "b", "c"]
+
+
+@pytest.mark.parametrize("spoil", ["random", "truncated"])
+def test_corrupt_store_gives_one_line_naming_the_file(tmp_path, spoil):
+    db = tmp_path / "mlflow.db"
+    if spoil == "random":
+        db.write_bytes(bytes(range(256)) * 40)
+    else:
+        c = tracking.client(f"sqlite:///{db}")
+        exp = tracking.experiment_id(c, "t")
+        tracking.find_or_create_run(c, exp, "k", "r", {})
+        data = db.read_bytes()
+        db.write_bytes(data[: len(data) // 3])
+    with pytest.raises(tracking.TrackingStoreError) as err:
+        tracking.client(f"sqlite:///{db}")
+    msg = str(err.value)
+    assert isinstance(err.value, RecipematchError)
+    assert str(db) in msg and "move it aside" in msg and "\n" not in msg
+
+
+def test_retraining_under_the_same_run_key_does_not_append_history(tmp_path):
+    c = tracking.client(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    exp = tracking.experiment_id(c, "t")
+    for i in range(3):  # three trainings of one finished seed
+        run_id, resumed = tracking.find_or_create_run(c, exp, "same-key", "arm-seed42", {})
+        assert resumed is (i > 0)
+        metrics = [Metric("loss", 0.5, 1000 + i, 1), Metric("loss", 0.25, 1000 + i, 2),
+                   Metric("train_loss", 0.3, 1000 + i, 0), Metric("nan_metric", math.nan, 1000 + i, 0)]
+        out = tracking.log_metrics_once(c, run_id, metrics)
+        assert out == ({"logged": 4, "kept": 0, "differs": 0} if i == 0 else {"logged": 0, "kept": 4, "differs": 0})
+    assert [(m.step, m.value) for m in c.get_metric_history(run_id, "loss")] == [(1, 0.5), (2, 0.25)]
+    assert len(c.get_metric_history(run_id, "train_loss")) == 1
+    # a different value under the same key is kept once and flagged, not appended
+    out = tracking.log_metrics_once(c, run_id, [Metric("train_loss", 0.31, 2000, 0)])
+    assert out == {"logged": 0, "kept": 1, "differs": 1}
+    assert len(c.get_metric_history(run_id, "train_loss")) == 1
+    assert "kept 0.3" in c.get_run(run_id).data.tags["metric_differs.train_loss"]
+
+
+def _record(run_key="rk-1"):
+    # an old-style record still carries an MLflow run id of a store that is gone
+    return {"run_key": run_key, "mlflow_run_id": "0" * 32, "checkpoint_sha256": "c" * 64, "pair_file_sha256": "p" * 64,
+            "gate_list_sha256": "g" * 64, "dev_accuracy_before": 0.1, "dev_accuracy_best": 0.4, "train_loss": 1.2,
+            "train_examples": 99, "cell": "d4xrecipe"}
+
+
+def test_restore_run_finds_by_run_key_or_recreates_from_the_record(tmp_path):
+    c = tracking.client(f"sqlite:///{tmp_path / 'new.db'}")
+    exp = tracking.experiment_id(c, "t")
+    rec = _record()
+    run_id, restored = tracking.restore_run(c, exp, rec, run_name="recipe-seed42", tags={"arm": "recipe", "seed": "42"},
+                                            params={"seed": 42})
+    assert restored
+    run = c.get_run(run_id)
+    assert run.data.tags[tracking.RUN_KEY_TAG] == "rk-1" and run.data.tags["restored_from_record"] == "true"
+    assert run.data.tags["checkpoint_sha256"] == "c" * 64 and run.data.params["seed"] == "42"
+    assert run.data.metrics["dev_accuracy_best"] == 0.4 and run.info.status == "FINISHED"
+    again, restored = tracking.restore_run(c, exp, rec, run_name="recipe-seed42", tags={})
+    assert (again, restored) == (run_id, False)
+    assert len(c.search_runs([exp])) == 1
+
+
+def test_evaluate_after_a_lost_store_logs_to_a_restored_run_and_rewrites_no_record(tmp_path):
+    """The evaluate stage's MLflow mirror after mlflow.db was lost: no 'Run with id=... not
+    found'; the run is re-created from the seed record, and no file is written."""
+    from recipematch.config import MlflowConfig
+    from recipematch.pipeline.common import Layout
+    from recipematch.pipeline.evaluate import _log_eval_to_mlflow
+
+    lay = Layout(tmp_path)
+    before = sorted(p.name for p in tmp_path.rglob("*"))
+    res = {"probe": {"R@1": 50.0, "R@5": 75.0, "n_queries": 4, "self_mask": True}}
+    mcfg = MlflowConfig(tracking_uri="sqlite:///mlflow.db", experiment="e2e")
+    _log_eval_to_mlflow(mcfg, lay, _record(), "recipe", "42", res)
+    _log_eval_to_mlflow(mcfg, lay, _record(), "recipe", "42", res)  # a second evaluation: same run
+    c = tracking.client(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    (run,) = c.search_runs([c.get_experiment_by_name("e2e").experiment_id])
+    assert run.data.tags[tracking.RUN_KEY_TAG] == "rk-1" and run.data.tags["cell"] == "d4xrecipe"
+    assert run.data.metrics["probe.R_at_1"] == 50.0
+    written = sorted(p.name for p in tmp_path.rglob("*"))
+    assert set(written) - set(before) <= {"mlflow.db", "mlflow.db.lock"}

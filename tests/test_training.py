@@ -59,3 +59,111 @@ def test_single_positive_only_dev_source_borrows_a_train_positive():
     assert dev_triplets(dev, seed=0, limit=10)["anchor"] == []
     trip = dev_triplets(dev, seed=0, limit=10, fallback=[_row("t1", 0), _row("t2", 0)])
     assert trip["anchor"] == ["anchor d"] and trip["negative"][0] in ("positive t1", "positive t2")
+
+
+# ------------------------------------------------------------------ leftovers and checkpoints (issues 9, 14)
+
+import hashlib
+import time
+from pathlib import Path
+
+from recipematch.io import sha256_tree
+from recipematch.training import TMP_PREFIX, clear_stale_work, save_checkpoint, train_one
+
+
+def test_stale_temp_folders_of_one_seed_are_cleared_and_others_kept(tmp_path):
+    mine = tmp_path / "recipe" / "seed_42"
+    other = tmp_path / "verified" / "seed_42"
+    for d in (mine, other):
+        (d / f"{TMP_PREFIX}killed" / "checkpoint-2").mkdir(parents=True)
+    (mine / "keep.txt").write_text("not a temp folder")
+    removed = clear_stale_work(mine)
+    assert [p.name for p in removed] == [f"{TMP_PREFIX}killed"]
+    assert sorted(p.name for p in mine.iterdir()) == ["keep.txt"]
+    assert (other / f"{TMP_PREFIX}killed").is_dir()  # another arm's run is never touched
+    assert clear_stale_work(tmp_path / "new" / "seed_1") == [] and (tmp_path / "new" / "seed_1").is_dir()
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory):
+    """A randomly initialised 1-layer BERT with a word-level tokenizer, saved as a
+    sentence-transformers folder (mean pooling): small enough to train in seconds on CPU."""
+    import torch
+    from sentence_transformers import SentenceTransformer
+    from sentence_transformers.models import Pooling, Transformer
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+    from transformers import BertConfig, BertModel, PreTrainedTokenizerFast
+
+    root = tmp_path_factory.mktemp("tiny")
+    words = [f"w{i}" for i in range(40)] + ["anchor", "positive", "neg"]
+    tok = Tokenizer(models.WordLevel(unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok.train_from_iterator([" ".join(words)], trainers.WordLevelTrainer(special_tokens=["[PAD]", "[UNK]", "[CLS]", "[SEP]"]))
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="[PAD]", unk_token="[UNK]", cls_token="[CLS]",
+                                        sep_token="[SEP]")
+    torch.manual_seed(0)
+    bert = BertModel(BertConfig(vocab_size=len(tokenizer), hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                                intermediate_size=32, max_position_embeddings=64))
+    hf = root / "hf"
+    bert.save_pretrained(hf)
+    tokenizer.save_pretrained(hf)
+    tr = Transformer(str(hf), max_seq_length=16)
+    st = SentenceTransformer(modules=[tr, Pooling(tr.get_word_embedding_dimension(), pooling_mode="mean")], device="cpu")
+    st.save(str(root / "st"))
+    return root / "st"
+
+
+def _rows():
+    rows = []
+    for i in range(16):
+        rows.append({"source_id": f"s{i}", "anchor": f"anchor w{i}", "positive": f"positive w{i} w{i + 20}",
+                     "negatives": [{"text": f"neg w{(i + 7) % 40}"}], "split": "train"})
+    for i in range(16, 20):
+        rows.append({"source_id": f"s{i}", "anchor": f"anchor w{i}", "positive": f"positive w{i}",
+                     "negatives": [{"text": f"neg w{i + 1}"}], "split": "dev"})
+    return rows
+
+
+def _cfg():
+    from recipematch.config import TrainConfig
+
+    return TrainConfig(model="tiny", lr=1e-3, epochs=1, batch_size=4, mini_batch_size=4, scale=20.0, warmup_ratio=0.0,
+                       max_seq_length=16, eval_steps=2, max_dev_triplets=10, device="cpu", bf16=False)
+
+
+def test_retraining_gives_a_byte_identical_checkpoint_and_no_leftovers(tiny_model, tmp_path):
+    """Issue 9: the saved folder holds only what reproduces (no model card with wall-clock
+    training times), so two trainings of one seed hash identically; issue 14: a killed
+    run's temporary folder is gone after the rerun."""
+    work = tmp_path / "train-tmp" / "arm" / "seed_0"
+    (work / f"{TMP_PREFIX}killed-earlier").mkdir(parents=True)
+    hashes, weights = [], []
+    for i in range(2):
+        out = tmp_path / f"ckpt{i}"
+        rec = train_one(_rows(), base_model=str(tiny_model), out_dir=out, seed=0, cfg=_cfg(), progress=False,
+                        work_dir=work)
+        assert rec["steps"] > 0
+        assert not (out / "README.md").exists()
+        assert list(work.iterdir()) == []  # neither the killed run's folder nor this run's is left
+        hashes.append(sha256_tree(out))
+        weights.append(hashlib.sha256((out / "model.safetensors").read_bytes()).hexdigest())
+        time.sleep(1.1)  # a wall-clock time in any saved file would now differ
+    assert weights[0] == weights[1]
+    assert hashes[0] == hashes[1]
+
+
+def test_save_checkpoint_replaces_the_folder_and_writes_no_model_card(tiny_model, tmp_path):
+    """The save itself (the trained case is the test above): no README.md, the target folder
+    replaced rather than merged, and the saved model encodes as the one in memory."""
+    from sentence_transformers import SentenceTransformer
+
+    model = SentenceTransformer(str(tiny_model), device="cpu")
+    save_checkpoint(model, tmp_path / "a")
+    time.sleep(1.1)
+    (tmp_path / "b").mkdir()
+    (tmp_path / "b" / "stale.bin").write_bytes(b"x")  # the target is replaced, not merged
+    save_checkpoint(model, tmp_path / "b")
+    assert sha256_tree(tmp_path / "a") == sha256_tree(tmp_path / "b")
+    assert not list((tmp_path / "a").rglob("README.md"))
+    reloaded = SentenceTransformer(str(tmp_path / "b"), device="cpu")
+    assert (reloaded.encode(["anchor w1"]) == model.encode(["anchor w1"])).all()

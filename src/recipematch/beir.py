@@ -1,4 +1,4 @@
-"""The one BEIR-format reader and writer (STYLE "one BEIR-format loader").
+"""The one BEIR-format reader and writer.
 
 A BEIR folder holds ``corpus.jsonl`` (one ``{"_id", "title", "text", ...}`` object a
 line), ``queries.jsonl`` (``{"_id", "text", "metadata"?}``) and
@@ -8,6 +8,10 @@ Face copy of MathNet-Retrieve ships ``qrels/<split>.jsonl`` (one
 
 Rules (each one counted in :class:`BeirCounts`, never applied silently):
 
+- **Encoding**: every file is UTF-8, read by the project's one reader
+  (:mod:`recipematch.io`): a byte-order mark is skipped; bytes that are not UTF-8 and
+  JSON escapes of lone surrogates (text no tokenizer can take) raise
+  :class:`BeirFormatError` naming the file and line.
 - **Malformed rows** (bad JSON, missing or non-string ``_id``/``text``, a duplicate id, a
   qrels row without three fields or with a non-integer score) raise :class:`BeirFormatError`
   naming the file and the 1-based line.
@@ -26,13 +30,14 @@ The document text that is embedded is ``title + " " + text`` when the title is n
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from recipematch.io import FormatError, iter_jsonl_strict, iter_tsv, sha256_texts
 
 __all__ = [
     "BeirFormatError",
@@ -47,6 +52,7 @@ __all__ = [
     "queries_sha256",
     "qrels_sha256",
     "positive_qrels",
+    "read_qrels_tsv",
 ]
 
 Corpus = dict[str, dict]
@@ -54,8 +60,10 @@ Queries = dict[str, str]
 Qrels = dict[str, dict[str, int]]
 
 
-class BeirFormatError(ValueError):
-    """A BEIR file is malformed; the message names the file and the 1-based line."""
+class BeirFormatError(FormatError):
+    """A BEIR file is malformed; the message names the file and the 1-based line.
+
+    A :class:`recipematch.errors.RecipematchError` (and, as before, a ``ValueError``)."""
 
 
 @dataclass(frozen=True)
@@ -110,22 +118,18 @@ class BeirDataset:
 
 
 def _read_jsonl(path: Path, required: tuple[str, ...], typed: dict[str, type] | None = None) -> list[tuple[int, dict]]:
-    """``(line number, object)`` for each non-blank line; every ``required`` key must be a
-    string unless ``typed`` names another type for it.
+    """``(line number, object)`` for each non-blank line, read with the project's one JSONL
+    reader (:func:`recipematch.io.iter_jsonl_strict`: byte-order mark skipped, invalid UTF-8
+    and lone surrogates refused); every ``required`` key must be a string unless ``typed``
+    names another type for it.
 
     Raises:
         BeirFormatError: naming the file and line of a malformed row.
     """
     typed = typed or {}
     rows: list[tuple[int, dict]] = []
-    with open(path, encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, start=1):
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise BeirFormatError(f"{path}:{lineno}: not valid JSON ({exc.msg})") from exc
+    try:
+        for lineno, obj in iter_jsonl_strict(path):
             if not isinstance(obj, dict):
                 raise BeirFormatError(f"{path}:{lineno}: expected a JSON object")
             for key in required:
@@ -138,6 +142,10 @@ def _read_jsonl(path: Path, required: tuple[str, ...], typed: dict[str, type] | 
                         f"{type(obj[key]).__name__}"
                     )
             rows.append((lineno, obj))
+    except BeirFormatError:
+        raise
+    except FormatError as exc:
+        raise BeirFormatError(str(exc)) from None
     return rows
 
 
@@ -156,6 +164,45 @@ def _parse_score(raw, path: Path, lineno: int) -> int:
     raise BeirFormatError(f"{path}:{lineno}: score must be an integer, got {raw!r}")
 
 
+QRELS_HEADER_NAMES = ("query-id", "query_id", "qid")
+
+
+def read_qrels_tsv(path: str | os.PathLike) -> list[tuple[int, str, str, int]]:
+    """Read a BEIR qrels TSV: ``(line, query_id, doc_id, score)`` per row, in file order.
+
+    The first non-blank line is a header (skipped) when its first field is ``query-id``,
+    ``query_id`` or ``qid``; a UTF-8 byte-order mark and ``\\r\\n`` line ends are accepted
+    (:func:`recipematch.io.iter_tsv`). Ids are stripped of outer whitespace.
+
+    Raises:
+        BeirFormatError: a line is not UTF-8, has other than three fields, an empty id, or a
+            score that is not an integer (file and line named).
+    """
+    path = Path(path)
+    out: list[tuple[int, str, str, int]] = []
+    first = True
+    try:
+        for lineno, parts in iter_tsv(path):
+            if first:
+                first = False
+                if parts[0].strip().lower() in QRELS_HEADER_NAMES:
+                    continue
+            if len(parts) != 3:
+                raise BeirFormatError(
+                    f"{path}:{lineno}: expected 3 tab-separated fields "
+                    f"(query-id, corpus-id, score), got {len(parts)}"
+                )
+            qid, did, raw = (x.strip() for x in parts)
+            if not qid or not did:
+                raise BeirFormatError(f"{path}:{lineno}: empty query-id or corpus-id")
+            out.append((lineno, qid, did, _parse_score(raw, path, lineno)))
+    except BeirFormatError:
+        raise
+    except FormatError as exc:
+        raise BeirFormatError(str(exc)) from None
+    return out
+
+
 def _read_qrels(folder: Path, split: str) -> tuple[Qrels, int]:
     tsv = folder / "qrels" / f"{split}.tsv"
     jsonl = folder / "qrels" / f"{split}.jsonl"
@@ -169,24 +216,9 @@ def _read_qrels(folder: Path, split: str) -> tuple[Qrels, int]:
         per_q[did] = score
 
     if tsv.exists():
-        with open(tsv, encoding="utf-8") as fh:
-            for lineno, line in enumerate(fh, start=1):
-                line = line.rstrip("\n").rstrip("\r")
-                if not line.strip():
-                    continue
-                parts = line.split("\t")
-                if lineno == 1 and parts[0].strip().lower() in ("query-id", "query_id", "qid"):
-                    continue
-                if len(parts) != 3:
-                    raise BeirFormatError(
-                        f"{tsv}:{lineno}: expected 3 tab-separated fields "
-                        f"(query-id, corpus-id, score), got {len(parts)}"
-                    )
-                qid, did, raw = (p.strip() for p in parts)
-                if not qid or not did:
-                    raise BeirFormatError(f"{tsv}:{lineno}: empty query-id or corpus-id")
-                add(qid, did, _parse_score(raw, tsv, lineno), tsv, lineno)
-                n_rows += 1
+        for lineno, qid, did, score in read_qrels_tsv(tsv):
+            add(qid, did, score, tsv, lineno)
+            n_rows += 1
     elif jsonl.exists():
         for lineno, obj in _read_jsonl(jsonl, ("query-id", "corpus-id")):
             if "score" not in obj:
@@ -369,12 +401,7 @@ def doc_text(row: Mapping) -> str:
 
 
 def _sha256_lines(lines) -> str:
-    h = hashlib.sha256()
-    for line in lines:
-        data = line.encode("utf-8")
-        h.update(len(data).to_bytes(8, "little"))
-        h.update(data)
-    return h.hexdigest()
+    return sha256_texts(lines)
 
 
 def corpus_sha256(corpus: Mapping[str, Mapping]) -> str:

@@ -1,4 +1,4 @@
-"""Corpus loading and normalisation (pipeline stage 1, SPEC §2).
+"""Corpus loading and normalisation (pipeline stage 1; the corpus of the paper, Section 3).
 
 Two sources give the same table:
 
@@ -118,7 +118,7 @@ def load_beir_corpus(path: str | Path) -> CorpusLoad:
     return _build(records(), id_key="_id", text_key="text", title_key="title", language_key="language", domain_key="domain")
 
 
-#: Column names tried, in order, when reading MathNet records (SPEC §2: problem, solution,
+#: Column names tried, in order, when reading MathNet records (problem, solution,
 #: metadata with id, language, domain/topic). Override with ``columns=`` for another layout.
 MATHNET_COLUMNS: dict[str, tuple[str, ...]] = {
     "id": ("id", "_id", "problem_id", "uid"),
@@ -140,7 +140,7 @@ def _pick(columns: Iterable[str], candidates: tuple[str, ...], what: str, requir
 
 def load_mathnet(source: str | Path, *, config: str = "all", split: str = "train",
                  columns: Mapping[str, str] | None = None, revision: str | None = None) -> CorpusLoad:
-    """Load MathNet problems (SPEC §2) into the corpus table.
+    """Load MathNet problems (the paper, Section 3) into the corpus table.
 
     Args:
         source: a local folder holding ``*.parquet`` or ``*.jsonl``/``*.json`` files (read

@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from recipematch.errors import RecipematchError
+
 
 def canonical_json(obj: Any) -> str:
     """One-line JSON with sorted keys, no ASCII escaping: the project's canonical form."""
@@ -28,9 +30,31 @@ def sha256_bytes(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def sha256_text(text: str) -> str:
-    """Hex SHA-256 of ``text`` encoded as UTF-8."""
-    return sha256_bytes(text.encode("utf-8"))
+def sha256_text(text: str, *, errors: str = "strict") -> str:
+    """Hex SHA-256 of ``text`` encoded as UTF-8.
+
+    ``errors`` is passed to :meth:`str.encode`: ``"strict"`` raises ``UnicodeEncodeError`` on a
+    lone surrogate, ``"surrogatepass"`` hashes it instead (for raw model answers that may
+    hold one). Both give the same value for any valid text.
+    """
+    return sha256_bytes(text.encode("utf-8", errors))
+
+
+def sha256_texts(texts: Iterable[str], *, count: int | None = None) -> str:
+    """Hex SHA-256 of a sequence of texts, so that text boundaries count.
+
+    Each text is hashed as its UTF-8 byte length (8 bytes, little-endian) followed by its
+    bytes; with ``count`` given, ``count`` (8 bytes, little-endian) is hashed first. Used for
+    the identity of an ordered list of texts (embedding cache keys) and of BEIR files.
+    """
+    h = hashlib.sha256()
+    if count is not None:
+        h.update(int(count).to_bytes(8, "little"))
+    for t in texts:
+        data = t.encode("utf-8")
+        h.update(len(data).to_bytes(8, "little"))
+        h.update(data)
+    return h.hexdigest()
 
 
 def sha256_file(path: str | os.PathLike[str], chunk: int = 1 << 20) -> str:
@@ -50,7 +74,9 @@ def sha256_tree(path: str | os.PathLike[str]) -> str:
     """Content hash of a file or of a folder (relative paths and file hashes, sorted).
 
     The hash ignores timestamps and permissions, so two folders with the same files give
-    the same value. Used for checkpoints (SPEC §1: every checkpoint versioned by content).
+    the same value. This is the project's one folder-hash rule: checkpoints (every
+    checkpoint versioned by content), a model folder's revision in an encoder's cache key,
+    and the input hashes of run records.
     """
     p = Path(path)
     if p.is_file():
@@ -156,15 +182,59 @@ def iter_jsonl(path: str | os.PathLike[str]) -> Iterator[tuple[int, Any | BadLin
             yield i, obj
 
 
-def read_jsonl_strict(path: str | os.PathLike[str]) -> list[Any]:
-    """Read a JSONL file that the project itself wrote; raise on the first bad line.
+class FormatError(RecipematchError, ValueError):
+    """A file holds a line that cannot be read (bad encoding, bad JSON, a missing or
+    mistyped field); the message names the file and the 1-based line (``path:line: ...``)
+    and, where one is at fault, the field."""
+
+
+def iter_jsonl_strict(path: str | os.PathLike[str]) -> Iterator[tuple[int, Any]]:
+    """Yield ``(line_no, obj)`` for each non-blank line; raise on the first bad line.
+
+    The one JSONL reader of the project: same rules as :func:`iter_jsonl` (UTF-8 byte-order
+    mark skipped; invalid UTF-8, invalid JSON and lone surrogate escapes refused), but a bad
+    line stops the read.
 
     Raises:
-        ValueError: naming the file and line of the first malformed line.
+        FormatError: ``"<path>:<line>: not valid JSON Lines: <reason>"``.
+        FileNotFoundError: ``path`` does not exist.
     """
-    out = []
     for i, obj in iter_jsonl(path):
         if isinstance(obj, BadLine):
-            raise ValueError(f"{path}:{i}: {obj.reason}")
-        out.append(obj)
-    return out
+            raise FormatError(f"{path}:{i}: not valid JSON Lines: {obj.reason}; fix or remove that line")
+        yield i, obj
+
+
+def read_jsonl_strict(path: str | os.PathLike[str]) -> list[Any]:
+    """Read a whole JSONL file (see :func:`iter_jsonl_strict`); objects in file order.
+
+    Raises:
+        FormatError: naming the file and line of the first malformed line.
+    """
+    return [obj for _, obj in iter_jsonl_strict(path)]
+
+
+def iter_tsv(path: str | os.PathLike[str]) -> Iterator[tuple[int, list[str]]]:
+    """Yield ``(line_no, fields)`` for each non-blank line of a tab-separated UTF-8 file.
+
+    A UTF-8 byte-order mark at the start is skipped; ``\\n`` and ``\\r\\n`` line ends are
+    removed; fields are split on tabs and not otherwise changed. Header detection is the
+    caller's (it knows the column names).
+
+    Raises:
+        FormatError: a line is not valid UTF-8 (file and line named).
+        FileNotFoundError: ``path`` does not exist.
+    """
+    with open(path, "rb") as f:
+        for i, raw in enumerate(f, start=1):
+            if i == 1 and raw.startswith(b"\xef\xbb\xbf"):
+                raw = raw[3:]
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise FormatError(f"{path}:{i}: not valid UTF-8 (byte {e.start} of the line); "
+                                 "save the file as UTF-8") from None
+            line = line.rstrip("\n").rstrip("\r")
+            if not line.strip():
+                continue
+            yield i, line.split("\t")

@@ -1,18 +1,53 @@
-"""MLflow tracking: one run per trained (arm, seed), resumable without crashing.
+"""MLflow tracking: one run per trained (arm, seed), safe under concurrency and recoverable.
 
-MLflow refuses to re-log a param with another value inside one run (``MlflowException:
-Changing param values is not allowed``). A resumed training stage reopens its run, so
-:func:`log_params_safe` logs only new keys, skips equal values and records a changed value
-as a ``param_changed.<key>`` tag instead of raising.
+A run is identified by its **run key** (tag :data:`RUN_KEY_TAG`), a content hash of what it
+trains on and how (pair file, gate list, training settings, seed, code). Nothing that DVC
+hashes holds an MLflow run id: stages find a run by its key, so a lost tracking store is
+rebuilt from the seed records without rewriting them.
+
+Rules:
+
+- **One store initialisation at a time.** Creating or migrating the SQLite schema is not
+  safe when two processes do it at once (two train stages started together on a missing
+  ``mlflow.db`` crash one of them). :func:`client` serialises it with a lock file beside the
+  database (``<db>.lock``) and creates the experiment under the same lock.
+- **A corrupt store is named.** A file that is not a readable SQLite database stops with a
+  :class:`TrackingStoreError` naming the file and what to do, instead of a database
+  traceback.
+- **Resumes never crash on params.** MLflow refuses to re-log a param with another value in
+  one run; :func:`log_params_safe` logs new keys, skips equal values and records a changed
+  value as a ``param_changed.<key>`` tag.
+- **Metric history is written once.** Retraining a seed under the same run key reuses its
+  run; :func:`log_metrics_once` does not append a ``(key, step)`` the run already holds.
+- **Lost runs are restored.** :func:`restore_run` finds the run of a seed record by its key,
+  or re-creates it from the record (hashes as tags, summary metrics, ``restored_from_record``).
 """
 
 from __future__ import annotations
 
+import math
 import os
-from collections.abc import Mapping
+import sqlite3
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
+from recipematch.errors import RecipematchError
+
 RUN_KEY_TAG = "recipematch.run_key"
+
+#: The summary numbers of a seed record that a restored run gets back as step-0 metrics.
+RECORD_METRICS = ("dev_accuracy_before", "dev_accuracy_best", "train_loss", "train_examples")
+#: The hashes of a seed record that a restored run gets back as tags.
+RECORD_TAGS = ("pair_file_sha256", "gate_list_sha256", "checkpoint_sha256")
+
+_SQLITE_MAGIC = b"SQLite format 3\x00"
+_MAX_BATCH = 1000  # MLflow's limit of metrics per log_batch call
+
+
+class TrackingStoreError(RecipematchError):
+    """The MLflow tracking store cannot be opened; the message names it and what to do."""
 
 
 def _quiet() -> None:
@@ -20,22 +55,124 @@ def _quiet() -> None:
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
 
 
+def sqlite_path(tracking_uri: str) -> Path | None:
+    """The database file of a ``sqlite:///<path>`` URI (``None`` for other stores or
+    in-memory SQLite)."""
+    if not tracking_uri.startswith("sqlite:///"):
+        return None
+    path = tracking_uri[len("sqlite:///"):].split("?", 1)[0]
+    if not path or path == ":memory:":
+        return None
+    return Path(path)
+
+
+def _corrupt(path: Path, why: str) -> TrackingStoreError:
+    return TrackingStoreError(
+        f"{path}: the MLflow tracking store is unreadable ({why}); move it aside "
+        f"(mv {path} {path}.corrupt) and rerun: the train stage re-creates every run from "
+        "models/<arm>/seed_<N>.json without retraining")
+
+
+def check_sqlite_store(path: Path) -> None:
+    """Refuse a tracking database that is not a readable SQLite file.
+
+    A missing or empty file is fine (MLflow creates the schema). Otherwise the file must
+    start with the SQLite header and pass ``PRAGMA quick_check`` (read-only).
+
+    Raises:
+        TrackingStoreError: one line naming ``path``, why, and what to do.
+    """
+    if not path.exists() or path.stat().st_size == 0:
+        return
+    with open(path, "rb") as f:
+        head = f.read(len(_SQLITE_MAGIC))
+    if head != _SQLITE_MAGIC:
+        raise _corrupt(path, "not an SQLite database")
+    try:
+        con = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
+        try:
+            rows = con.execute("PRAGMA quick_check").fetchall()
+        finally:
+            con.close()
+    except sqlite3.DatabaseError as exc:
+        raise _corrupt(path, f"SQLite: {str(exc).splitlines()[0]}") from None
+    if rows != [("ok",)]:
+        raise _corrupt(path, f"SQLite integrity check: {str(rows[0][0]).splitlines()[0][:200]}")
+
+
+@contextmanager
+def store_lock(tracking_uri: str) -> Iterator[None]:
+    """Hold an exclusive lock for the store of ``tracking_uri`` (a ``<db>.lock`` file beside
+    a SQLite database; nothing for other stores). Blocks until the lock is free."""
+    path = sqlite_path(tracking_uri)
+    if path is None:
+        yield
+        return
+    from filelock import FileLock
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(path) + ".lock"):
+        yield
+
+
 def client(tracking_uri: str):
-    """An ``MlflowClient`` on ``tracking_uri`` (e.g. ``sqlite:///mlflow.db``)."""
+    """An ``MlflowClient`` on ``tracking_uri`` (e.g. ``sqlite:////abs/mlflow.db``), with the
+    store's schema created or migrated under :func:`store_lock`.
+
+    Raises:
+        TrackingStoreError: the SQLite file is corrupt or MLflow cannot open the store.
+    """
     _quiet()
     import mlflow
     from mlflow.tracking import MlflowClient
 
-    mlflow.set_tracking_uri(tracking_uri)
-    return MlflowClient(tracking_uri=tracking_uri)
+    path = sqlite_path(tracking_uri)
+    with store_lock(tracking_uri):
+        if path is not None:
+            check_sqlite_store(path)
+        mlflow.set_tracking_uri(tracking_uri)
+        c = MlflowClient(tracking_uri=tracking_uri)
+        try:
+            c.search_experiments(max_results=1)  # opens the store: schema created/migrated here
+        except Exception as exc:  # noqa: BLE001 - any failure to open the store gets one clear line
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
+            if path is not None:
+                raise _corrupt(path, f"{type(exc).__name__}: {first}") from None
+            raise TrackingStoreError(f"MLflow tracking store {tracking_uri!r} cannot be opened: {first}") from None
+    return c
 
 
 def experiment_id(c, name: str, artifact_location: str | None = None) -> str:
-    """Id of experiment ``name``, created (with ``artifact_location``) when absent."""
+    """Id of experiment ``name``, created (with ``artifact_location``) when absent and
+    restored when it was deleted. Safe when another process creates it at the same time."""
+    from mlflow.exceptions import MlflowException
+
     exp = c.get_experiment_by_name(name)
-    if exp is not None:
-        return exp.experiment_id
-    return c.create_experiment(name, artifact_location=artifact_location)
+    if exp is None:
+        try:
+            return c.create_experiment(name, artifact_location=artifact_location)
+        except MlflowException:  # created meanwhile by another process
+            exp = c.get_experiment_by_name(name)
+            if exp is None:
+                raise
+    if exp.lifecycle_stage == "deleted":
+        c.restore_experiment(exp.experiment_id)
+    return exp.experiment_id
+
+
+def open_store(tracking_uri: str, experiment: str, artifact_location: str | None = None) -> tuple[Any, str]:
+    """:func:`client` and :func:`experiment_id` together, under one store lock."""
+    c = client(tracking_uri)
+    with store_lock(tracking_uri):
+        exp = experiment_id(c, experiment, artifact_location)
+    return c, exp
+
+
+def find_run(c, exp_id: str, run_key: str) -> str | None:
+    """Id of the newest active run tagged with ``run_key``, or ``None``."""
+    found = c.search_runs([exp_id], filter_string=f"tags.`{RUN_KEY_TAG}` = '{run_key}'", max_results=1,
+                          order_by=["attributes.start_time DESC"])
+    return found[0].info.run_id if found else None
 
 
 def find_or_create_run(c, exp_id: str, run_key: str, run_name: str, tags: Mapping[str, str]) -> tuple[str, bool]:
@@ -45,10 +182,9 @@ def find_or_create_run(c, exp_id: str, run_key: str, run_name: str, tags: Mappin
     seed): the same key means the same experiment, so a rerun after an interruption reuses
     the run instead of adding a duplicate.
     """
-    found = c.search_runs([exp_id], filter_string=f"tags.`{RUN_KEY_TAG}` = '{run_key}'", max_results=1,
-                          order_by=["attributes.start_time DESC"])
-    if found:
-        return found[0].info.run_id, True
+    run_id = find_run(c, exp_id, run_key)
+    if run_id is not None:
+        return run_id, True
     run = c.create_run(exp_id, run_name=run_name, tags={RUN_KEY_TAG: run_key, **{k: str(v) for k, v in tags.items()}})
     return run.info.run_id, False
 
@@ -77,6 +213,80 @@ def log_params_safe(c, run_id: str, params: Mapping[str, Any]) -> dict[str, int]
     if new:
         c.log_batch(run_id, params=new)
     return out
+
+
+def _same(a: float, b: float) -> bool:
+    return a == b or (math.isnan(a) and math.isnan(b))
+
+
+def log_metrics_once(c, run_id: str, metrics: Sequence[Any]) -> dict[str, int]:
+    """Log ``mlflow.entities.Metric`` objects, skipping every ``(key, step)`` the run already
+    holds (and repeats within ``metrics``), so retraining under the same run key never
+    appends a second history.
+
+    A skipped metric whose value differs from the stored one is counted as ``differs`` and
+    flagged with the tag ``metric_differs.<key>`` (the stored value is kept; same run key
+    means same inputs, settings and code, so a difference is non-determinism, shown, not
+    hidden).
+
+    Returns:
+        counts ``{"logged", "kept", "differs"}``.
+    """
+    have: dict[str, dict[int, float]] = {}
+    for key in dict.fromkeys(m.key for m in metrics):
+        have[key] = {int(h.step): float(h.value) for h in c.get_metric_history(run_id, key)}
+    out = {"logged": 0, "kept": 0, "differs": 0}
+    todo = []
+    for m in metrics:
+        stored = have[m.key]
+        if int(m.step) in stored:
+            out["kept"] += 1
+            old = stored[int(m.step)]
+            if not _same(old, float(m.value)):
+                out["differs"] += 1
+                c.set_tag(run_id, f"metric_differs.{m.key}", f"step {m.step}: kept {old!r}, new {float(m.value)!r}")
+            continue
+        stored[int(m.step)] = float(m.value)
+        todo.append(m)
+        out["logged"] += 1
+    for i in range(0, len(todo), _MAX_BATCH):
+        c.log_batch(run_id, metrics=todo[i:i + _MAX_BATCH])
+    return out
+
+
+def restore_run(c, exp_id: str, record: Mapping[str, Any], *, run_name: str, tags: Mapping[str, str],
+                params: Mapping[str, Any] | None = None) -> tuple[str, bool]:
+    """The run of a seed record (found by ``record["run_key"]``), re-created from the record
+    when the tracking store lost it. Never writes any file. Returns ``(run_id, restored)``.
+
+    A re-created run gets the record's hashes (:data:`RECORD_TAGS`) as tags, its summary
+    numbers (:data:`RECORD_METRICS`) as step-0 metrics, ``params`` and the tag
+    ``restored_from_record=true``, and is marked FINISHED.
+
+    Raises:
+        RecipematchError: the record has no ``run_key``.
+    """
+    import time
+
+    from mlflow.entities import Metric
+
+    run_key = record.get("run_key")
+    if not run_key:
+        raise RecipematchError(f"seed record for run {run_name!r} has no 'run_key'; retrain it")
+    run_id = find_run(c, exp_id, run_key)
+    if run_id is not None:
+        return run_id, False
+    run_id, _ = find_or_create_run(c, exp_id, run_key, run_name, tags)
+    for k in RECORD_TAGS:
+        if k in record:
+            c.set_tag(run_id, k, str(record[k]))
+    c.set_tag(run_id, "restored_from_record", "true")
+    if params:
+        log_params_safe(c, run_id, params)
+    now = int(time.time() * 1000)
+    log_metrics_once(c, run_id, [Metric(k, float(record[k]), now, 0) for k in RECORD_METRICS if k in record])
+    c.set_terminated(run_id, status="FINISHED")
+    return run_id, True
 
 
 def log_dataset(run_id: str, df, *, source: str, name: str, digest: str, context: str) -> None:

@@ -1,4 +1,4 @@
-"""Contrastive training of one (arm, seed) (SPEC §6, paper Eq. 1 and Table 2).
+"""Contrastive training of one (arm, seed) (the paper: Section 3, Eq. 1 and Table 2).
 
 ``SentenceTransformerTrainer`` with ``CachedMultipleNegativesRankingLoss`` (scale 20,
 gradient caching with a mini-batch), the ``NO_DUPLICATES`` batch sampler (never two examples
@@ -6,7 +6,7 @@ sharing any text in one batch), warm-up, ``drop_last``, the dev split scored eve
 ``eval_steps`` steps by triplet accuracy on up to ``max_dev_triplets`` dev triplets and the
 best checkpoint restored at the end.
 
-Examples (SPEC §3): a row with k ≥ 1 negatives gives k triplets ``(anchor, positive,
+Examples (the paper, Section 3 and Appendix A): a row with k ≥ 1 negatives gives k triplets ``(anchor, positive,
 negative_i)``; a row with none gives one pair ``(anchor, positive)``. When a cell has both
 kinds, they train as two datasets (the trainer draws each batch from one of them).
 """
@@ -32,8 +32,8 @@ log = logging.getLogger(__name__)
 
 
 def gate_rows_again(rows: Sequence[Mapping[str, Any]], exclusion: ExclusionList) -> tuple[list[dict], dict[str, int]]:
-    """The trainer's own gate pass (SPEC §4: gates applied when building AND inside the
-    trainer). Drops rows whose anchor id, anchor or positive is excluded, and excluded
+    """The trainer's own gate pass (the paper, Section 3 and Appendix B: gates applied when
+    building AND inside the trainer). Drops rows whose anchor id, anchor or positive is excluded, and excluded
     negatives; returns counts (all zero when validation did its job)."""
     ids = set(exclusion.ids)
     out, counts = [], {"rows_dropped": 0, "negatives_dropped": 0}
@@ -48,7 +48,8 @@ def gate_rows_again(rows: Sequence[Mapping[str, Any]], exclusion: ExclusionList)
 
 
 def training_examples(rows: Sequence[Mapping[str, Any]]) -> tuple[dict[str, list[str]], dict[str, list[str]]]:
-    """Split rows into triplet columns and pair columns (SPEC §3 weighting)."""
+    """Split rows into triplet columns and pair columns (a row weighs ``max(k, 1)`` examples,
+    Appendix A)."""
     trip = {"anchor": [], "positive": [], "negative": []}
     pair = {"anchor": [], "positive": []}
     for r in rows:
@@ -66,7 +67,7 @@ def training_examples(rows: Sequence[Mapping[str, Any]]) -> tuple[dict[str, list
 
 def dev_triplets(rows: Sequence[Mapping[str, Any]], *, seed: int, limit: int,
                  fallback: Sequence[Mapping[str, Any]] = ()) -> dict[str, list[str]]:
-    """Dev triplets for checkpoint selection (SPEC §6: up to 2,000).
+    """Dev triplets for checkpoint selection (Table 2: up to 2,000).
 
     A dev row's own negatives are used; a row without negatives takes as negative the
     positive of another source, drawn with ``seed`` from the other dev rows and ``fallback``
@@ -116,6 +117,46 @@ def no_duplicates_report(dataset, batch_size: int, seed: int) -> dict[str, int]:
             "examples_dropped": len(dataset) - len(covered), "examples_repeated": len(flat) - len(covered)}
 
 
+#: Prefix of the temporary folders that hold a run's intermediate checkpoints.
+TMP_PREFIX = "rm-train-"
+#: Files a model save may write that hold wall-clock times or other run-to-run noise; a
+#: checkpoint folder never keeps them (the model card: training times, dates).
+NONDETERMINISTIC_FILES = ("README.md",)
+
+
+def clear_stale_work(work_dir: Path) -> list[Path]:
+    """Remove what a killed run left in ``work_dir`` (its ``rm-train-*`` folders) and create
+    ``work_dir``; returns the removed paths.
+
+    ``work_dir`` must belong to one (arm, seed) alone: a run still going in another folder is
+    never touched.
+    """
+    work_dir = Path(work_dir)
+    work_dir.mkdir(parents=True, exist_ok=True)
+    stale = sorted(p for p in work_dir.glob(f"{TMP_PREFIX}*") if p.is_dir())
+    for p in stale:
+        shutil.rmtree(p, ignore_errors=True)
+        log.info("removed %s, left by a training run that was killed", p)
+    return stale
+
+
+def save_checkpoint(model, out_dir: Path) -> None:
+    """Save a sentence-transformers model to ``out_dir`` (replaced) with deterministic bytes.
+
+    No model card is written (sentence-transformers' ``README.md`` records wall-clock
+    training times, so identical weights would hash differently on every retrain), and any
+    file of :data:`NONDETERMINISTIC_FILES` is removed: two saves of identical weights give
+    identical folders (:func:`recipematch.io.sha256_tree`). Weights are safetensors.
+    """
+    out_dir = Path(out_dir)
+    if out_dir.exists():
+        shutil.rmtree(out_dir)
+    model.save(str(out_dir), create_model_card=False, safe_serialization=True)
+    for name in NONDETERMINISTIC_FILES:
+        for f in out_dir.rglob(name):
+            f.unlink()
+
+
 def train_one(rows: Sequence[Mapping[str, Any]], *, base_model: str, out_dir: Path, seed: int, cfg: TrainConfig,
               progress: bool = True, work_dir: Path | None = None) -> dict[str, Any]:
     """Train one checkpoint and save it to ``out_dir``.
@@ -123,9 +164,12 @@ def train_one(rows: Sequence[Mapping[str, Any]], *, base_model: str, out_dir: Pa
     Args:
         rows: budgeted, validated rows with ``split`` in {train, dev}.
         base_model: local path of the base sentence-transformers model.
-        out_dir: where the chosen checkpoint is saved (overwritten).
+        out_dir: where the chosen checkpoint is saved (overwritten, see :func:`save_checkpoint`).
         seed: training seed (model init of heads, shuffling, sampler).
         cfg: training hyper-parameters.
+        work_dir: folder for intermediate checkpoints, one per (arm, seed); leftovers of a
+            killed run there are removed first (:func:`clear_stale_work`). ``None``: the
+            system temporary folder.
 
     Returns:
         A record with example counts, steps, sampler report, dev scores (before/best) and
@@ -185,8 +229,11 @@ def train_one(rows: Sequence[Mapping[str, Any]], *, base_model: str, out_dir: Pa
                                                                   if isinstance(v, (int, float))}})
 
     # intermediate checkpoints live outside the DVC output folder (a kill must not leave
-    # them inside it); ``work_dir`` defaults to the system temporary folder
-    tmp = Path(tempfile.mkdtemp(prefix="rm-train-", dir=work_dir))
+    # them inside it); ``work_dir`` (one per arm and seed) defaults to the system temporary
+    # folder. What a killed run of this (arm, seed) left there is removed first.
+    if work_dir is not None:
+        clear_stale_work(work_dir)
+    tmp = Path(tempfile.mkdtemp(prefix=TMP_PREFIX, dir=work_dir))
     try:
         args = SentenceTransformerTrainingArguments(
             output_dir=str(tmp), num_train_epochs=cfg.epochs, per_device_train_batch_size=cfg.batch_size,
@@ -205,9 +252,7 @@ def train_one(rows: Sequence[Mapping[str, Any]], *, base_model: str, out_dir: Pa
         )
         result = trainer.train()
         best = evaluator(model)
-        if out_dir.exists():
-            shutil.rmtree(out_dir)
-        model.save(str(out_dir), safe_serialization=True)
+        save_checkpoint(model, out_dir)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     if int(result.global_step) == 0:

@@ -20,7 +20,7 @@ from typing import Any
 from recipematch.errors import RecipematchError
 from recipematch.io import read_json, write_json
 from recipematch.pipeline.door import Layout, arm_option, check_device, progress_option, stage
-from recipematch.pipeline.inputs import mlflow_uri, train_seeds
+from recipematch.pipeline.inputs import mlflow_artifacts, mlflow_uri, train_seeds
 
 log = logging.getLogger("recipematch")
 
@@ -129,24 +129,24 @@ def run(p, lay: Layout, arm: str, *, progress: bool = True) -> dict:
         models.append((str(s), encoder_for(str(lay.models(arm) / f"seed_{s}"), p), read_json(rec_path)))
     frames, per_model = score_models(models, sets, arm=arm, ks=ecfg.ks, lay=lay)
     for seed_label, _m, rec in models:
-        _log_eval_to_mlflow(p.mlflow, lay, rec, per_model[seed_label])
+        _log_eval_to_mlflow(p.mlflow, lay, rec, arm, seed_label, per_model[seed_label])
     return write_results(lay, arm, frames, per_model, ks=ecfg.ks)
 
 
-def _log_eval_to_mlflow(mcfg, lay: Layout, rec: Mapping[str, Any], res: Mapping[str, Mapping[str, Any]]) -> None:
-    """Mirror a seed's scores to its MLflow run (found by the seed record's run key)."""
+def _log_eval_to_mlflow(mcfg, lay: Layout, rec: Mapping[str, Any], arm: str, seed: str,
+                        res: Mapping[str, Mapping[str, Any]]) -> None:
+    """Mirror the scores to the seed's MLflow run, found by the record's run key (re-created
+    from the record when the tracking store lost it; the record itself is never rewritten)."""
     import time as _time
 
     from mlflow.entities import Metric
 
     from recipematch import tracking
 
-    c = tracking.client(mlflow_uri(mcfg.tracking_uri, lay))
-    run_id = tracking.run_id_for_record(c, mcfg.experiment, rec) if hasattr(tracking, "run_id_for_record") \
-        else rec.get("mlflow_run_id")
-    if not run_id:
-        log.warning("no MLflow run found for run key %s; scores not mirrored", str(rec.get("run_key"))[:12])
-        return
+    c, exp_id = tracking.open_store(mlflow_uri(mcfg.tracking_uri, lay), mcfg.experiment,
+                                    artifact_location=mlflow_artifacts(lay))
+    tags = {"arm": arm, "seed": seed, **({"cell": rec["cell"]} if "cell" in rec else {})}
+    run_id, _ = tracking.restore_run(c, exp_id, rec, run_name=f"{arm}-seed{seed}", tags=tags)
     now = int(_time.time() * 1000)
     metrics = [Metric(f"{t}.{k.replace('@', '_at_')}", float(v), now, 0)
                for t, r in res.items() for k, v in r.items() if k.startswith("R@")]

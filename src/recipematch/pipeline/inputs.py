@@ -52,8 +52,12 @@ def arm_spec_from_file(lay: Layout, arm: str):
 
 
 def read_pairs(lay: Layout, key: str) -> list[dict] | None:
+    """A pair file by key (``None`` when this configuration does not produce it); every row
+    checked (a malformed row names file, line and field)."""
+    from recipematch.pairs import read_pair_file
+
     path = lay.pairs / f"{key}.jsonl"
-    return read_jsonl_strict(path) if path.exists() else None
+    return read_pair_file(path) if path.exists() else None
 
 
 def mlflow_uri(tracking_uri: str, lay: Layout) -> str:
@@ -61,6 +65,11 @@ def mlflow_uri(tracking_uri: str, lay: Layout) -> str:
     if tracking_uri.startswith("sqlite:///") and not tracking_uri.startswith("sqlite:////"):
         return "sqlite:///" + str((lay.root / tracking_uri[len("sqlite:///"):]).resolve())
     return tracking_uri
+
+
+def mlflow_artifacts(lay: Layout) -> str:
+    """Where MLflow runs of this project keep their artifacts (``mlruns/`` of the root)."""
+    return (lay.root / "mlruns").resolve().as_uri()
 
 
 def git_rev(root: Path) -> str:

@@ -12,14 +12,14 @@ from recipematch.errors import RecipematchError
 from recipematch.io import (
     canonical_json,
     read_json,
-    read_jsonl_strict,
     sha256_file,
     sha256_text,
     sha256_tree,
     write_json,
 )
+from recipematch.pairs import read_pair_file
 from recipematch.pipeline.door import Layout, arm_option, check_device, progress_option, stage
-from recipematch.pipeline.inputs import arm_spec_from_file, git_rev, mlflow_uri, train_seeds
+from recipematch.pipeline.inputs import arm_spec_from_file, git_rev, mlflow_artifacts, mlflow_uri, train_seeds
 from recipematch.pipeline.models import contamination_gate, resolve_model
 
 log = logging.getLogger("recipematch")
@@ -50,8 +50,8 @@ def run(p, lay: Layout, arm: str, *, progress: bool = True) -> dict:
     spec = arm_spec_from_file(lay, arm)
     base = resolve_model(tcfg.model)
     train_settings = {k: v for k, v in asdict(tcfg).items() if k not in _SEED_KEYS}
-    c = tracking.client(mlflow_uri(mcfg.tracking_uri, lay))
-    exp_id = tracking.experiment_id(c, mcfg.experiment, artifact_location=(lay.root / "mlruns").resolve().as_uri())
+    c, exp_id = tracking.open_store(mlflow_uri(mcfg.tracking_uri, lay), mcfg.experiment,
+                                    artifact_location=mlflow_artifacts(lay))
     out_root = lay.models(arm)
     out_root.mkdir(parents=True, exist_ok=True)
     for stale in out_root.glob("rm-train-*"):  # left by an older version killed mid-training
@@ -77,10 +77,14 @@ def run(p, lay: Layout, arm: str, *, progress: bool = True) -> dict:
             rec = read_json(rec_path)
             if rec.get("run_key") == run_key and rec.get("checkpoint_sha256") == sha256_tree(ckpt):
                 log.info("train[%s] seed %d: finished earlier (run key %s), skipped", arm, s, run_key[:12])
-                rec = _ensure_mlflow_run(c, exp_id, rec, arm=arm, seed=s, cell=spec.name, rec_path=rec_path)
+                # a lost tracking store gets the run back from the record; the record is not rewritten
+                tracking.restore_run(c, exp_id, rec, run_name=f"{arm}-seed{s}",
+                                     tags={"arm": arm, "cell": spec.name, "seed": str(s)},
+                                     params={"arm": arm, "cell": spec.name, "seed": s,
+                                             **{f"train.{k}": v for k, v in rec.get("config", {}).items()}})
                 summary[str(s)] = _summary(rec)
                 continue
-        rows = read_jsonl_strict(pair_path)
+        rows = read_pair_file(pair_path)
         rows, gate_counts, _ = gate.apply(rows)
         gate_again = {"rows_dropped": sum(v for k, v in gate_counts.items() if k.startswith("rows_dropped.")),
                       "negatives_dropped": sum(v for k, v in gate_counts.items() if k.startswith("negatives_dropped."))}
@@ -97,8 +101,7 @@ def run(p, lay: Layout, arm: str, *, progress: bool = True) -> dict:
         tracking.log_dataset(run_id, pd.DataFrame({"source_id": [r["source_id"] for r in rows], "split": [r["split"] for r in rows]}),
                              source=str(pair_path.relative_to(lay.root)), name=f"cell-{arm}-seed{s}", digest=pair_sha, context="training")
         try:
-            work = lay.p("cache", "train-tmp")
-            work.mkdir(parents=True, exist_ok=True)
+            work = lay.p("cache", "train-tmp", arm, f"seed_{s}")  # train_one clears what a killed run left here
             result = train_one(rows, base_model=base, out_dir=ckpt, seed=s, cfg=tcfg, progress=progress, work_dir=work)
         except Exception:
             c.set_terminated(run_id, status="FAILED")
@@ -123,9 +126,10 @@ def run(p, lay: Layout, arm: str, *, progress: bool = True) -> dict:
             for k, val in h.items():
                 if k in ("loss", "eval_dev_cosine_accuracy"):
                     metrics.append(Metric(k, val, now, h["step"]))
-        c.log_batch(run_id, metrics=metrics)
+        tracking.log_metrics_once(c, run_id, metrics)  # a retrain under the same run key appends nothing
         c.set_terminated(run_id, status="FINISHED")
-        rec = {**{k: v for k, v in result.items() if k != "history"}, "run_key": run_key, "mlflow_run_id": run_id,
+        # no MLflow run id in the record (DVC hashes it): the run is found by its run key
+        rec = {**{k: v for k, v in result.items() if k != "history"}, "run_key": run_key, "cell": spec.name,
                "checkpoint_sha256": ckpt_sha, "pair_file_sha256": pair_sha, "gate_list_sha256": gate_sha,
                "gate_again": gate_again}
         write_json(rec_path, rec)
@@ -140,38 +144,6 @@ def _summary(rec: dict) -> dict:
     and committed files hold only what reproduces."""
     return {"dev_accuracy_best": round(float(rec["dev_accuracy_best"]), 4), "steps": rec["steps"],
             "train_examples": rec["train_examples"], "train_loss": round(float(rec["train_loss"]), 4)}
-
-
-def _ensure_mlflow_run(c, exp_id: str, rec: dict, *, arm: str, seed: int, cell: str, rec_path: Path) -> dict:
-    """A skipped (already trained) seed still needs its MLflow run: when the tracking store
-    lost it (a new ``mlflow.db``), re-create the run from the seed's record with the same
-    hashes and metrics, and point the record at it."""
-    import time as _time
-
-    from mlflow.entities import Metric
-    from mlflow.exceptions import MlflowException
-
-    from recipematch import tracking
-
-    try:
-        c.get_run(rec["mlflow_run_id"])
-        return rec
-    except (MlflowException, KeyError):
-        pass
-    run_id, _ = tracking.find_or_create_run(c, exp_id, rec["run_key"], f"{arm}-seed{seed}",
-                                            {"arm": arm, "cell": cell, "seed": str(seed)})
-    for k in ("pair_file_sha256", "gate_list_sha256", "checkpoint_sha256"):
-        c.set_tag(run_id, k, rec[k])
-    c.set_tag(run_id, "restored_from_record", "true")
-    tracking.log_params_safe(c, run_id, {"arm": arm, "cell": cell, "seed": seed,
-                                         **{f"train.{k}": v for k, v in rec.get("config", {}).items()}})
-    now = int(_time.time() * 1000)
-    c.log_batch(run_id, metrics=[Metric(k, float(rec[k]), now, 0) for k in
-                                 ("dev_accuracy_before", "dev_accuracy_best", "train_loss", "train_examples") if k in rec])
-    c.set_terminated(run_id, status="FINISHED")
-    rec = {**rec, "mlflow_run_id": run_id}
-    write_json(rec_path, rec)
-    return rec
 
 
 main = stage("train", PARAMS, arm_option, progress_option)(run)
