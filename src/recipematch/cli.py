@@ -55,11 +55,11 @@ def main(verbose: bool) -> None:
               help="Check this params file (every key, type and bound) and exit 0 if it is valid.")
 def params_cmd(check_path: Path | None) -> None:
     """Every params.yaml key with its meaning and bounds (or check a file with --check)."""
-    from recipematch.config import field_table, load_params
-    from recipematch.pipeline.door import run_guarded
+    from recipematch.config import field_table
+    from recipematch.pipeline.door import check_params_file, run_guarded
 
     if check_path is not None:
-        run_guarded(lambda: load_params(check_path), debug=False)
+        run_guarded(lambda: check_params_file(check_path), debug=False)
         click.echo(f"{check_path}: valid")
         return
     for row in field_table():

@@ -110,6 +110,17 @@ def open_params(params_path: Path, root: Path, keys: tuple[str, ...]):
     return load_params(p).view(keys), Layout(root.resolve())
 
 
+def check_params_file(path: Path):
+    """Read and check a params file whole (``recipematch params --check``).
+
+    Raises:
+        RecipematchError: naming the file and the key.
+    """
+    from recipematch.config import load_params
+
+    return load_params(path)
+
+
 def stage(name: str, keys: tuple[str, ...], *options: Callable) -> Callable:
     """Decorator turning ``run(params_view, layout, **options) -> summary`` into the stage's
     click command (see the module docstring). ``options`` are click option decorators."""

@@ -6,7 +6,7 @@ import logging
 from pathlib import Path
 
 from recipematch.errors import RecipematchError
-from recipematch.io import read_json, read_jsonl_strict
+from recipematch.io import read_json
 from recipematch.pipeline.door import Layout
 
 log = logging.getLogger("recipematch")
