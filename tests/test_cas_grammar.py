@@ -1,4 +1,4 @@
-"""The whitelist grammar, normaliser and span extraction (SPEC §3.1).
+"""The whitelist grammar, normaliser and span extraction (paper, Appendix A: the verified arm).
 
 Every known silent misparse of SymPy's LaTeX parsers must either parse correctly or be
 rejected with a reason; the structural check must catch the whole class.

@@ -1,4 +1,4 @@
-"""Numeric rules: evaluation, domains, equivalence and counterexamples (SPEC §3.1).
+"""Numeric rules: evaluation, domains, equivalence and counterexamples (paper, Appendix A: the verified arm).
 
 Counterexamples are checked exactly: the stored point is substituted into the relations
 with SymPy's exact arithmetic, and the stored truth values must come out.

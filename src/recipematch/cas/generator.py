@@ -1,4 +1,4 @@
-"""The verified-pair generator for one problem (SPEC §3.1, Appendix A).
+"""The verified-pair generator for one problem (paper, Appendix A: the verified arm).
 
 :func:`generate_for_problem` is pure and deterministic: its only randomness is a
 ``random.Random`` seeded from ``sha256(f"{seed}:{source_id}")`` (never Python's salted
@@ -250,7 +250,7 @@ def _symbolic_zero(old: Rel, new: Rel, k: sp.Expr) -> bool | None:
 
 
 def generate_for_problem(source_id: str, text: str, *, seed: int) -> dict:
-    """Verified positives and counterexampled negatives for one problem (SPEC §3.1).
+    """Verified positives and counterexampled negatives for one problem (paper, Appendix A: the verified arm).
 
     Args:
         source_id: the problem's id (seeds its generator with ``seed``).

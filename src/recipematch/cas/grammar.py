@@ -1,4 +1,4 @@
-"""A whitelist LaTeX grammar that builds SymPy objects through constructors (SPEC §3.1).
+"""A whitelist LaTeX grammar that builds SymPy objects through constructors (paper, Appendix A: the verified arm).
 
 Why our own grammar: SymPy's ``parse_latex`` returns plausible wrong expressions without
 any error (``d \\cdot k`` read as a symbol ``dcdot``, ``a \\pm b`` as ``a*pm*b``, chained

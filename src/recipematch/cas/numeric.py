@@ -1,4 +1,4 @@
-"""Numeric evaluation, domains, equivalence checks and counterexamples (SPEC §3.1).
+"""Numeric evaluation, domains, equivalence checks and counterexamples (paper, Appendix A: the verified arm).
 
 No ``lambdify`` (it ``exec``s generated code): a SymPy tree is compiled into nested
 Python closures over a fixed set of node types, evaluated in one of two modes:
@@ -1473,7 +1473,7 @@ def _side_values(rel: Rel, env: dict, log_base: float | None) -> list[str]:
 def find_counterexample(orig: Rel, edited: Rel, *, rng: random.Random,
                         domains: dict[str, Domain] | None = None, flags: frozenset[str] = frozenset(),
                         max_points: int = CX_REAL_POINTS, solve_tries: int = 6) -> dict | None:
-    """A real point where ``orig`` and ``edited`` have different truth values (SPEC §3.1).
+    """A real point where ``orig`` and ``edited`` have different truth values (paper, Appendix A: the verified arm).
 
     Methods, in order:
 
