@@ -130,11 +130,36 @@ class Rel:
 
 # --------------------------------------------------------------------------- compiler
 
+class _NotExact(Exception):
+    """The expression is not a rational function with rational coefficients (or is too big
+    to evaluate exactly)."""
+
+
+#: Exact evaluation refuses integer exponents above this and numeric powers above
+#: :data:`_EXACT_MAX_BITS` bits (the grammar already refuses numbers above 100,000 bits).
+_EXACT_MAX_EXP = 4096
+_EXACT_MAX_BITS = 200_000
+#: Working precision (decimal digits) of the high-precision confirmation and its
+#: relative tolerance.
+_MP_DPS = 50
+_MP_TOL = mpmath.mpf(10) ** -35
+
+
+def _bits(q: Fraction) -> int:
+    return max(abs(q.numerator).bit_length(), q.denominator.bit_length(), 1)
+
+
 def _finite(v: complex | float) -> complex | float:
     if isinstance(v, complex):
         if not (math.isfinite(v.real) and math.isfinite(v.imag)):
             raise Undefined("non-finite")
     elif not math.isfinite(v):
+        raise Undefined("non-finite")
+    return v
+
+
+def _mp_finite(v):
+    if not mpmath.isfinite(v):
         raise Undefined("non-finite")
     return v
 
@@ -150,7 +175,169 @@ def _num(x: sp.Basic) -> float:
         raise Undefined("number too large") from exc
 
 
-def _real_pow(b: float, e: sp.Basic, ev: float) -> float:
+class _Numbers:
+    """A number domain of the expression compiler (:func:`_compile`): how its values are
+    made, checked and combined. Three domains share the one compiler:
+
+    * :class:`_FloatNumbers`: Python floats (``real``) or complex numbers (principal
+      branches, ``cmath``);
+    * :class:`_MpNumbers`: ``mpmath`` numbers at the caller's working precision (call the
+      closure inside ``mpmath.workdps``), with the same real/complex semantics;
+    * :class:`_ExactNumbers`: exact ``Fraction`` values for rational functions with
+      rational coefficients; every other node raises :class:`_NotExact` at compile time.
+
+    Attributes every domain sets: ``real`` (real-valued semantics), ``one``, ``zero``,
+    ``nint_tol`` (how close to an integer counts as one), ``imag_tol`` (how small an
+    imaginary part a real-only function ignores), ``pole_tol`` (``|d|`` below which ``1/d``
+    is a pole), ``funcs`` (SymPy function class → numeric function).
+    """
+
+    real = True
+    exact = False
+
+    def admit(self, e: sp.Basic) -> None:
+        """Raise :class:`_NotExact` for a node the domain cannot evaluate (exact only)."""
+
+    def finite(self, v):
+        return v
+
+    def fsum(self, vals):
+        raise NotImplementedError
+
+    def value(self, v):
+        """An ``env`` value converted into the domain."""
+        return v
+
+
+class _FloatNumbers(_Numbers):
+    def __init__(self, real: bool, log_base: float | None):
+        self.real = real
+        self.one, self.zero, self.czero = 1.0, 0.0, 0j
+        self.nint_tol, self.imag_tol, self.int_tol, self.pole_tol = 1e-12, 1e-12, 1e-9, 1e-300
+        self.log_scale = 1.0 if log_base is None else 1.0 / math.log(log_base)
+        self.funcs = _REAL_F if real else _CPLX_F
+        self.recip_base = {sp.cot: math.tan, sp.sec: math.cos, sp.csc: math.sin} if real else \
+            {sp.cot: cmath.tan, sp.sec: cmath.cos, sp.csc: cmath.sin}
+        self.asin, self.acos = math.asin, math.acos
+        self.floor, self.ceil = (lambda x: float(math.floor(x))), (lambda x: float(math.ceil(x)))
+        self.to_complex = complex
+        self.rlog, self.clog = math.log, cmath.log
+
+    finite = staticmethod(_finite)
+    fsum = staticmethod(sum)
+
+    def is_complex(self, v) -> bool:
+        return isinstance(v, complex)
+
+    def number(self, e: sp.Basic):
+        v = _num(e)
+        return lambda env: v
+
+    def degree(self):
+        v = math.pi / 180
+        return lambda env: v
+
+    def pi(self):
+        return lambda env: math.pi
+
+    def euler(self):
+        return lambda env: math.e
+
+    def ratio(self, p: int, q: int):
+        return p / q
+
+    def nint(self, x) -> int:
+        return int(round(x))
+
+    def from_int(self, n: int):
+        return float(n)
+
+
+class _MpNumbers(_Numbers):
+    def __init__(self, real: bool):
+        self.real = real
+        self.one, self.zero, self.czero = mpmath.mpf(1), mpmath.mpf(0), mpmath.mpc(0)
+        self.nint_tol = mpmath.mpf(10) ** -40
+        self.imag_tol = self.int_tol = mpmath.mpf(10) ** -30
+        self.pole_tol = mpmath.mpf(10) ** -300
+        self.log_scale = None
+        self.funcs = _MP_REAL_F if real else _MP_CPLX_F
+        self.recip_base = {sp.cot: mpmath.tan, sp.sec: mpmath.cos, sp.csc: mpmath.sin}
+        self.asin, self.acos = mpmath.asin, mpmath.acos
+        self.floor, self.ceil = mpmath.floor, mpmath.ceil
+        self.to_complex = mpmath.mpc
+        self.rlog = self.clog = mpmath.log
+
+    finite = staticmethod(_mp_finite)
+
+    def fsum(self, vals):
+        return mpmath.fsum(vals)
+
+    def is_complex(self, v) -> bool:
+        return isinstance(v, mpmath.mpc)
+
+    def value(self, v):
+        if isinstance(v, complex):
+            return mpmath.mpc(v.real, v.imag)
+        if isinstance(v, Fraction):
+            return mpmath.mpf(v.numerator) / v.denominator
+        return mpmath.mpf(v)
+
+    def number(self, e: sp.Basic):
+        if e.is_Rational:
+            p, q = int(e.p), int(e.q)
+            if max(p.bit_length(), q.bit_length()) > _EXACT_MAX_BITS:
+                raise Undefined("number too large")
+            return lambda env: mpmath.mpf(p) / q
+        return lambda env: mpmath.mpf(str(e))
+
+    def degree(self):
+        return lambda env: mpmath.pi / 180
+
+    def pi(self):
+        return lambda env: +mpmath.pi
+
+    def euler(self):
+        return lambda env: +mpmath.e
+
+    def ratio(self, p: int, q: int):
+        return mpmath.mpf(p) / q
+
+    def nint(self, x) -> int:
+        return int(mpmath.nint(x))
+
+    def from_int(self, n: int):
+        return mpmath.mpf(n)
+
+
+class _ExactNumbers(_Numbers):
+    exact = True
+    one, zero = Fraction(1), Fraction(0)
+
+    def admit(self, e: sp.Basic) -> None:
+        if e.is_Symbol:
+            if e is DEGREE or e.name.startswith("\\ldots"):
+                raise _NotExact("constant symbol")
+            return
+        if e.is_Rational or e.is_Add or e.is_Mul:
+            return
+        if e.is_Pow and e.exp.is_Integer:
+            if abs(int(e.exp)) > _EXACT_MAX_EXP:
+                raise _NotExact("exponent too large")
+            return
+        raise _NotExact(type(e).__name__)
+
+    def fsum(self, vals):
+        return sum(vals, Fraction(0))
+
+    def number(self, e: sp.Basic):
+        v = Fraction(int(e.p), int(e.q))
+        return lambda env: v
+
+
+def _real_pow(ar: _Numbers, b, e: sp.Basic, ev):
+    """``b ** e`` with real semantics: odd roots of negatives are real, even roots of
+    negatives and non-integer powers of non-positive numbers are undefined."""
     if e.is_Integer:
         n = int(e)
         if b == 0 and n < 0:
@@ -161,17 +348,17 @@ def _real_pow(b: float, e: sp.Basic, ev: float) -> float:
         if b >= 0:
             if b == 0 and p < 0:
                 raise Undefined("0 to a negative power")
-            return b ** (p / q)
+            return b ** ar.ratio(p, q)
         if q % 2 == 1:
-            r = (-b) ** (p / q)
+            r = (-b) ** ar.ratio(p, q)
             return -r if p % 2 else r
         raise Undefined("even root of a negative number")
     if b > 0:
         return b ** ev
     if b == 0 and ev > 0:
-        return 0.0
-    if abs(ev - round(ev)) < 1e-12:
-        n = int(round(ev))
+        return ar.zero
+    if abs(ev - ar.nint(ev)) < ar.nint_tol:
+        n = ar.nint(ev)
         if b == 0 and n < 0:
             raise Undefined("0 to a negative power")
         return b ** n
@@ -187,168 +374,119 @@ _CPLX_F = {
     sp.cosh: cmath.cosh, sp.tanh: cmath.tanh, sp.atan: cmath.atan, sp.exp: cmath.exp,
     sp.asin: cmath.asin, sp.acos: cmath.acos,
 }
+_MP_REAL_F = {
+    sp.sin: mpmath.sin, sp.cos: mpmath.cos, sp.tan: mpmath.tan, sp.sinh: mpmath.sinh,
+    sp.cosh: mpmath.cosh, sp.tanh: mpmath.tanh, sp.atan: mpmath.atan, sp.exp: mpmath.exp,
+}
+_MP_CPLX_F = {**_MP_REAL_F, sp.asin: mpmath.asin, sp.acos: mpmath.acos}
+_ARITH_ERRORS = (OverflowError, ValueError, ZeroDivisionError)
 
 
-def compile_expr(expr: sp.Basic, mode: str, log_base: float | None = None) -> Callable[[dict], complex | float]:
-    """Compile ``expr`` into a closure ``f(env) -> value``.
+def _compile(expr: sp.Basic, ar: _Numbers) -> Callable[[dict], object]:
+    """The one expression compiler: ``expr`` becomes nested closures ``f(env) -> value``
+    computed in the number domain ``ar`` (:class:`_Numbers`). The node whitelist, the
+    real/complex semantics and the errors are those of :func:`compile_expr`; the exact
+    domain admits only its subset (:func:`exact_compile`)."""
+    fin = ar.finite
+    fsum = ar.fsum
+    conv = ar.value
+    real = ar.real
 
-    Args:
-        expr: a SymPy expression built by :mod:`recipematch.cas.grammar`.
-        mode: ``"real"`` or ``"complex"``.
-        log_base: ``None`` for natural logarithms; ``10.0`` to read every one-argument
-            ``log`` as base 10 (the ambiguous ``\\log`` reading).
+    plain = type(ar).value is _Numbers.value  # env values are already in the domain
 
-    Returns:
-        A function of ``env``, a dict from ``Symbol`` (and applied undefined functions) to
-        numbers; it raises :class:`Undefined` where the value is undefined or non-finite.
-
-    Raises:
-        Undefined: at compile time for node types outside the whitelist (``gcd``, ``Mod``,
-            ellipses …), so such relations are never "verified".
-    """
-    real = mode == "real"
-
-    def comp(e: sp.Basic) -> Callable[[dict], complex | float]:
-        if e is DEGREE:
-            v = math.pi / 180
-            return lambda env: v
-        if e.is_Symbol:
+    def lookup(e):
+        if plain:
             def sym(env, e=e):
                 try:
                     return env[e]
                 except KeyError as exc:
                     raise Undefined(f"no value for {e}") from exc
             return sym
+
+        def conv_sym(env, e=e):
+            try:
+                v = env[e]
+            except KeyError as exc:
+                raise Undefined(f"no value for {e}") from exc
+            return conv(v)
+        return conv_sym
+
+    def comp(e: sp.Basic):
+        ar.admit(e)
+        if e is DEGREE:
+            return ar.degree()
+        if e.is_Symbol:
+            return lookup(e)
         if isinstance(e, AppliedUndef):
             if e.func.__name__ in _OPAQUE_FUNCS:
                 raise Undefined(f"no numeric rule for {e.func.__name__}")
-
-            def app(env, e=e):
-                try:
-                    return env[e]
-                except KeyError as exc:
-                    raise Undefined(f"no value for {e}") from exc
-            return app
+            return lookup(e)
         if e.is_Number:
             if e in (sp.zoo, sp.nan, sp.oo, -sp.oo):
                 raise Undefined("infinite constant")
-            v = _num(e)
-            return lambda env: v
+            return ar.number(e)
         if e is sp.pi:
-            return lambda env: math.pi
+            return ar.pi()
         if e is sp.E:
-            return lambda env: math.e
+            return ar.euler()
         if e.is_Add:
             fs = [comp(a) for a in e.args]
-            return lambda env: _finite(sum(f(env) for f in fs))
+            return lambda env: fin(fsum(f(env) for f in fs))
         if e.is_Mul:
             fs = [comp(a) for a in e.args]
+            one = ar.one
 
             def mul(env):
-                r = 1.0
+                r = one
                 for f in fs:
                     r = r * f(env)
-                return _finite(r)
+                return fin(r)
             return mul
         if e.is_Pow:
-            fb = comp(e.base)
-            ex = e.exp
-            fe = comp(ex)
-            if real:
-                def rpow(env):
-                    b = fb(env)
-                    try:
-                        return _finite(_real_pow(b, ex, fe(env) if not ex.is_Rational else 0.0))
-                    except (OverflowError, ZeroDivisionError) as exc:
-                        raise Undefined("overflow") from exc
-                return rpow
-
-            def cpow(env):
-                b = complex(fb(env))
-                try:
-                    if ex.is_Integer:
-                        n = int(ex)
-                        if b == 0 and n < 0:
-                            raise Undefined("0 to a negative power")
-                        return _finite(b ** n)
-                    if b == 0:
-                        ev = complex(fe(env))
-                        if ev.real > 0:
-                            return 0j
-                        raise Undefined("0 to a non-positive power")
-                    return _finite(b ** complex(fe(env)))
-                except (OverflowError, ZeroDivisionError) as exc:
-                    raise Undefined("overflow") from exc
-            return cpow
+            return power(e)
         if isinstance(e, sp.Abs):
             fa = comp(e.args[0])
             return lambda env: abs(fa(env))
         if isinstance(e, sp.log):
-            if len(e.args) != 1:
-                raise Undefined("two-argument log")
-            fa = comp(e.args[0])
-            scale = 1.0 if log_base is None else 1.0 / math.log(log_base)
-            if real:
-                def rlog(env):
-                    x = fa(env)
-                    if x <= 0:
-                        raise Undefined("log of a non-positive number")
-                    return math.log(x) * scale
-                return rlog
+            return logarithm(e)
+        for cls, fn in ar.funcs.items():
+            if isinstance(e, cls):
+                fa = comp(e.args[0])
 
-            def clog(env):
-                x = complex(fa(env))
-                if x == 0:
-                    raise Undefined("log 0")
-                return cmath.log(x) * scale
-            return clog
-        for table in ((_REAL_F if real else _CPLX_F),):
-            for cls, fn in table.items():
-                if isinstance(e, cls):
-                    fa = comp(e.args[0])
-
-                    def f1(env, fa=fa, fn=fn):
-                        try:
-                            return _finite(fn(fa(env)))
-                        except (OverflowError, ValueError, ZeroDivisionError) as exc:
-                            raise Undefined("function domain") from exc
-                    return f1
+                def f1(env, fa=fa, fn=fn):
+                    try:
+                        return fin(fn(fa(env)))
+                    except _ARITH_ERRORS as exc:
+                        raise Undefined("function domain") from exc
+                return f1
         if real and isinstance(e, (sp.asin, sp.acos)):
             fa = comp(e.args[0])
-            fn = math.asin if isinstance(e, sp.asin) else math.acos
+            fn = ar.asin if isinstance(e, sp.asin) else ar.acos
 
             def fr(env):
                 x = fa(env)
-                if not -1 <= x <= 1:
+                if ar.is_complex(x) or not -1 <= x <= 1:
                     raise Undefined("arcsin/arccos domain")
                 return fn(x)
             return fr
         if isinstance(e, (sp.cot, sp.sec, sp.csc)):
             fa = comp(e.args[0])
-            base = {sp.cot: (math.tan, cmath.tan), sp.sec: (math.cos, cmath.cos),
-                    sp.csc: (math.sin, cmath.sin)}[type(e)][0 if real else 1]
+            base = ar.recip_base[type(e)]
+            tol = ar.pole_tol
 
             def recip(env):
                 d = base(fa(env))
-                if abs(d) < 1e-300:
+                if abs(d) < tol:
                     raise Undefined("pole")
-                return _finite(1 / d)
+                return fin(1 / d)
             return recip
         if isinstance(e, (sp.floor, sp.ceiling, sp.frac, sp.Max, sp.Min)):
             fs = [comp(a) for a in e.args]
-            op = {sp.floor: lambda xs: float(math.floor(xs[0])), sp.ceiling: lambda xs: float(math.ceil(xs[0])),
-                  sp.frac: lambda xs: xs[0] - math.floor(xs[0]), sp.Max: max, sp.Min: min}[type(e)]
+            op = {sp.floor: lambda xs: ar.floor(xs[0]), sp.ceiling: lambda xs: ar.ceil(xs[0]),
+                  sp.frac: lambda xs: xs[0] - ar.floor(xs[0]), sp.Max: max, sp.Min: min}[type(e)]
 
             def realonly(env):
-                xs = []
-                for f in fs:
-                    x = f(env)
-                    if isinstance(x, complex):
-                        if abs(x.imag) > 1e-12:
-                            raise Undefined("real-only function at a complex point")
-                        x = x.real
-                    xs.append(x)
-                return op(xs)
+                return op([real_value(f(env), "real-only function at a complex point") for f in fs])
             return realonly
         if isinstance(e, (sp.factorial, sp.binomial)):
             fs = [comp(a) for a in e.args]
@@ -356,84 +494,28 @@ def compile_expr(expr: sp.Basic, mode: str, log_base: float | None = None) -> Ca
             def intfun(env):
                 xs = []
                 for f in fs:
-                    x = f(env)
-                    if isinstance(x, complex):
-                        if abs(x.imag) > 1e-12:
-                            raise Undefined("factorial at a complex point")
-                        x = x.real
-                    if abs(x - round(x)) > 1e-9 or round(x) < 0 or round(x) > 170:
+                    x = real_value(f(env), "factorial at a complex point")
+                    n = ar.nint(x)
+                    if abs(x - n) > ar.int_tol or n < 0 or n > 170:
                         raise Undefined("factorial/binomial needs a small non-negative integer")
-                    xs.append(int(round(x)))
+                    xs.append(n)
                 if len(xs) == 1:
-                    return float(math.factorial(xs[0]))
-                return float(math.comb(xs[0], xs[1])) if xs[1] <= xs[0] else 0.0
+                    return ar.from_int(math.factorial(xs[0]))
+                return ar.from_int(math.comb(xs[0], xs[1]) if xs[1] <= xs[0] else 0)
             return intfun
         raise Undefined(f"no numeric rule for {type(e).__name__}")
 
-    return comp(expr)
+    def real_value(x, why: str):
+        if ar.is_complex(x):
+            if abs(x.imag) > ar.imag_tol:
+                raise Undefined(why)
+            x = x.real
+        return x
 
-
-# --------------------------------------------------------------------------- exact and high-precision
-
-class _NotExact(Exception):
-    """The expression is not a rational function with rational coefficients (or is too big
-    to evaluate exactly)."""
-
-
-#: Exact evaluation refuses integer exponents above this and numeric powers above
-#: :data:`_EXACT_MAX_BITS` bits (the grammar already refuses numbers above 100,000 bits).
-_EXACT_MAX_EXP = 4096
-_EXACT_MAX_BITS = 200_000
-
-
-def _bits(q: Fraction) -> int:
-    return max(abs(q.numerator).bit_length(), q.denominator.bit_length(), 1)
-
-
-def exact_compile(expr: sp.Basic) -> Callable[[dict], Fraction]:
-    """Compile a rational function with rational coefficients into a closure
-    ``f(env) -> Fraction`` over exact rational values (``env``: Symbol -> Fraction).
-
-    Only ``Integer``/``Rational`` numbers, plain symbols (not the degree sign, not an
-    ellipsis), ``Add``, ``Mul`` and ``Pow`` with an integer exponent of at most
-    :data:`_EXACT_MAX_EXP` in absolute value are accepted.
-
-    Raises:
-        _NotExact: at compile time for anything else (functions, ``pi``, roots, applied
-            functions …).
-        Undefined: at evaluation time for a division by zero or a missing value.
-    """
-
-    def comp(e: sp.Basic) -> Callable[[dict], Fraction]:
-        if e.is_Symbol:
-            if e is DEGREE or e.name.startswith("\\ldots"):
-                raise _NotExact("constant symbol")
-
-            def sym(env, e=e):
-                try:
-                    return env[e]
-                except KeyError as exc:
-                    raise Undefined(f"no value for {e}") from exc
-            return sym
-        if e.is_Rational:
-            v = Fraction(int(e.p), int(e.q))
-            return lambda env: v
-        if e.is_Add:
-            fs = [comp(a) for a in e.args]
-            return lambda env: sum((f(env) for f in fs), Fraction(0))
-        if e.is_Mul:
-            fs = [comp(a) for a in e.args]
-
-            def mul(env):
-                r = Fraction(1)
-                for f in fs:
-                    r *= f(env)
-                return r
-            return mul
-        if e.is_Pow and e.exp.is_Integer:
-            n = int(e.exp)
-            if abs(n) > _EXACT_MAX_EXP:
-                raise _NotExact("exponent too large")
+    def power(e: sp.Basic):
+        ex = e.exp
+        if ar.exact:
+            n = int(ex)
             if e.base.is_Rational:
                 b = Fraction(int(e.base.p), int(e.base.q))
                 if abs(n) * _bits(b) > _EXACT_MAX_BITS:
@@ -450,226 +532,108 @@ def exact_compile(expr: sp.Basic) -> Callable[[dict], Fraction]:
                     raise Undefined("0 to a negative power")
                 return b ** n
             return pw
-        raise _NotExact(type(e).__name__)
-
-    return comp(expr)
-
-
-#: Working precision (decimal digits) of the high-precision confirmation and its
-#: relative tolerance.
-_MP_DPS = 50
-_MP_TOL = mpmath.mpf(10) ** -35
-
-
-def _mp_finite(v):
-    if not mpmath.isfinite(v):
-        raise Undefined("non-finite")
-    return v
-
-
-_MP_REAL_F = {
-    sp.sin: mpmath.sin, sp.cos: mpmath.cos, sp.tan: mpmath.tan, sp.sinh: mpmath.sinh,
-    sp.cosh: mpmath.cosh, sp.tanh: mpmath.tanh, sp.atan: mpmath.atan, sp.exp: mpmath.exp,
-}
-_MP_CPLX_F = {**_MP_REAL_F, sp.asin: mpmath.asin, sp.acos: mpmath.acos}
-
-
-def _mp_real_pow(b, e: sp.Basic, ev):
-    if e.is_Integer:
-        n = int(e)
-        if b == 0 and n < 0:
-            raise Undefined("0 to a negative power")
-        return b ** n
-    if e.is_Rational:
-        p, q = int(e.p), int(e.q)
-        r = mpmath.mpf(p) / q
-        if b >= 0:
-            if b == 0 and p < 0:
-                raise Undefined("0 to a negative power")
-            return b ** r
-        if q % 2 == 1:
-            v = (-b) ** r
-            return -v if p % 2 else v
-        raise Undefined("even root of a negative number")
-    if b > 0:
-        return b ** ev
-    if b == 0 and ev > 0:
-        return mpmath.mpf(0)
-    if abs(ev - mpmath.nint(ev)) < mpmath.mpf(10) ** -40:
-        n = int(mpmath.nint(ev))
-        if b == 0 and n < 0:
-            raise Undefined("0 to a negative power")
-        return b ** n
-    raise Undefined("non-integer power of a non-positive number")
-
-
-def _mp_compile(expr: sp.Basic, real: bool) -> Callable[[dict], object]:
-    """:func:`compile_expr` at :data:`_MP_DPS` digits with ``mpmath`` (same node types and
-    the same real/complex semantics); call the closure inside ``mpmath.workdps``. Numeric
-    powers and exponents whose exact value would be huge raise :class:`Undefined` at
-    compile time (nothing is expanded)."""
-
-    def comp(e: sp.Basic):
-        if e is DEGREE:
-            return lambda env: mpmath.pi / 180
-        if e.is_Symbol or isinstance(e, AppliedUndef):
-            if isinstance(e, AppliedUndef) and e.func.__name__ in _OPAQUE_FUNCS:
-                raise Undefined(f"no numeric rule for {e.func.__name__}")
-
-            def sym(env, e=e):
+        if isinstance(ar, _MpNumbers) and ex.is_Rational and abs(int(ex.p)) > _EXACT_MAX_EXP * 16:
+            raise Undefined("exponent too large")
+        fb = comp(e.base)
+        fe = comp(ex)
+        to_c = ar.to_complex
+        if real:
+            def rpow(env):
+                b = fb(env)
+                if ar.is_complex(b):
+                    raise Undefined("complex value in real mode")
                 try:
-                    v = env[e]
-                except KeyError as exc:
-                    raise Undefined(f"no value for {e}") from exc
-                if isinstance(v, complex):
-                    return mpmath.mpc(v.real, v.imag)
-                if isinstance(v, Fraction):
-                    return mpmath.mpf(v.numerator) / v.denominator
-                return mpmath.mpf(v)
-            return sym
-        if e.is_Number:
-            if e in (sp.zoo, sp.nan, sp.oo, -sp.oo):
-                raise Undefined("infinite constant")
-            if e.is_Rational:
-                p, q = int(e.p), int(e.q)
-                if max(p.bit_length(), q.bit_length()) > _EXACT_MAX_BITS:
-                    raise Undefined("number too large")
-                return lambda env: mpmath.mpf(p) / q
-            v = e
-            return lambda env: mpmath.mpf(str(v))
-        if e is sp.pi:
-            return lambda env: +mpmath.pi
-        if e is sp.E:
-            return lambda env: +mpmath.e
-        if e.is_Add:
-            fs = [comp(a) for a in e.args]
-            return lambda env: _mp_finite(mpmath.fsum(f(env) for f in fs))
-        if e.is_Mul:
-            fs = [comp(a) for a in e.args]
+                    return fin(_real_pow(ar, b, ex, fe(env) if not ex.is_Rational else None))
+                except (OverflowError, ZeroDivisionError) as exc:
+                    raise Undefined("overflow") from exc
+            return rpow
 
-            def mul(env):
-                r = mpmath.mpf(1)
-                for f in fs:
-                    r = r * f(env)
-                return _mp_finite(r)
-            return mul
-        if e.is_Pow:
-            ex = e.exp
-            if ex.is_Rational and abs(int(ex.p)) > _EXACT_MAX_EXP * 16:
-                raise Undefined("exponent too large")
-            fb = comp(e.base)
-            fe = comp(ex)
-            if real:
-                def rpow(env):
-                    b = fb(env)
-                    if isinstance(b, mpmath.mpc):
-                        raise Undefined("complex value in real mode")
-                    return _mp_finite(_mp_real_pow(b, ex, fe(env) if not ex.is_Rational else None))
-                return rpow
-
-            def cpow(env):
-                b = mpmath.mpc(fb(env))
+        def cpow(env):
+            b = to_c(fb(env))
+            try:
                 if ex.is_Integer:
                     n = int(ex)
                     if b == 0 and n < 0:
                         raise Undefined("0 to a negative power")
-                    return _mp_finite(b ** n)
-                ev = mpmath.mpc(fe(env))
+                    return fin(b ** n)
+                ev = to_c(fe(env))
                 if b == 0:
                     if ev.real > 0:
-                        return mpmath.mpc(0)
+                        return ar.czero
                     raise Undefined("0 to a non-positive power")
-                return _mp_finite(b ** ev)
-            return cpow
-        if isinstance(e, sp.Abs):
-            fa = comp(e.args[0])
-            return lambda env: abs(fa(env))
-        if isinstance(e, sp.log):
-            if len(e.args) != 1:
-                raise Undefined("two-argument log")
-            fa = comp(e.args[0])
-            if real:
-                def rlog(env):
-                    x = fa(env)
-                    if isinstance(x, mpmath.mpc) or x <= 0:
-                        raise Undefined("log of a non-positive number")
-                    return mpmath.log(x)
-                return rlog
+                return fin(b ** ev)
+            except (OverflowError, ZeroDivisionError) as exc:
+                raise Undefined("overflow") from exc
+        return cpow
 
-            def clog(env):
-                x = mpmath.mpc(fa(env))
-                if x == 0:
-                    raise Undefined("log 0")
-                return mpmath.log(x)
-            return clog
-        for cls, fn in (_MP_REAL_F if real else _MP_CPLX_F).items():
-            if isinstance(e, cls):
-                fa = comp(e.args[0])
+    def logarithm(e: sp.Basic):
+        if len(e.args) != 1:
+            raise Undefined("two-argument log")
+        fa = comp(e.args[0])
+        scale = ar.log_scale
+        if real:
+            rlog = ar.rlog
 
-                def f1(env, fa=fa, fn=fn):
-                    try:
-                        return _mp_finite(fn(fa(env)))
-                    except (ValueError, ZeroDivisionError) as exc:
-                        raise Undefined("function domain") from exc
-                return f1
-        if real and isinstance(e, (sp.asin, sp.acos)):
-            fa = comp(e.args[0])
-            fn = mpmath.asin if isinstance(e, sp.asin) else mpmath.acos
-
-            def fr(env):
+            def rl(env):
                 x = fa(env)
-                if isinstance(x, mpmath.mpc) or not -1 <= x <= 1:
-                    raise Undefined("arcsin/arccos domain")
-                return fn(x)
-            return fr
-        if isinstance(e, (sp.cot, sp.sec, sp.csc)):
-            fa = comp(e.args[0])
-            base = {sp.cot: mpmath.tan, sp.sec: mpmath.cos, sp.csc: mpmath.sin}[type(e)]
+                if ar.is_complex(x) or x <= 0:
+                    raise Undefined("log of a non-positive number")
+                return rlog(x) if scale is None else rlog(x) * scale
+            return rl
+        clog, to_c = ar.clog, ar.to_complex
 
-            def recip(env):
-                d = base(fa(env))
-                if abs(d) < mpmath.mpf(10) ** -300:
-                    raise Undefined("pole")
-                return _mp_finite(1 / d)
-            return recip
-        if isinstance(e, (sp.floor, sp.ceiling, sp.frac, sp.Max, sp.Min)):
-            fs = [comp(a) for a in e.args]
-            op = {sp.floor: lambda xs: mpmath.floor(xs[0]), sp.ceiling: lambda xs: mpmath.ceil(xs[0]),
-                  sp.frac: lambda xs: xs[0] - mpmath.floor(xs[0]), sp.Max: max, sp.Min: min}[type(e)]
-
-            def realonly(env):
-                xs = []
-                for f in fs:
-                    x = f(env)
-                    if isinstance(x, mpmath.mpc):
-                        if abs(x.imag) > mpmath.mpf(10) ** -30:
-                            raise Undefined("real-only function at a complex point")
-                        x = x.real
-                    xs.append(x)
-                return op(xs)
-            return realonly
-        if isinstance(e, (sp.factorial, sp.binomial)):
-            fs = [comp(a) for a in e.args]
-
-            def intfun(env):
-                xs = []
-                for f in fs:
-                    x = f(env)
-                    if isinstance(x, mpmath.mpc):
-                        if abs(x.imag) > mpmath.mpf(10) ** -30:
-                            raise Undefined("factorial at a complex point")
-                        x = x.real
-                    n = int(mpmath.nint(x))
-                    if abs(x - n) > mpmath.mpf(10) ** -30 or n < 0 or n > 170:
-                        raise Undefined("factorial/binomial needs a small non-negative integer")
-                    xs.append(n)
-                if len(xs) == 1:
-                    return mpmath.mpf(math.factorial(xs[0]))
-                return mpmath.mpf(math.comb(xs[0], xs[1]) if xs[1] <= xs[0] else 0)
-            return intfun
-        raise Undefined(f"no numeric rule for {type(e).__name__}")
+        def cl(env):
+            x = to_c(fa(env))
+            if x == 0:
+                raise Undefined("log 0")
+            return clog(x) if scale is None else clog(x) * scale
+        return cl
 
     return comp(expr)
+
+
+def compile_expr(expr: sp.Basic, mode: str, log_base: float | None = None) -> Callable[[dict], complex | float]:
+    """Compile ``expr`` into a closure ``f(env) -> value`` in floating point.
+
+    Args:
+        expr: a SymPy expression built by :mod:`recipematch.cas.grammar`.
+        mode: ``"real"`` or ``"complex"``.
+        log_base: ``None`` for natural logarithms; ``10.0`` to read every one-argument
+            ``log`` as base 10 (the ambiguous ``\\log`` reading).
+
+    Returns:
+        A function of ``env``, a dict from ``Symbol`` (and applied undefined functions) to
+        numbers; it raises :class:`Undefined` where the value is undefined or non-finite.
+
+    Raises:
+        Undefined: at compile time for node types outside the whitelist (``gcd``, ``Mod``,
+            ellipses …), so such relations are never "verified".
+    """
+    return _compile(expr, _FloatNumbers(mode == "real", log_base))
+
+
+def exact_compile(expr: sp.Basic) -> Callable[[dict], Fraction]:
+    """Compile a rational function with rational coefficients into a closure
+    ``f(env) -> Fraction`` over exact rational values (``env``: Symbol -> Fraction).
+
+    Only ``Integer``/``Rational`` numbers, plain symbols (not the degree sign, not an
+    ellipsis), ``Add``, ``Mul`` and ``Pow`` with an integer exponent of at most
+    :data:`_EXACT_MAX_EXP` in absolute value are accepted.
+
+    Raises:
+        _NotExact: at compile time for anything else (functions, ``pi``, roots, applied
+            functions …).
+        Undefined: at evaluation time for a division by zero or a missing value.
+    """
+    return _compile(expr, _ExactNumbers())
+
+
+def _mp_compile(expr: sp.Basic, real: bool) -> Callable[[dict], object]:
+    """:func:`compile_expr` with ``mpmath`` numbers (same node types and the same
+    real/complex semantics); call the closure inside ``mpmath.workdps``. Numeric powers
+    and exponents whose exact value would be huge raise :class:`Undefined` at compile
+    time (nothing is expanded)."""
+    return _compile(expr, _MpNumbers(real))
 
 
 # --------------------------------------------------------------------------- variables
