@@ -35,7 +35,7 @@ import sympy as sp
 from mpmath.libmp.libhyper import NoConvergence
 from sympy.core.function import AppliedUndef
 
-from recipematch.cas.grammar import _OPAQUE_FUNCS, DEGREE, REL_OPS
+from recipematch.cas.grammar import _OPAQUE_FUNCS, DEGREE, REL_OPS, segment_points, unsigned_segment_name
 
 __all__ = [
     "Undefined",
@@ -48,6 +48,8 @@ __all__ = [
     "domain_conditions",
     "domain_difference",
     "find_counterexample",
+    "recheck_counterexample",
+    "unsigned_lengths",
     "EQUIV_POINTS",
     "EQUIV_MAX_DRAWS",
     "EQUIV_MIN_NONTRIVIAL",
@@ -60,6 +62,8 @@ EQUIV_MAX_DRAWS = 80
 EQUIV_MIN_NONTRIVIAL = 5
 #: Peer: up to 300 real points for an inequality counterexample.
 CX_REAL_POINTS = 300
+#: Solve attempts (one unknown solved, the others fixed) for an equation's counterexample.
+CX_SOLVE_TRIES = 24
 _TOL = 1e-9
 _MARGIN = 1e-7
 
@@ -254,7 +258,7 @@ class _FloatNumbers(_Numbers):
 
 
 class _MpNumbers(_Numbers):
-    def __init__(self, real: bool):
+    def __init__(self, real: bool, log_base: float | None = None):
         self.real = real
         self.one, self.zero, self.czero = mpmath.mpf(1), mpmath.mpf(0), mpmath.mpc(0)
         self.nint_tol = mpmath.mpf(10) ** -40
@@ -266,7 +270,10 @@ class _MpNumbers(_Numbers):
         self.asin, self.acos = mpmath.asin, mpmath.acos
         self.floor, self.ceil = mpmath.floor, mpmath.ceil
         self.to_complex = mpmath.mpc
-        self.rlog = self.clog = mpmath.log
+        if log_base is None:
+            self.rlog = self.clog = mpmath.log
+        else:
+            self.rlog = self.clog = lambda x: mpmath.log(x) / mpmath.log(log_base)
 
     finite = staticmethod(_mp_finite)
 
@@ -628,12 +635,12 @@ def exact_compile(expr: sp.Basic) -> Callable[[dict], Fraction]:
     return _compile(expr, _ExactNumbers())
 
 
-def _mp_compile(expr: sp.Basic, real: bool) -> Callable[[dict], object]:
+def _mp_compile(expr: sp.Basic, real: bool, log_base: float | None = None) -> Callable[[dict], object]:
     """:func:`compile_expr` with ``mpmath`` numbers (same node types and the same
     real/complex semantics); call the closure inside ``mpmath.workdps``. Numeric powers
     and exponents whose exact value would be huge raise :class:`Undefined` at compile
     time (nothing is expanded)."""
-    return _compile(expr, _MpNumbers(real))
+    return _compile(expr, _MpNumbers(real, log_base))
 
 
 # --------------------------------------------------------------------------- variables
@@ -849,9 +856,59 @@ def _var_name(v: sp.Basic) -> str:
     return name
 
 
+def unsigned_lengths(rel: Rel) -> Rel:
+    """``rel`` with every two-point segment name replaced by its unsigned name
+    (:func:`recipematch.cas.grammar.unsigned_segment_name`: ``PC`` → ``CP``), the notation
+    rule of :mod:`recipematch.cas.grammar` for problems that declare no vectors or
+    directed segments: ``AB = PC`` and ``A B - C P = 0`` are then the same relation."""
+    sub = {}
+    for side in rel.sides:
+        for x in side.free_symbols:
+            if isinstance(x, sp.Symbol) and x not in sub:
+                name = unsigned_segment_name(x.name)
+                if name != x.name:
+                    sub[x] = sp.Symbol(name)
+    if not sub:
+        return rel
+    return Rel(rel.ops, tuple(side.xreplace(sub) for side in rel.sides))
+
+
+def _unsigned_domains(domains: dict[str, Domain] | None) -> dict[str, Domain] | None:
+    """Domains keyed by unsigned segment names too (the written name's domain is kept
+    for the unsigned one when that has none of its own)."""
+    if not domains:
+        return domains
+    out = dict(domains)
+    for name, dom in domains.items():
+        if segment_points(name) is not None:
+            out.setdefault(unsigned_segment_name(name), dom)
+    return out
+
+
+def _implied_domains(rels: list[Rel], domains: dict[str, Domain] | None) -> dict[str, Domain] | None:
+    """``domains`` plus what the relations themselves imply: a bare unknown under a
+    factorial or a binomial coefficient is a non-negative integer (the only values where
+    the expression is defined), so it is sampled there whatever the caller passed."""
+    out = dict(domains or {})
+    changed = False
+    for rel in rels:
+        for side in rel.sides:
+            for f in side.atoms(sp.factorial, sp.binomial):
+                for arg in f.args:
+                    if isinstance(arg, sp.Symbol) and arg is not DEGREE:
+                        d = out.get(arg.name, Domain())
+                        if d.integer and d.lo is not None and d.lo >= 0:
+                            continue
+                        lo = Fraction(0) if d.lo is None or d.lo < 0 else d.lo
+                        out[arg.name] = Domain(lo=lo, lo_strict=d.lo_strict and d.lo == lo,
+                                               hi=d.hi, hi_strict=d.hi_strict, integer=True)
+                        changed = True
+    return out if (changed or domains) else domains
+
+
 def check_equivalent(a: Rel, b: Rel, *, rng: random.Random, domains: dict[str, Domain] | None = None,
                      n_points: int = EQUIV_POINTS, max_draws: int = EQUIV_MAX_DRAWS,
-                     min_nontrivial: int = EQUIV_MIN_NONTRIVIAL) -> dict:
+                     min_nontrivial: int = EQUIV_MIN_NONTRIVIAL, directed_segments: bool = False) -> dict:
     """Equivalence of two relations (or two expressions), Appendix A, made exact where
     the algebra allows.
 
@@ -890,6 +947,12 @@ def check_equivalent(a: Rel, b: Rel, *, rng: random.Random, domains: dict[str, D
 
     Too few valid points gives ``unknown``, never ``equivalent``.
 
+    Domains: each unknown is sampled in its domain where the check samples reals (the
+    caller's ``domains``, e.g. the problem's, plus the non-negative integers for a bare
+    unknown under a factorial or binomial, :func:`_implied_domains`, so ``n! = 2^a - 2^b``
+    is tested at integer ``n``). Unless ``directed_segments`` (the problem declares vectors
+    or directed segments), two-point names are unsigned lengths (:func:`unsigned_lengths`).
+
     Returns:
         ``{"verdict": "equivalent" | "not_equivalent" | "unknown", "points_tested": int,
         "k": str | None, "max_dev": float | None, "counterexample": dict | None,
@@ -901,6 +964,9 @@ def check_equivalent(a: Rel, b: Rel, *, rng: random.Random, domains: dict[str, D
         ``residual_mismatch``, or ``constant_shift`` without a point).
     """
     method = "residual_ratio_k"
+    if not directed_segments:
+        a, b, domains = unsigned_lengths(a), unsigned_lengths(b), _unsigned_domains(domains)
+    domains = _implied_domains([a, b], domains)
     if bool(a.ops) != bool(b.ops):
         return _verdict("unknown", 0, None, None, None, "a relation against an expression", method)
     if len(a.ops) != len(b.ops):
@@ -1436,18 +1502,30 @@ def _side_values(rel: Rel, env: dict, log_base: float | None) -> list[str]:
 
 def find_counterexample(orig: Rel, edited: Rel, *, rng: random.Random,
                         domains: dict[str, Domain] | None = None, flags: frozenset[str] = frozenset(),
-                        max_points: int = CX_REAL_POINTS, solve_tries: int = 6) -> dict | None:
-    """A real point where ``orig`` and ``edited`` have different truth values (paper, Appendix A: the verified arm).
+                        max_points: int = CX_REAL_POINTS, solve_tries: int = CX_SOLVE_TRIES,
+                        directed_segments: bool = False, stats: dict | None = None) -> dict | None:
+    """A real point where ``orig`` and ``edited`` have different truth values (paper,
+    Appendix A: the verified arm).
 
-    Methods, in order:
+    Methods, in order (the first point that survives the re-check below wins):
 
     * ``real_sample_truth_disagreement``: up to ``max_points`` real points over the
       domains; both relations must be defined and decided (no link within the margin
       of its boundary) and their truth values must differ;
-    * ``solve_one_side_check_other`` (equations): the other unknowns get sample values,
-      one unknown is solved from one relation (a univariate polynomial after clearing
-      denominators; real roots in its domain only), and the other relation must fail
-      there by a clear margin. Both directions are tried.
+    * ``simple_point_truth_disagreement``: targeted exact points: every unknown at the
+      same small integer or simple fraction (``x = y = z = 2/5``), one unknown over the
+      simple values with the others at 1, 2, 1/2 or −1, and random tuples of simple values
+      (each inside its domain) — narrow regions and exponent equations (``2^x = 8``);
+    * ``solve_one_side_check_other`` (equations): the other unknowns get sample values
+      (alternately random and simple rationals), one unknown is solved from one relation
+      (a univariate polynomial after clearing denominators; real roots in its domain
+      only), and the other relation must fail there by a clear margin. Both directions,
+      ``solve_tries`` attempts each;
+    * ``boundary_root_scan``: with the other unknowns fixed at several rationals, one
+      unknown is scanned over its domain for sign changes of each link's residual
+      ``P − Q`` (any function, not only polynomials: ``\\sin``, exponents); each root is
+      refined at 60 digits; an equation is tested at the root, an inequality at exact
+      rationals just on either side of it (the boundary of its solution set).
 
     Exact decisions: when both relations are rational functions with rational
     coefficients (no ``e``, no function, no root, exponents of unknowns at most
@@ -1457,17 +1535,26 @@ def find_counterexample(orig: Rel, edited: Rel, *, rng: random.Random,
     ``x = 3.0000000001`` against ``x = 3`` is refuted at ``x = 3``. Otherwise the
     floating-point margin rule of :func:`_truth` applies.
 
+    No false counterexample: every point found is re-checked before it is returned
+    (:func:`recheck_counterexample`: exact rational arithmetic, or ``mpmath`` at 50
+    digits); a point that fails the re-check is discarded, counted in
+    ``stats["discarded"]`` when ``stats`` is given, and the search goes on.
+
     A bare ``e`` is pinned to Euler's number, and a ``\\log`` without a base must give the
     disagreement under both the natural and the base-10 reading. Relations with ``i``
-    used as an unknown in an equation are refused (imaginary unit or index?).
+    used as an unknown in an equation are refused (imaginary unit or index?). Unless
+    ``directed_segments``, two-point names are unsigned lengths (:func:`unsigned_lengths`).
 
     Returns:
         ``{"point": {name: value}, "orig": {"holds": bool, "sides": [...]}, "edited": {...},
-        "method": str}`` with exact decimal or rational strings where the point is exact,
-        or ``None`` when no counterexample was found (the negative is then dropped).
+        "method": str}`` with exact decimal or rational strings where the point is exact
+        (a root refined at 60 digits is written with 40 significant digits), or ``None``
+        when no counterexample was found (the negative is then dropped).
     """
     if "i_symbol" in flags and "=" in orig.ops:
         return None
+    if not directed_segments:
+        orig, edited, domains = unsigned_lengths(orig), unsigned_lengths(edited), _unsigned_domains(domains)
     variables = sorted(set(relation_variables(orig)) | set(relation_variables(edited)), key=_sort_key)
     e_sym = sp.Symbol("e")
     bases: list[float | None] = [None, 10.0] if "log_base_ambiguous" in flags else [None]
@@ -1540,35 +1627,309 @@ def find_counterexample(orig: Rel, edited: Rel, *, rng: random.Random,
                 "edited": {"holds": truths[1], "sides": sides_e},
                 "method": method}
 
+    def accept(env: dict, exact: dict, method: str) -> dict | None:
+        """The packed counterexample when the point refutes and survives the re-check."""
+        if has_atoms and not _atoms_consistent([orig, edited], env):
+            return None
+        t = judge(env, exact)
+        if t is None:
+            return None
+        cx = pack(env, t, method, exact)
+        if _recheck(orig, edited, cx, variables, bases):
+            return cx
+        if stats is not None:
+            stats["discarded"] = stats.get("discarded", 0) + 1
+        return None
+
+    def from_exact(exact: dict) -> dict:
+        env = {v: float(x) for v, x in exact.items()}
+        if e_sym in variables:
+            env[e_sym] = math.e
+        return env
+
+    free = [v for v in variables if v != e_sym]
+    doms = [(domains or {}).get(_var_name(v)) for v in free]
     # 1) sampling
     for _ in range(max_points):
         exact: dict = {}
-        env: dict = {}
         try:
-            for v in variables:
-                if v == e_sym:
-                    env[v] = math.e
-                    continue
-                f = _draw_real(rng, (domains or {}).get(_var_name(v)))
-                exact[v] = f
-                env[v] = float(f)
+            for v, dom in zip(free, doms):
+                exact[v] = _draw_real(rng, dom)
         except Undefined:
             return None
-        if has_atoms and not _atoms_consistent([orig, edited], env):
-            continue
-        t = judge(env, exact)
-        if t is not None:
-            return pack(env, t, "real_sample_truth_disagreement", exact)
-    # 2) equations: solve one, check the other
+        cx = accept(from_exact(exact), exact, "real_sample_truth_disagreement")
+        if cx is not None:
+            return cx
+    # 2) targeted simple points
+    for exact in _simple_points(free, doms, rng):
+        cx = accept(from_exact(exact), exact, "simple_point_truth_disagreement")
+        if cx is not None:
+            return cx
+    # 3) equations: solve one, check the other
     if len(orig.ops) == 1 and orig.ops[0] == "=" and edited.ops == ("=",):
         for first, second in ((orig, edited), (edited, orig)):
-            r = _solve_and_check(first, second, variables, rng, domains, judge, solve_tries, e_sym)
-            if r is not None:
-                env, exact = r
-                t = judge(env, exact)
-                if t is not None:
-                    return pack(env, t, "solve_one_side_check_other", exact)
+            cx = _solve_and_check(first, second, variables, rng, domains, accept, solve_tries, e_sym)
+            if cx is not None:
+                return cx
+    # 4) roots of each residual along one unknown: equations at the root, inequalities
+    #    at rationals on either side of it
+    if compiled is not None and free and not has_atoms:
+        cx = _boundary_scan(orig, edited, free, doms, compiled[bases[0]], accept, e_sym in variables)
+        if cx is not None:
+            return cx
     return None
+
+
+#: Simple values for targeted points: small integers and fractions with small denominators.
+_SIMPLE = tuple(sorted({Fraction(p, q) for q in (1, 2, 3, 4, 5) for p in range(-4 * q, 4 * q + 1)}
+                       | {Fraction(k, 10) for k in range(-10, 11)} | {Fraction(k) for k in range(-10, 11)},
+                       key=lambda f: (f.denominator, abs(f), f < 0)))
+_ANCHORS = (Fraction(1), Fraction(2), Fraction(1, 2), Fraction(-1))
+#: Random tuples of simple values tried per search.
+_SIMPLE_RANDOM = 200
+
+
+def _simple_values(dom: Domain | None) -> list[Fraction]:
+    """The simple values inside ``dom`` (shifted onto a bound far from 0 when none is)."""
+    vals = [f for f in _SIMPLE if dom is None or dom.contains_exact(f)]
+    if not vals and dom is not None:
+        for base in (dom.lo, dom.hi):
+            if base is not None:
+                sign = 1 if base is dom.lo else -1
+                vals += [base + sign * f for f in _SIMPLE if f >= 0 and dom.contains_exact(base + sign * f)]
+    return vals
+
+
+def _simple_points(free: list, doms: list, rng: random.Random):
+    """Targeted exact points (see :func:`find_counterexample`), at most a few hundred."""
+    if not free:
+        return
+    values = [_simple_values(d) for d in doms]
+    if any(not v for v in values):
+        return
+    seen: set[tuple] = set()
+
+    def emit(vals: tuple):
+        if vals in seen:
+            return None
+        seen.add(vals)
+        return dict(zip(free, vals))
+
+    shared = set(values[0]).intersection(*values[1:])
+    for c in _SIMPLE:
+        if c in shared:
+            p = emit((c,) * len(free))
+            if p is not None:
+                yield p
+    if len(free) <= 4:
+        for i in range(len(free)):
+            for a in _ANCHORS:
+                others = [a if a in values[j] else values[j][0] for j in range(len(free))]
+                for c in values[i][:40]:
+                    others[i] = c
+                    p = emit(tuple(others))
+                    if p is not None:
+                        yield p
+    for _ in range(_SIMPLE_RANDOM):
+        p = emit(tuple(rng.choice(v) for v in values))
+        if p is not None:
+            yield p
+
+
+#: Root scan: grid of the scanned unknown, assignments of the others, significant digits
+#: of a stored root.
+_SCAN_GRID = tuple(Fraction(k, 8) for k in range(-96, 97))
+_SCAN_ASSIGNMENTS = 3
+_ROOT_DIGITS = 40
+
+
+def _boundary_scan(orig: Rel, edited: Rel, free: list, doms: list, compiled, accept, has_e: bool) -> dict | None:
+    """``boundary_root_scan`` of :func:`find_counterexample`."""
+    residuals = []
+    for rel, forms in ((orig, compiled[0]), (edited, compiled[1])):
+        for (kind, p, q), (_k, fp, fq) in zip(_oriented_links(rel), forms):
+            residuals.append((kind, p - q, fp, fq))
+    values = [_simple_values(d) for d in doms]
+    if any(not v for v in values):
+        return None
+    for i, v in enumerate(free):
+        dom = doms[i]
+        grid = [x for x in _SCAN_GRID if dom is None or dom.contains_exact(x)]
+        if dom is not None and dom.integer:
+            continue  # integers: the simple points already cover the small ones
+        if len(grid) < 2:
+            continue
+        for a in range(_SCAN_ASSIGNMENTS):
+            base = {w: (_ANCHORS[a] if _ANCHORS[a] in values[j] else values[j][min(a, len(values[j]) - 1)])
+                    for j, w in enumerate(free) if j != i}
+            env = {w: float(x) for w, x in base.items()}
+            if has_e:
+                env[sp.Symbol("e")] = math.e
+            for kind, g, fp, fq in residuals:
+                prev = None
+                for x in grid:
+                    env[v] = float(x)
+                    try:
+                        y = fp(env) - fq(env)
+                    except (Undefined, ZeroDivisionError, OverflowError, ValueError, TypeError):
+                        prev = None
+                        continue
+                    if isinstance(y, complex):
+                        prev = None
+                        continue
+                    if prev is not None and (prev[1] < 0) != (y < 0):
+                        cx = _try_root(g, kind, v, prev[0], x, base, env, dom, accept, has_e)
+                        if cx is not None:
+                            return cx
+                    prev = (x, y)
+    return None
+
+
+def _try_root(g: sp.Expr, kind: str, v, lo: Fraction, hi: Fraction, base: dict, env: dict, dom,
+              accept, has_e: bool) -> dict | None:
+    """Refine a sign change of ``g`` in ``[lo, hi]`` (the others at ``base``) at 60 digits
+    and test the root (``eq``) or rationals on either side of it (inequalities)."""
+    e_sym = sp.Symbol("e")
+    try:
+        with mpmath.workdps(60):
+            f = _mp_compile(g.xreplace({DEGREE: sp.pi / 180}), real=True)
+            menv = {w: mpmath.mpf(x.numerator) / x.denominator for w, x in base.items()}
+            if has_e:
+                menv[e_sym] = +mpmath.e
+
+            def h(t):
+                menv[v] = t
+                return f(menv)
+            a = mpmath.mpf(lo.numerator) / lo.denominator
+            b = mpmath.mpf(hi.numerator) / hi.denominator
+            r = mpmath.findroot(h, (a, b), solver="anderson")
+            if isinstance(r, mpmath.mpc) or not a <= r <= b:
+                return None
+            text = mpmath.nstr(r, _ROOT_DIGITS, strip_zeros=True)
+    except (Undefined, ZeroDivisionError, ValueError, TypeError, OverflowError, NoConvergence):
+        return None
+    rq = Fraction(text)
+    cands: list[Fraction | str] = []
+    small = rq.limit_denominator(1000)
+    cands.append(small)
+    if kind == "eq":
+        cands.append(text)
+    else:
+        for k in range(1, 7):
+            step = Fraction(1, 10 ** k)
+            below = Fraction(math.floor(rq / step)) * step
+            cands += [below, below + step, below - step, below + 2 * step]
+    for c in cands:
+        val = c if isinstance(c, Fraction) else Fraction(c)
+        if dom is not None and not dom.contains_exact(val):
+            continue
+        exact = dict(base)
+        exact[v] = c
+        env2 = dict(env)
+        env2[v] = float(val)
+        cx = accept(env2, exact, "boundary_root_scan")
+        if cx is not None:
+            return cx
+    return None
+
+
+def _truth_mp(rel: Rel, env: dict, log_base: float | None) -> bool | None:
+    """Truth value of ``rel`` at 50 digits (call inside ``mpmath.workdps``), or None where a
+    side is undefined or an inequality link is within ``1e-30`` (relative) of its boundary.
+    An equation holds when ``|P − Q| ≤ 1e-30·(1 + |P| + |Q|)``: a residual such as
+    ``x⁴ = 10⁻⁸`` is nonzero here, whatever a float margin said."""
+    truth = True
+    tol = mpmath.mpf(10) ** -_RECHECK_DIGITS
+    for kind, p, q in _oriented_links(rel):
+        try:
+            pv = _mp_compile(p, True, log_base)(env)
+            qv = _mp_compile(q, True, log_base)(env)
+        except (Undefined, ZeroDivisionError, OverflowError, ValueError, TypeError):
+            return None
+        if isinstance(pv, mpmath.mpc) or isinstance(qv, mpmath.mpc):
+            return None
+        g = pv - qv
+        zero = abs(g) <= tol * (1 + abs(pv) + abs(qv))
+        if kind == "eq":
+            truth = truth and zero
+        elif kind == "ne":
+            truth = truth and not zero
+        else:
+            if zero:
+                return None
+            truth = truth and g > 0
+    return truth
+
+
+#: A 50-digit re-check counts a residual below this many digits (relative) as zero.
+_RECHECK_DIGITS = 30
+
+
+def _point_values(cx: dict, variables: list) -> dict | None:
+    point = cx.get("point") or {}
+    env = {}
+    for v in variables:
+        s = point.get(_var_name(v))
+        if s is None:
+            return None
+        if s == "E" or (_var_name(v) == "e" and point.get("e") == "E"):
+            env[v] = "E"
+            continue
+        try:
+            env[v] = Fraction(s)
+        except (ValueError, ZeroDivisionError, TypeError):
+            return None
+    return env
+
+
+def _recheck(orig: Rel, edited: Rel, cx: dict, variables: list, bases: list) -> bool:
+    if not cx.get("point"):
+        return False
+    claimed = (cx["orig"]["holds"], cx["edited"]["holds"])
+    if claimed[0] == claimed[1]:
+        return False
+    env = _point_values(cx, variables)
+    if env is None:
+        return False
+    if all(isinstance(x, Fraction) for x in env.values()):
+        fo, fe = _exact_forms(orig), _exact_forms(edited)
+        if fo is not None and fe is not None:
+            if (_truth_exact(fo, env), _truth_exact(fe, env)) == claimed:
+                return True
+    with mpmath.workdps(_MP_DPS):
+        menv = {v: (+mpmath.e if x == "E" else mpmath.mpf(x.numerator) / x.denominator) for v, x in env.items()}
+        for lb in bases:
+            if (_truth_mp(orig, menv, lb), _truth_mp(edited, menv, lb)) != claimed:
+                return False
+    return True
+
+
+def recheck_counterexample(orig: Rel, edited: Rel, cx: dict, *, flags: frozenset[str] = frozenset(),
+                           directed_segments: bool = False) -> bool:
+    """Whether a stored counterexample really refutes: at its point, ``orig`` and
+    ``edited`` have the truth values it claims, and they differ.
+
+    Decided exactly (``Fraction`` arithmetic, no margin) when every coordinate is a
+    rational string and both relations are rational functions and that reproduces the
+    claim; otherwise at 50 digits with ``mpmath`` (:func:`_truth_mp`: an equation holds
+    when its residual is below ``1e-30`` relative; an inequality within that of its
+    boundary, or an undefined side, fails the re-check). ``flags``: the parse flags of
+    ``orig`` (``log_base_ambiguous``: both readings must reproduce the claim);
+    ``directed_segments`` as in :func:`find_counterexample`.
+
+    Args:
+        orig, edited: the relations, as passed to :func:`find_counterexample`.
+        cx: its result (``{"point", "orig": {"holds"}, "edited": {"holds"}, ...}``).
+
+    Returns:
+        True when the claim is confirmed, False otherwise (also for a missing point or
+        coordinate).
+    """
+    if not directed_segments:
+        orig, edited = unsigned_lengths(orig), unsigned_lengths(edited)
+    variables = sorted(set(relation_variables(orig)) | set(relation_variables(edited)), key=_sort_key)
+    bases: list[float | None] = [None, 10.0] if "log_base_ambiguous" in flags else [None]
+    return _recheck(orig, edited, cx, variables, bases)
 
 
 def _compile_forms(rel: Rel, log_base: float | None) -> list[tuple[str, Callable, Callable]]:
@@ -1576,7 +1937,11 @@ def _compile_forms(rel: Rel, log_base: float | None) -> list[tuple[str, Callable
             for k, p, q in _oriented_links(rel)]
 
 
-def _solve_and_check(first: Rel, second: Rel, variables, rng, domains, judge, tries, e_sym):
+def _solve_and_check(first: Rel, second: Rel, variables, rng, domains, accept, tries, e_sym):
+    """``solve_one_side_check_other`` of :func:`find_counterexample`: the accepted
+    counterexample or None. Odd attempts fix the other unknowns at simple rationals,
+    even ones at random samples; irrational roots are computed to
+    :data:`_ROOT_DIGITS` digits."""
     g = (first.sides[0] - first.sides[1]).xreplace({DEGREE: sp.pi / 180})
     for p in g.atoms(sp.Pow):
         # a degree above 6 is never solved; a large exponent would be expanded (2010)
@@ -1619,8 +1984,15 @@ def _solve_and_check(first: Rel, second: Rel, variables, rng, domains, judge, tr
                 env[w] = math.e
                 sub_exact[subs_atoms.get(w, w)] = sp.E
                 continue
+            dom_w = (domains or {}).get(_var_name(w))
             try:
-                f = _draw_real(rng, (domains or {}).get(_var_name(w)))
+                if (attempt // len(cand)) % 2:
+                    simple = _simple_values(dom_w)
+                    if not simple:
+                        raise Undefined("empty domain")
+                    f = rng.choice(simple[:24])
+                else:
+                    f = _draw_real(rng, dom_w)
             except Undefined:
                 return None
             exact[w] = f
@@ -1638,7 +2010,7 @@ def _solve_and_check(first: Rel, second: Rel, variables, rng, domains, judge, tr
                     continue
                 roots = [(-c0 / c1)]
             else:
-                roots = [r for r in poly.nroots(n=15) if abs(sp.im(r)) < 1e-12]
+                roots = [r for r in poly.nroots(n=_ROOT_DIGITS + 5, maxsteps=200) if abs(sp.im(r)) < 1e-12]
         except (sp.PolynomialError, TypeError, ValueError, NotImplementedError, ZeroDivisionError,
                 sp.polys.polyerrors.PolynomialError, RecursionError, NoConvergence):
             continue
@@ -1660,9 +2032,11 @@ def _solve_and_check(first: Rel, second: Rel, variables, rng, domains, judge, tr
             if r.is_Rational:
                 ex2[v] = Fraction(int(r.p), int(r.q))
             else:
-                ex2[v] = f"{rv:.15g}"
-            if any(isinstance(x, AppliedUndef) for x in variables) and not _atoms_consistent([first, second], env2):
-                continue
-            if judge(env2, ex2) is not None:
-                return env2, ex2
+                try:
+                    ex2[v] = str(sp.N(sp.re(r), _ROOT_DIGITS))
+                except (TypeError, ValueError):
+                    continue
+            cx = accept(env2, ex2, "solve_one_side_check_other")
+            if cx is not None:
+                return cx
     return None

@@ -246,11 +246,13 @@ def aggregate_census(records: list[dict]) -> dict:
         ``{"unique_expressions", "coverage_before", "coverage_after", "relation_share",
         "coverage_after_interpreted" (after, without uninterpreted parts),
         "spans", "segments", "segments_parsed", "qualifying_relations", "tried_relations",
-        "problems_with_relation", "rejections": {reason: count}}``.
+        "list_bound_relations" (relations over a comma list, never rewritten),
+        "counterexamples_discarded" (refuting points that failed the exact or 50-digit
+        re-check), "problems_with_relation", "rejections": {reason: count}}``.
     """
     uniq: dict[str, list[bool]] = {}  # key -> [before, after, relation, interpreted]
     totals = {"spans": 0, "segments": 0, "segments_parsed": 0, "qualifying_relations": 0,
-              "tried_relations": 0}
+              "tried_relations": 0, "list_bound_relations": 0, "counterexamples_discarded": 0}
     rej: dict[str, int] = {}
     with_rel = 0
     for rec in records:
