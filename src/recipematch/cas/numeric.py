@@ -63,7 +63,7 @@ EQUIV_MIN_NONTRIVIAL = 5
 #: Peer: up to 300 real points for an inequality counterexample.
 CX_REAL_POINTS = 300
 #: Solve attempts (one unknown solved, the others fixed) for an equation's counterexample.
-CX_SOLVE_TRIES = 24
+CX_SOLVE_TRIES = 12
 _TOL = 1e-9
 _MARGIN = 1e-7
 
@@ -1523,9 +1523,11 @@ def find_counterexample(orig: Rel, edited: Rel, *, rng: random.Random,
       ``solve_tries`` attempts each;
     * ``boundary_root_scan``: with the other unknowns fixed at several rationals, one
       unknown is scanned over its domain for sign changes of each link's residual
-      ``P − Q`` (any function, not only polynomials: ``\\sin``, exponents); each root is
-      refined at 60 digits; an equation is tested at the root, an inequality at exact
-      rationals just on either side of it (the boundary of its solution set).
+      ``P − Q`` (any function, not only polynomials: ``\\sin``, exponents); each root
+      (at most :data:`_SCAN_MAX_ROOTS` per search) is located by bisection; an inequality
+      is tested at exact rationals just on either side of it (the boundary of its
+      solution set), an equation at a simple fraction near it and at the root itself,
+      refined at 60 digits.
 
     Exact decisions: when both relations are rational functions with rational
     coefficients (no ``e``, no function, no root, exponents of unknowns at most
@@ -1641,6 +1643,8 @@ def find_counterexample(orig: Rel, edited: Rel, *, rng: random.Random,
             stats["discarded"] = stats.get("discarded", 0) + 1
         return None
 
+    accept.judge = judge  # the float/exact decision alone (no re-check), for cheap pre-tests
+
     def from_exact(exact: dict) -> dict:
         env = {v: float(x) for v, x in exact.items()}
         if e_sym in variables:
@@ -1668,7 +1672,7 @@ def find_counterexample(orig: Rel, edited: Rel, *, rng: random.Random,
     # 3) equations: solve one, check the other
     if len(orig.ops) == 1 and orig.ops[0] == "=" and edited.ops == ("=",):
         for first, second in ((orig, edited), (edited, orig)):
-            cx = _solve_and_check(first, second, variables, rng, domains, accept, solve_tries, e_sym)
+            cx = _solve_and_check(first, second, variables, rng, domains, judge, accept, solve_tries, e_sym)
             if cx is not None:
                 return cx
     # 4) roots of each residual along one unknown: equations at the root, inequalities
@@ -1740,6 +1744,7 @@ def _simple_points(free: list, doms: list, rng: random.Random):
 #: of a stored root.
 _SCAN_GRID = tuple(Fraction(k, 8) for k in range(-96, 97))
 _SCAN_ASSIGNMENTS = 3
+_SCAN_MAX_ROOTS = 24
 _ROOT_DIGITS = 40
 
 
@@ -1752,6 +1757,7 @@ def _boundary_scan(orig: Rel, edited: Rel, free: list, doms: list, compiled, acc
     values = [_simple_values(d) for d in doms]
     if any(not v for v in values):
         return None
+    budget = _SCAN_MAX_ROOTS
     for i, v in enumerate(free):
         dom = doms[i]
         grid = [x for x in _SCAN_GRID if dom is None or dom.contains_exact(x)]
@@ -1778,7 +1784,11 @@ def _boundary_scan(orig: Rel, edited: Rel, free: list, doms: list, compiled, acc
                         prev = None
                         continue
                     if prev is not None and (prev[1] < 0) != (y < 0):
-                        cx = _try_root(g, kind, v, prev[0], x, base, env, dom, accept, has_e)
+                        budget -= 1
+                        if budget < 0:
+                            return None
+                        cx = _try_root(g, kind, v, prev[0], x, base, dict(env), dom, accept, has_e,
+                                       lambda en, fp=fp, fq=fq: fp(en) - fq(en))
                         if cx is not None:
                             return cx
                     prev = (x, y)
@@ -1786,16 +1796,70 @@ def _boundary_scan(orig: Rel, edited: Rel, free: list, doms: list, compiled, acc
 
 
 def _try_root(g: sp.Expr, kind: str, v, lo: Fraction, hi: Fraction, base: dict, env: dict, dom,
-              accept, has_e: bool) -> dict | None:
-    """Refine a sign change of ``g`` in ``[lo, hi]`` (the others at ``base``) at 60 digits
-    and test the root (``eq``) or rationals on either side of it (inequalities)."""
-    e_sym = sp.Symbol("e")
+              accept, has_e: bool, fg: Callable[[dict], float]) -> dict | None:
+    """Locate a sign change of ``g`` (compiled: ``fg``) in ``[lo, hi]`` with the others at
+    ``base`` by float bisection and test rationals on either side of the root (and, for an
+    equation, a simple fraction near it and the root itself, refined at 60 digits only
+    when the float root refutes)."""
+    a, b = float(lo), float(hi)
+    try:
+        env[v] = a
+        ya = fg(env)
+        for _ in range(60):
+            m = (a + b) / 2
+            env[v] = m
+            ym = fg(env)
+            if isinstance(ym, complex):
+                return None
+            if (ym < 0) == (ya < 0):
+                a, ya = m, ym
+            else:
+                b = m
+    except (Undefined, ZeroDivisionError, OverflowError, ValueError, TypeError):
+        return None
+    root = (a + b) / 2
+    rq = Fraction(root)
+    cands: list[Fraction | str] = [rq.limit_denominator(1000)]
+    if kind != "eq":
+        for k in range(1, 7):
+            step = Fraction(1, 10 ** k)
+            below = Fraction(math.floor(rq / step)) * step
+            cands += [below, below + step]
+    for c in cands:
+        if dom is not None and not dom.contains_exact(c):
+            continue
+        exact = dict(base)
+        exact[v] = c
+        env2 = dict(env)
+        env2[v] = float(c)
+        cx = accept(env2, exact, "boundary_root_scan")
+        if cx is not None:
+            return cx
+    if kind != "eq" or (dom is not None and not dom.contains(root)):
+        return None
+    env2 = dict(env)
+    env2[v] = root
+    exact = dict(base)
+    exact[v] = f"{root:.17g}"
+    if accept.judge(env2, exact) is None:
+        return None
+    precise = _refine_root(g, v, lo, hi, base, has_e)
+    if precise is None:
+        return None
+    exact[v] = precise
+    env2[v] = float(Fraction(precise))
+    return accept(env2, exact, "boundary_root_scan")
+
+
+def _refine_root(g: sp.Expr, v, lo: Fraction, hi: Fraction, base: dict, has_e: bool) -> str | None:
+    """The root of ``g`` in ``[lo, hi]`` at 60 digits, as :data:`_ROOT_DIGITS`
+    significant digits, or None."""
     try:
         with mpmath.workdps(60):
             f = _mp_compile(g.xreplace({DEGREE: sp.pi / 180}), real=True)
             menv = {w: mpmath.mpf(x.numerator) / x.denominator for w, x in base.items()}
             if has_e:
-                menv[e_sym] = +mpmath.e
+                menv[sp.Symbol("e")] = +mpmath.e
 
             def h(t):
                 menv[v] = t
@@ -1805,32 +1869,22 @@ def _try_root(g: sp.Expr, kind: str, v, lo: Fraction, hi: Fraction, base: dict, 
             r = mpmath.findroot(h, (a, b), solver="anderson")
             if isinstance(r, mpmath.mpc) or not a <= r <= b:
                 return None
-            text = mpmath.nstr(r, _ROOT_DIGITS, strip_zeros=True)
+            return mpmath.nstr(r, _ROOT_DIGITS, strip_zeros=True)
     except (Undefined, ZeroDivisionError, ValueError, TypeError, OverflowError, NoConvergence):
         return None
-    rq = Fraction(text)
-    cands: list[Fraction | str] = []
-    small = rq.limit_denominator(1000)
-    cands.append(small)
-    if kind == "eq":
-        cands.append(text)
-    else:
-        for k in range(1, 7):
-            step = Fraction(1, 10 ** k)
-            below = Fraction(math.floor(rq / step)) * step
-            cands += [below, below + step, below - step, below + 2 * step]
-    for c in cands:
-        val = c if isinstance(c, Fraction) else Fraction(c)
-        if dom is not None and not dom.contains_exact(val):
-            continue
-        exact = dict(base)
-        exact[v] = c
-        env2 = dict(env)
-        env2[v] = float(val)
-        cx = accept(env2, exact, "boundary_root_scan")
-        if cx is not None:
-            return cx
-    return None
+
+
+def _precise_root(poly: sp.Poly, approx: float) -> str | None:
+    """The real root of ``poly`` nearest ``approx``, to :data:`_ROOT_DIGITS` significant
+    digits (a decimal string), or None."""
+    try:
+        roots = [r for r in poly.nroots(n=_ROOT_DIGITS + 5, maxsteps=200) if abs(sp.im(r)) < 1e-30]
+    except (sp.PolynomialError, TypeError, ValueError, NotImplementedError, NoConvergence):
+        return None
+    if not roots:
+        return None
+    best = min(roots, key=lambda r: abs(float(sp.re(r)) - approx))
+    return str(sp.N(sp.re(best), _ROOT_DIGITS))
 
 
 def _truth_mp(rel: Rel, env: dict, log_base: float | None) -> bool | None:
@@ -1937,11 +1991,12 @@ def _compile_forms(rel: Rel, log_base: float | None) -> list[tuple[str, Callable
             for k, p, q in _oriented_links(rel)]
 
 
-def _solve_and_check(first: Rel, second: Rel, variables, rng, domains, accept, tries, e_sym):
+def _solve_and_check(first: Rel, second: Rel, variables, rng, domains, judge, accept, tries, e_sym):
     """``solve_one_side_check_other`` of :func:`find_counterexample`: the accepted
-    counterexample or None. Odd attempts fix the other unknowns at simple rationals,
-    even ones at random samples; irrational roots are computed to
-    :data:`_ROOT_DIGITS` digits."""
+    counterexample or None. Attempts alternate (per round over the candidate unknowns)
+    between random samples and simple rationals for the other unknowns; an irrational
+    root that refutes in floating point is recomputed to :data:`_ROOT_DIGITS` digits
+    before it is accepted."""
     g = (first.sides[0] - first.sides[1]).xreplace({DEGREE: sp.pi / 180})
     for p in g.atoms(sp.Pow):
         # a degree above 6 is never solved; a large exponent would be expanded (2010)
@@ -2010,7 +2065,7 @@ def _solve_and_check(first: Rel, second: Rel, variables, rng, domains, accept, t
                     continue
                 roots = [(-c0 / c1)]
             else:
-                roots = [r for r in poly.nroots(n=_ROOT_DIGITS + 5, maxsteps=200) if abs(sp.im(r)) < 1e-12]
+                roots = [r for r in poly.nroots(n=15) if abs(sp.im(r)) < 1e-12]
         except (sp.PolynomialError, TypeError, ValueError, NotImplementedError, ZeroDivisionError,
                 sp.polys.polyerrors.PolynomialError, RecursionError, NoConvergence):
             continue
@@ -2032,10 +2087,13 @@ def _solve_and_check(first: Rel, second: Rel, variables, rng, domains, accept, t
             if r.is_Rational:
                 ex2[v] = Fraction(int(r.p), int(r.q))
             else:
-                try:
-                    ex2[v] = str(sp.N(sp.re(r), _ROOT_DIGITS))
-                except (TypeError, ValueError):
+                ex2[v] = f"{rv:.15g}"
+                if judge(env2, ex2) is None:
                     continue
+                precise = _precise_root(poly, rv)
+                if precise is None:
+                    continue
+                ex2[v] = precise
             cx = accept(env2, ex2, "solve_one_side_check_other")
             if cx is not None:
                 return cx
