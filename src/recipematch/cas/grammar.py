@@ -1699,6 +1699,14 @@ _DIRECTED_WORDS = re.compile(
     r"véc ?tơ|vectơ|directed (?:segment|length|distance)|oriented (?:segment|length)|"
     r"signed (?:length|distance|segment)|segments? orient|mesure algébrique|gerichtete|"
     r"ориентированн|направленн|有向|向量|벡터", re.IGNORECASE)
+#: Substrings (lower case) one of which every match of :data:`_INTEGER_PART_WORDS` or
+#: :data:`_FRACTIONAL_PART_WORDS` contains (a fast filter).
+_PART_KEYS = ("part", "целая", "целой", "дробн", "phần", "greatest", "ganzteil", "größte", "bruchteil",
+              "część", "egészrész", "törtrész", "întreg")
+#: Substrings one of which every match of :data:`_DIRECTED_WORDS` contains (a fast filter).
+_DIRECTED_KEYS = ("\\vec", "\\overrightarrow", "\\overleftarrow", "vector", "vecteur", "vektor", "vettor",
+                  "wektor", "вектор", "véc", "vectơ", "directed", "oriented", "signed", "orient", "algébrique",
+                  "gerichtete", "ориентированн", "направленн", "有向", "向量", "벡터")
 _POINT_UNIT = r"[A-Z]'*(?:_\{[^{}]*\}'*)?"
 _SEGMENT_NAME = re.compile(rf"({_POINT_UNIT})({_POINT_UNIT})")
 
@@ -1724,12 +1732,14 @@ def declared_notation(text: str) -> frozenset[str]:
     ``"directed_segments"`` (vectors or directed segments are declared: two-point names
     keep their order, see the notation rule in the module docstring)."""
     out = set()
-    if _DIRECTED_WORDS.search(text):
+    low = text.lower()
+    if any(k in low for k in _DIRECTED_KEYS) and _DIRECTED_WORDS.search(text):
         out.add("directed_segments")
-    if _INTEGER_PART_WORDS.search(text):
-        out.add("integer_part")
-    if _FRACTIONAL_PART_WORDS.search(text):
-        out.add("fractional_part")
+    if any(k in low for k in _PART_KEYS):
+        if _INTEGER_PART_WORDS.search(text):
+            out.add("integer_part")
+        if _FRACTIONAL_PART_WORDS.search(text):
+            out.add("fractional_part")
     return frozenset(out)
 
 

@@ -1742,9 +1742,9 @@ def _simple_points(free: list, doms: list, rng: random.Random):
 
 #: Root scan: grid of the scanned unknown, assignments of the others, significant digits
 #: of a stored root.
-_SCAN_GRID = tuple(Fraction(k, 8) for k in range(-96, 97))
-_SCAN_ASSIGNMENTS = 3
-_SCAN_MAX_ROOTS = 24
+_SCAN_GRID = tuple(Fraction(k, 4) for k in range(-48, 49))
+_SCAN_ASSIGNMENTS = 2
+_SCAN_MAX_ROOTS = 12
 _ROOT_DIGITS = 40
 
 
