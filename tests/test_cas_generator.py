@@ -410,3 +410,16 @@ def test_sample_counterexamples_all_pass_a_50_digit_recheck(sample_output):
                     failures.append((rec["source_id"], a, b, n["counterexample"]["point"]))
     assert checked > 2000
     assert failures == []
+
+
+def test_sample_problem_with_a_pole_at_a_simple_value_does_not_crash():
+    """Regression: in source 016x a simple rational made a solve's polynomial have a
+    ``zoo`` coefficient and SymPy's ``DomainError`` escaped as a crash."""
+    from conftest import require_real_data
+
+    corpus = require_real_data(Path(__file__).resolve().parents[1] / "data" / "peer_release" / "corpus.jsonl")
+    text = next(r["text"] for r in map(json.loads, corpus.read_text(encoding="utf-8").splitlines())
+                if r["_id"] == "016x")
+    out = generate_for_problem("016x", text, seed=42)
+    assert out["status"] == "ok"
+    assert out["census"]["relation_errors"] == {}

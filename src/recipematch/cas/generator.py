@@ -84,7 +84,8 @@ _PROSE_LETTER = re.compile(r"(?<![A-Za-z\\])([A-Za-z])(?![A-Za-z])")
 #: Errors inside SymPy that end the work on one relation (recorded in the census), not
 #: on the problem.
 _RELATION_ERRORS = (ValueError, TypeError, AttributeError, RecursionError, NotImplementedError,
-                    ZeroDivisionError, OverflowError, IndexError, KeyError, sp.PolynomialError, NoConvergence)
+                    ZeroDivisionError, OverflowError, IndexError, KeyError, sp.polys.polyerrors.BasePolynomialError,
+                    NoConvergence)
 
 
 def problem_rng(seed: int, source_id: str) -> random.Random:

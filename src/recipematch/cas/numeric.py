@@ -1643,8 +1643,6 @@ def find_counterexample(orig: Rel, edited: Rel, *, rng: random.Random,
             stats["discarded"] = stats.get("discarded", 0) + 1
         return None
 
-    accept.judge = judge  # the float/exact decision alone (no re-check), for cheap pre-tests
-
     def from_exact(exact: dict) -> dict:
         env = {v: float(x) for v, x in exact.items()}
         if e_sym in variables:
@@ -1678,7 +1676,7 @@ def find_counterexample(orig: Rel, edited: Rel, *, rng: random.Random,
     # 4) roots of each residual along one unknown: equations at the root, inequalities
     #    at rationals on either side of it
     if compiled is not None and free and not has_atoms:
-        cx = _boundary_scan(orig, edited, free, doms, compiled[bases[0]], accept, e_sym in variables)
+        cx = _boundary_scan(orig, edited, free, doms, compiled[bases[0]], judge, accept, e_sym in variables)
         if cx is not None:
             return cx
     return None
@@ -1748,7 +1746,8 @@ _SCAN_MAX_ROOTS = 12
 _ROOT_DIGITS = 40
 
 
-def _boundary_scan(orig: Rel, edited: Rel, free: list, doms: list, compiled, accept, has_e: bool) -> dict | None:
+def _boundary_scan(orig: Rel, edited: Rel, free: list, doms: list, compiled, judge, accept,
+                   has_e: bool) -> dict | None:
     """``boundary_root_scan`` of :func:`find_counterexample`."""
     residuals = []
     for rel, forms in ((orig, compiled[0]), (edited, compiled[1])):
@@ -1787,7 +1786,7 @@ def _boundary_scan(orig: Rel, edited: Rel, free: list, doms: list, compiled, acc
                         budget -= 1
                         if budget < 0:
                             return None
-                        cx = _try_root(g, kind, v, prev[0], x, base, dict(env), dom, accept, has_e,
+                        cx = _try_root(g, kind, v, prev[0], x, base, dict(env), dom, judge, accept, has_e,
                                        lambda en, fp=fp, fq=fq: fp(en) - fq(en))
                         if cx is not None:
                             return cx
@@ -1796,7 +1795,7 @@ def _boundary_scan(orig: Rel, edited: Rel, free: list, doms: list, compiled, acc
 
 
 def _try_root(g: sp.Expr, kind: str, v, lo: Fraction, hi: Fraction, base: dict, env: dict, dom,
-              accept, has_e: bool, fg: Callable[[dict], float]) -> dict | None:
+              judge, accept, has_e: bool, fg: Callable[[dict], float]) -> dict | None:
     """Locate a sign change of ``g`` (compiled: ``fg``) in ``[lo, hi]`` with the others at
     ``base`` by float bisection and test rationals on either side of the root (and, for an
     equation, a simple fraction near it and the root itself, refined at 60 digits only
@@ -1841,7 +1840,7 @@ def _try_root(g: sp.Expr, kind: str, v, lo: Fraction, hi: Fraction, base: dict, 
     env2[v] = root
     exact = dict(base)
     exact[v] = f"{root:.17g}"
-    if accept.judge(env2, exact) is None:
+    if judge(env2, exact) is None:
         return None
     precise = _refine_root(g, v, lo, hi, base, has_e)
     if precise is None:
@@ -1879,7 +1878,8 @@ def _precise_root(poly: sp.Poly, approx: float) -> str | None:
     digits (a decimal string), or None."""
     try:
         roots = [r for r in poly.nroots(n=_ROOT_DIGITS + 5, maxsteps=200) if abs(sp.im(r)) < 1e-30]
-    except (sp.PolynomialError, TypeError, ValueError, NotImplementedError, NoConvergence):
+    except (sp.polys.polyerrors.BasePolynomialError, TypeError, ValueError, NotImplementedError,
+            RecursionError, NoConvergence):
         return None
     if not roots:
         return None
@@ -2055,6 +2055,8 @@ def _solve_and_check(first: Rel, second: Rel, variables, rng, domains, judge, ac
             sub_exact[subs_atoms.get(w, w)] = sp.Rational(f.numerator, f.denominator)
         try:
             uni = sp.together(g_sym.xreplace(sub_exact))
+            if uni.has(sp.zoo, sp.nan, sp.oo, -sp.oo):
+                continue
             num = uni.as_numer_denom()[0]
             poly = sp.Poly(num, vs)
             if poly.degree() < 1 or poly.degree() > 6:
@@ -2066,8 +2068,8 @@ def _solve_and_check(first: Rel, second: Rel, variables, rng, domains, judge, ac
                 roots = [(-c0 / c1)]
             else:
                 roots = [r for r in poly.nroots(n=15) if abs(sp.im(r)) < 1e-12]
-        except (sp.PolynomialError, TypeError, ValueError, NotImplementedError, ZeroDivisionError,
-                sp.polys.polyerrors.PolynomialError, RecursionError, NoConvergence):
+        except (sp.polys.polyerrors.BasePolynomialError, TypeError, ValueError, NotImplementedError,
+                ZeroDivisionError, RecursionError, NoConvergence):
             continue
         dom = (domains or {}).get(_var_name(v))
         for r in roots:
