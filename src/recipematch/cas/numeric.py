@@ -1,15 +1,22 @@
 """Numeric evaluation, domains, equivalence checks and counterexamples (paper, Appendix A: the verified arm).
 
-No ``lambdify`` (it ``exec``s generated code): a SymPy tree is compiled into nested
-Python closures over a fixed set of node types, evaluated in one of two modes:
+No ``lambdify`` (it ``exec``s generated code): one compiler (:func:`_compile`) turns a
+SymPy tree into nested Python closures over a fixed set of node types, in a number domain
+(:class:`_Numbers`): floats (:func:`compile_expr`), exact rationals (:func:`exact_compile`,
+rational functions only) or ``mpmath`` at 50 digits (:func:`_mp_compile`), each in one of
+two modes:
 
 * ``complex``: principal branches (``cmath``), used for the equivalence of positives
   ("original − rewrite is zero at ≥ 20 random complex points", Appendix A) when the
-  relations are not rational functions (rational ones are checked in exact arithmetic,
-  :func:`exact_compile`), each pass re-checked at 50 digits (:func:`_mp_compile`);
+  relations are not rational functions (rational ones are checked in exact arithmetic),
+  each pass re-checked at 50 digits;
 * ``real``: real-valued semantics for truth values of inequalities and counterexamples
   (odd roots of negatives are real, even roots and logarithms of non-positives are
-  undefined, factorial and binomial need non-negative integers).
+  undefined, factorial and binomial need non-negative integers). Every counterexample is
+  re-checked exactly or at 50 digits before it is kept (:func:`recheck_counterexample`).
+
+Notation: two-point names are unsigned lengths (``PC`` is ``CP``) unless the problem
+declares vectors or directed segments (the rule in :mod:`recipematch.cas.grammar`).
 
 Explicit skip rule: a sample point where any side of either relation is undefined,
 non-finite, or (for counterexamples) too close to its boundary to decide, is skipped and
