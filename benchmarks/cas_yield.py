@@ -1,8 +1,10 @@
 """Yield, census, speed and agreement with the peer of the computer-algebra generator.
 
-Run by hand (not a test):
+Run by hand (not a test), from a clone with the data pulled (``dvc pull data.dvc``):
 
     .venv/bin/python benchmarks/cas_yield.py [--data-dir DIR] [--workers 2] [--limit N]
+
+The data directory defaults to the repository's ``data/peer_release``.
 
 It runs :func:`recipematch.cas.run_generator` on every problem of the peer's released
 ``corpus.jsonl`` (2,500 MathNet problems, the whole sample), then compares our output with
@@ -14,9 +16,19 @@ and the probe items whose source is in the corpus):
   distinct negatives per source (ours and the peer's), our negatives carrying a
   counterexample;
 * the peer's rows judged by our checker: its reformulated/mirrored positives that our
-  numeric test proves equivalent, its renames that re-parse to the same structure, and
-  its negatives that our counterexample search refutes inside the problem's declared
-  domain (and over the unrestricted reals);
+  numeric test proves equivalent (each unknown sampled in the problem's domains; two-point
+  names read as unsigned lengths unless the problem declares vectors or directed
+  segments, the notation rule of :mod:`recipematch.cas.grammar`), its renames that
+  re-parse to the same structure, and its negatives that our counterexample search
+  refutes inside the problem's declared domain (and over the unrestricted reals);
+* the agreement table: every disagreement by class, with ids (``source_id/family#k`` for
+  the k-th positive of that family, ``source_id/neg#k`` for the k-th distinct negative):
+  *peer wrong* (a peer positive that is not equivalent, counted as "peer positive not
+  equivalent" with the reason: a counterexample point, an inconsistent rename, or a
+  rewrite of a relation over a comma list; a peer negative that is equivalent), *ours
+  wrong* (our checker cannot decide: a positive left ``unknown``, a negative not refuted),
+  *notation* (equivalent only under the unsigned-length reading of two-point names),
+  and *unaligned* (the edit is not one parseable relation);
 * the census over the whole sample (unique expressions, coverage before and after the
   normaliser, share parsed as a relation) and the time per problem (each worker is one
   process on one core).
@@ -31,6 +43,7 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import re
 import statistics
 import sys
 import tempfile
@@ -42,16 +55,17 @@ import sympy as sp
 
 from recipematch.cas import GENERATOR_VERSION, run_generator
 from recipematch.cas.domains import infer_domains
-from recipematch.cas.grammar import function_letters, try_parse
+from recipematch.cas.generator import census_of_problem, list_bound_relations
+from recipematch.cas.grammar import DEGREE, declared_notation, function_letters, try_parse
 from recipematch.cas.numeric import Rel, check_equivalent, find_counterexample
 from recipematch.cas.spans import find_spans, split_segments
-from recipematch.cas.transforms import rename_latex
 
 FAMILIES = ("rename", "reformulate", "mirror")
 
 
 def _default_data_dir() -> Path:
-    return Path(__file__).resolve().parents[2] / "shared" / "data" / "peer_release"
+    """The repository's ``data/peer_release`` (restored by ``dvc pull data.dvc``)."""
+    return Path(__file__).resolve().parents[1] / "data" / "peer_release"
 
 
 def _read_jsonl(path: Path) -> list[dict]:
@@ -102,69 +116,133 @@ def _domains_for(orig: str, exclude: int):
     return infer_domains(segs, orig, exclude=exclude)
 
 
-def _peer_positive_verified(orig: str, row: dict) -> bool | None:
+def _list_bound(orig: str, k: int) -> bool:
+    """Whether the k-th segment of ``orig`` is a relation over a comma list (the
+    generator's rule: never rewritten)."""
+    _, segs, _, _ = census_of_problem(orig)
+    bound = list_bound_relations(orig, segs)
+    start, end = _segments(orig)[k][2:]
+    return any(segs[i].seg.start == start and segs[i].seg.end == end for i in bound)
+
+
+def _judge_positive(orig: str, row: dict) -> tuple[str, str]:
+    """(class, reason) of one peer positive: ``verified``, ``notation`` (equivalent only
+    under the unsigned-length reading), ``peer_wrong``, ``ours_wrong`` or ``unaligned``."""
     fam = row["transform_family"]
     new = row["positive_text"]
     if fam == "rename":
-        return _peer_rename_verified(orig, new)
+        v, why = _peer_rename_verified(orig, new)
+        if v is None:
+            return "unaligned", why
+        return ("verified", why) if v else ("peer_wrong", why)
     parsed = _parse_pair(orig, new)
     if parsed is None:
-        return None
-    pa, pb, _ = parsed
-    ver = check_equivalent(Rel(pa.ops, pa.sides), Rel(pb.ops, pb.sides), rng=random.Random(0))
-    return ver["verdict"] == "equivalent"
+        return "unaligned", "the edit is not one parseable relation"
+    pa, pb, k = parsed
+    if _list_bound(orig, k):
+        return "peer_wrong", "rewrites a relation over a comma list (it then binds fewer items)"
+    directed = "directed_segments" in declared_notation(orig)
+    doms = _domains_for(orig, k)
+    a, b = Rel(pa.ops, pa.sides), Rel(pb.ops, pb.sides)
+    ver = check_equivalent(a, b, rng=random.Random(0), domains=doms, directed_segments=directed)
+    if ver["verdict"] == "equivalent":
+        if not directed:
+            strict = check_equivalent(a, b, rng=random.Random(0), domains=doms, directed_segments=True)
+            if strict["verdict"] != "equivalent":
+                return "notation", "equivalent when two-point names are unsigned lengths, not when directed"
+        return "verified", ver["method"]
+    if ver["verdict"] == "not_equivalent":
+        cx = ver.get("counterexample") or {}
+        at = f" at {cx['point']}" if cx.get("point") else ""
+        return "peer_wrong", f"{ver['reason']}{at}"
+    return "ours_wrong", f"unknown: {ver['reason']}"
 
 
-def _peer_rename_verified(orig: str, new: str) -> bool | None:
-    """A rename is verified when the spans correspond one to one, their stripped contents
-    differ only by a consistent letter substitution, and every segment that parses re-parses
-    to the original with the symbols renamed (the peer re-spaced some display spans, so
-    blanks at the ends of a span are ignored). None when spans do not correspond."""
+_UNIT_RE = re.compile(r"\\(?:text|mathrm|textrm|operatorname|mathbb|mbox|begin|end)\s*\{[^{}]*\}|\\[A-Za-z]+|[A-Za-z]'*|\S")
+_LETTER_UNIT = re.compile(r"[A-Za-z]'*")
+
+
+def _units(s: str) -> list[str]:
+    return _UNIT_RE.findall(s)
+
+
+def _rename_name(name: str, umap: dict[str, str]) -> str:
+    return "".join(umap.get(t, t) if _LETTER_UNIT.fullmatch(t) else t
+                   for t in re.findall(r"\\[A-Za-z]+|[A-Za-z]'*|\s+|.", name))
+
+
+def _peer_rename_verified(orig: str, new: str) -> tuple[bool | None, str]:
+    """A rename is verified when the spans correspond one to one, their contents differ
+    only by a consistent, one-to-one substitution of letter units (a letter with its
+    primes, so ``B'`` can be renamed while ``B`` stays; blanks are ignored: the peer
+    re-spaced some spans), and every segment that parses re-parses to the original with
+    the symbols renamed (indexed terms under ``\\sum`` included). None when spans do not
+    correspond; the reason as the second value."""
     sa, sb = find_spans(orig), find_spans(new)
     if len(sa) != len(sb):
-        return None
-    mapping: dict[str, str] = {}
+        return None, "spans do not correspond"
+    umap: dict[str, str] = {}
+    back: dict[str, str] = {}
     for x, y in zip(sa, sb):
-        ca, cb = x.content(orig).strip(), y.content(new).strip()
-        if len(ca) != len(cb):
-            return None
-        for p, q in zip(ca, cb):
-            if p != q:
-                if not (p.isalpha() and q.isalpha()) or mapping.get(p, q) != q:
-                    return False
-                mapping[p] = q
-    if not mapping:
-        return False
+        ua, ub = _units(x.content(orig)), _units(y.content(new))
+        if len(ua) != len(ub):
+            return None, "span contents do not correspond"
+        for p, q in zip(ua, ub):
+            if p == q and not _LETTER_UNIT.fullmatch(p):
+                continue
+            if not (_LETTER_UNIT.fullmatch(p) and _LETTER_UNIT.fullmatch(q)):
+                return False, f"not a rename: {p!r} became {q!r}"
+            if umap.get(p, q) != q:
+                return False, f"inconsistent rename: {p} became both {umap[p]} and {q} (a partial rename)"
+            if back.get(q, p) != p:
+                return False, f"not one-to-one: {back[q]} and {p} both became {q}"
+            umap[p] = q
+            back[q] = p
+    if all(p == q for p, q in umap.items()):
+        return False, "nothing renamed"
     fl = function_letters([s.content(orig) for s in sa])
     fl2 = function_letters([s.content(new) for s in sb])
     any_rel = False
     for x, y in zip(sa, sb):
-        off_a = x.inner_start + (len(x.content(orig)) - len(x.content(orig).lstrip()))
-        off_b = y.inner_start + (len(y.content(new)) - len(y.content(new).lstrip()))
-        for seg in split_segments(orig, x):
+        segs_a = split_segments(orig, x)
+        segs_b = split_segments(new, y)
+        if len(segs_a) != len(segs_b):
+            return False, "segments do not correspond"
+        for seg, seg_b in zip(segs_a, segs_b):
             pa, _ = try_parse(orig[seg.start:seg.end], functions=fl)
             if pa is None:
                 continue
-            a0, b0 = seg.start - off_a + off_b, seg.end - off_a + off_b
-            pb, _ = try_parse(new[a0:b0], functions=fl2)
-            expected = pa.obj.xreplace({s: sp.Symbol(rename_latex(s.name, mapping)) for s in pa.obj.free_symbols})
+            pb, _ = try_parse(new[seg_b.start:seg_b.end], functions=fl2)
+            sub = {s: sp.Symbol(_rename_name(s.name, umap)) for s in pa.obj.atoms(sp.Symbol) if s is not DEGREE}
+            expected = pa.obj.xreplace(sub)
             if pb is None or pb.obj != expected:
-                return False
+                return False, f"segment {orig[seg.start:seg.end][:40]!r} does not re-parse to its renamed self"
             any_rel = any_rel or pa.is_relation
-    return True if any_rel else None
+    if not any_rel:
+        return None, "no relation renamed"
+    return True, "parse_back_structural_equality"
 
 
-def _peer_negative_refuted(orig: str, neg_text: str) -> tuple[bool | None, bool | None]:
-    """(refuted inside the declared domain, refuted over the reals), None when the edit
-    cannot be parsed as one relation."""
+def _judge_negative(orig: str, neg_text: str) -> tuple[str, str, bool | None]:
+    """(class, reason, refuted over the reals) of one peer negative: ``verified``
+    (refuted inside the declared domain), ``peer_wrong`` (proved equivalent),
+    ``ours_wrong`` (not refuted) or ``unaligned``."""
     parsed = _parse_pair(orig, neg_text)
     if parsed is None:
-        return None, None
+        return "unaligned", "the edit is not one parseable relation", None
     pa, pb, k = parsed
+    directed = "directed_segments" in declared_notation(orig)
     a, b = Rel(pa.ops, pa.sides), Rel(pb.ops, pb.sides)
-    in_dom = find_counterexample(a, b, rng=random.Random(0), domains=_domains_for(orig, k), flags=pa.flags)
-    free = find_counterexample(a, b, rng=random.Random(1), flags=pa.flags)
-    return in_dom is not None, free is not None
+    doms = _domains_for(orig, k)
+    in_dom = find_counterexample(a, b, rng=random.Random(0), domains=doms, flags=pa.flags,
+                                 directed_segments=directed)
+    free = find_counterexample(a, b, rng=random.Random(1), flags=pa.flags, directed_segments=directed)
+    if in_dom is not None:
+        return "verified", f"{in_dom['method']} at {in_dom['point']}", free is not None
+    ver = check_equivalent(a, b, rng=random.Random(0), domains=doms, directed_segments=directed)
+    if ver["verdict"] == "equivalent":
+        return "peer_wrong", "the negative is equivalent to the original", free is not None
+    return "ours_wrong", "no counterexample found in the declared domain", free is not None
 
 
 def _pct(a: float, b: float) -> str:
@@ -173,7 +251,9 @@ def _pct(a: float, b: float) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--data-dir", type=Path, default=_default_data_dir())
+    ap.add_argument("--data-dir", type=Path, default=_default_data_dir(),
+                    help="folder with corpus.jsonl, pairs_cas_verified_negmatched.jsonl, probe_sample.jsonl "
+                         "(default: the repository's data/peer_release)")
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--timeout", type=float, default=30.0)
     ap.add_argument("--memory-mb", type=int, default=2048)
@@ -182,6 +262,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=None, help="output file (default: a temporary directory)")
     args = ap.parse_args(argv)
 
+    missing = [n for n in ("corpus.jsonl", "pairs_cas_verified_negmatched.jsonl", "probe_sample.jsonl")
+               if not (args.data_dir / n).is_file()]
+    if missing:
+        print(f"{args.data_dir}: missing {', '.join(missing)}; run `dvc pull data.dvc` first "
+              "or pass --data-dir", file=sys.stderr)
+        return 2
     corpus = _read_jsonl(args.data_dir / "corpus.jsonl")
     if args.limit:
         corpus = corpus[:args.limit]
@@ -257,26 +343,44 @@ def main(argv: list[str] | None = None) -> int:
     pos_checked = pos_ok = 0
     by_fam_ok = defaultdict(lambda: [0, 0])
     neg_checked = neg_in_dom = neg_free = 0
+    classes: dict[str, list[tuple[str, str]]] = defaultdict(list)
+    pos_classes: dict[str, int] = defaultdict(int)
+    neg_classes: dict[str, int] = defaultdict(int)
     for s in peer_ids:
         orig = texts[s]
-        seen_neg = set()
+        seen_neg: list[str] = []
+        fam_k: dict[str, int] = defaultdict(int)
         for r in peer_by_src[s]:
-            v = _peer_positive_verified(orig, r)
-            if v is not None:
+            fam = r["transform_family"]
+            rid = f"{s}/{fam}#{fam_k[fam]}"
+            fam_k[fam] += 1
+            cls, why = _judge_positive(orig, r)
+            pos_classes[cls] += 1
+            if cls != "unaligned":
                 pos_checked += 1
-                pos_ok += bool(v)
-                by_fam_ok[r["transform_family"]][0] += 1
-                by_fam_ok[r["transform_family"]][1] += bool(v)
+                ok = cls in ("verified", "notation")
+                pos_ok += ok
+                by_fam_ok[fam][0] += 1
+                by_fam_ok[fam][1] += ok
+            if cls != "verified":
+                label = "peer positive not equivalent" if cls == "peer_wrong" else "positive"
+                classes[cls].append((rid, f"{label}: {why}"))
             for n in r["negatives"]:
                 if n["text"] in seen_neg:
                     continue
-                seen_neg.add(n["text"])
-                in_dom, free = _peer_negative_refuted(orig, n["text"])
-                if in_dom is None:
+                seen_neg.append(n["text"])
+                nid = f"{s}/neg#{len(seen_neg) - 1}"
+                ncls, nwhy, free = _judge_negative(orig, n["text"])
+                neg_classes[ncls] += 1
+                if ncls == "unaligned":
+                    classes[ncls].append((nid, f"negative: {nwhy}"))
                     continue
                 neg_checked += 1
-                neg_in_dom += bool(in_dom)
+                neg_in_dom += ncls == "verified"
                 neg_free += bool(free)
+                if ncls != "verified":
+                    label = "peer negative equivalent" if ncls == "peer_wrong" else "negative"
+                    classes[ncls].append((nid, f"{label}: {nwhy}"))
     ours_neg_on_peer = sum(len({n["text"] for row in recs[s]["rows"] for n in row["negatives"]}) for s in peer_ids if s in recs)
 
     census = summary["census"]
@@ -324,6 +428,19 @@ def main(argv: list[str] | None = None) -> int:
     print(f"  peer negatives our search refutes: inside the declared domain {neg_in_dom}/{neg_checked} "
           f"({_pct(neg_in_dom, neg_checked).strip()}), over the reals {neg_free}/{neg_checked} "
           f"({_pct(neg_free, neg_checked).strip()})")
+    print()
+    print("Agreement with the peer, by class (verified positives and refuted negatives agree)")
+    print(f"  positives: " + ", ".join(f"{k} {v}" for k, v in sorted(pos_classes.items())))
+    print(f"  negatives: " + ", ".join(f"{k} {v}" for k, v in sorted(neg_classes.items())))
+    titles = {"peer_wrong": "peer wrong (peer positive not equivalent / peer negative equivalent)",
+              "ours_wrong": "ours wrong (our checker cannot decide)",
+              "notation": "notation (equivalent under the unsigned-length rule only; counted as verified)",
+              "unaligned": "unaligned (not one parseable relation)"}
+    for cls in ("peer_wrong", "ours_wrong", "notation", "unaligned"):
+        items = classes.get(cls, [])
+        print(f"  {titles[cls]}: {len(items)}")
+        for rid, why in items:
+            print(f"    {rid:24s} {why[:160]}")
 
     result = {
         "generator_version": GENERATOR_VERSION,
@@ -350,6 +467,12 @@ def main(argv: list[str] | None = None) -> int:
         "peer_positives_verified": [pos_ok, pos_checked],
         "peer_negatives_refuted_in_domain": [neg_in_dom, neg_checked],
         "peer_negatives_refuted_reals": [neg_free, neg_checked],
+        "agreement_classes": {cls: len(classes.get(cls, [])) for cls in ("peer_wrong", "ours_wrong", "notation",
+                                                                         "unaligned")},
+        "peer_positive_classes": dict(sorted(pos_classes.items())),
+        "peer_negative_classes": dict(sorted(neg_classes.items())),
+        "counterexamples_discarded": census.get("counterexamples_discarded", 0),
+        "list_bound_relations": census.get("list_bound_relations", 0),
         "our_negatives_with_counterexample": [cx_ok, cx_total],
     }
     print(json.dumps(result, sort_keys=True))

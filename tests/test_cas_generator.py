@@ -9,6 +9,7 @@ from __future__ import annotations
 import builtins
 import json
 import random
+import re
 from fractions import Fraction
 from pathlib import Path
 
@@ -259,3 +260,166 @@ def test_python_payload_never_evaluated(monkeypatch, tmp_path):
     assert out["census"]["rejections"]  # the payload spans are rejected with reasons
     # the harmless relation still works
     assert out["status"] == "ok"
+
+
+# --------------------------------------------------------------------------- issue 13: comma lists
+
+_REL_OP = re.compile(r"=|<|>|\\leq?|\\geq?|\\leqslant|\\geqslant|\\neq|\\ge\b|\\le\b")
+_BARE_ITEM = re.compile(r"\s*(?:[A-Za-z](?:_\{?[0-9A-Za-z]+\}?)?'*|\d+|\\[lcvd]?dots[a-z]*|\\cdots|\.\.\.)\s*")
+
+
+def _top_items(content: str) -> list[str]:
+    """A span's content split at commas outside braces, brackets and parentheses."""
+    items, depth, cur = [], 0, ""
+    for ch in content:
+        if ch in "{[(":
+            depth += 1
+        elif ch in "}])":
+            depth -= 1
+        if ch == "," and depth == 0:
+            items.append(cur)
+            cur = ""
+        else:
+            cur += ch
+    items.append(cur)
+    return items
+
+
+def comma_list_rewrites(source: str, new: str) -> list[str]:
+    """Spans of ``source`` that hold a relation over a comma list (a bare item, then a
+    comma, then an item with a relation operator, or the reverse: ``a, b, c > 0``,
+    ``x = 2, 3``) and whose relation item ``new`` changed. Independent of the
+    generator's own rule (a plain text scan)."""
+    out = []
+    sa, sb = find_spans(source), find_spans(new)
+    if len(sa) != len(sb):
+        return out
+    for x, y in zip(sa, sb):
+        ca, cb = x.content(source), y.content(new)
+        if ca == cb:
+            continue
+        ia, ib = _top_items(ca), _top_items(cb)
+        for k, item in enumerate(ia):
+            if not _REL_OP.search(item):
+                continue
+            nbrs = [ia[j] for j in (k - 1, k + 1) if 0 <= j < len(ia)]
+            if not any(_BARE_ITEM.fullmatch(n) for n in nbrs):
+                continue
+            if len(ia) != len(ib) or ib[k].strip() != item.strip():
+                out.append(ca)
+    return out
+
+
+def test_a_relation_over_a_comma_list_is_never_rewritten():
+    text = ("For all real numbers $a, b, c > 0$ with $a + b + c = 3$, and integers $m, n \\ge 3$, "
+            "prove that $ab + bc + ca \\leq 3$ and $m + n \\geq 6$.")
+    out = generate_for_problem("list", text, seed=1)
+    assert out["census"]["list_bound_relations"] == 2
+    texts = [r["positive_text"] for r in out["rows"] if r["transform_family"] != "rename"]
+    texts += [n["text"] for r in out["rows"] for n in r["negatives"]]
+    assert texts, "the other relations still give rows"
+    for t in texts:
+        assert "$a, b, c > 0$" in t and "$m, n \\ge 3$" in t
+        assert comma_list_rewrites(text, t) == []
+    # the scan itself finds the rewrites the issue reported
+    assert comma_list_rewrites("for all $a, b, c > 0$", "for all $a, b, 0 < c$")
+    assert comma_list_rewrites("$m, n \\ge 3$", "$m, 2 n \\geq 6$")
+    assert comma_list_rewrites("$m, n \\geqslant 0$", "$m, 0 \\leq n$")
+    assert not comma_list_rewrites("$x = 1, y = 2$", "$x - 1 = 0, y = 2$")
+
+
+def test_list_bound_relations_rule():
+    from recipematch.cas.generator import census_of_problem, list_bound_relations
+
+    for text, bound in [
+        ("$a, b, c > 0$", ["c > 0"]),
+        ("$a_1, a_2, \\ldots, a_n > 0$", ["a_n > 0"]),
+        ("$x = 2, 3$", ["x = 2"]),
+        ("$a$, $b$ and $c > 0$", ["c > 0"]),
+        ("$x = 1, y = 2$", []),
+        ("$x > 0$. Then $y$ is", []),
+    ]:
+        _, segs, _, _ = census_of_problem(text)
+        got = sorted(text[segs[i].seg.start:segs[i].seg.end] for i in list_bound_relations(text, segs))
+        assert got == bound, text
+
+
+# --------------------------------------------------------------------------- issue 13: the whole sample
+
+@pytest.fixture(scope="module")
+def sample_output(tmp_path_factory):
+    """The generator over the peer's 2,500-problem sample (data/peer_release/corpus.jsonl),
+    two workers, run once for the module."""
+    from conftest import require_real_data
+
+    from recipematch.cas import run_generator
+
+    corpus = require_real_data(Path(__file__).resolve().parents[1] / "data" / "peer_release" / "corpus.jsonl")
+    rows = [json.loads(line) for line in corpus.read_text(encoding="utf-8").splitlines() if line.strip()]
+    texts = {r["_id"]: r["text"] for r in rows}
+    out = tmp_path_factory.mktemp("cas_sample") / "pairs.jsonl"
+    summary = run_generator(list(texts.items()), out_path=out, seed=42, timeout_s=30.0, memory_mb=2048,
+                            workers=2, progress=False)
+    recs = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
+    return texts, recs, summary
+
+
+def test_sample_output_never_rewrites_a_comma_listed_relation(sample_output):
+    texts, recs, summary = sample_output
+    assert len(recs) == len(texts) == 2500
+    assert summary["census"]["list_bound_relations"] > 0  # the sample has such relations
+    bad = []
+    for rec in recs:
+        src = texts[rec["source_id"]]
+        for row in rec["rows"]:
+            if row["transform_family"] != "rename":
+                bad += [(rec["source_id"], s) for s in comma_list_rewrites(src, row["positive_text"])]
+            for n in row["negatives"]:
+                bad += [(rec["source_id"], s) for s in comma_list_rewrites(src, n["text"])]
+    assert bad == []
+
+
+def test_sample_counterexamples_all_pass_a_50_digit_recheck(sample_output):
+    """Every stored counterexample, re-checked exactly or at 50 digits on the relation
+    pair re-parsed from the texts."""
+    from recipematch.cas.grammar import declared_notation, try_parse
+    from recipematch.cas.numeric import recheck_counterexample
+
+    texts, recs, _ = sample_output
+    checked = failed = 0
+    failures = []
+    for rec in recs:
+        src = texts[rec["source_id"]]
+        fl = function_letters([s.content(src) for s in find_spans(src)])
+        directed = "directed_segments" in declared_notation(src)
+        seen = set()
+        for row in rec["rows"]:
+            for n in row["negatives"]:
+                if n["text"] in seen:
+                    continue
+                seen.add(n["text"])
+                a, b = _changed(src, n["text"])
+                pa, _ = try_parse(a, functions=fl)
+                pb, _ = try_parse(b, functions=fl)
+                assert pa is not None and pb is not None, (rec["source_id"], a, b)
+                ok = recheck_counterexample(Rel(pa.ops, pa.sides), Rel(pb.ops, pb.sides), n["counterexample"],
+                                            flags=pa.flags, directed_segments=directed)
+                checked += 1
+                if not ok:
+                    failed += 1
+                    failures.append((rec["source_id"], a, b, n["counterexample"]["point"]))
+    assert checked > 2000
+    assert failures == []
+
+
+def test_sample_problem_with_a_pole_at_a_simple_value_does_not_crash():
+    """Regression: in source 016x a simple rational made a solve's polynomial have a
+    ``zoo`` coefficient and SymPy's ``DomainError`` escaped as a crash."""
+    from conftest import require_real_data
+
+    corpus = require_real_data(Path(__file__).resolve().parents[1] / "data" / "peer_release" / "corpus.jsonl")
+    text = next(r["text"] for r in map(json.loads, corpus.read_text(encoding="utf-8").splitlines())
+                if r["_id"] == "016x")
+    out = generate_for_problem("016x", text, seed=42)
+    assert out["status"] == "ok"
+    assert out["census"]["relation_errors"] == {}

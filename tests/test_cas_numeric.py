@@ -1,4 +1,4 @@
-"""Numeric rules: evaluation, domains, equivalence and counterexamples (SPEC §3.1).
+"""Numeric rules: evaluation, domains, equivalence and counterexamples (paper, Appendix A: the verified arm).
 
 Counterexamples are checked exactly: the stored point is substituted into the relations
 with SymPy's exact arithmetic, and the stored truth values must come out.
@@ -256,3 +256,135 @@ def test_root_finder_non_convergence_is_no_counterexample_not_a_crash(monkeypatc
     cx = find_counterexample(rel("x^{5} = y + y^{5}"), rel("x^{5} = y + y^{6}"), rng=random.Random(0),
                              max_points=0)
     assert cx is None or cx["orig"]["holds"] != cx["edited"]["holds"]
+
+
+# --------------------------------------------------------------------------- issue 9: one compiler
+
+def test_one_compiler_three_number_domains_agree():
+    """Float, exact and 50-digit evaluation come from one compiler (issue 9): on a
+    rational function they agree, and the exact domain refuses what it cannot do."""
+    import mpmath
+
+    from recipematch.cas import numeric as nm
+
+    expr = parse_segment(r"\frac{x^3 - 2y}{x + y^2} + \frac{1}{3} x y").obj
+    env_q = {sp.Symbol("x"): Fraction(7, 5), sp.Symbol("y"): Fraction(-3, 4)}
+    exact = nm.exact_compile(expr)(env_q)
+    assert isinstance(exact, Fraction)
+    real = nm.compile_expr(expr, "real")({k: float(v) for k, v in env_q.items()})
+    cplx = nm.compile_expr(expr, "complex")({k: float(v) for k, v in env_q.items()})
+    with mpmath.workdps(50):
+        mp = nm._mp_compile(expr, real=True)(env_q)
+        assert abs(mp - mpmath.mpf(exact.numerator) / exact.denominator) < mpmath.mpf(10) ** -45
+    assert real == pytest.approx(float(exact), rel=1e-14)
+    assert cplx == pytest.approx(complex(float(exact)), rel=1e-14)
+    with pytest.raises(nm._NotExact):
+        nm.exact_compile(parse_segment(r"\sqrt{x} + 1").obj)
+    with pytest.raises(Undefined):
+        compile_expr(parse_segment(r"\gcd(x, 2)").obj, "real")
+
+
+# --------------------------------------------------------------------------- issue 13
+
+def _rels(a: str, b: str):
+    pa, pb = parse_segment(a), parse_segment(b)
+    return Rel(pa.ops, pa.sides), Rel(pb.ops, pb.sides), pa.flags
+
+
+@pytest.mark.parametrize("a, b", [
+    ("2AP = 3AP_1", "2 A P - 3 A P_{1} = 0"),
+    ("BB_2 = B_1H", "B B_{2} - B_{1} H = 0"),
+    ("A_1C_1 = A_2C_2", "A_{1} C_{1} - A_{2} C_{2} = 0"),
+])
+def test_spacing_tex_ignores_does_not_change_the_verdict(a, b):
+    ra, rb, _ = _rels(a, b)
+    assert check_equivalent(ra, rb, rng=random.Random(0))["verdict"] == "equivalent"
+
+
+def test_notation_rule_two_point_names_are_unsigned_lengths_unless_directed():
+    ra, rb, _ = _rels("AB = PC", "A B - C P = 0")
+    assert check_equivalent(ra, rb, rng=random.Random(0))["verdict"] == "equivalent"
+    directed = check_equivalent(ra, rb, rng=random.Random(0), directed_segments=True)
+    assert directed["verdict"] == "not_equivalent"
+    # point names are never cancelled as factors: AP/PB = 1/4 is not A/B = 1/4
+    ra, rb, _ = _rels(r"\frac{AP}{PB} = \frac{1}{4}", r"\frac{A}{B} - \frac{1}{4} = 0")
+    assert check_equivalent(ra, rb, rng=random.Random(0))["verdict"] != "equivalent"
+    # and a counterexample search treats PC and CP as one unknown
+    ra, rb, flags = _rels("AB = PC", "AB = 2 CP")
+    cx = find_counterexample(ra, rb, rng=random.Random(0), flags=flags)
+    assert cx is not None and set(cx["point"]) == {"AB", "CP"}
+
+
+def test_declared_notation_detects_vectors_and_directed_segments():
+    from recipematch.cas.grammar import declared_notation
+    assert "directed_segments" in declared_notation(r"Let $\vec{AB} = \vec{PC}$.")
+    assert "directed_segments" in declared_notation("Soit le vecteur $AB$.")
+    assert "directed_segments" not in declared_notation("Let $AB = PC$ in triangle $ABC$.")
+
+
+def test_factorial_of_an_unknown_is_sampled_on_integers_without_caller_domains():
+    ra, rb, _ = _rels("n! = 2^a - 2^b", "- 2^{a} + n! = - 2^{b}")
+    v = check_equivalent(ra, rb, rng=random.Random(0))
+    assert v["verdict"] == "equivalent", v
+    # and a true difference is still seen at integer n
+    ra, rb, _ = _rels("n! = 2^a - 2^b", "n! = 2^a + 2^b")
+    assert check_equivalent(ra, rb, rng=random.Random(0))["verdict"] == "not_equivalent"
+
+
+@pytest.mark.parametrize("a, b, doms, method", [
+    # an exponent equation: a small integer, not a random decimal, makes 2^x = 8 true
+    ("2^x = 8", "2^x = 9", None, None),
+    # a narrow region: equality only on the diagonal x = y = z
+    (r"\frac{1}{x} + \frac{1}{y} + \frac{1}{z} \geq \frac{9}{x+y+z}",
+     r"\frac{1}{x} + \frac{1}{y} + \frac{1}{z} > \frac{9}{x+y+z}", "positive", "simple_point_truth_disagreement"),
+    # a sum of squares vanishing at one point only
+    ("x^2 + y^2 + z^2 = 0", "x^2 + y^2 = z^2", None, None),
+    # a sine equation: the root is irrational, found by the root scan and refined
+    (r"\sin x = \frac{1}{2}", r"\sin x = \frac{1}{3}", None, "boundary_root_scan"),
+    # narrow inequality region around an irrational boundary
+    (r"x^2 \leq 2", r"x^2 \leq \frac{1999}{1000}", None, None),
+])
+def test_stronger_counterexample_search_finds_hard_cases(a, b, doms, method):
+    from recipematch.cas.numeric import recheck_counterexample
+
+    ra, rb, flags = _rels(a, b)
+    domains = None
+    if doms == "positive":
+        pos = Domain(lo=Fraction(0), lo_strict=True)
+        domains = {"x": pos, "y": pos, "z": pos}
+    cx = find_counterexample(ra, rb, rng=random.Random(0), domains=domains, flags=flags)
+    assert cx is not None
+    if method is not None:
+        assert cx["method"] == method
+    assert cx["orig"]["holds"] != cx["edited"]["holds"]
+    assert recheck_counterexample(ra, rb, cx, flags=flags)
+
+
+def test_recheck_refuses_a_float_margin_refutation():
+    """x⁴ = 10⁻⁸ is not zero: a point where only the float margin makes the original hold
+    fails the 50-digit re-check; the true point passes."""
+    from recipematch.cas.numeric import recheck_counterexample
+
+    ra, rb, flags = _rels(r"\sqrt{2} x^4 = 0", r"\sqrt{2} x^4 = 1")
+    fake = {"point": {"x": "0.01"}, "orig": {"holds": True}, "edited": {"holds": False}}
+    assert not recheck_counterexample(ra, rb, fake, flags=flags)
+    true = {"point": {"x": "0"}, "orig": {"holds": True}, "edited": {"holds": False}}
+    assert recheck_counterexample(ra, rb, true, flags=flags)
+    # exact arithmetic for rational relations: 10^-10 is not 0
+    ra, rb, flags = _rels("x^4 = 0", "x^4 = 1")
+    assert not recheck_counterexample(ra, rb, {"point": {"x": "0.01"}, "orig": {"holds": True},
+                                               "edited": {"holds": False}})
+
+
+def test_false_refutations_are_discarded_and_counted(monkeypatch):
+    """With a float margin so wide that it calls nonzero residuals zero, the search makes
+    false refutations; none is returned and each is counted."""
+    from recipematch.cas import numeric as nm
+
+    monkeypatch.setattr(nm, "_MARGIN", 0.5)
+    ra, rb, flags = _rels(r"\sqrt{2} x = 0", r"\sqrt{2} x = 10")
+    stats: dict = {}
+    cx = nm.find_counterexample(ra, rb, rng=random.Random(3), flags=flags, stats=stats,
+                                domains={"x": Domain(lo=Fraction(1, 10))})
+    assert stats.get("discarded", 0) >= 1
+    assert cx is None or nm.recheck_counterexample(ra, rb, cx, flags=flags)

@@ -317,3 +317,35 @@ def test_sigterm_to_the_parent_terminates_its_workers(tmp_path):
             proc.kill()
             proc.wait()
         _cleanup(workers)
+
+
+def test_second_concurrent_run_on_same_output_refuses_and_duplicates_nothing(tmp_path, misbehaving):
+    """Issue 14: two runs on one output at once. The second refuses with one clear line
+    while the first holds the lock; the journal then holds each problem once."""
+    import multiprocessing as mp
+
+    from recipematch.cas.runner import lock_path
+    from recipematch.errors import RecipematchError
+
+    out = tmp_path / "pairs.jsonl"
+    slow = [("slow", "HANG")] + SMALL
+    ctx = mp.get_context("fork")
+    first = ctx.Process(target=_run, args=(slow, out), kwargs={"timeout_s": 3.0, "workers": 1})
+    first.start()
+    try:
+        deadline = time.time() + 20
+        while time.time() < deadline and not (lock_path(out).exists() and lock_path(out).read_text().strip()):
+            time.sleep(0.05)
+        with pytest.raises(RecipematchError) as err:
+            _run(SMALL, out, timeout_s=3.0, workers=1)
+        msg = str(err.value)
+        assert "\n" not in msg and str(lock_path(out)) in msg and "another recipematch run" in msg
+    finally:
+        first.join(60)
+    assert first.exitcode == 0
+    ids = [r["source_id"] for r in _lines(journal_path(out))]
+    assert sorted(ids) == sorted(s for s, _ in slow)
+    # the lock is released: a later run resumes everything and adds nothing to the journal
+    summary = _run(slow, out, timeout_s=3.0, workers=1)
+    assert summary["resumed"] == len(slow)
+    assert len(_lines(journal_path(out))) == len(slow)

@@ -1,5 +1,5 @@
-"""The computer-algebra ("verified") pair generator: the experiment's control (SPEC §3.1,
-Appendix A of arXiv 2609.31927). No LLM anywhere: positives are proved equivalent to their
+"""The computer-algebra ("verified") pair generator: the experiment's control (paper,
+Appendix A of arXiv 2609.31927, "The verified arm (CAS), in detail"). No LLM anywhere: positives are proved equivalent to their
 source and negatives refuted by a stored numeric counterexample.
 
 Public API:

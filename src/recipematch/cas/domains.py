@@ -1,4 +1,4 @@
-"""Declared and implied variable domains of a problem (SPEC §3.1, "Domains").
+"""Declared and implied variable domains of a problem (paper, Appendix A: the verified arm, domains).
 
 Sources, strongest first:
 

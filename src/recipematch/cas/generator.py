@@ -1,4 +1,4 @@
-"""The verified-pair generator for one problem (SPEC §3.1, Appendix A).
+"""The verified-pair generator for one problem (paper, Appendix A: the verified arm).
 
 :func:`generate_for_problem` is pure and deterministic: its only randomness is a
 ``random.Random`` seeded from ``sha256(f"{seed}:{source_id}")`` (never Python's salted
@@ -9,7 +9,10 @@ Per problem:
 1. find the math spans (:mod:`recipematch.cas.spans`), split them into segments, and
    parse every segment raw and normalised (the census);
 2. *qualifying relations*: equations, inequalities and chains with 1–6 unknowns and no
-   ``≠`` (the peer's rule); the first :data:`MAX_RELATIONS` in text order are tried;
+   ``≠`` (the peer's rule); the first :data:`MAX_RELATIONS` in text order are tried,
+   except a relation over a comma list (:func:`list_bound_relations`: ``a, b, c > 0``,
+   ``x = 2, 3``), which is never rewritten: rewriting only its last link (``a, b, 0 <
+   c``) would make it bind fewer items, so no positive or negative may come from it;
 3. positives: at most one **rename** (up to 2 letters, the whole problem), at most
    :data:`MAX_REFORMULATE` **reformulate** (one per relation) and :data:`MAX_MIRROR`
    **mirror**;
@@ -59,10 +62,11 @@ __all__ = [
     "generate_for_problem",
     "problem_rng",
     "census_of_problem",
+    "list_bound_relations",
 ]
 
 #: Bump whenever the output for some input would change.
-GENERATOR_VERSION = "cas-1.2"
+GENERATOR_VERSION = "cas-1.3"
 #: Peer: at most 8 spans tried per problem.
 MAX_RELATIONS = 8
 MAX_REFORMULATE = 2
@@ -80,7 +84,8 @@ _PROSE_LETTER = re.compile(r"(?<![A-Za-z\\])([A-Za-z])(?![A-Za-z])")
 #: Errors inside SymPy that end the work on one relation (recorded in the census), not
 #: on the problem.
 _RELATION_ERRORS = (ValueError, TypeError, AttributeError, RecursionError, NotImplementedError,
-                    ZeroDivisionError, OverflowError, IndexError, KeyError, sp.PolynomialError, NoConvergence)
+                    ZeroDivisionError, OverflowError, IndexError, KeyError, sp.polys.polyerrors.BasePolynomialError,
+                    NoConvergence)
 
 
 def problem_rng(seed: int, source_id: str) -> random.Random:
@@ -158,6 +163,55 @@ def census_of_problem(text: str) -> tuple[list[Span], list[_Seg], frozenset[str]
               "relations": n_rel, "segments": len(segs), "segments_parsed": n_seg_parsed,
               "expressions": expressions, "rejections": dict(sorted(rejections.items()))}
     return spans, segs, functions, census
+
+
+_MATH_DELIMS = re.compile(r"\$|\\[()\[\]]")
+_GAP_ELLIPSIS = re.compile(r"\\(?:l|c|v|d)?dots[a-z]*|\\cdots|\.\.\.|…")
+_CONJUNCTIONS = frozenset({"and", "y", "et", "und", "и", "e", "és", "i", "và", "ve", "oraz", "și", "or", "o", "ou",
+                           "или", "a"})
+
+
+def _list_gap(gap: str) -> bool:
+    """Whether the text between two segments joins items of one list: a comma, with an
+    optional ellipsis and conjunction (``, \\ldots,``, ``$, $``, ``$ and $``)."""
+    g = _GAP_ELLIPSIS.sub(" ", _MATH_DELIMS.sub(" ", gap))
+    comma = "," in g
+    words = g.replace(",", " ").split()
+    if not all(w.lower() in _CONJUNCTIONS for w in words):
+        return False
+    return comma or bool(words)
+
+
+def list_bound_relations(text: str, segs: list) -> set[int]:
+    """Positions (in ``segs``) of relations that bind a comma list: a relation or chain
+    segment next to a bare item (a segment parsed as an expression: ``a`` in ``a, b, c >
+    0``, ``3`` in ``x = 2, 3``) with only a comma, an ellipsis or a conjunction between
+    them (within one span on either side; across spans only items before the relation:
+    ``$a$, $b$, $c > 0$``). Such a relation constrains every item, so it is not rewritten.
+
+    Args:
+        text: the problem text.
+        segs: the problem's segments in text order (each with ``span_i``, ``seg`` and
+            ``parsed``, as built by :func:`census_of_problem`).
+    """
+    out: set[int] = set()
+    for i, sg in enumerate(segs):
+        p = sg.parsed
+        if p is None or p.kind not in ("relation", "chain"):
+            continue
+        for j in (i - 1, i + 1):
+            if not 0 <= j < len(segs):
+                continue
+            nb = segs[j]
+            if nb.parsed is None or nb.parsed.kind != "expression":
+                continue
+            if j > i and nb.span_i != sg.span_i:
+                continue
+            a, b = (nb.seg.end, sg.seg.start) if j < i else (sg.seg.end, nb.seg.start)
+            if _list_gap(text[a:b]):
+                out.add(i)
+                break
+    return out
 
 
 def _qualifies(p: Parsed | None) -> bool:
@@ -250,7 +304,7 @@ def _symbolic_zero(old: Rel, new: Rel, k: sp.Expr) -> bool | None:
 
 
 def generate_for_problem(source_id: str, text: str, *, seed: int) -> dict:
-    """Verified positives and counterexampled negatives for one problem (SPEC §3.1).
+    """Verified positives and counterexampled negatives for one problem (paper, Appendix A: the verified arm).
 
     Args:
         source_id: the problem's id (seeds its generator with ``seed``).
@@ -283,9 +337,14 @@ def generate_for_problem(source_id: str, text: str, *, seed: int) -> dict:
     rng = problem_rng(seed, source_id)
     spans, segs, functions, census = census_of_problem(text)
     qualifying = [i for i, sg in enumerate(segs) if _qualifies(sg.parsed)]
-    tried = qualifying[:MAX_RELATIONS]
+    bound = list_bound_relations(text, segs)
+    tried = [i for i in qualifying if i not in bound][:MAX_RELATIONS]
+    notation = declared_notation(text)
+    directed = "directed_segments" in notation
     census["qualifying_relations"] = len(qualifying)
     census["tried_relations"] = len(tried)
+    census["list_bound_relations"] = len([i for i in qualifying if i in bound])
+    census["counterexamples_discarded"] = 0
     out["census"] = census
     if not spans:
         out["reason"] = "no math span"
@@ -293,10 +352,15 @@ def generate_for_problem(source_id: str, text: str, *, seed: int) -> dict:
     if not tried:
         top = sorted(census["rejections"].items(), key=lambda kv: (-kv[1], kv[0]))[:2]
         why = "; ".join(f"{k} ({v})" for k, v in top)
+        if qualifying:
+            out["reason"] = (f"{len(qualifying)} relation(s) parsed, each over a comma list "
+                             "(a, b, c > 0), never rewritten")
+            return out
         out["reason"] = "no equation or inequality with 1-6 unknowns parsed" + (f"; rejected: {why}" if why else "")
         return out
 
     positives: list[dict] = []
+    seg_triples = [(sg.span_i, sg.seg_i, sg.parsed, sg.seg.start, sg.seg.end) for sg in segs]
     ren = _rename_positive(text, spans, segs, functions, tried, rng)
     if ren is not None:
         positives.append(ren)
@@ -310,13 +374,14 @@ def generate_for_problem(source_id: str, text: str, *, seed: int) -> dict:
         if not _numeric(p):
             continue
         try:
-            _positives_of_relation(text, sg, p, functions, rng, positives)
+            _positives_of_relation(text, sg, p, functions, rng, positives,
+                                   infer_domains(seg_triples, text, exclude=i), directed)
         except _RELATION_ERRORS as exc:
             errors[type(exc).__name__] = errors.get(type(exc).__name__, 0) + 1
 
     negatives: list[dict] = []
     neg_texts: set[str] = set()
-    seg_triples = [(sg.span_i, sg.seg_i, sg.parsed, sg.seg.start, sg.seg.end) for sg in segs]
+    stats: dict = {}
     for i in tried:
         if len(negatives) >= MAX_NEGATIVES:
             break
@@ -325,16 +390,20 @@ def generate_for_problem(source_id: str, text: str, *, seed: int) -> dict:
         if not _numeric(p):
             continue
         try:
-            _negatives_of_relation(text, sg, p, functions, rng, seg_triples, i, negatives, neg_texts)
+            _negatives_of_relation(text, sg, p, functions, rng, seg_triples, i, negatives, neg_texts,
+                                   directed, stats)
         except _RELATION_ERRORS as exc:
             errors[type(exc).__name__] = errors.get(type(exc).__name__, 0) + 1
     out["census"]["relation_errors"] = dict(sorted(errors.items()))
+    out["census"]["counterexamples_discarded"] = int(stats.get("discarded", 0))
     return _finish(out, positives, negatives, tried)
 
 
 def _positives_of_relation(text: str, sg: _Seg, p: Parsed, functions: frozenset[str],
-                           rng: random.Random, positives: list[dict]) -> None:
-    """Reformulate and mirror one relation; appends to ``positives`` (caps included)."""
+                           rng: random.Random, positives: list[dict], domains: dict, directed: bool) -> None:
+    """Reformulate and mirror one relation; appends to ``positives`` (caps included).
+    ``domains``: the problem's (each unknown sampled in its domain); ``directed``: the
+    problem declares vectors or directed segments (two-point names keep their order)."""
     n_reform = sum(r["transform_family"] == "reformulate" for r in positives)
     n_mirror = sum(r["transform_family"] == "mirror" for r in positives)
     rel = Rel(p.ops, p.sides)
@@ -342,7 +411,7 @@ def _positives_of_relation(text: str, sg: _Seg, p: Parsed, functions: frozenset[
         cands = reformulations(rel)
         rng.shuffle(cands)
         for name, new, k in cands:
-            ver = check_equivalent(rel, new, rng=rng)
+            ver = check_equivalent(rel, new, rng=rng, domains=domains, directed_segments=directed)
             if ver["verdict"] != "equivalent":
                 continue
             printed = print_and_reparse(new, functions)
@@ -363,7 +432,7 @@ def _positives_of_relation(text: str, sg: _Seg, p: Parsed, functions: frozenset[
     if n_mirror < MAX_MIRROR:
         new = mirror(rel)
         if new is not None:
-            ver = check_equivalent(rel, new, rng=rng)
+            ver = check_equivalent(rel, new, rng=rng, domains=domains, directed_segments=directed)
             printed = print_and_reparse(new, functions) if ver["verdict"] == "equivalent" else None
             if printed is not None and _splice(text, sg.seg, printed) != text:
                 positives.append({
@@ -378,8 +447,10 @@ def _positives_of_relation(text: str, sg: _Seg, p: Parsed, functions: frozenset[
 
 
 def _negatives_of_relation(text: str, sg: _Seg, p: Parsed, functions: frozenset[str], rng: random.Random,
-                           seg_triples: list, i: int, negatives: list[dict], neg_texts: set[str]) -> None:
-    """Counterexampled minimal edits of one relation; appends to ``negatives``."""
+                           seg_triples: list, i: int, negatives: list[dict], neg_texts: set[str],
+                           directed: bool, stats: dict) -> None:
+    """Counterexampled minimal edits of one relation; appends to ``negatives``. Refuting
+    points that fail the re-check are counted in ``stats["discarded"]``."""
     rel = Rel(p.ops, p.sides)
     domains = infer_domains(seg_triples, text, exclude=i)
     cands = negative_edits(rel)
@@ -394,7 +465,8 @@ def _negatives_of_relation(text: str, sg: _Seg, p: Parsed, functions: frozenset[
         neg_text = _splice(text, sg.seg, printed)
         if neg_text == text or neg_text in neg_texts:
             continue
-        cx = find_counterexample(rel, new, rng=rng, domains=domains, flags=p.flags)
+        cx = find_counterexample(rel, new, rng=rng, domains=domains, flags=p.flags,
+                                 directed_segments=directed, stats=stats)
         if cx is None:
             continue
         neg_texts.add(neg_text)

@@ -1,4 +1,4 @@
-"""A whitelist LaTeX grammar that builds SymPy objects through constructors (SPEC §3.1).
+"""A whitelist LaTeX grammar that builds SymPy objects through constructors (paper, Appendix A: the verified arm).
 
 Why our own grammar: SymPy's ``parse_latex`` returns plausible wrong expressions without
 any error (``d \\cdot k`` read as a symbol ``dcdot``, ``a \\pm b`` as ``a*pm*b``, chained
@@ -15,9 +15,11 @@ Reading rules (each one removes a whole class of silent misparses):
   a product after ``/`` (``1/2x``) are ambiguous and rejected;
 * a superscript or subscript is one TeX token or a brace group; ``x^23`` and ``x_12``
   (TeX reads ``x^2·3``) are rejected as ambiguous;
-* capital letters glued together (``AB``, ``A_1B_1``, ``A'B'``) or bare capitals separated
-  by blanks (``A B``) are one geometric name, so a Ptolemy-type relation is never expanded
-  as a product; ``AB CD`` is a product of two names;
+* point names (a capital letter with its primes and subscript) in a row are one geometric
+  name whatever the blanks between them, since TeX ignores those blanks: ``AP_1``,
+  ``A P_{1}`` and ``A P_1`` are the same name, and ``AB CD`` is ``ABCD`` (a product of
+  lengths needs an operator: ``AB \\cdot CD``). So a Ptolemy-type relation is never
+  expanded as a product of points (see the notation rule below);
 * ``letter(`` is a function application only for letters the problem uses as functions
   (:func:`function_letters`) or before an argument list with a comma; otherwise a product;
 * ``\\sin 2x`` is ``sin(2x)`` (a number and the names glued to it), ``\\sin x y`` is rejected;
@@ -37,6 +39,17 @@ Reading rules (each one removes a whole class of silent misparses):
 * a structural check compares the Latin letters of the input with the letters of the
   parsed object's symbol and function names: a letter that vanished (``x - x + 1``,
   ``0 \\cdot y``) rejects the parse, so nothing the grammar misses can pass silently.
+
+**Notation rule for point names** (decided for issue 13; applied by this parser and by the
+checks of :mod:`recipematch.cas.numeric`): a juxtaposed pair of point names (``AB``,
+``PC``, ``A_1C_1``, ``B'C'``) is the unsigned length of the segment, symmetric in its
+points: ``PC`` and ``CP`` are one unknown (:func:`segment_points`), which is the usual
+reading in olympiad geometry. When the problem declares vectors or directed segments
+(:func:`declared_notation` gives ``"directed_segments"``: ``\\vec``,
+``\\overrightarrow``, "vector", "directed segment", "signed length" … in the corpus's
+languages), the order of the points is kept and ``PC`` and ``CP`` are different unknowns.
+Three or more points in a row (``ABC``, ``ABCD``) name one object (a triangle, an angle, a
+polygon or its area) whose order is kept.
 
 Symbols are named by their canonical LaTeX (``x_{1}``, ``\\alpha``, ``A'B'``,
 ``\\angle ABC``), so printing uses SymPy's LaTeX printer with ``symbol_names`` mapping a
@@ -65,6 +78,8 @@ __all__ = [
     "declared_notation",
     "to_latex",
     "latex_letters",
+    "segment_points",
+    "unsigned_segment_name",
     "REL_OPS",
 ]
 
@@ -876,13 +891,14 @@ class _Parser:
                 return sp.Indexed(sp.IndexedBase(sp.Symbol(base)), *idx)
         return sp.Symbol(name)
 
-    def _spaced_capital_follows(self) -> bool:
-        """A blank then a bare capital letter that is not a function call: ``A B``."""
-        t, nxt = self.tok, self.peek()
-        return (t.kind == "let" and t.value.isupper() and t.space
-                and not (t.value in self.functions and self.is_op("(", nxt))
-                and not (nxt.kind == "op" and nxt.value in ("_", "'"))
-                and not (nxt.kind == "let" and nxt.value.isupper() and not nxt.space))
+    def _capital_continues_run(self) -> bool:
+        """The current token is a capital letter that continues a run of point names:
+        glued or after a blank (TeX ignores the blank), unless a blank separates it and it
+        is a function call (``A F(x)``)."""
+        t = self.tok
+        if not (t.kind == "let" and t.value.isupper()):
+            return False
+        return not (t.space and t.value in self.functions and self.is_op("(", self.peek()))
 
     def _glued_hat(self) -> bool:
         t = self.tok
@@ -890,22 +906,16 @@ class _Parser:
                 and len((t.arg or "").strip()) == 1)
 
     def uppercase_run(self) -> str:
-        """Capital letters naming one geometric object: glued (``AB``, ``A_1B_1``,
-        ``A'B'``), or bare letters separated by blanks (``A B C``, as OCR and printers
-        write segment and triangle names); ``AB CD`` stays a product of two names."""
+        """Point names (a capital letter with its primes and subscript) in a row name one
+        geometric object, whatever the blanks between them (TeX ignores them, so ``A
+        P_{1}``, ``AP_1`` and ``A P_1`` are the same name ``AP_{1}``, and ``AB CD`` is
+        ``ABCD``). Two points name a segment length (see :data:`NOTATION_RULE`)."""
         units = [self.name_unit()]
-        spaced = False
         if self._glued_hat():
             hat = self.command()
             return units[0] + hat.name
-        while self.tok.kind == "let" and self.tok.value.isupper():
-            if not self.tok.space and not spaced:
-                units.append(self.name_unit())
-            elif all(len(u) == 1 for u in units) and (spaced or len(units) == 1) and self._spaced_capital_follows():
-                spaced = True
-                units.append(self.name_unit())
-            else:
-                break
+        while self._capital_continues_run():
+            units.append(self.name_unit())
         return "".join(units)
 
     def check_word(self) -> None:
@@ -1684,14 +1694,52 @@ _FRACTIONAL_PART_WORDS = re.compile(
     re.IGNORECASE)
 
 
+_DIRECTED_WORDS = re.compile(
+    r"\\vec\b|\\overrightarrow|\\overleftarrow|\bvectors?\b|vecteur|vektor|vettor|wektor|вектор|"
+    r"véc ?tơ|vectơ|directed (?:segment|length|distance)|oriented (?:segment|length)|"
+    r"signed (?:length|distance|segment)|segments? orient|mesure algébrique|gerichtete|"
+    r"ориентированн|направленн|有向|向量|벡터", re.IGNORECASE)
+#: Substrings (lower case) one of which every match of :data:`_INTEGER_PART_WORDS` or
+#: :data:`_FRACTIONAL_PART_WORDS` contains (a fast filter).
+_PART_KEYS = ("part", "целая", "целой", "дробн", "phần", "greatest", "ganzteil", "größte", "bruchteil",
+              "część", "egészrész", "törtrész", "întreg")
+#: Substrings one of which every match of :data:`_DIRECTED_WORDS` contains (a fast filter).
+_DIRECTED_KEYS = ("\\vec", "\\overrightarrow", "\\overleftarrow", "vector", "vecteur", "vektor", "vettor",
+                  "wektor", "вектор", "véc", "vectơ", "directed", "oriented", "signed", "orient", "algébrique",
+                  "gerichtete", "ориентированн", "направленн", "有向", "向量", "벡터")
+_POINT_UNIT = r"[A-Z]'*(?:_\{[^{}]*\}'*)?"
+_SEGMENT_NAME = re.compile(rf"({_POINT_UNIT})({_POINT_UNIT})")
+
+
+def segment_points(name: str) -> tuple[str, str] | None:
+    """The two points of a segment name (``"PC"`` → ``("P", "C")``, ``"A_{1}C_{1}"`` →
+    ``("A_{1}", "C_{1}")``), or None when ``name`` is not exactly two point names."""
+    m = _SEGMENT_NAME.fullmatch(name)
+    return (m.group(1), m.group(2)) if m else None
+
+
+def unsigned_segment_name(name: str) -> str:
+    """The name of the unsigned length ``name`` denotes under the notation rule (module
+    docstring): its two points in sorted order (``"PC"`` → ``"CP"``); any other name is
+    returned unchanged."""
+    pts = segment_points(name)
+    return name if pts is None else "".join(sorted(pts))
+
+
 def declared_notation(text: str) -> frozenset[str]:
     """Notations a problem declares in words (any of the corpus's languages):
-    ``"integer_part"`` ("[x] denotes the integer part of x") and ``"fractional_part"``."""
+    ``"integer_part"`` ("[x] denotes the integer part of x"), ``"fractional_part"``, and
+    ``"directed_segments"`` (vectors or directed segments are declared: two-point names
+    keep their order, see the notation rule in the module docstring)."""
     out = set()
-    if _INTEGER_PART_WORDS.search(text):
-        out.add("integer_part")
-    if _FRACTIONAL_PART_WORDS.search(text):
-        out.add("fractional_part")
+    low = text.lower()
+    if any(k in low for k in _DIRECTED_KEYS) and _DIRECTED_WORDS.search(text):
+        out.add("directed_segments")
+    if any(k in low for k in _PART_KEYS):
+        if _INTEGER_PART_WORDS.search(text):
+            out.add("integer_part")
+        if _FRACTIONAL_PART_WORDS.search(text):
+            out.add("fractional_part")
     return frozenset(out)
 
 

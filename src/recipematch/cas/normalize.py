@@ -1,7 +1,7 @@
 """LaTeX normaliser: rewrite what the parser cannot read into what it can (Appendix A).
 
 The paper's normaliser "first cleans each source so that SymPy can parse more of it,
-lifting its unique-expression coverage from 86.61% to 92.29%" (SPEC §3.1). Ours maps
+lifting its unique-expression coverage from 86.61% to 92.29%" (paper, Appendix A: the verified arm). Ours maps
 the many spellings found in the corpus onto the canonical vocabulary of
 :mod:`recipematch.cas.grammar`; :func:`normalize_latex` is a pure ``str -> str``
 function, so the census can parse every span twice, raw and normalised.

@@ -1,15 +1,22 @@
-"""Numeric evaluation, domains, equivalence checks and counterexamples (SPEC §3.1).
+"""Numeric evaluation, domains, equivalence checks and counterexamples (paper, Appendix A: the verified arm).
 
-No ``lambdify`` (it ``exec``s generated code): a SymPy tree is compiled into nested
-Python closures over a fixed set of node types, evaluated in one of two modes:
+No ``lambdify`` (it ``exec``s generated code): one compiler (:func:`_compile`) turns a
+SymPy tree into nested Python closures over a fixed set of node types, in a number domain
+(:class:`_Numbers`): floats (:func:`compile_expr`), exact rationals (:func:`exact_compile`,
+rational functions only) or ``mpmath`` at 50 digits (:func:`_mp_compile`), each in one of
+two modes:
 
 * ``complex``: principal branches (``cmath``), used for the equivalence of positives
   ("original − rewrite is zero at ≥ 20 random complex points", Appendix A) when the
-  relations are not rational functions (rational ones are checked in exact arithmetic,
-  :func:`exact_compile`), each pass re-checked at 50 digits (:func:`_mp_compile`);
+  relations are not rational functions (rational ones are checked in exact arithmetic),
+  each pass re-checked at 50 digits;
 * ``real``: real-valued semantics for truth values of inequalities and counterexamples
   (odd roots of negatives are real, even roots and logarithms of non-positives are
-  undefined, factorial and binomial need non-negative integers).
+  undefined, factorial and binomial need non-negative integers). Every counterexample is
+  re-checked exactly or at 50 digits before it is kept (:func:`recheck_counterexample`).
+
+Notation: two-point names are unsigned lengths (``PC`` is ``CP``) unless the problem
+declares vectors or directed segments (the rule in :mod:`recipematch.cas.grammar`).
 
 Explicit skip rule: a sample point where any side of either relation is undefined,
 non-finite, or (for counterexamples) too close to its boundary to decide, is skipped and
@@ -35,7 +42,7 @@ import sympy as sp
 from mpmath.libmp.libhyper import NoConvergence
 from sympy.core.function import AppliedUndef
 
-from recipematch.cas.grammar import _OPAQUE_FUNCS, DEGREE, REL_OPS
+from recipematch.cas.grammar import _OPAQUE_FUNCS, DEGREE, REL_OPS, segment_points, unsigned_segment_name
 
 __all__ = [
     "Undefined",
@@ -48,6 +55,8 @@ __all__ = [
     "domain_conditions",
     "domain_difference",
     "find_counterexample",
+    "recheck_counterexample",
+    "unsigned_lengths",
     "EQUIV_POINTS",
     "EQUIV_MAX_DRAWS",
     "EQUIV_MIN_NONTRIVIAL",
@@ -60,6 +69,8 @@ EQUIV_MAX_DRAWS = 80
 EQUIV_MIN_NONTRIVIAL = 5
 #: Peer: up to 300 real points for an inequality counterexample.
 CX_REAL_POINTS = 300
+#: Solve attempts (one unknown solved, the others fixed) for an equation's counterexample.
+CX_SOLVE_TRIES = 12
 _TOL = 1e-9
 _MARGIN = 1e-7
 
@@ -130,11 +141,36 @@ class Rel:
 
 # --------------------------------------------------------------------------- compiler
 
+class _NotExact(Exception):
+    """The expression is not a rational function with rational coefficients (or is too big
+    to evaluate exactly)."""
+
+
+#: Exact evaluation refuses integer exponents above this and numeric powers above
+#: :data:`_EXACT_MAX_BITS` bits (the grammar already refuses numbers above 100,000 bits).
+_EXACT_MAX_EXP = 4096
+_EXACT_MAX_BITS = 200_000
+#: Working precision (decimal digits) of the high-precision confirmation and its
+#: relative tolerance.
+_MP_DPS = 50
+_MP_TOL = mpmath.mpf(10) ** -35
+
+
+def _bits(q: Fraction) -> int:
+    return max(abs(q.numerator).bit_length(), q.denominator.bit_length(), 1)
+
+
 def _finite(v: complex | float) -> complex | float:
     if isinstance(v, complex):
         if not (math.isfinite(v.real) and math.isfinite(v.imag)):
             raise Undefined("non-finite")
     elif not math.isfinite(v):
+        raise Undefined("non-finite")
+    return v
+
+
+def _mp_finite(v):
+    if not mpmath.isfinite(v):
         raise Undefined("non-finite")
     return v
 
@@ -150,7 +186,172 @@ def _num(x: sp.Basic) -> float:
         raise Undefined("number too large") from exc
 
 
-def _real_pow(b: float, e: sp.Basic, ev: float) -> float:
+class _Numbers:
+    """A number domain of the expression compiler (:func:`_compile`): how its values are
+    made, checked and combined. Three domains share the one compiler:
+
+    * :class:`_FloatNumbers`: Python floats (``real``) or complex numbers (principal
+      branches, ``cmath``);
+    * :class:`_MpNumbers`: ``mpmath`` numbers at the caller's working precision (call the
+      closure inside ``mpmath.workdps``), with the same real/complex semantics;
+    * :class:`_ExactNumbers`: exact ``Fraction`` values for rational functions with
+      rational coefficients; every other node raises :class:`_NotExact` at compile time.
+
+    Attributes every domain sets: ``real`` (real-valued semantics), ``one``, ``zero``,
+    ``nint_tol`` (how close to an integer counts as one), ``imag_tol`` (how small an
+    imaginary part a real-only function ignores), ``pole_tol`` (``|d|`` below which ``1/d``
+    is a pole), ``funcs`` (SymPy function class → numeric function).
+    """
+
+    real = True
+    exact = False
+
+    def admit(self, e: sp.Basic) -> None:
+        """Raise :class:`_NotExact` for a node the domain cannot evaluate (exact only)."""
+
+    def finite(self, v):
+        return v
+
+    def fsum(self, vals):
+        raise NotImplementedError
+
+    def value(self, v):
+        """An ``env`` value converted into the domain."""
+        return v
+
+
+class _FloatNumbers(_Numbers):
+    def __init__(self, real: bool, log_base: float | None):
+        self.real = real
+        self.one, self.zero, self.czero = 1.0, 0.0, 0j
+        self.nint_tol, self.imag_tol, self.int_tol, self.pole_tol = 1e-12, 1e-12, 1e-9, 1e-300
+        self.log_scale = 1.0 if log_base is None else 1.0 / math.log(log_base)
+        self.funcs = _REAL_F if real else _CPLX_F
+        self.recip_base = {sp.cot: math.tan, sp.sec: math.cos, sp.csc: math.sin} if real else \
+            {sp.cot: cmath.tan, sp.sec: cmath.cos, sp.csc: cmath.sin}
+        self.asin, self.acos = math.asin, math.acos
+        self.floor, self.ceil = (lambda x: float(math.floor(x))), (lambda x: float(math.ceil(x)))
+        self.to_complex = complex
+        self.rlog, self.clog = math.log, cmath.log
+
+    finite = staticmethod(_finite)
+    fsum = staticmethod(sum)
+
+    def is_complex(self, v) -> bool:
+        return isinstance(v, complex)
+
+    def number(self, e: sp.Basic):
+        v = _num(e)
+        return lambda env: v
+
+    def degree(self):
+        v = math.pi / 180
+        return lambda env: v
+
+    def pi(self):
+        return lambda env: math.pi
+
+    def euler(self):
+        return lambda env: math.e
+
+    def ratio(self, p: int, q: int):
+        return p / q
+
+    def nint(self, x) -> int:
+        return int(round(x))
+
+    def from_int(self, n: int):
+        return float(n)
+
+
+class _MpNumbers(_Numbers):
+    def __init__(self, real: bool, log_base: float | None = None):
+        self.real = real
+        self.one, self.zero, self.czero = mpmath.mpf(1), mpmath.mpf(0), mpmath.mpc(0)
+        self.nint_tol = mpmath.mpf(10) ** -40
+        self.imag_tol = self.int_tol = mpmath.mpf(10) ** -30
+        self.pole_tol = mpmath.mpf(10) ** -300
+        self.log_scale = None
+        self.funcs = _MP_REAL_F if real else _MP_CPLX_F
+        self.recip_base = {sp.cot: mpmath.tan, sp.sec: mpmath.cos, sp.csc: mpmath.sin}
+        self.asin, self.acos = mpmath.asin, mpmath.acos
+        self.floor, self.ceil = mpmath.floor, mpmath.ceil
+        self.to_complex = mpmath.mpc
+        if log_base is None:
+            self.rlog = self.clog = mpmath.log
+        else:
+            self.rlog = self.clog = lambda x: mpmath.log(x) / mpmath.log(log_base)
+
+    finite = staticmethod(_mp_finite)
+
+    def fsum(self, vals):
+        return mpmath.fsum(vals)
+
+    def is_complex(self, v) -> bool:
+        return isinstance(v, mpmath.mpc)
+
+    def value(self, v):
+        if isinstance(v, complex):
+            return mpmath.mpc(v.real, v.imag)
+        if isinstance(v, Fraction):
+            return mpmath.mpf(v.numerator) / v.denominator
+        return mpmath.mpf(v)
+
+    def number(self, e: sp.Basic):
+        if e.is_Rational:
+            p, q = int(e.p), int(e.q)
+            if max(p.bit_length(), q.bit_length()) > _EXACT_MAX_BITS:
+                raise Undefined("number too large")
+            return lambda env: mpmath.mpf(p) / q
+        return lambda env: mpmath.mpf(str(e))
+
+    def degree(self):
+        return lambda env: mpmath.pi / 180
+
+    def pi(self):
+        return lambda env: +mpmath.pi
+
+    def euler(self):
+        return lambda env: +mpmath.e
+
+    def ratio(self, p: int, q: int):
+        return mpmath.mpf(p) / q
+
+    def nint(self, x) -> int:
+        return int(mpmath.nint(x))
+
+    def from_int(self, n: int):
+        return mpmath.mpf(n)
+
+
+class _ExactNumbers(_Numbers):
+    exact = True
+    one, zero = Fraction(1), Fraction(0)
+
+    def admit(self, e: sp.Basic) -> None:
+        if e.is_Symbol:
+            if e is DEGREE or e.name.startswith("\\ldots"):
+                raise _NotExact("constant symbol")
+            return
+        if e.is_Rational or e.is_Add or e.is_Mul:
+            return
+        if e.is_Pow and e.exp.is_Integer:
+            if abs(int(e.exp)) > _EXACT_MAX_EXP:
+                raise _NotExact("exponent too large")
+            return
+        raise _NotExact(type(e).__name__)
+
+    def fsum(self, vals):
+        return sum(vals, Fraction(0))
+
+    def number(self, e: sp.Basic):
+        v = Fraction(int(e.p), int(e.q))
+        return lambda env: v
+
+
+def _real_pow(ar: _Numbers, b, e: sp.Basic, ev):
+    """``b ** e`` with real semantics: odd roots of negatives are real, even roots of
+    negatives and non-integer powers of non-positive numbers are undefined."""
     if e.is_Integer:
         n = int(e)
         if b == 0 and n < 0:
@@ -161,17 +362,17 @@ def _real_pow(b: float, e: sp.Basic, ev: float) -> float:
         if b >= 0:
             if b == 0 and p < 0:
                 raise Undefined("0 to a negative power")
-            return b ** (p / q)
+            return b ** ar.ratio(p, q)
         if q % 2 == 1:
-            r = (-b) ** (p / q)
+            r = (-b) ** ar.ratio(p, q)
             return -r if p % 2 else r
         raise Undefined("even root of a negative number")
     if b > 0:
         return b ** ev
     if b == 0 and ev > 0:
-        return 0.0
-    if abs(ev - round(ev)) < 1e-12:
-        n = int(round(ev))
+        return ar.zero
+    if abs(ev - ar.nint(ev)) < ar.nint_tol:
+        n = ar.nint(ev)
         if b == 0 and n < 0:
             raise Undefined("0 to a negative power")
         return b ** n
@@ -187,168 +388,119 @@ _CPLX_F = {
     sp.cosh: cmath.cosh, sp.tanh: cmath.tanh, sp.atan: cmath.atan, sp.exp: cmath.exp,
     sp.asin: cmath.asin, sp.acos: cmath.acos,
 }
+_MP_REAL_F = {
+    sp.sin: mpmath.sin, sp.cos: mpmath.cos, sp.tan: mpmath.tan, sp.sinh: mpmath.sinh,
+    sp.cosh: mpmath.cosh, sp.tanh: mpmath.tanh, sp.atan: mpmath.atan, sp.exp: mpmath.exp,
+}
+_MP_CPLX_F = {**_MP_REAL_F, sp.asin: mpmath.asin, sp.acos: mpmath.acos}
+_ARITH_ERRORS = (OverflowError, ValueError, ZeroDivisionError)
 
 
-def compile_expr(expr: sp.Basic, mode: str, log_base: float | None = None) -> Callable[[dict], complex | float]:
-    """Compile ``expr`` into a closure ``f(env) -> value``.
+def _compile(expr: sp.Basic, ar: _Numbers) -> Callable[[dict], object]:
+    """The one expression compiler: ``expr`` becomes nested closures ``f(env) -> value``
+    computed in the number domain ``ar`` (:class:`_Numbers`). The node whitelist, the
+    real/complex semantics and the errors are those of :func:`compile_expr`; the exact
+    domain admits only its subset (:func:`exact_compile`)."""
+    fin = ar.finite
+    fsum = ar.fsum
+    conv = ar.value
+    real = ar.real
 
-    Args:
-        expr: a SymPy expression built by :mod:`recipematch.cas.grammar`.
-        mode: ``"real"`` or ``"complex"``.
-        log_base: ``None`` for natural logarithms; ``10.0`` to read every one-argument
-            ``log`` as base 10 (the ambiguous ``\\log`` reading).
+    plain = type(ar).value is _Numbers.value  # env values are already in the domain
 
-    Returns:
-        A function of ``env``, a dict from ``Symbol`` (and applied undefined functions) to
-        numbers; it raises :class:`Undefined` where the value is undefined or non-finite.
-
-    Raises:
-        Undefined: at compile time for node types outside the whitelist (``gcd``, ``Mod``,
-            ellipses …), so such relations are never "verified".
-    """
-    real = mode == "real"
-
-    def comp(e: sp.Basic) -> Callable[[dict], complex | float]:
-        if e is DEGREE:
-            v = math.pi / 180
-            return lambda env: v
-        if e.is_Symbol:
+    def lookup(e):
+        if plain:
             def sym(env, e=e):
                 try:
                     return env[e]
                 except KeyError as exc:
                     raise Undefined(f"no value for {e}") from exc
             return sym
+
+        def conv_sym(env, e=e):
+            try:
+                v = env[e]
+            except KeyError as exc:
+                raise Undefined(f"no value for {e}") from exc
+            return conv(v)
+        return conv_sym
+
+    def comp(e: sp.Basic):
+        ar.admit(e)
+        if e is DEGREE:
+            return ar.degree()
+        if e.is_Symbol:
+            return lookup(e)
         if isinstance(e, AppliedUndef):
             if e.func.__name__ in _OPAQUE_FUNCS:
                 raise Undefined(f"no numeric rule for {e.func.__name__}")
-
-            def app(env, e=e):
-                try:
-                    return env[e]
-                except KeyError as exc:
-                    raise Undefined(f"no value for {e}") from exc
-            return app
+            return lookup(e)
         if e.is_Number:
             if e in (sp.zoo, sp.nan, sp.oo, -sp.oo):
                 raise Undefined("infinite constant")
-            v = _num(e)
-            return lambda env: v
+            return ar.number(e)
         if e is sp.pi:
-            return lambda env: math.pi
+            return ar.pi()
         if e is sp.E:
-            return lambda env: math.e
+            return ar.euler()
         if e.is_Add:
             fs = [comp(a) for a in e.args]
-            return lambda env: _finite(sum(f(env) for f in fs))
+            return lambda env: fin(fsum(f(env) for f in fs))
         if e.is_Mul:
             fs = [comp(a) for a in e.args]
+            one = ar.one
 
             def mul(env):
-                r = 1.0
+                r = one
                 for f in fs:
                     r = r * f(env)
-                return _finite(r)
+                return fin(r)
             return mul
         if e.is_Pow:
-            fb = comp(e.base)
-            ex = e.exp
-            fe = comp(ex)
-            if real:
-                def rpow(env):
-                    b = fb(env)
-                    try:
-                        return _finite(_real_pow(b, ex, fe(env) if not ex.is_Rational else 0.0))
-                    except (OverflowError, ZeroDivisionError) as exc:
-                        raise Undefined("overflow") from exc
-                return rpow
-
-            def cpow(env):
-                b = complex(fb(env))
-                try:
-                    if ex.is_Integer:
-                        n = int(ex)
-                        if b == 0 and n < 0:
-                            raise Undefined("0 to a negative power")
-                        return _finite(b ** n)
-                    if b == 0:
-                        ev = complex(fe(env))
-                        if ev.real > 0:
-                            return 0j
-                        raise Undefined("0 to a non-positive power")
-                    return _finite(b ** complex(fe(env)))
-                except (OverflowError, ZeroDivisionError) as exc:
-                    raise Undefined("overflow") from exc
-            return cpow
+            return power(e)
         if isinstance(e, sp.Abs):
             fa = comp(e.args[0])
             return lambda env: abs(fa(env))
         if isinstance(e, sp.log):
-            if len(e.args) != 1:
-                raise Undefined("two-argument log")
-            fa = comp(e.args[0])
-            scale = 1.0 if log_base is None else 1.0 / math.log(log_base)
-            if real:
-                def rlog(env):
-                    x = fa(env)
-                    if x <= 0:
-                        raise Undefined("log of a non-positive number")
-                    return math.log(x) * scale
-                return rlog
+            return logarithm(e)
+        for cls, fn in ar.funcs.items():
+            if isinstance(e, cls):
+                fa = comp(e.args[0])
 
-            def clog(env):
-                x = complex(fa(env))
-                if x == 0:
-                    raise Undefined("log 0")
-                return cmath.log(x) * scale
-            return clog
-        for table in ((_REAL_F if real else _CPLX_F),):
-            for cls, fn in table.items():
-                if isinstance(e, cls):
-                    fa = comp(e.args[0])
-
-                    def f1(env, fa=fa, fn=fn):
-                        try:
-                            return _finite(fn(fa(env)))
-                        except (OverflowError, ValueError, ZeroDivisionError) as exc:
-                            raise Undefined("function domain") from exc
-                    return f1
+                def f1(env, fa=fa, fn=fn):
+                    try:
+                        return fin(fn(fa(env)))
+                    except _ARITH_ERRORS as exc:
+                        raise Undefined("function domain") from exc
+                return f1
         if real and isinstance(e, (sp.asin, sp.acos)):
             fa = comp(e.args[0])
-            fn = math.asin if isinstance(e, sp.asin) else math.acos
+            fn = ar.asin if isinstance(e, sp.asin) else ar.acos
 
             def fr(env):
                 x = fa(env)
-                if not -1 <= x <= 1:
+                if ar.is_complex(x) or not -1 <= x <= 1:
                     raise Undefined("arcsin/arccos domain")
                 return fn(x)
             return fr
         if isinstance(e, (sp.cot, sp.sec, sp.csc)):
             fa = comp(e.args[0])
-            base = {sp.cot: (math.tan, cmath.tan), sp.sec: (math.cos, cmath.cos),
-                    sp.csc: (math.sin, cmath.sin)}[type(e)][0 if real else 1]
+            base = ar.recip_base[type(e)]
+            tol = ar.pole_tol
 
             def recip(env):
                 d = base(fa(env))
-                if abs(d) < 1e-300:
+                if abs(d) < tol:
                     raise Undefined("pole")
-                return _finite(1 / d)
+                return fin(1 / d)
             return recip
         if isinstance(e, (sp.floor, sp.ceiling, sp.frac, sp.Max, sp.Min)):
             fs = [comp(a) for a in e.args]
-            op = {sp.floor: lambda xs: float(math.floor(xs[0])), sp.ceiling: lambda xs: float(math.ceil(xs[0])),
-                  sp.frac: lambda xs: xs[0] - math.floor(xs[0]), sp.Max: max, sp.Min: min}[type(e)]
+            op = {sp.floor: lambda xs: ar.floor(xs[0]), sp.ceiling: lambda xs: ar.ceil(xs[0]),
+                  sp.frac: lambda xs: xs[0] - ar.floor(xs[0]), sp.Max: max, sp.Min: min}[type(e)]
 
             def realonly(env):
-                xs = []
-                for f in fs:
-                    x = f(env)
-                    if isinstance(x, complex):
-                        if abs(x.imag) > 1e-12:
-                            raise Undefined("real-only function at a complex point")
-                        x = x.real
-                    xs.append(x)
-                return op(xs)
+                return op([real_value(f(env), "real-only function at a complex point") for f in fs])
             return realonly
         if isinstance(e, (sp.factorial, sp.binomial)):
             fs = [comp(a) for a in e.args]
@@ -356,84 +508,28 @@ def compile_expr(expr: sp.Basic, mode: str, log_base: float | None = None) -> Ca
             def intfun(env):
                 xs = []
                 for f in fs:
-                    x = f(env)
-                    if isinstance(x, complex):
-                        if abs(x.imag) > 1e-12:
-                            raise Undefined("factorial at a complex point")
-                        x = x.real
-                    if abs(x - round(x)) > 1e-9 or round(x) < 0 or round(x) > 170:
+                    x = real_value(f(env), "factorial at a complex point")
+                    n = ar.nint(x)
+                    if abs(x - n) > ar.int_tol or n < 0 or n > 170:
                         raise Undefined("factorial/binomial needs a small non-negative integer")
-                    xs.append(int(round(x)))
+                    xs.append(n)
                 if len(xs) == 1:
-                    return float(math.factorial(xs[0]))
-                return float(math.comb(xs[0], xs[1])) if xs[1] <= xs[0] else 0.0
+                    return ar.from_int(math.factorial(xs[0]))
+                return ar.from_int(math.comb(xs[0], xs[1]) if xs[1] <= xs[0] else 0)
             return intfun
         raise Undefined(f"no numeric rule for {type(e).__name__}")
 
-    return comp(expr)
+    def real_value(x, why: str):
+        if ar.is_complex(x):
+            if abs(x.imag) > ar.imag_tol:
+                raise Undefined(why)
+            x = x.real
+        return x
 
-
-# --------------------------------------------------------------------------- exact and high-precision
-
-class _NotExact(Exception):
-    """The expression is not a rational function with rational coefficients (or is too big
-    to evaluate exactly)."""
-
-
-#: Exact evaluation refuses integer exponents above this and numeric powers above
-#: :data:`_EXACT_MAX_BITS` bits (the grammar already refuses numbers above 100,000 bits).
-_EXACT_MAX_EXP = 4096
-_EXACT_MAX_BITS = 200_000
-
-
-def _bits(q: Fraction) -> int:
-    return max(abs(q.numerator).bit_length(), q.denominator.bit_length(), 1)
-
-
-def exact_compile(expr: sp.Basic) -> Callable[[dict], Fraction]:
-    """Compile a rational function with rational coefficients into a closure
-    ``f(env) -> Fraction`` over exact rational values (``env``: Symbol -> Fraction).
-
-    Only ``Integer``/``Rational`` numbers, plain symbols (not the degree sign, not an
-    ellipsis), ``Add``, ``Mul`` and ``Pow`` with an integer exponent of at most
-    :data:`_EXACT_MAX_EXP` in absolute value are accepted.
-
-    Raises:
-        _NotExact: at compile time for anything else (functions, ``pi``, roots, applied
-            functions …).
-        Undefined: at evaluation time for a division by zero or a missing value.
-    """
-
-    def comp(e: sp.Basic) -> Callable[[dict], Fraction]:
-        if e.is_Symbol:
-            if e is DEGREE or e.name.startswith("\\ldots"):
-                raise _NotExact("constant symbol")
-
-            def sym(env, e=e):
-                try:
-                    return env[e]
-                except KeyError as exc:
-                    raise Undefined(f"no value for {e}") from exc
-            return sym
-        if e.is_Rational:
-            v = Fraction(int(e.p), int(e.q))
-            return lambda env: v
-        if e.is_Add:
-            fs = [comp(a) for a in e.args]
-            return lambda env: sum((f(env) for f in fs), Fraction(0))
-        if e.is_Mul:
-            fs = [comp(a) for a in e.args]
-
-            def mul(env):
-                r = Fraction(1)
-                for f in fs:
-                    r *= f(env)
-                return r
-            return mul
-        if e.is_Pow and e.exp.is_Integer:
-            n = int(e.exp)
-            if abs(n) > _EXACT_MAX_EXP:
-                raise _NotExact("exponent too large")
+    def power(e: sp.Basic):
+        ex = e.exp
+        if ar.exact:
+            n = int(ex)
             if e.base.is_Rational:
                 b = Fraction(int(e.base.p), int(e.base.q))
                 if abs(n) * _bits(b) > _EXACT_MAX_BITS:
@@ -450,226 +546,108 @@ def exact_compile(expr: sp.Basic) -> Callable[[dict], Fraction]:
                     raise Undefined("0 to a negative power")
                 return b ** n
             return pw
-        raise _NotExact(type(e).__name__)
-
-    return comp(expr)
-
-
-#: Working precision (decimal digits) of the high-precision confirmation and its
-#: relative tolerance.
-_MP_DPS = 50
-_MP_TOL = mpmath.mpf(10) ** -35
-
-
-def _mp_finite(v):
-    if not mpmath.isfinite(v):
-        raise Undefined("non-finite")
-    return v
-
-
-_MP_REAL_F = {
-    sp.sin: mpmath.sin, sp.cos: mpmath.cos, sp.tan: mpmath.tan, sp.sinh: mpmath.sinh,
-    sp.cosh: mpmath.cosh, sp.tanh: mpmath.tanh, sp.atan: mpmath.atan, sp.exp: mpmath.exp,
-}
-_MP_CPLX_F = {**_MP_REAL_F, sp.asin: mpmath.asin, sp.acos: mpmath.acos}
-
-
-def _mp_real_pow(b, e: sp.Basic, ev):
-    if e.is_Integer:
-        n = int(e)
-        if b == 0 and n < 0:
-            raise Undefined("0 to a negative power")
-        return b ** n
-    if e.is_Rational:
-        p, q = int(e.p), int(e.q)
-        r = mpmath.mpf(p) / q
-        if b >= 0:
-            if b == 0 and p < 0:
-                raise Undefined("0 to a negative power")
-            return b ** r
-        if q % 2 == 1:
-            v = (-b) ** r
-            return -v if p % 2 else v
-        raise Undefined("even root of a negative number")
-    if b > 0:
-        return b ** ev
-    if b == 0 and ev > 0:
-        return mpmath.mpf(0)
-    if abs(ev - mpmath.nint(ev)) < mpmath.mpf(10) ** -40:
-        n = int(mpmath.nint(ev))
-        if b == 0 and n < 0:
-            raise Undefined("0 to a negative power")
-        return b ** n
-    raise Undefined("non-integer power of a non-positive number")
-
-
-def _mp_compile(expr: sp.Basic, real: bool) -> Callable[[dict], object]:
-    """:func:`compile_expr` at :data:`_MP_DPS` digits with ``mpmath`` (same node types and
-    the same real/complex semantics); call the closure inside ``mpmath.workdps``. Numeric
-    powers and exponents whose exact value would be huge raise :class:`Undefined` at
-    compile time (nothing is expanded)."""
-
-    def comp(e: sp.Basic):
-        if e is DEGREE:
-            return lambda env: mpmath.pi / 180
-        if e.is_Symbol or isinstance(e, AppliedUndef):
-            if isinstance(e, AppliedUndef) and e.func.__name__ in _OPAQUE_FUNCS:
-                raise Undefined(f"no numeric rule for {e.func.__name__}")
-
-            def sym(env, e=e):
+        if isinstance(ar, _MpNumbers) and ex.is_Rational and abs(int(ex.p)) > _EXACT_MAX_EXP * 16:
+            raise Undefined("exponent too large")
+        fb = comp(e.base)
+        fe = comp(ex)
+        to_c = ar.to_complex
+        if real:
+            def rpow(env):
+                b = fb(env)
+                if ar.is_complex(b):
+                    raise Undefined("complex value in real mode")
                 try:
-                    v = env[e]
-                except KeyError as exc:
-                    raise Undefined(f"no value for {e}") from exc
-                if isinstance(v, complex):
-                    return mpmath.mpc(v.real, v.imag)
-                if isinstance(v, Fraction):
-                    return mpmath.mpf(v.numerator) / v.denominator
-                return mpmath.mpf(v)
-            return sym
-        if e.is_Number:
-            if e in (sp.zoo, sp.nan, sp.oo, -sp.oo):
-                raise Undefined("infinite constant")
-            if e.is_Rational:
-                p, q = int(e.p), int(e.q)
-                if max(p.bit_length(), q.bit_length()) > _EXACT_MAX_BITS:
-                    raise Undefined("number too large")
-                return lambda env: mpmath.mpf(p) / q
-            v = e
-            return lambda env: mpmath.mpf(str(v))
-        if e is sp.pi:
-            return lambda env: +mpmath.pi
-        if e is sp.E:
-            return lambda env: +mpmath.e
-        if e.is_Add:
-            fs = [comp(a) for a in e.args]
-            return lambda env: _mp_finite(mpmath.fsum(f(env) for f in fs))
-        if e.is_Mul:
-            fs = [comp(a) for a in e.args]
+                    return fin(_real_pow(ar, b, ex, fe(env) if not ex.is_Rational else None))
+                except (OverflowError, ZeroDivisionError) as exc:
+                    raise Undefined("overflow") from exc
+            return rpow
 
-            def mul(env):
-                r = mpmath.mpf(1)
-                for f in fs:
-                    r = r * f(env)
-                return _mp_finite(r)
-            return mul
-        if e.is_Pow:
-            ex = e.exp
-            if ex.is_Rational and abs(int(ex.p)) > _EXACT_MAX_EXP * 16:
-                raise Undefined("exponent too large")
-            fb = comp(e.base)
-            fe = comp(ex)
-            if real:
-                def rpow(env):
-                    b = fb(env)
-                    if isinstance(b, mpmath.mpc):
-                        raise Undefined("complex value in real mode")
-                    return _mp_finite(_mp_real_pow(b, ex, fe(env) if not ex.is_Rational else None))
-                return rpow
-
-            def cpow(env):
-                b = mpmath.mpc(fb(env))
+        def cpow(env):
+            b = to_c(fb(env))
+            try:
                 if ex.is_Integer:
                     n = int(ex)
                     if b == 0 and n < 0:
                         raise Undefined("0 to a negative power")
-                    return _mp_finite(b ** n)
-                ev = mpmath.mpc(fe(env))
+                    return fin(b ** n)
+                ev = to_c(fe(env))
                 if b == 0:
                     if ev.real > 0:
-                        return mpmath.mpc(0)
+                        return ar.czero
                     raise Undefined("0 to a non-positive power")
-                return _mp_finite(b ** ev)
-            return cpow
-        if isinstance(e, sp.Abs):
-            fa = comp(e.args[0])
-            return lambda env: abs(fa(env))
-        if isinstance(e, sp.log):
-            if len(e.args) != 1:
-                raise Undefined("two-argument log")
-            fa = comp(e.args[0])
-            if real:
-                def rlog(env):
-                    x = fa(env)
-                    if isinstance(x, mpmath.mpc) or x <= 0:
-                        raise Undefined("log of a non-positive number")
-                    return mpmath.log(x)
-                return rlog
+                return fin(b ** ev)
+            except (OverflowError, ZeroDivisionError) as exc:
+                raise Undefined("overflow") from exc
+        return cpow
 
-            def clog(env):
-                x = mpmath.mpc(fa(env))
-                if x == 0:
-                    raise Undefined("log 0")
-                return mpmath.log(x)
-            return clog
-        for cls, fn in (_MP_REAL_F if real else _MP_CPLX_F).items():
-            if isinstance(e, cls):
-                fa = comp(e.args[0])
+    def logarithm(e: sp.Basic):
+        if len(e.args) != 1:
+            raise Undefined("two-argument log")
+        fa = comp(e.args[0])
+        scale = ar.log_scale
+        if real:
+            rlog = ar.rlog
 
-                def f1(env, fa=fa, fn=fn):
-                    try:
-                        return _mp_finite(fn(fa(env)))
-                    except (ValueError, ZeroDivisionError) as exc:
-                        raise Undefined("function domain") from exc
-                return f1
-        if real and isinstance(e, (sp.asin, sp.acos)):
-            fa = comp(e.args[0])
-            fn = mpmath.asin if isinstance(e, sp.asin) else mpmath.acos
-
-            def fr(env):
+            def rl(env):
                 x = fa(env)
-                if isinstance(x, mpmath.mpc) or not -1 <= x <= 1:
-                    raise Undefined("arcsin/arccos domain")
-                return fn(x)
-            return fr
-        if isinstance(e, (sp.cot, sp.sec, sp.csc)):
-            fa = comp(e.args[0])
-            base = {sp.cot: mpmath.tan, sp.sec: mpmath.cos, sp.csc: mpmath.sin}[type(e)]
+                if ar.is_complex(x) or x <= 0:
+                    raise Undefined("log of a non-positive number")
+                return rlog(x) if scale is None else rlog(x) * scale
+            return rl
+        clog, to_c = ar.clog, ar.to_complex
 
-            def recip(env):
-                d = base(fa(env))
-                if abs(d) < mpmath.mpf(10) ** -300:
-                    raise Undefined("pole")
-                return _mp_finite(1 / d)
-            return recip
-        if isinstance(e, (sp.floor, sp.ceiling, sp.frac, sp.Max, sp.Min)):
-            fs = [comp(a) for a in e.args]
-            op = {sp.floor: lambda xs: mpmath.floor(xs[0]), sp.ceiling: lambda xs: mpmath.ceil(xs[0]),
-                  sp.frac: lambda xs: xs[0] - mpmath.floor(xs[0]), sp.Max: max, sp.Min: min}[type(e)]
-
-            def realonly(env):
-                xs = []
-                for f in fs:
-                    x = f(env)
-                    if isinstance(x, mpmath.mpc):
-                        if abs(x.imag) > mpmath.mpf(10) ** -30:
-                            raise Undefined("real-only function at a complex point")
-                        x = x.real
-                    xs.append(x)
-                return op(xs)
-            return realonly
-        if isinstance(e, (sp.factorial, sp.binomial)):
-            fs = [comp(a) for a in e.args]
-
-            def intfun(env):
-                xs = []
-                for f in fs:
-                    x = f(env)
-                    if isinstance(x, mpmath.mpc):
-                        if abs(x.imag) > mpmath.mpf(10) ** -30:
-                            raise Undefined("factorial at a complex point")
-                        x = x.real
-                    n = int(mpmath.nint(x))
-                    if abs(x - n) > mpmath.mpf(10) ** -30 or n < 0 or n > 170:
-                        raise Undefined("factorial/binomial needs a small non-negative integer")
-                    xs.append(n)
-                if len(xs) == 1:
-                    return mpmath.mpf(math.factorial(xs[0]))
-                return mpmath.mpf(math.comb(xs[0], xs[1]) if xs[1] <= xs[0] else 0)
-            return intfun
-        raise Undefined(f"no numeric rule for {type(e).__name__}")
+        def cl(env):
+            x = to_c(fa(env))
+            if x == 0:
+                raise Undefined("log 0")
+            return clog(x) if scale is None else clog(x) * scale
+        return cl
 
     return comp(expr)
+
+
+def compile_expr(expr: sp.Basic, mode: str, log_base: float | None = None) -> Callable[[dict], complex | float]:
+    """Compile ``expr`` into a closure ``f(env) -> value`` in floating point.
+
+    Args:
+        expr: a SymPy expression built by :mod:`recipematch.cas.grammar`.
+        mode: ``"real"`` or ``"complex"``.
+        log_base: ``None`` for natural logarithms; ``10.0`` to read every one-argument
+            ``log`` as base 10 (the ambiguous ``\\log`` reading).
+
+    Returns:
+        A function of ``env``, a dict from ``Symbol`` (and applied undefined functions) to
+        numbers; it raises :class:`Undefined` where the value is undefined or non-finite.
+
+    Raises:
+        Undefined: at compile time for node types outside the whitelist (``gcd``, ``Mod``,
+            ellipses …), so such relations are never "verified".
+    """
+    return _compile(expr, _FloatNumbers(mode == "real", log_base))
+
+
+def exact_compile(expr: sp.Basic) -> Callable[[dict], Fraction]:
+    """Compile a rational function with rational coefficients into a closure
+    ``f(env) -> Fraction`` over exact rational values (``env``: Symbol -> Fraction).
+
+    Only ``Integer``/``Rational`` numbers, plain symbols (not the degree sign, not an
+    ellipsis), ``Add``, ``Mul`` and ``Pow`` with an integer exponent of at most
+    :data:`_EXACT_MAX_EXP` in absolute value are accepted.
+
+    Raises:
+        _NotExact: at compile time for anything else (functions, ``pi``, roots, applied
+            functions …).
+        Undefined: at evaluation time for a division by zero or a missing value.
+    """
+    return _compile(expr, _ExactNumbers())
+
+
+def _mp_compile(expr: sp.Basic, real: bool, log_base: float | None = None) -> Callable[[dict], object]:
+    """:func:`compile_expr` with ``mpmath`` numbers (same node types and the same
+    real/complex semantics); call the closure inside ``mpmath.workdps``. Numeric powers
+    and exponents whose exact value would be huge raise :class:`Undefined` at compile
+    time (nothing is expanded)."""
+    return _compile(expr, _MpNumbers(real, log_base))
 
 
 # --------------------------------------------------------------------------- variables
@@ -885,9 +863,59 @@ def _var_name(v: sp.Basic) -> str:
     return name
 
 
+def unsigned_lengths(rel: Rel) -> Rel:
+    """``rel`` with every two-point segment name replaced by its unsigned name
+    (:func:`recipematch.cas.grammar.unsigned_segment_name`: ``PC`` → ``CP``), the notation
+    rule of :mod:`recipematch.cas.grammar` for problems that declare no vectors or
+    directed segments: ``AB = PC`` and ``A B - C P = 0`` are then the same relation."""
+    sub = {}
+    for side in rel.sides:
+        for x in side.free_symbols:
+            if isinstance(x, sp.Symbol) and x not in sub:
+                name = unsigned_segment_name(x.name)
+                if name != x.name:
+                    sub[x] = sp.Symbol(name)
+    if not sub:
+        return rel
+    return Rel(rel.ops, tuple(side.xreplace(sub) for side in rel.sides))
+
+
+def _unsigned_domains(domains: dict[str, Domain] | None) -> dict[str, Domain] | None:
+    """Domains keyed by unsigned segment names too (the written name's domain is kept
+    for the unsigned one when that has none of its own)."""
+    if not domains:
+        return domains
+    out = dict(domains)
+    for name, dom in domains.items():
+        if segment_points(name) is not None:
+            out.setdefault(unsigned_segment_name(name), dom)
+    return out
+
+
+def _implied_domains(rels: list[Rel], domains: dict[str, Domain] | None) -> dict[str, Domain] | None:
+    """``domains`` plus what the relations themselves imply: a bare unknown under a
+    factorial or a binomial coefficient is a non-negative integer (the only values where
+    the expression is defined), so it is sampled there whatever the caller passed."""
+    out = dict(domains or {})
+    changed = False
+    for rel in rels:
+        for side in rel.sides:
+            for f in side.atoms(sp.factorial, sp.binomial):
+                for arg in f.args:
+                    if isinstance(arg, sp.Symbol) and arg is not DEGREE:
+                        d = out.get(arg.name, Domain())
+                        if d.integer and d.lo is not None and d.lo >= 0:
+                            continue
+                        lo = Fraction(0) if d.lo is None or d.lo < 0 else d.lo
+                        out[arg.name] = Domain(lo=lo, lo_strict=d.lo_strict and d.lo == lo,
+                                               hi=d.hi, hi_strict=d.hi_strict, integer=True)
+                        changed = True
+    return out if (changed or domains) else domains
+
+
 def check_equivalent(a: Rel, b: Rel, *, rng: random.Random, domains: dict[str, Domain] | None = None,
                      n_points: int = EQUIV_POINTS, max_draws: int = EQUIV_MAX_DRAWS,
-                     min_nontrivial: int = EQUIV_MIN_NONTRIVIAL) -> dict:
+                     min_nontrivial: int = EQUIV_MIN_NONTRIVIAL, directed_segments: bool = False) -> dict:
     """Equivalence of two relations (or two expressions), Appendix A, made exact where
     the algebra allows.
 
@@ -926,6 +954,12 @@ def check_equivalent(a: Rel, b: Rel, *, rng: random.Random, domains: dict[str, D
 
     Too few valid points gives ``unknown``, never ``equivalent``.
 
+    Domains: each unknown is sampled in its domain where the check samples reals (the
+    caller's ``domains``, e.g. the problem's, plus the non-negative integers for a bare
+    unknown under a factorial or binomial, :func:`_implied_domains`, so ``n! = 2^a - 2^b``
+    is tested at integer ``n``). Unless ``directed_segments`` (the problem declares vectors
+    or directed segments), two-point names are unsigned lengths (:func:`unsigned_lengths`).
+
     Returns:
         ``{"verdict": "equivalent" | "not_equivalent" | "unknown", "points_tested": int,
         "k": str | None, "max_dev": float | None, "counterexample": dict | None,
@@ -937,6 +971,9 @@ def check_equivalent(a: Rel, b: Rel, *, rng: random.Random, domains: dict[str, D
         ``residual_mismatch``, or ``constant_shift`` without a point).
     """
     method = "residual_ratio_k"
+    if not directed_segments:
+        a, b, domains = unsigned_lengths(a), unsigned_lengths(b), _unsigned_domains(domains)
+    domains = _implied_domains([a, b], domains)
     if bool(a.ops) != bool(b.ops):
         return _verdict("unknown", 0, None, None, None, "a relation against an expression", method)
     if len(a.ops) != len(b.ops):
@@ -1472,18 +1509,32 @@ def _side_values(rel: Rel, env: dict, log_base: float | None) -> list[str]:
 
 def find_counterexample(orig: Rel, edited: Rel, *, rng: random.Random,
                         domains: dict[str, Domain] | None = None, flags: frozenset[str] = frozenset(),
-                        max_points: int = CX_REAL_POINTS, solve_tries: int = 6) -> dict | None:
-    """A real point where ``orig`` and ``edited`` have different truth values (SPEC §3.1).
+                        max_points: int = CX_REAL_POINTS, solve_tries: int = CX_SOLVE_TRIES,
+                        directed_segments: bool = False, stats: dict | None = None) -> dict | None:
+    """A real point where ``orig`` and ``edited`` have different truth values (paper,
+    Appendix A: the verified arm).
 
-    Methods, in order:
+    Methods, in order (the first point that survives the re-check below wins):
 
     * ``real_sample_truth_disagreement``: up to ``max_points`` real points over the
       domains; both relations must be defined and decided (no link within the margin
       of its boundary) and their truth values must differ;
-    * ``solve_one_side_check_other`` (equations): the other unknowns get sample values,
-      one unknown is solved from one relation (a univariate polynomial after clearing
-      denominators; real roots in its domain only), and the other relation must fail
-      there by a clear margin. Both directions are tried.
+    * ``simple_point_truth_disagreement``: targeted exact points: every unknown at the
+      same small integer or simple fraction (``x = y = z = 2/5``), one unknown over the
+      simple values with the others at 1, 2, 1/2 or −1, and random tuples of simple values
+      (each inside its domain) — narrow regions and exponent equations (``2^x = 8``);
+    * ``solve_one_side_check_other`` (equations): the other unknowns get sample values
+      (alternately random and simple rationals), one unknown is solved from one relation
+      (a univariate polynomial after clearing denominators; real roots in its domain
+      only), and the other relation must fail there by a clear margin. Both directions,
+      ``solve_tries`` attempts each;
+    * ``boundary_root_scan``: with the other unknowns fixed at several rationals, one
+      unknown is scanned over its domain for sign changes of each link's residual
+      ``P − Q`` (any function, not only polynomials: ``\\sin``, exponents); each root
+      (at most :data:`_SCAN_MAX_ROOTS` per search) is located by bisection; an inequality
+      is tested at exact rationals just on either side of it (the boundary of its
+      solution set), an equation at a simple fraction near it and at the root itself,
+      refined at 60 digits.
 
     Exact decisions: when both relations are rational functions with rational
     coefficients (no ``e``, no function, no root, exponents of unknowns at most
@@ -1493,17 +1544,26 @@ def find_counterexample(orig: Rel, edited: Rel, *, rng: random.Random,
     ``x = 3.0000000001`` against ``x = 3`` is refuted at ``x = 3``. Otherwise the
     floating-point margin rule of :func:`_truth` applies.
 
+    No false counterexample: every point found is re-checked before it is returned
+    (:func:`recheck_counterexample`: exact rational arithmetic, or ``mpmath`` at 50
+    digits); a point that fails the re-check is discarded, counted in
+    ``stats["discarded"]`` when ``stats`` is given, and the search goes on.
+
     A bare ``e`` is pinned to Euler's number, and a ``\\log`` without a base must give the
     disagreement under both the natural and the base-10 reading. Relations with ``i``
-    used as an unknown in an equation are refused (imaginary unit or index?).
+    used as an unknown in an equation are refused (imaginary unit or index?). Unless
+    ``directed_segments``, two-point names are unsigned lengths (:func:`unsigned_lengths`).
 
     Returns:
         ``{"point": {name: value}, "orig": {"holds": bool, "sides": [...]}, "edited": {...},
-        "method": str}`` with exact decimal or rational strings where the point is exact,
-        or ``None`` when no counterexample was found (the negative is then dropped).
+        "method": str}`` with exact decimal or rational strings where the point is exact
+        (a root refined at 60 digits is written with 40 significant digits), or ``None``
+        when no counterexample was found (the negative is then dropped).
     """
     if "i_symbol" in flags and "=" in orig.ops:
         return None
+    if not directed_segments:
+        orig, edited, domains = unsigned_lengths(orig), unsigned_lengths(edited), _unsigned_domains(domains)
     variables = sorted(set(relation_variables(orig)) | set(relation_variables(edited)), key=_sort_key)
     e_sym = sp.Symbol("e")
     bases: list[float | None] = [None, 10.0] if "log_base_ambiguous" in flags else [None]
@@ -1576,35 +1636,361 @@ def find_counterexample(orig: Rel, edited: Rel, *, rng: random.Random,
                 "edited": {"holds": truths[1], "sides": sides_e},
                 "method": method}
 
+    def accept(env: dict, exact: dict, method: str) -> dict | None:
+        """The packed counterexample when the point refutes and survives the re-check."""
+        if has_atoms and not _atoms_consistent([orig, edited], env):
+            return None
+        t = judge(env, exact)
+        if t is None:
+            return None
+        cx = pack(env, t, method, exact)
+        if _recheck(orig, edited, cx, variables, bases):
+            return cx
+        if stats is not None:
+            stats["discarded"] = stats.get("discarded", 0) + 1
+        return None
+
+    def from_exact(exact: dict) -> dict:
+        env = {v: float(x) for v, x in exact.items()}
+        if e_sym in variables:
+            env[e_sym] = math.e
+        return env
+
+    free = [v for v in variables if v != e_sym]
+    doms = [(domains or {}).get(_var_name(v)) for v in free]
     # 1) sampling
     for _ in range(max_points):
         exact: dict = {}
-        env: dict = {}
         try:
-            for v in variables:
-                if v == e_sym:
-                    env[v] = math.e
-                    continue
-                f = _draw_real(rng, (domains or {}).get(_var_name(v)))
-                exact[v] = f
-                env[v] = float(f)
+            for v, dom in zip(free, doms):
+                exact[v] = _draw_real(rng, dom)
         except Undefined:
             return None
-        if has_atoms and not _atoms_consistent([orig, edited], env):
-            continue
-        t = judge(env, exact)
-        if t is not None:
-            return pack(env, t, "real_sample_truth_disagreement", exact)
-    # 2) equations: solve one, check the other
+        cx = accept(from_exact(exact), exact, "real_sample_truth_disagreement")
+        if cx is not None:
+            return cx
+    # 2) targeted simple points
+    for exact in _simple_points(free, doms, rng):
+        cx = accept(from_exact(exact), exact, "simple_point_truth_disagreement")
+        if cx is not None:
+            return cx
+    # 3) equations: solve one, check the other
     if len(orig.ops) == 1 and orig.ops[0] == "=" and edited.ops == ("=",):
         for first, second in ((orig, edited), (edited, orig)):
-            r = _solve_and_check(first, second, variables, rng, domains, judge, solve_tries, e_sym)
-            if r is not None:
-                env, exact = r
-                t = judge(env, exact)
-                if t is not None:
-                    return pack(env, t, "solve_one_side_check_other", exact)
+            cx = _solve_and_check(first, second, variables, rng, domains, judge, accept, solve_tries, e_sym)
+            if cx is not None:
+                return cx
+    # 4) roots of each residual along one unknown: equations at the root, inequalities
+    #    at rationals on either side of it
+    if compiled is not None and free and not has_atoms:
+        cx = _boundary_scan(orig, edited, free, doms, compiled[bases[0]], judge, accept, e_sym in variables)
+        if cx is not None:
+            return cx
     return None
+
+
+#: Simple values for targeted points: small integers and fractions with small denominators.
+_SIMPLE = tuple(sorted({Fraction(p, q) for q in (1, 2, 3, 4, 5) for p in range(-4 * q, 4 * q + 1)}
+                       | {Fraction(k, 10) for k in range(-10, 11)} | {Fraction(k) for k in range(-10, 11)},
+                       key=lambda f: (f.denominator, abs(f), f < 0)))
+_ANCHORS = (Fraction(1), Fraction(2), Fraction(1, 2), Fraction(-1))
+#: Random tuples of simple values tried per search.
+_SIMPLE_RANDOM = 200
+
+
+def _simple_values(dom: Domain | None) -> list[Fraction]:
+    """The simple values inside ``dom`` (shifted onto a bound far from 0 when none is)."""
+    vals = [f for f in _SIMPLE if dom is None or dom.contains_exact(f)]
+    if not vals and dom is not None:
+        for base in (dom.lo, dom.hi):
+            if base is not None:
+                sign = 1 if base is dom.lo else -1
+                vals += [base + sign * f for f in _SIMPLE if f >= 0 and dom.contains_exact(base + sign * f)]
+    return vals
+
+
+def _simple_points(free: list, doms: list, rng: random.Random):
+    """Targeted exact points (see :func:`find_counterexample`), at most a few hundred."""
+    if not free:
+        return
+    values = [_simple_values(d) for d in doms]
+    if any(not v for v in values):
+        return
+    seen: set[tuple] = set()
+
+    def emit(vals: tuple):
+        if vals in seen:
+            return None
+        seen.add(vals)
+        return dict(zip(free, vals))
+
+    shared = set(values[0]).intersection(*values[1:])
+    for c in _SIMPLE:
+        if c in shared:
+            p = emit((c,) * len(free))
+            if p is not None:
+                yield p
+    if len(free) <= 4:
+        for i in range(len(free)):
+            for a in _ANCHORS:
+                others = [a if a in values[j] else values[j][0] for j in range(len(free))]
+                for c in values[i][:40]:
+                    others[i] = c
+                    p = emit(tuple(others))
+                    if p is not None:
+                        yield p
+    for _ in range(_SIMPLE_RANDOM):
+        p = emit(tuple(rng.choice(v) for v in values))
+        if p is not None:
+            yield p
+
+
+#: Root scan: grid of the scanned unknown, assignments of the others, significant digits
+#: of a stored root.
+_SCAN_GRID = tuple(Fraction(k, 4) for k in range(-48, 49))
+_SCAN_ASSIGNMENTS = 2
+_SCAN_MAX_ROOTS = 12
+_ROOT_DIGITS = 40
+
+
+def _boundary_scan(orig: Rel, edited: Rel, free: list, doms: list, compiled, judge, accept,
+                   has_e: bool) -> dict | None:
+    """``boundary_root_scan`` of :func:`find_counterexample`."""
+    residuals = []
+    for rel, forms in ((orig, compiled[0]), (edited, compiled[1])):
+        for (kind, p, q), (_k, fp, fq) in zip(_oriented_links(rel), forms):
+            residuals.append((kind, p - q, fp, fq))
+    values = [_simple_values(d) for d in doms]
+    if any(not v for v in values):
+        return None
+    budget = _SCAN_MAX_ROOTS
+    for i, v in enumerate(free):
+        dom = doms[i]
+        grid = [x for x in _SCAN_GRID if dom is None or dom.contains_exact(x)]
+        if dom is not None and dom.integer:
+            continue  # integers: the simple points already cover the small ones
+        if len(grid) < 2:
+            continue
+        for a in range(_SCAN_ASSIGNMENTS):
+            base = {w: (_ANCHORS[a] if _ANCHORS[a] in values[j] else values[j][min(a, len(values[j]) - 1)])
+                    for j, w in enumerate(free) if j != i}
+            env = {w: float(x) for w, x in base.items()}
+            if has_e:
+                env[sp.Symbol("e")] = math.e
+            for kind, g, fp, fq in residuals:
+                prev = None
+                for x in grid:
+                    env[v] = float(x)
+                    try:
+                        y = fp(env) - fq(env)
+                    except (Undefined, ZeroDivisionError, OverflowError, ValueError, TypeError):
+                        prev = None
+                        continue
+                    if isinstance(y, complex):
+                        prev = None
+                        continue
+                    if prev is not None and (prev[1] < 0) != (y < 0):
+                        budget -= 1
+                        if budget < 0:
+                            return None
+                        cx = _try_root(g, kind, v, prev[0], x, base, dict(env), dom, judge, accept, has_e,
+                                       lambda en, fp=fp, fq=fq: fp(en) - fq(en))
+                        if cx is not None:
+                            return cx
+                    prev = (x, y)
+    return None
+
+
+def _try_root(g: sp.Expr, kind: str, v, lo: Fraction, hi: Fraction, base: dict, env: dict, dom,
+              judge, accept, has_e: bool, fg: Callable[[dict], float]) -> dict | None:
+    """Locate a sign change of ``g`` (compiled: ``fg``) in ``[lo, hi]`` with the others at
+    ``base`` by float bisection and test rationals on either side of the root (and, for an
+    equation, a simple fraction near it and the root itself, refined at 60 digits only
+    when the float root refutes)."""
+    a, b = float(lo), float(hi)
+    try:
+        env[v] = a
+        ya = fg(env)
+        for _ in range(60):
+            m = (a + b) / 2
+            env[v] = m
+            ym = fg(env)
+            if isinstance(ym, complex):
+                return None
+            if (ym < 0) == (ya < 0):
+                a, ya = m, ym
+            else:
+                b = m
+    except (Undefined, ZeroDivisionError, OverflowError, ValueError, TypeError):
+        return None
+    root = (a + b) / 2
+    rq = Fraction(root)
+    cands: list[Fraction | str] = [rq.limit_denominator(1000)]
+    if kind != "eq":
+        for k in range(1, 7):
+            step = Fraction(1, 10 ** k)
+            below = Fraction(math.floor(rq / step)) * step
+            cands += [below, below + step]
+    for c in cands:
+        if dom is not None and not dom.contains_exact(c):
+            continue
+        exact = dict(base)
+        exact[v] = c
+        env2 = dict(env)
+        env2[v] = float(c)
+        cx = accept(env2, exact, "boundary_root_scan")
+        if cx is not None:
+            return cx
+    if kind != "eq" or (dom is not None and not dom.contains(root)):
+        return None
+    env2 = dict(env)
+    env2[v] = root
+    exact = dict(base)
+    exact[v] = f"{root:.17g}"
+    if judge(env2, exact) is None:
+        return None
+    precise = _refine_root(g, v, lo, hi, base, has_e)
+    if precise is None:
+        return None
+    exact[v] = precise
+    env2[v] = float(Fraction(precise))
+    return accept(env2, exact, "boundary_root_scan")
+
+
+def _refine_root(g: sp.Expr, v, lo: Fraction, hi: Fraction, base: dict, has_e: bool) -> str | None:
+    """The root of ``g`` in ``[lo, hi]`` at 60 digits, as :data:`_ROOT_DIGITS`
+    significant digits, or None."""
+    try:
+        with mpmath.workdps(60):
+            f = _mp_compile(g.xreplace({DEGREE: sp.pi / 180}), real=True)
+            menv = {w: mpmath.mpf(x.numerator) / x.denominator for w, x in base.items()}
+            if has_e:
+                menv[sp.Symbol("e")] = +mpmath.e
+
+            def h(t):
+                menv[v] = t
+                return f(menv)
+            a = mpmath.mpf(lo.numerator) / lo.denominator
+            b = mpmath.mpf(hi.numerator) / hi.denominator
+            r = mpmath.findroot(h, (a, b), solver="anderson")
+            if isinstance(r, mpmath.mpc) or not a <= r <= b:
+                return None
+            return mpmath.nstr(r, _ROOT_DIGITS, strip_zeros=True)
+    except (Undefined, ZeroDivisionError, ValueError, TypeError, OverflowError, NoConvergence):
+        return None
+
+
+def _precise_root(poly: sp.Poly, approx: float) -> str | None:
+    """The real root of ``poly`` nearest ``approx``, to :data:`_ROOT_DIGITS` significant
+    digits (a decimal string), or None."""
+    try:
+        roots = [r for r in poly.nroots(n=_ROOT_DIGITS + 5, maxsteps=200) if abs(sp.im(r)) < 1e-30]
+    except (sp.polys.polyerrors.BasePolynomialError, TypeError, ValueError, NotImplementedError,
+            RecursionError, NoConvergence):
+        return None
+    if not roots:
+        return None
+    best = min(roots, key=lambda r: abs(float(sp.re(r)) - approx))
+    return str(sp.N(sp.re(best), _ROOT_DIGITS))
+
+
+def _truth_mp(rel: Rel, env: dict, log_base: float | None) -> bool | None:
+    """Truth value of ``rel`` at 50 digits (call inside ``mpmath.workdps``), or None where a
+    side is undefined or an inequality link is within ``1e-30`` (relative) of its boundary.
+    An equation holds when ``|P − Q| ≤ 1e-30·(1 + |P| + |Q|)``: a residual such as
+    ``x⁴ = 10⁻⁸`` is nonzero here, whatever a float margin said."""
+    truth = True
+    tol = mpmath.mpf(10) ** -_RECHECK_DIGITS
+    for kind, p, q in _oriented_links(rel):
+        try:
+            pv = _mp_compile(p, True, log_base)(env)
+            qv = _mp_compile(q, True, log_base)(env)
+        except (Undefined, ZeroDivisionError, OverflowError, ValueError, TypeError):
+            return None
+        if isinstance(pv, mpmath.mpc) or isinstance(qv, mpmath.mpc):
+            return None
+        g = pv - qv
+        zero = abs(g) <= tol * (1 + abs(pv) + abs(qv))
+        if kind == "eq":
+            truth = truth and zero
+        elif kind == "ne":
+            truth = truth and not zero
+        else:
+            if zero:
+                return None
+            truth = truth and g > 0
+    return truth
+
+
+#: A 50-digit re-check counts a residual below this many digits (relative) as zero.
+_RECHECK_DIGITS = 30
+
+
+def _point_values(cx: dict, variables: list) -> dict | None:
+    point = cx.get("point") or {}
+    env = {}
+    for v in variables:
+        s = point.get(_var_name(v))
+        if s is None:
+            return None
+        if s == "E" or (_var_name(v) == "e" and point.get("e") == "E"):
+            env[v] = "E"
+            continue
+        try:
+            env[v] = Fraction(s)
+        except (ValueError, ZeroDivisionError, TypeError):
+            return None
+    return env
+
+
+def _recheck(orig: Rel, edited: Rel, cx: dict, variables: list, bases: list) -> bool:
+    if not cx.get("point"):
+        return False
+    claimed = (cx["orig"]["holds"], cx["edited"]["holds"])
+    if claimed[0] == claimed[1]:
+        return False
+    env = _point_values(cx, variables)
+    if env is None:
+        return False
+    if all(isinstance(x, Fraction) for x in env.values()):
+        fo, fe = _exact_forms(orig), _exact_forms(edited)
+        if fo is not None and fe is not None:
+            if (_truth_exact(fo, env), _truth_exact(fe, env)) == claimed:
+                return True
+    with mpmath.workdps(_MP_DPS):
+        menv = {v: (+mpmath.e if x == "E" else mpmath.mpf(x.numerator) / x.denominator) for v, x in env.items()}
+        for lb in bases:
+            if (_truth_mp(orig, menv, lb), _truth_mp(edited, menv, lb)) != claimed:
+                return False
+    return True
+
+
+def recheck_counterexample(orig: Rel, edited: Rel, cx: dict, *, flags: frozenset[str] = frozenset(),
+                           directed_segments: bool = False) -> bool:
+    """Whether a stored counterexample really refutes: at its point, ``orig`` and
+    ``edited`` have the truth values it claims, and they differ.
+
+    Decided exactly (``Fraction`` arithmetic, no margin) when every coordinate is a
+    rational string and both relations are rational functions and that reproduces the
+    claim; otherwise at 50 digits with ``mpmath`` (:func:`_truth_mp`: an equation holds
+    when its residual is below ``1e-30`` relative; an inequality within that of its
+    boundary, or an undefined side, fails the re-check). ``flags``: the parse flags of
+    ``orig`` (``log_base_ambiguous``: both readings must reproduce the claim);
+    ``directed_segments`` as in :func:`find_counterexample`.
+
+    Args:
+        orig, edited: the relations, as passed to :func:`find_counterexample`.
+        cx: its result (``{"point", "orig": {"holds"}, "edited": {"holds"}, ...}``).
+
+    Returns:
+        True when the claim is confirmed, False otherwise (also for a missing point or
+        coordinate).
+    """
+    if not directed_segments:
+        orig, edited = unsigned_lengths(orig), unsigned_lengths(edited)
+    variables = sorted(set(relation_variables(orig)) | set(relation_variables(edited)), key=_sort_key)
+    bases: list[float | None] = [None, 10.0] if "log_base_ambiguous" in flags else [None]
+    return _recheck(orig, edited, cx, variables, bases)
 
 
 def _compile_forms(rel: Rel, log_base: float | None) -> list[tuple[str, Callable, Callable]]:
@@ -1612,7 +1998,12 @@ def _compile_forms(rel: Rel, log_base: float | None) -> list[tuple[str, Callable
             for k, p, q in _oriented_links(rel)]
 
 
-def _solve_and_check(first: Rel, second: Rel, variables, rng, domains, judge, tries, e_sym):
+def _solve_and_check(first: Rel, second: Rel, variables, rng, domains, judge, accept, tries, e_sym):
+    """``solve_one_side_check_other`` of :func:`find_counterexample`: the accepted
+    counterexample or None. Attempts alternate (per round over the candidate unknowns)
+    between random samples and simple rationals for the other unknowns; an irrational
+    root that refutes in floating point is recomputed to :data:`_ROOT_DIGITS` digits
+    before it is accepted."""
     g = (first.sides[0] - first.sides[1]).xreplace({DEGREE: sp.pi / 180})
     for p in g.atoms(sp.Pow):
         # a degree above 6 is never solved; a large exponent would be expanded (2010)
@@ -1655,8 +2046,15 @@ def _solve_and_check(first: Rel, second: Rel, variables, rng, domains, judge, tr
                 env[w] = math.e
                 sub_exact[subs_atoms.get(w, w)] = sp.E
                 continue
+            dom_w = (domains or {}).get(_var_name(w))
             try:
-                f = _draw_real(rng, (domains or {}).get(_var_name(w)))
+                if (attempt // len(cand)) % 2:
+                    simple = _simple_values(dom_w)
+                    if not simple:
+                        raise Undefined("empty domain")
+                    f = rng.choice(simple[:24])
+                else:
+                    f = _draw_real(rng, dom_w)
             except Undefined:
                 return None
             exact[w] = f
@@ -1664,6 +2062,8 @@ def _solve_and_check(first: Rel, second: Rel, variables, rng, domains, judge, tr
             sub_exact[subs_atoms.get(w, w)] = sp.Rational(f.numerator, f.denominator)
         try:
             uni = sp.together(g_sym.xreplace(sub_exact))
+            if uni.has(sp.zoo, sp.nan, sp.oo, -sp.oo):
+                continue
             num = uni.as_numer_denom()[0]
             poly = sp.Poly(num, vs)
             if poly.degree() < 1 or poly.degree() > 6:
@@ -1675,8 +2075,8 @@ def _solve_and_check(first: Rel, second: Rel, variables, rng, domains, judge, tr
                 roots = [(-c0 / c1)]
             else:
                 roots = [r for r in poly.nroots(n=15) if abs(sp.im(r)) < 1e-12]
-        except (sp.PolynomialError, TypeError, ValueError, NotImplementedError, ZeroDivisionError,
-                sp.polys.polyerrors.PolynomialError, RecursionError, NoConvergence):
+        except (sp.polys.polyerrors.BasePolynomialError, TypeError, ValueError, NotImplementedError,
+                ZeroDivisionError, RecursionError, NoConvergence):
             continue
         dom = (domains or {}).get(_var_name(v))
         for r in roots:
@@ -1697,8 +2097,13 @@ def _solve_and_check(first: Rel, second: Rel, variables, rng, domains, judge, tr
                 ex2[v] = Fraction(int(r.p), int(r.q))
             else:
                 ex2[v] = f"{rv:.15g}"
-            if any(isinstance(x, AppliedUndef) for x in variables) and not _atoms_consistent([first, second], env2):
-                continue
-            if judge(env2, ex2) is not None:
-                return env2, ex2
+                if judge(env2, ex2) is None:
+                    continue
+                precise = _precise_root(poly, rv)
+                if precise is None:
+                    continue
+                ex2[v] = precise
+            cx = accept(env2, ex2, "solve_one_side_check_other")
+            if cx is not None:
+                return cx
     return None

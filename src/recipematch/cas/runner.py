@@ -1,4 +1,4 @@
-"""Isolated, parallel, resumable run of the generator over many problems (SPEC §3.1).
+"""Isolated, parallel, resumable run of the generator over many problems (paper, Appendix A: the CAS arm).
 
 Each problem runs in a worker process under a wall-clock limit (params, 30 s by default,
 the paper's per-problem limit) and an address-space cap (``RLIMIT_AS``). A worker that
@@ -31,6 +31,7 @@ Files (all derived from ``out_path``; the library receives paths, never invents 
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import multiprocessing as mp
@@ -42,6 +43,7 @@ from multiprocessing.connection import Connection, wait
 from pathlib import Path
 
 from recipematch.cas import generator as _gen_mod
+from recipematch.errors import RecipematchError
 from recipematch.cas.generator import GENERATOR_VERSION
 from recipematch.cas.isolation import (
     child_setup,
@@ -53,6 +55,7 @@ __all__ = [
     "STATUSES",
     "aggregate_census",
     "journal_path",
+    "lock_path",
     "metrics_from_summary",
     "run_generator",
     "timings_path",
@@ -69,6 +72,37 @@ _RUN_ONLY = ("elapsed_s", "timeout_s", "memory_mb")
 def journal_path(out_path: Path) -> Path:
     """The append log next to ``out_path``."""
     return out_path.with_name(out_path.name + ".journal.jsonl")
+
+
+def lock_path(out_path: Path) -> Path:
+    """The lock file next to ``out_path``: one run at a time per output."""
+    return out_path.with_name(out_path.name + ".lock")
+
+
+def _acquire_lock(out_path: Path):
+    """Take an exclusive, non-blocking ``flock`` on :func:`lock_path` and return its open
+    file (the lock lives as long as the file is open, and the kernel drops it when the
+    process dies, so a killed run never leaves a stale lock).
+
+    Raises:
+        RecipematchError: when another process holds the lock (a second run on the same
+            output would redo every problem and double the journal).
+    """
+    lpath = lock_path(out_path)
+    fh = lpath.open("a+", encoding="utf-8")
+    try:
+        fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        fh.seek(0)
+        holder = fh.read().strip() or "unknown"
+        fh.close()
+        raise RecipematchError(f"{lpath}: another recipematch run (pid {holder}) is writing {out_path}; "
+                               "wait for it to finish or use another output") from None
+    fh.seek(0)
+    fh.truncate()
+    fh.write(str(os.getpid()))
+    fh.flush()
+    return fh
 
 
 def timings_path(out_path: Path) -> Path:
@@ -203,7 +237,7 @@ def _repair_journal(path: Path) -> None:
 
 
 def aggregate_census(records: list[dict]) -> dict:
-    """Corpus census over problem records (SPEC §3.1: "unique-expression coverage").
+    """Corpus census over problem records (paper, Appendix A: "unique-expression coverage").
 
     Unique expressions are unique span contents (by key) over all records; a key parsed
     in any record counts once. Shares are fractions in [0, 1].
@@ -212,11 +246,13 @@ def aggregate_census(records: list[dict]) -> dict:
         ``{"unique_expressions", "coverage_before", "coverage_after", "relation_share",
         "coverage_after_interpreted" (after, without uninterpreted parts),
         "spans", "segments", "segments_parsed", "qualifying_relations", "tried_relations",
-        "problems_with_relation", "rejections": {reason: count}}``.
+        "list_bound_relations" (relations over a comma list, never rewritten),
+        "counterexamples_discarded" (refuting points that failed the exact or 50-digit
+        re-check), "problems_with_relation", "rejections": {reason: count}}``.
     """
     uniq: dict[str, list[bool]] = {}  # key -> [before, after, relation, interpreted]
     totals = {"spans": 0, "segments": 0, "segments_parsed": 0, "qualifying_relations": 0,
-              "tried_relations": 0}
+              "tried_relations": 0, "list_bound_relations": 0, "counterexamples_discarded": 0}
     rej: dict[str, int] = {}
     with_rel = 0
     for rec in records:
@@ -271,13 +307,28 @@ def run_generator(problems: list[tuple[str, str]], *, out_path: Path, seed: int,
         "distinct_negatives": n, "negative_attachments": n, "out_path", "journal_path",
         "timings_path"}``.
 
+    Concurrency: the call holds an exclusive lock on ``<out_path>.lock`` (:func:`lock_path`)
+    for its whole duration; a second run on the same output while the first is alive
+    refuses at once instead of redoing every problem.
+
     Raises:
         ValueError: on a non-positive ``timeout_s``, ``workers`` or ``memory_mb``.
+        RecipematchError: when another run holds the lock on ``out_path``.
     """
     if timeout_s <= 0 or workers < 1 or memory_mb <= 0:
         raise ValueError("timeout_s, workers and memory_mb must be positive")
     out_path = Path(out_path)
     out_path.parent.mkdir(parents=True, exist_ok=True)
+    lock = _acquire_lock(out_path)
+    try:
+        return _run_locked(problems, out_path=out_path, seed=seed, timeout_s=timeout_s, memory_mb=memory_mb,
+                           workers=workers, progress=progress)
+    finally:
+        lock.close()
+
+
+def _run_locked(problems: list[tuple[str, str]], *, out_path: Path, seed: int, timeout_s: float,
+                memory_mb: int, workers: int, progress: bool) -> dict:
     jpath = journal_path(out_path)
     _repair_journal(jpath)
     journal = _read_journal(jpath)

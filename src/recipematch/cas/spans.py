@@ -1,4 +1,4 @@
-"""Math-span extraction from problem texts in any language (SPEC §3.1, Appendix A).
+"""Math-span extraction from problem texts in any language (paper, Appendix A: the verified arm).
 
 A *span* is the LaTeX between math delimiters: ``$…$``, ``$$…$$``, ``\\(…\\)``, ``\\[…\\]``
 and the display environments listed in :data:`DISPLAY_ENVIRONMENTS` when they stand

@@ -1,4 +1,4 @@
-"""Positive and negative edits of one relation (SPEC §3.1, Appendix A).
+"""Positive and negative edits of one relation (paper, Appendix A: the verified arm).
 
 Positives (each verified):
 
