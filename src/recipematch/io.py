@@ -21,8 +21,13 @@ from recipematch.errors import RecipematchError
 
 
 def canonical_json(obj: Any) -> str:
-    """One-line JSON with sorted keys, no ASCII escaping: the project's canonical form."""
-    return json.dumps(obj, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
+    """One-line JSON with sorted keys, no spaces, UTF-8 characters kept, NaN refused: the
+    project's one canonical form (every content hash of a JSON value uses it).
+
+    Raises:
+        ValueError: ``obj`` holds NaN or an infinity.
+    """
+    return json.dumps(obj, ensure_ascii=False, sort_keys=True, separators=(",", ":"), allow_nan=False)
 
 
 def sha256_bytes(data: bytes) -> str:

@@ -32,7 +32,6 @@ Files (all derived from ``out_path``; the library receives paths, never invents 
 from __future__ import annotations
 
 import fcntl
-import hashlib
 import json
 import multiprocessing as mp
 import os
@@ -44,6 +43,7 @@ from pathlib import Path
 
 from recipematch.cas import generator as _gen_mod
 from recipematch.errors import RecipematchError
+from recipematch.io import sha256_text
 from recipematch.cas.generator import GENERATOR_VERSION
 from recipematch.cas.isolation import (
     child_setup,
@@ -111,7 +111,7 @@ def timings_path(out_path: Path) -> Path:
 
 
 def _sha(text: str) -> str:
-    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+    return sha256_text(text, errors="surrogatepass")
 
 
 def _generate(source_id: str, text: str, seed: int) -> dict:

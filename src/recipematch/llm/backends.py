@@ -45,7 +45,6 @@ never reaches a result, the call store, a record or a log.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import os
@@ -60,6 +59,7 @@ from pathlib import Path
 from typing import Any
 
 from recipematch.errors import RecipematchError
+from recipematch.io import canonical_json, sha256_text
 
 __all__ = [
     "GenerationRequest",
@@ -129,15 +129,10 @@ def read_api_key(env_var: str, environ: Mapping[str, str] | None = None) -> str:
     return key
 
 
-def canonical_json(obj: Any) -> str:
-    """Canonical JSON text: sorted keys, no spaces, UTF-8 characters kept, NaN refused."""
-    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
-
-
 def _sha256_text(text: str) -> str:
-    """SHA-256 hex of the text's UTF-8 bytes. A lone surrogate (not encodable as UTF-8) is
-    encoded with ``surrogatepass`` instead of raising; every other text hashes as plain UTF-8."""
-    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+    """SHA-256 hex of the text's UTF-8 bytes (:func:`recipematch.io.sha256_text`); a lone
+    surrogate is hashed with ``surrogatepass`` instead of raising."""
+    return sha256_text(text, errors="surrogatepass")
 
 
 def normalise_sampling(sampling: Mapping[str, Any]) -> dict[str, float | int]:

@@ -33,13 +33,13 @@ where the OS offers it).
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from recipematch.io import sha256_text
 from recipematch.llm.backends import GenerationRequest, GenerationResult, canonical_json, is_retry_later
 
 __all__ = ["CallStore", "StoreCorruptError", "make_record", "verify_record"]
@@ -58,7 +58,7 @@ def _record_hash(rec: Mapping[str, Any]) -> str:
     body = {k: v for k, v in rec.items() if k != "record_sha256"}
     # surrogatepass: a lone surrogate in a raw answer hashes instead of raising; any other
     # text hashes exactly as plain UTF-8 (so existing stores keep verifying)
-    return hashlib.sha256(canonical_json(body).encode("utf-8", "surrogatepass")).hexdigest()
+    return sha256_text(canonical_json(body), errors="surrogatepass")
 
 
 def _encode_line(record: Mapping[str, Any]) -> bytes:

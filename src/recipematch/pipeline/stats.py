@@ -27,13 +27,16 @@ def _hits(ranks, k: int):
     id (identical query order for every arm); cluster labels in that query order or None."""
     import numpy as np
 
+    from recipematch.metrics import hits_at_k
+
     piv = ranks.pivot(index="seed", columns="query_id", values="rank").sort_index(axis=0).sort_index(axis=1)
-    r = piv.to_numpy()
+    r = piv.to_numpy().astype(np.int64)
     clusters = None
     if "cluster" in ranks.columns:
         first = ranks.drop_duplicates("query_id").set_index("query_id")["cluster"]
         clusters = first.reindex(piv.columns).astype(str).to_numpy()
-    return ((r >= 0) & (r < k)).astype(np.float64), list(piv.columns), clusters  # rank -1: no gold, a miss
+    hits = np.vstack([hits_at_k(row, k) for row in r]).astype(np.float64)  # rank -1: no gold, a miss
+    return hits, list(piv.columns), clusters
 
 
 def run(p, lay: Layout) -> dict:
