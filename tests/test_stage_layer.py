@@ -89,3 +89,20 @@ def test_user_error_is_one_line_and_exit_2(tmp_path):
     r = subprocess.run([sys.executable, "-m", "recipematch", "corpus", "--root", str(tmp_path), "--debug"],
                        capture_output=True, text=True, timeout=120)
     assert r.returncode != 0 and "Traceback" in r.stderr
+
+
+def test_tracking_of_a_dvc_temp_experiment_lands_in_the_project(tmp_path):
+    """`dvc exp run --temp/--queue` runs stages in <project>/.dvc/tmp/exps/<x>/: a relative
+    sqlite store must resolve to the project's own mlflow.db, not the throw-away copy's."""
+    from recipematch.pipeline.door import Layout
+    from recipematch.pipeline.inputs import mlflow_artifacts, mlflow_uri, project_root
+
+    copy = tmp_path / "proj" / ".dvc" / "tmp" / "exps" / "tmpab12"
+    copy.mkdir(parents=True)
+    lay = Layout(copy)
+    assert project_root(lay) == (tmp_path / "proj").resolve()
+    assert mlflow_uri("sqlite:///mlflow.db", lay) == f"sqlite:///{(tmp_path / 'proj' / 'mlflow.db').resolve()}"
+    assert mlflow_artifacts(lay) == (tmp_path / "proj" / "mlruns").resolve().as_uri()
+    plain = Layout(tmp_path / "proj")
+    assert mlflow_uri("sqlite:///mlflow.db", plain) == mlflow_uri("sqlite:///mlflow.db", lay)
+    assert mlflow_uri("http://127.0.0.1:5000", lay) == "http://127.0.0.1:5000"

@@ -60,16 +60,39 @@ def read_pairs(lay: Layout, key: str) -> list[dict] | None:
     return read_pair_file(path) if path.exists() else None
 
 
+def project_root(lay: Layout) -> Path:
+    """The project a stage belongs to. ``dvc exp run --temp`` / ``--queue`` run stages in a
+    copy under ``<project>/.dvc/tmp/exps/``; tracking must land in the project itself, or
+    the experiment's MLflow runs are lost with the copy."""
+    parts = lay.root.resolve().parts
+    for i in range(len(parts) - 3):
+        if parts[i:i + 3] == (".dvc", "tmp", "exps"):
+            return Path(*parts[:i])
+    return lay.root.resolve()
+
+
 def mlflow_uri(tracking_uri: str, lay: Layout) -> str:
-    """A relative ``sqlite:///`` path resolved against the project root."""
+    """A relative ``sqlite:///`` path resolved against the project root (the real project,
+    also for a stage running in a ``dvc exp`` temporary copy: :func:`project_root`)."""
     if tracking_uri.startswith("sqlite:///") and not tracking_uri.startswith("sqlite:////"):
-        return "sqlite:///" + str((lay.root / tracking_uri[len("sqlite:///"):]).resolve())
+        return "sqlite:///" + str((project_root(lay) / tracking_uri[len("sqlite:///"):]).resolve())
     return tracking_uri
 
 
+def run_tags(p_declared: dict) -> dict[str, str]:
+    """Tags that tell runs of different experiments apart in MLflow: the DVC experiment's
+    name (``DVC_EXP_NAME``, set by ``dvc exp run``) and a hash of the params the stage read."""
+    import os
+
+    from recipematch.io import canonical_json, sha256_text
+
+    return {"dvc_exp": os.environ.get("DVC_EXP_NAME", ""),
+            "params_sha256": sha256_text(canonical_json(p_declared))[:16]}
+
+
 def mlflow_artifacts(lay: Layout) -> str:
-    """Where MLflow runs of this project keep their artifacts (``mlruns/`` of the root)."""
-    return (lay.root / "mlruns").resolve().as_uri()
+    """Where MLflow runs of this project keep their artifacts (``mlruns/`` of the project)."""
+    return (project_root(lay) / "mlruns").resolve().as_uri()
 
 
 def git_rev(root: Path) -> str:

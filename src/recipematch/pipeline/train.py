@@ -19,7 +19,14 @@ from recipematch.io import (
 )
 from recipematch.pairs import read_pair_file
 from recipematch.pipeline.door import Layout, arm_option, check_device, progress_option, stage
-from recipematch.pipeline.inputs import arm_spec_from_file, git_rev, mlflow_artifacts, mlflow_uri, train_seeds
+from recipematch.pipeline.inputs import (
+    arm_spec_from_file,
+    git_rev,
+    mlflow_artifacts,
+    mlflow_uri,
+    run_tags,
+    train_seeds,
+)
 from recipematch.pipeline.models import contamination_gate, resolve_model
 
 log = logging.getLogger("recipematch")
@@ -78,7 +85,7 @@ def run(p, lay: Layout, arm: str, *, progress: bool = True) -> dict:
             if rec.get("run_key") == run_key and rec.get("checkpoint_sha256") == sha256_tree(ckpt):
                 log.info("train[%s] seed %d: finished earlier (run key %s), skipped", arm, s, run_key[:12])
                 # a lost tracking store gets the run back from the record; the record is not rewritten
-                tracking.restore_run(c, exp_id, rec, run_name=f"{arm}-seed{s}",
+                tracking.restore_run(c, exp_id, rec, run_name=f"{arm}-{spec.name}-seed{s}",
                                      tags={"arm": arm, "cell": spec.name, "seed": str(s)},
                                      params={"arm": arm, "cell": spec.name, "seed": s,
                                              **{f"train.{k}": v for k, v in rec.get("config", {}).items()}})
@@ -88,7 +95,7 @@ def run(p, lay: Layout, arm: str, *, progress: bool = True) -> dict:
         rows, gate_counts, _ = gate.apply(rows)
         gate_again = {"rows_dropped": sum(v for k, v in gate_counts.items() if k.startswith("rows_dropped.")),
                       "negatives_dropped": sum(v for k, v in gate_counts.items() if k.startswith("negatives_dropped."))}
-        run_id, resumed = tracking.find_or_create_run(c, exp_id, run_key, f"{arm}-seed{s}",
+        run_id, resumed = tracking.find_or_create_run(c, exp_id, run_key, f"{arm}-{spec.name}-seed{s}",
                                                      {"arm": arm, "cell": spec.name, "seed": str(s)})
         tracking.log_params_safe(c, run_id, {"arm": arm, "cell": spec.name, "positives": spec.positives,
                                              "negatives": spec.negatives, "negatives_volume": spec.volume, "seed": s,
@@ -98,6 +105,8 @@ def run(p, lay: Layout, arm: str, *, progress: bool = True) -> dict:
         c.set_tag(run_id, "gate_version", ex.version)
         c.set_tag(run_id, "git_rev", git_rev(lay.root))
         c.set_tag(run_id, "resumed", str(resumed).lower())
+        for k, v in run_tags(p.declared()).items():
+            c.set_tag(run_id, k, v)
         tracking.log_dataset(run_id, pd.DataFrame({"source_id": [r["source_id"] for r in rows], "split": [r["split"] for r in rows]}),
                              source=str(pair_path.relative_to(lay.root)), name=f"cell-{arm}-seed{s}", digest=pair_sha, context="training")
         try:
