@@ -2,7 +2,7 @@ import pytest
 from datasets import Dataset
 
 from recipematch.gates import build_exclusion_list
-from recipematch.training import dev_triplets, gate_rows_again, no_duplicates_report, training_examples
+from recipematch.training import dev_triplets, no_duplicates_report, training_examples
 
 
 def _row(sid, negs, split="train"):
@@ -47,11 +47,16 @@ def test_dev_triplets_for_positive_only_rows_use_another_source():
 
 
 def test_trainer_gates_again():
+    """The trainer applies the one contamination gate again (recipematch.gates.ContaminationGate)."""
+    from recipematch.gates import ContaminationGate, NgramGate
+
     ex = build_exclusion_list([("a", "anchor a"), ("z", "zz")], ["anchor a", "neg b 1"], "v1")
-    rows, counts = gate_rows_again([_row("a", 1), _row("b", 2)], ex)
+    gate = ContaminationGate(ex, NgramGate([], n=5, threshold=0.35))
+    rows, counts, _ = gate.apply([_row("a", 1), _row("b", 2)])
     assert [r["source_id"] for r in rows] == ["b"]
     assert [n["text"] for n in rows[0]["negatives"]] == ["neg b 0"]
-    assert counts == {"rows_dropped": 1, "negatives_dropped": 1}
+    assert counts == {"rows_dropped.exclusion_v1_anchor_id": 1, "negatives_dropped.exclusion_v1_negative_text": 1,
+                      "rows_kept": 1}
 
 
 def test_single_positive_only_dev_source_borrows_a_train_positive():
@@ -125,9 +130,9 @@ def _rows():
 
 
 def _cfg():
-    from recipematch.config import TrainConfig
+    from recipematch.training import TrainSettings
 
-    return TrainConfig(model="tiny", lr=1e-3, epochs=1, batch_size=4, mini_batch_size=4, scale=20.0, warmup_ratio=0.0,
+    return TrainSettings(lr=1e-3, epochs=1, batch_size=4, mini_batch_size=4, scale=20.0, warmup_ratio=0.0,
                        max_seq_length=16, eval_steps=2, max_dev_triplets=10, device="cpu", bf16=False)
 
 

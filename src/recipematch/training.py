@@ -19,32 +19,53 @@ import os
 import shutil
 import tempfile
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from recipematch.config import TrainConfig
-from recipematch.gates import ExclusionList
 
 log = logging.getLogger(__name__)
 
 
-def gate_rows_again(rows: Sequence[Mapping[str, Any]], exclusion: ExclusionList) -> tuple[list[dict], dict[str, int]]:
-    """The trainer's own gate pass (the paper, Section 3 and Appendix B: gates applied when
-    building AND inside the trainer). Drops rows whose anchor id, anchor or positive is excluded, and excluded
-    negatives; returns counts (all zero when validation did its job)."""
-    ids = set(exclusion.ids)
-    out, counts = [], {"rows_dropped": 0, "negatives_dropped": 0}
-    for r in rows:
-        if r["source_id"] in ids or exclusion.hits_text(r["anchor"]) or exclusion.hits_text(r["positive"]):
-            counts["rows_dropped"] += 1
-            continue
-        negs = [n for n in r.get("negatives") or [] if not exclusion.hits_text(n["text"])]
-        counts["negatives_dropped"] += len(r.get("negatives") or []) - len(negs)
-        out.append({**r, "negatives": negs})
-    return out, counts
+@dataclass(frozen=True)
+class TrainSettings:
+    """How one seed trains (paper Section 3, Table 2, Eq. 1). The stage builds it from
+    ``params.yaml`` ``train``; the library never sees the params mapping.
+
+    Attributes:
+        lr: learning rate (> 0; paper 2e-5).
+        epochs: passes over the training split (≥ 1; paper 3).
+        batch_size: examples per batch (≥ 1; paper 256), also the dev scoring batch.
+        mini_batch_size: gradient-cache mini-batch (≥ 1; paper 16).
+        scale: contrastive loss scale (> 0; paper 20).
+        warmup_ratio: share of steps warmed up, in [0, 1) (paper 0.05).
+        max_seq_length: tokens per text (≥ 1).
+        eval_steps: steps between dev evaluations (≥ 1; paper 100).
+        max_dev_triplets: dev triplets scored (≥ 1; paper 2,000).
+        device: ``cpu``, ``cuda`` or ``mps``.
+        bf16: bf16 mixed precision.
+    """
+
+    lr: float
+    epochs: int
+    batch_size: int
+    mini_batch_size: int
+    scale: float
+    warmup_ratio: float
+    max_seq_length: int
+    eval_steps: int
+    max_dev_triplets: int
+    device: str
+    bf16: bool
+
+    @classmethod
+    def pick(cls, obj: Any) -> "TrainSettings":
+        """The fields of this class read off any object that has them (the params section)."""
+        import dataclasses
+
+        return cls(**{f.name: getattr(obj, f.name) for f in dataclasses.fields(cls)})
 
 
 def training_examples(rows: Sequence[Mapping[str, Any]]) -> tuple[dict[str, list[str]], dict[str, list[str]]]:
@@ -157,7 +178,7 @@ def save_checkpoint(model, out_dir: Path) -> None:
             f.unlink()
 
 
-def train_one(rows: Sequence[Mapping[str, Any]], *, base_model: str, out_dir: Path, seed: int, cfg: TrainConfig,
+def train_one(rows: Sequence[Mapping[str, Any]], *, base_model: str, out_dir: Path, seed: int, cfg: TrainSettings,
               progress: bool = True, work_dir: Path | None = None) -> dict[str, Any]:
     """Train one checkpoint and save it to ``out_dir``.
 

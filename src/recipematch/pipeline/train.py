@@ -33,8 +33,6 @@ log = logging.getLogger("recipematch")
 
 PARAMS = ("train", "mlflow", "gates", "evaluate.max_seq_length", "evaluate.batch_size", "evaluate.device")
 
-#: train keys that choose WHICH seeds run, not how one seed trains (kept out of a run's key)
-_SEED_KEYS = ("seed", "n_seeds")
 
 
 def run(p, lay: Layout, arm: str, *, progress: bool = True) -> dict:
@@ -43,7 +41,7 @@ def run(p, lay: Layout, arm: str, *, progress: bool = True) -> dict:
 
     import recipematch.training as training_mod
     from recipematch import tracking
-    from recipematch.training import train_one
+    from recipematch.training import TrainSettings, train_one
 
     train_stage_mod = sys.modules[__name__]
 
@@ -56,7 +54,8 @@ def run(p, lay: Layout, arm: str, *, progress: bool = True) -> dict:
     validated = read_json(lay.validated(arm))
     spec = arm_spec_from_file(lay, arm)
     base = resolve_model(tcfg.model)
-    train_settings = {k: v for k, v in asdict(tcfg).items() if k not in _SEED_KEYS}
+    settings = TrainSettings.pick(tcfg)
+    train_settings = {"model": tcfg.model, **asdict(settings)}
     c, exp_id = tracking.open_store(mlflow_uri(mcfg.tracking_uri, lay), mcfg.experiment,
                                     artifact_location=mlflow_artifacts(lay))
     out_root = lay.models(arm)
@@ -111,7 +110,7 @@ def run(p, lay: Layout, arm: str, *, progress: bool = True) -> dict:
                              source=str(pair_path.relative_to(lay.root)), name=f"cell-{arm}-seed{s}", digest=pair_sha, context="training")
         try:
             work = lay.p("cache", "train-tmp", arm, f"seed_{s}")  # train_one clears what a killed run left here
-            result = train_one(rows, base_model=base, out_dir=ckpt, seed=s, cfg=tcfg, progress=progress, work_dir=work)
+            result = train_one(rows, base_model=base, out_dir=ckpt, seed=s, cfg=settings, progress=progress, work_dir=work)
         except Exception:
             c.set_terminated(run_id, status="FAILED")
             raise
