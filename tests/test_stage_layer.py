@@ -169,3 +169,27 @@ def test_training_seed_reruns_training_and_scoring_but_no_pair_building(repo_roo
     assert "evaluate_base" not in reruns and "evaluate_bm25" not in reruns
     # the pair-building seed, by contrast, rebuilds the CAS and LLM pairs
     assert {"verified", "llm@d1_recipe"} <= _reruns(stages, "seed")
+
+
+def test_a_device_this_machine_lacks_is_refused_naming_the_key(tmp_path, repo_root):
+    import shutil
+    import subprocess
+    import sys
+
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA: the refusal cannot be shown here")
+    from recipematch.errors import RecipematchError
+    from recipematch.pipeline.door import check_device
+
+    with pytest.raises(RecipematchError, match="evaluate.device: cuda requested but this machine has no CUDA"):
+        check_device("evaluate.device", "cuda")
+    check_device("evaluate.device", "cpu")
+    text = (repo_root / "params.yaml").read_text().replace("  device: cpu\n", "  device: cuda\n")
+    (tmp_path / "params.yaml").write_text(text)
+    shutil.copytree(repo_root / "stages", tmp_path / "stages")
+    r = subprocess.run([sys.executable, "stages/evaluate_base.py", "--no-progress"], cwd=tmp_path,
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr[-2000:]
+    assert "evaluate.device: cuda requested" in r.stderr
