@@ -140,3 +140,50 @@ def test_every_named_cell_builds_or_says_which_input_is_missing():
     assert {"verified", "recipe", "reference", "d4", "cas_alone", "d4_recipe_matched", "d4_recipe_full", "cas_recipe",
             "d1_alone", "d1_cas"} <= set(built)
     assert {"d5", "bt", "bt3_cas", "d4_unrelated_full"} <= set(missing)
+
+
+def test_budget_walk_with_a_filter_equals_the_source_by_source_walk():
+    """The budget walk filters blocks of sources at once (one batched encoding); the rows,
+    their order and the drop records equal a plain source-by-source walk."""
+    import numpy as np
+
+    rng = np.random.default_rng(3)
+    rows = []
+    for i in range(200):
+        for j in range(int(rng.integers(1, 4))):
+            rows.append({"source_id": f"s{i:03d}", "anchor": f"a{i}-{j}" + (" x" if rng.random() < 0.2 else ""),
+                         "positive": f"p{i}-{j}", "negatives": [], "positive_provenance": {}})
+    calls = []
+
+    def drop_x(rs):
+        calls.append(len(rs))
+        kept = [dict(r) for r in rs if " x" not in r["anchor"]]
+        return kept, [{"source_id": r["source_id"], "what": "row", "reason": "x"} for r in rs if " x" in r["anchor"]]
+
+    def reference(n_rows, seed, cap):
+        from recipematch.cells import _by_source, _rng_for
+
+        groups = _by_source(rows)
+        for sid, rs in groups.items():
+            if cap and len(rs) > cap:
+                keep = _rng_for(seed, "rows-of-source", sid).permutation(len(rs))[:cap]
+                groups[sid] = [rs[k] for k in sorted(keep)]
+        order = sorted(groups)
+        out, filt = [], []
+        for k in np.random.default_rng(seed).permutation(len(order)):
+            if len(out) >= n_rows:
+                break
+            rs, dropped = drop_x(groups[order[k]])
+            filt += dropped
+            out += rs[: n_rows - len(out)]
+        return [r["anchor"] for r in out], filt
+
+    for n_rows, seed, cap in [(7, 1, None), (40, 2, 1), (150, 5, 2), (500, 9, None)]:
+        chosen, info = budget_rows(rows, n_rows=n_rows, seed=seed, row_filter=drop_x, max_rows_per_source=cap,
+                                   dev_fraction=0.05)
+        want, want_drops = reference(n_rows, seed, cap)
+        assert [r["anchor"] for r in chosen] == want
+        assert info["filtered"] == want_drops
+    calls.clear()
+    budget_rows(rows, n_rows=150, seed=5, row_filter=drop_x, max_rows_per_source=1, dev_fraction=0.05)
+    assert len(calls) <= 3  # batched: a few calls, not one per source

@@ -193,14 +193,27 @@ def budget_rows(rows: Sequence[Mapping[str, Any]], *, n_rows: int, seed: int, de
     ordered = [order[i] for i in perm]
     out: list[dict] = []
     filtered: list[dict] = []
-    for sid in ordered:
-        if len(out) >= n_rows:
-            break
-        rs = groups[sid]
+    i = 0
+    while len(out) < n_rows and i < len(ordered):
+        # the filter runs on a block of the next sources at once (one batched encoding
+        # instead of one per source); a deterministic filter gives the same rows as a
+        # source-by-source walk, and drops are recorded only for sources the walk reaches
+        block = ordered[i:i + max(16, n_rows - len(out))]
+        i += len(block)
+        kept_by: dict[str, list[dict]] = {sid: groups[sid] for sid in block}
+        dropped_by: dict[str, list[dict]] = defaultdict(list)
         if row_filter is not None:
-            rs, dropped = row_filter(rs)
-            filtered.extend(dropped)
-        out.extend(rs[: n_rows - len(out)])
+            kept, dropped = row_filter([r for sid in block for r in groups[sid]])
+            kept_by = defaultdict(list)
+            for r in kept:
+                kept_by[r["source_id"]].append(r)
+            for d in dropped:
+                dropped_by[d["source_id"]].append(d)
+        for sid in block:
+            if len(out) >= n_rows:
+                break
+            filtered.extend(dropped_by.get(sid, ()))
+            out.extend(kept_by.get(sid, [])[: n_rows - len(out)])
     srcs = list(dict.fromkeys(r["source_id"] for r in out))
     dev = {s for s in srcs if is_dev_source(s, seed=seed, dev_fraction=dev_fraction)}
     if not dev and len(srcs) >= 2:

@@ -368,6 +368,23 @@ class StatsConfig:
     paired_seeds: bool = _spec("resample seed indices shared by both arms (true) or each arm's own (false)")
 
 
+@dataclass(frozen=True)
+class StyleConfig:
+    """Style probe and style tracking (paper Appendix C, Tables 13–15)."""
+
+    train_prompt: str = _spec("prompt whose rewrites train the detector (paper: D1)", min=1, max_len=100)
+    score_prompts: tuple[str, ...] = _spec("prompts whose held-out rewrites are scored (Table 13 rows)", min=1)
+    test_fraction: float = _spec("share of source ids held out", min=0.01, max=0.99, finite=True)
+    seed: int = _spec("split, bootstrap and query-sampling seed", min=0, max=2**32 - 1)
+    n_boot: int = _spec("bootstrap replicates over held-out sources (paper: 2,000)", min=100, max=100_000)
+    level: float = _spec("interval coverage", min=0.5, max=0.999, finite=True)
+    C: float = _spec("logistic-regression inverse regularisation", min=1e-6, max=1e6, finite=True)
+    max_iter: int = _spec("logistic-regression iterations", min=10, max=100_000)
+    tracking_set: str = _spec("declared evaluation whose corpus style tracking ranks", min=1, max_len=64)
+    tracking_queries: int = _spec("queries sampled for tracking (paper: 2,000)", min=1, max=1_000_000)
+    top_k: int = _spec("retrieved documents whose style percentile is reported (paper: 10)", min=1, max=10_000)
+
+
 _URI = re.compile(r"^(?:sqlite:///.+|https?://[^\s/]+.*|file:.+)$")
 
 
@@ -398,6 +415,7 @@ class Params:
     evaluate: EvaluateConfig = _spec("evaluation")
     evaluations: dict[str, EvaluationConfig] = _spec("every evaluation set each model is scored on, by name")
     stats: StatsConfig = _spec("statistics")
+    style: StyleConfig = _spec("style probe and tracking")
     mlflow: MlflowConfig = _spec("tracking")
 
     def view(self, keys: Iterable[str]) -> ParamsView:
@@ -445,6 +463,13 @@ def _cross_checks(p: Params) -> None:
         bad = [g for g in ev.in_family_for if g not in POSITIVES]
         if bad:
             raise RecipematchError(f"evaluations.{name}.in_family_for: unknown positives {bad}; choose from {sorted(POSITIVES)}")
+    if p.style.train_prompt not in p.style.score_prompts:
+        raise RecipematchError(f"style.train_prompt {p.style.train_prompt!r} must be one of style.score_prompts")
+    bad = [x for x in p.style.score_prompts if x not in p.llm.prompts]
+    if bad:
+        raise RecipematchError(f"style.score_prompts {bad} are not in llm.prompts {list(p.llm.prompts)}")
+    if p.style.tracking_set not in p.evaluations:
+        raise RecipematchError(f"style.tracking_set {p.style.tracking_set!r} is not a declared evaluation")
     if not any(ev.role == "benchmark" for ev in p.evaluations.values()):
         raise RecipematchError("evaluations: declare at least one set with role: benchmark")
     if not _URI.match(p.mlflow.tracking_uri):
