@@ -21,6 +21,7 @@ from recipematch.pipeline import (
     evaluate_bm25,
     gates,
     llm,
+    style,
     recordings,
     report,
     specs,
@@ -58,6 +59,9 @@ PARAMS = {
                   "label": "near-miss probe", "report_ks": [1], "in_family_for": ["cas"]},
     },
     "stats": {"n_boot": 200, "seed": 0, "paired_seeds": False},
+    "style": {"train_prompt": "d1_recipe", "score_prompts": ["d1_recipe", "d4_restatement"], "test_fraction": 0.3,
+              "seed": 42, "n_boot": 200, "level": 0.95, "C": 1.0, "max_iter": 1000, "tracking_set": "easy",
+              "tracking_queries": 2000, "top_k": 10},
     "mlflow": {"tracking_uri": "sqlite:///mlflow.db", "experiment": "e2e"},
 }
 
@@ -84,6 +88,7 @@ class stages:  # noqa: N801 - the stage functions by name, each called through i
         else evaluate_bm25.run(_view(params, evaluate_bm25), lay) if arm == "bm25"
         else evaluate.run(_view(params, evaluate), lay, arm, **kw))
     run_stats = staticmethod(lambda params, lay, arms: stats.run(_view(params, stats), lay))
+    run_style = staticmethod(lambda params, lay: style.run(_view(params, style), lay))
     run_report = staticmethod(lambda params, lay, arms: report.run(_view(params, report), lay))
 
 
@@ -119,6 +124,7 @@ def pipeline(tmp_path_factory):
     for a in ["base", "bm25", *params["arms"]]:
         stages.run_evaluate(params, lay, a, progress=False)
     stats = stages.run_stats(params, lay, params["arms"])
+    stages.run_style(params, lay)
     report = stages.run_report(params, lay, params["arms"])
     return params, lay, stats, report
 
@@ -218,6 +224,7 @@ def test_stats_and_report(pipeline):
     text = Path(report).read_text()
     assert "| easy tier R@1 (benchmark) |" in text and "DiD easy tier − cross-language strict R@1" in text
     assert "| near-miss probe R@1 (in-family) |" in text and " †" in text  # the verified arm's in-family score
+    assert "| d1_recipe | " in text and "style tracking ρ" in text
     assert (lay.reports / "figure1.png").stat().st_size > 1000
     assert json.loads((lay.metrics / "plots" / "scatter.json").read_text())
 
@@ -305,3 +312,16 @@ def test_two_builds_from_scratch_are_byte_identical(pipeline, tmp_path):
                 *[f"artifacts/cells/{a}/seed_{s}.jsonl" for a in params["arms"] for s in (42, 43)],
                 "metrics/verified.json", "metrics/gates.json", "metrics/llm_d1_recipe.json"]:
         assert (lay.root / rel).read_bytes() == (lay2.root / rel).read_bytes(), rel
+
+
+def test_style_probe_and_tracking(pipeline):
+    params, lay, _, _ = pipeline
+    m = read_json(lay.metrics / "style.json")
+    for prompt in ("d1_recipe", "d4_restatement"):
+        for key in (f"{prompt}.auc", f"{prompt}.unstripped.auc"):
+            assert 0.0 <= m["probe"][key] <= 1.0
+        assert m["probe"][f"{prompt}.auc_low"] <= m["probe"][f"{prompt}.auc"] <= m["probe"][f"{prompt}.auc_high"]
+    models = {"base", *(f"{a}.seed{s}" for a in params["arms"] for s in (42, 43))}
+    assert set(m["tracking"]) == models
+    for t in m["tracking"].values():
+        assert t["n_queries"] == 5 and -1.0 <= t["rho_mean"] <= 1.0 and 0.0 <= t["top_k_percentile_mean"] <= 100.0

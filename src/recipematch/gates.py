@@ -209,12 +209,15 @@ class CosineGate:
         eval_embeddings: ``(n_eval, d)`` float32, unit rows.
         encoder: encodes the texts to check.
         threshold: cosine in [-1, 1] at or above which a text is dropped.
+        encode: optional ``encode(texts) -> (n, d)`` used instead of ``encoder.encode`` (e.g.
+            backed by the on-disk embedding cache, so the validate and train stages reuse
+            each other's encodings of the same file).
 
     Raises:
         ValueError: ``threshold`` outside [-1, 1] or embeddings not 2-D.
     """
 
-    def __init__(self, eval_embeddings, encoder, *, threshold: float) -> None:
+    def __init__(self, eval_embeddings, encoder, *, threshold: float, encode=None) -> None:
         import numpy as np
 
         if not -1.0 <= threshold <= 1.0:
@@ -225,6 +228,7 @@ class CosineGate:
         self.eval_embeddings = emb
         self.encoder = encoder
         self.threshold = threshold
+        self._encode = encode or (lambda texts: encoder.encode(texts))
 
     def max_cosine(self, texts: Sequence[str]):
         """``(len(texts),)`` float32: each text's largest cosine to any evaluation text."""
@@ -232,7 +236,7 @@ class CosineGate:
 
         if not len(texts) or not len(self.eval_embeddings):
             return np.zeros(len(texts), dtype=np.float32)
-        emb = np.asarray(self.encoder.encode(list(texts)), dtype=np.float32)  # (n, d)
+        emb = np.asarray(self._encode(list(texts)), dtype=np.float32)  # (n, d)
         return (emb @ self.eval_embeddings.T).max(axis=1)
 
     def filter_rows(self, rows: Sequence[Mapping]) -> tuple[list[dict], list[dict]]:

@@ -121,8 +121,26 @@ def scatter_png(stats: Mapping[str, Any], cells: Mapping[str, Mapping[str, str]]
     plt.close(fig)
 
 
+def style_markdown(style: Mapping[str, Any]) -> str:
+    """Tables 13 and 14 (paper Appendix C): the style probe's AUC per prompt (stripped, with
+    its 95% bootstrap interval over held-out sources, and unstripped), and each model's style
+    tracking (mean per-query Spearman ρ between similarity and style, top-k style percentile)."""
+    probe = style["probe"]
+    prompts = sorted({k.split(".")[0] for k in probe if k.endswith(".auc") and "." in k})
+    lines = [f"Detector trained on `{probe.get('train_prompt')}` rewrites; held-out sources scored.", "",
+             "| rewrites | AUC, stripped [95%] | AUC, unstripped [95%] |", "|---|---|---|"]
+    for pr in prompts:
+        lines.append(f"| {pr} | {probe[f'{pr}.auc']:.3f} [{probe[f'{pr}.auc_low']:.3f}, {probe[f'{pr}.auc_high']:.3f}] | "
+                     f"{probe[f'{pr}.unstripped.auc']:.3f} [{probe[f'{pr}.unstripped.auc_low']:.3f}, "
+                     f"{probe[f'{pr}.unstripped.auc_high']:.3f}] |")
+    lines += ["", "| model | style tracking ρ | top-k style percentile |", "|---|---|---|"]
+    for m, t in style["tracking"].items():
+        lines.append(f"| {m} | {t['rho_mean']:+.4f} | {t['top_k_percentile_mean']:.2f} |")
+    return "\n".join(lines)
+
+
 def write_report(stats: Mapping[str, Any], cells: Mapping[str, Mapping[str, str]], counts: Mapping[str, Any], out_dir: Path,
-                 *, params: Mapping[str, Any]) -> Path:
+                 *, params: Mapping[str, Any], style: Mapping[str, Any] | None = None) -> Path:
     """Write ``report.md`` and ``figure1.png`` under ``out_dir``; returns the report path."""
     out_dir.mkdir(parents=True, exist_ok=True)
     scatter_png(stats, cells, out_dir / "figure1.png")
@@ -135,6 +153,7 @@ def write_report(stats: Mapping[str, Any], cells: Mapping[str, Mapping[str, str]
              "Parameters: " + ", ".join(f"`{k}={v}`" for k, v in params.items()), "",
              "## Table 1 (shape of the paper's Table 1)", "", table_markdown(stats, cells), "",
              "## Figure 1", "", "![benchmark score against real retrieval](figure1.png)", "",
+             *(["## Style probe and style tracking (Tables 13-14)", "", style_markdown(style), ""] if style else []),
              "## Counts (dropped and failed rows, per stage)", ""]
     for name, c in counts.items():
         lines.append(f"<details><summary>{name}</summary>\n\n```json")

@@ -67,7 +67,8 @@ def contamination_gate(p, lay: Layout, *, cosine: bool = True):
     if cosine:
         enc = encoder(resolve_model(p.train.model), max_seq_length=p.evaluate.max_seq_length,
                       batch_size=p.evaluate.batch_size, device=p.evaluate.device)
-        cos = CosineGate(encode_cached(enc, texts, lay.cache), enc, threshold=g.cosine_threshold)
+        cos = CosineGate(encode_cached(enc, texts, lay.cache), enc, threshold=g.cosine_threshold,
+                         encode=lambda batch: encode_cached(enc, batch, lay.cache) if len(batch) > 64 else enc.encode(batch))
     return ContaminationGate(ex, ngram, heldout_sources(lay), cos), ex_path
 
 

@@ -33,7 +33,8 @@ def run(p, lay: Layout) -> Path:
     for a in arms:
         counts[f"cells.{a}"] = read_json(lay.metrics / "cells" / f"{a}.json")
         counts[f"train.{a}"] = read_json(lay.metrics / "train" / f"{a}.json")
-    return write_report(stats, cells, counts, lay.reports, params=_report_params(p))
+    return write_report(stats, cells, counts, lay.reports, params=_report_params(p),
+                        style=read_json(lay.metrics / "style.json"))
 
 
 def _report_params(p) -> dict:
