@@ -328,6 +328,16 @@ def test_a_relation_over_a_comma_list_is_never_rewritten():
     assert not comma_list_rewrites("$x = 1, y = 2$", "$x - 1 = 0, y = 2$")
 
 
+def test_a_problem_whose_only_relation_is_over_a_list_is_renamed_only():
+    text = "Let $x, y, z > 0$. Find the minimum of $\\frac{x}{y} + \\frac{y}{z} + \\frac{z}{x}$."
+    out = generate_for_problem("only-list", text, seed=3)
+    assert out["census"]["list_bound_relations"] == 1 and out["census"]["tried_relations"] == 0
+    assert {r["transform_family"] for r in out["rows"]} <= {"rename"}
+    assert all(not r["negatives"] for r in out["rows"])
+    for r in out["rows"]:
+        assert re.search(r"\$[a-z], [a-z], [a-z] > 0\$", r["positive_text"])
+
+
 def test_list_bound_relations_rule():
     from recipematch.cas.generator import census_of_problem, list_bound_relations
 
