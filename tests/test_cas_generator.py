@@ -265,24 +265,39 @@ def test_python_payload_never_evaluated(monkeypatch, tmp_path):
 # --------------------------------------------------------------------------- issue 13: comma lists
 
 _REL_OP = re.compile(r"=|<|>|\\leq?|\\geq?|\\leqslant|\\geqslant|\\neq|\\ge\b|\\le\b")
-_BARE_ITEM = re.compile(r"\s*(?:[A-Za-z](?:_\{?[0-9A-Za-z]+\}?)?'*|\d+|\\[lcvd]?dots[a-z]*|\\cdots|\.\.\.)\s*")
+_BARE_ITEM = re.compile(r"\s*(?:[A-Za-z](?:_\{?[0-9A-Za-z]+\}?)?'*|\d+)\s*")
+_ELLIPSIS_ITEM = re.compile(r"\s*(?:\\[lcvd]?dots[a-z]*|\\cdots|\.\.\.|…)\s*")
 
 
 def _top_items(content: str) -> list[str]:
     """A span's content split at commas outside braces, brackets and parentheses."""
     items, depth, cur = [], 0, ""
+    prev = ""
     for ch in content:
         if ch in "{[(":
             depth += 1
         elif ch in "}])":
             depth -= 1
-        if ch == "," and depth == 0:
+        if ch == "," and depth == 0 and prev != "\\":  # not the thin space \,
             items.append(cur)
             cur = ""
         else:
             cur += ch
+        prev = ch
     items.append(cur)
     return items
+
+
+_WORDS_BETWEEN = re.compile(r"\\(?:text|mbox|textrm|mathrm)\s*\{[^{}]*\}|\\q?quad\b")
+
+
+def _list_side(item: str, side: int) -> str:
+    """The part of an item that touches its list neighbour: after the last word command
+    (``\\text{ for }``, ``\\quad``) for a neighbour on the right, before the first one
+    for a neighbour on the left (``x = 1 \\text{ for } k = 1, 2, 3``: only ``k = 1``
+    binds the list)."""
+    parts = _WORDS_BETWEEN.split(item)
+    return parts[-1] if side > 0 else parts[0]
 
 
 def comma_list_rewrites(source: str, new: str) -> list[str]:
@@ -302,11 +317,18 @@ def comma_list_rewrites(source: str, new: str) -> list[str]:
         for k, item in enumerate(ia):
             if not _REL_OP.search(item):
                 continue
-            nbrs = [ia[j] for j in (k - 1, k + 1) if 0 <= j < len(ia)]
-            if not any(_BARE_ITEM.fullmatch(n) for n in nbrs):
-                continue
-            if len(ia) != len(ib) or ib[k].strip() != item.strip():
-                out.append(ca)
+            for step in (-1, 1):  # the nearest item on each side that is not an ellipsis
+                j = k + step
+                while 0 <= j < len(ia) and _ELLIPSIS_ITEM.fullmatch(ia[j]):
+                    j += step
+                if not (0 <= j < len(ia) and _BARE_ITEM.fullmatch(ia[j])):
+                    continue
+                part = _list_side(item, step)
+                if not _REL_OP.search(part):
+                    continue
+                if len(ia) != len(ib) or _list_side(ib[k], step).strip() != part.strip():
+                    out.append(ca)
+                    break
     return out
 
 
@@ -326,6 +348,21 @@ def test_a_relation_over_a_comma_list_is_never_rewritten():
     assert comma_list_rewrites("$m, n \\ge 3$", "$m, 2 n \\geq 6$")
     assert comma_list_rewrites("$m, n \\geqslant 0$", "$m, 0 \\leq n$")
     assert not comma_list_rewrites("$x = 1, y = 2$", "$x - 1 = 0, y = 2$")
+    assert not comma_list_rewrites(r"$y = x \text{ for } k = 1, 2$", r"$y - x = 0 \text{ for } k = 1, 2$")
+    assert comma_list_rewrites(r"$y = x \text{ for } k = 1, 2$", r"$y = x \text{ for } k - 1 = 0, 2$")
+    assert not comma_list_rewrites(r"$N \ge 100\,000$", r"$100\,000 \le N$")
+    assert not comma_list_rewrites(r"$a_1 = b_1, \dots, a_m = b_m$", r"$a_1 - b_1 = 0, \dots, a_m = b_m$")
+    assert comma_list_rewrites(r"$a_1, \ldots, a_n > 0$", r"$a_1, \ldots, 0 < a_n$")
+
+
+def test_a_problem_whose_only_relation_is_over_a_list_is_renamed_only():
+    text = "Let $x, y, z > 0$. Find the minimum of $\\frac{x}{y} + \\frac{y}{z} + \\frac{z}{x}$."
+    out = generate_for_problem("only-list", text, seed=3)
+    assert out["census"]["list_bound_relations"] == 1 and out["census"]["tried_relations"] == 0
+    assert {r["transform_family"] for r in out["rows"]} <= {"rename"}
+    assert all(not r["negatives"] for r in out["rows"])
+    for r in out["rows"]:
+        assert re.search(r"\$[a-z], [a-z], [a-z] > 0\$", r["positive_text"])
 
 
 def test_list_bound_relations_rule():
@@ -379,6 +416,20 @@ def test_sample_output_never_rewrites_a_comma_listed_relation(sample_output):
     assert bad == []
 
 
+def _changed_by_offsets(orig: str, new: str) -> tuple[str, str]:
+    """The one segment that differs, compared position by position (a segment text may
+    occur twice in a problem), with the text around it unchanged."""
+    def segs(text):
+        return [(s.start, s.end) for span in find_spans(text) for s in split_segments(text, span)]
+    a, b = segs(orig), segs(new)
+    assert len(a) == len(b)
+    diff = [(x, y) for x, y in zip(a, b) if orig[x[0]:x[1]] != new[y[0]:y[1]]]
+    assert len(diff) == 1, diff
+    (s0, e0), (s1, e1) = diff[0]
+    assert orig[:s0] == new[:s1] and orig[e0:] == new[e1:]
+    return orig[s0:e0], new[s1:e1]
+
+
 def test_sample_counterexamples_all_pass_a_50_digit_recheck(sample_output):
     """Every stored counterexample, re-checked exactly or at 50 digits on the relation
     pair re-parsed from the texts."""
@@ -391,16 +442,17 @@ def test_sample_counterexamples_all_pass_a_50_digit_recheck(sample_output):
     for rec in recs:
         src = texts[rec["source_id"]]
         fl = function_letters([s.content(src) for s in find_spans(src)])
-        directed = "directed_segments" in declared_notation(src)
+        notation = declared_notation(src)
+        directed = "directed_segments" in notation
         seen = set()
         for row in rec["rows"]:
             for n in row["negatives"]:
                 if n["text"] in seen:
                     continue
                 seen.add(n["text"])
-                a, b = _changed(src, n["text"])
-                pa, _ = try_parse(a, functions=fl)
-                pb, _ = try_parse(b, functions=fl)
+                a, b = _changed_by_offsets(src, n["text"])
+                pa, _ = try_parse(a, functions=fl, notation=notation)
+                pb, _ = try_parse(b, functions=fl, notation=notation)
                 assert pa is not None and pb is not None, (rec["source_id"], a, b)
                 ok = recheck_counterexample(Rel(pa.ops, pa.sides), Rel(pb.ops, pb.sides), n["counterexample"],
                                             flags=pa.flags, directed_segments=directed)

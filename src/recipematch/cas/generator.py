@@ -12,7 +12,8 @@ Per problem:
    ``≠`` (the peer's rule); the first :data:`MAX_RELATIONS` in text order are tried,
    except a relation over a comma list (:func:`list_bound_relations`: ``a, b, c > 0``,
    ``x = 2, 3``), which is never rewritten: rewriting only its last link (``a, b, 0 <
-   c``) would make it bind fewer items, so no positive or negative may come from it;
+   c``) would make it bind fewer items, so no reformulation, mirror or negative comes
+   from it (a rename, which substitutes letters in every span alike, may use it);
 3. positives: at most one **rename** (up to 2 letters, the whole problem), at most
    :data:`MAX_REFORMULATE` **reformulate** (one per relation) and :data:`MAX_MIRROR`
    **mirror**;
@@ -338,6 +339,7 @@ def generate_for_problem(source_id: str, text: str, *, seed: int) -> dict:
     spans, segs, functions, census = census_of_problem(text)
     qualifying = [i for i, sg in enumerate(segs) if _qualifies(sg.parsed)]
     bound = list_bound_relations(text, segs)
+    renamable = qualifying[:MAX_RELATIONS]
     tried = [i for i in qualifying if i not in bound][:MAX_RELATIONS]
     notation = declared_notation(text)
     directed = "directed_segments" in notation
@@ -349,19 +351,17 @@ def generate_for_problem(source_id: str, text: str, *, seed: int) -> dict:
     if not spans:
         out["reason"] = "no math span"
         return out
-    if not tried:
+    if not renamable:
         top = sorted(census["rejections"].items(), key=lambda kv: (-kv[1], kv[0]))[:2]
         why = "; ".join(f"{k} ({v})" for k, v in top)
-        if qualifying:
-            out["reason"] = (f"{len(qualifying)} relation(s) parsed, each over a comma list "
-                             "(a, b, c > 0), never rewritten")
-            return out
         out["reason"] = "no equation or inequality with 1-6 unknowns parsed" + (f"; rejected: {why}" if why else "")
         return out
 
     positives: list[dict] = []
     seg_triples = [(sg.span_i, sg.seg_i, sg.parsed, sg.seg.start, sg.seg.end) for sg in segs]
-    ren = _rename_positive(text, spans, segs, functions, tried, rng)
+    # a rename substitutes letters in every span alike, so a relation over a comma list
+    # keeps binding every item: renames may use it
+    ren = _rename_positive(text, spans, segs, functions, renamable, rng)
     if ren is not None:
         positives.append(ren)
 
@@ -396,7 +396,10 @@ def generate_for_problem(source_id: str, text: str, *, seed: int) -> dict:
             errors[type(exc).__name__] = errors.get(type(exc).__name__, 0) + 1
     out["census"]["relation_errors"] = dict(sorted(errors.items()))
     out["census"]["counterexamples_discarded"] = int(stats.get("discarded", 0))
-    return _finish(out, positives, negatives, tried)
+    _finish(out, positives, negatives, renamable)
+    if out["status"] == "no_pair" and not tried:
+        out["reason"] += " (each relation is over a comma list such as a, b, c > 0: renamed only)"
+    return out
 
 
 def _positives_of_relation(text: str, sg: _Seg, p: Parsed, functions: frozenset[str],

@@ -1557,12 +1557,15 @@ def find_counterexample(orig: Rel, edited: Rel, *, rng: random.Random,
     Returns:
         ``{"point": {name: value}, "orig": {"holds": bool, "sides": [...]}, "edited": {...},
         "method": str}`` with exact decimal or rational strings where the point is exact
-        (a root refined at 60 digits is written with 40 significant digits), or ``None``
+        (a root refined at 60 digits is written with 40 significant digits; a segment is
+        named as ``orig`` writes it, ``PC`` even where ``edited`` writes ``CP``), or ``None``
         when no counterexample was found (the negative is then dropped).
     """
     if "i_symbol" in flags and "=" in orig.ops:
         return None
+    written: dict[str, str] = {}
     if not directed_segments:
+        written = _written_names(orig, edited)
         orig, edited, domains = unsigned_lengths(orig), unsigned_lengths(edited), _unsigned_domains(domains)
     variables = sorted(set(relation_variables(orig)) | set(relation_variables(edited)), key=_sort_key)
     e_sym = sp.Symbol("e")
@@ -1623,7 +1626,8 @@ def find_counterexample(orig: Rel, edited: Rel, *, rng: random.Random,
         point = {}
         for v in variables:
             val = exact.get(v, env[v])
-            point[_var_name(v)] = _fmt(val) if not isinstance(val, str) else val
+            name = _var_name(v)
+            point[written.get(name, name)] = _fmt(val) if not isinstance(val, str) else val
         if e_sym in env and e_sym in variables:
             point["e"] = "E"
         xp = exact_point(exact)
@@ -1644,7 +1648,7 @@ def find_counterexample(orig: Rel, edited: Rel, *, rng: random.Random,
         if t is None:
             return None
         cx = pack(env, t, method, exact)
-        if _recheck(orig, edited, cx, variables, bases):
+        if _recheck(orig, edited, cx, variables, bases, written):
             return cx
         if stats is not None:
             stats["discarded"] = stats.get("discarded", 0) + 1
@@ -1926,11 +1930,26 @@ def _truth_mp(rel: Rel, env: dict, log_base: float | None) -> bool | None:
 _RECHECK_DIGITS = 30
 
 
-def _point_values(cx: dict, variables: list) -> dict | None:
+def _written_names(orig: Rel, edited: Rel) -> dict[str, str]:
+    """Unsigned segment name → the name as written (in ``orig`` first), so a stored point
+    names ``PC`` as the problem does although the check reads it as ``CP``."""
+    out: dict[str, str] = {}
+    for rel in (orig, edited):
+        for side in rel.sides:
+            for x in sorted(side.free_symbols, key=_sort_key):
+                if isinstance(x, sp.Symbol):
+                    u = unsigned_segment_name(x.name)
+                    if u != x.name:
+                        out.setdefault(u, x.name)
+    return out
+
+
+def _point_values(cx: dict, variables: list, written: dict[str, str]) -> dict | None:
     point = cx.get("point") or {}
     env = {}
     for v in variables:
-        s = point.get(_var_name(v))
+        name = _var_name(v)
+        s = point.get(written.get(name, name), point.get(name))
         if s is None:
             return None
         if s == "E" or (_var_name(v) == "e" and point.get("e") == "E"):
@@ -1943,13 +1962,13 @@ def _point_values(cx: dict, variables: list) -> dict | None:
     return env
 
 
-def _recheck(orig: Rel, edited: Rel, cx: dict, variables: list, bases: list) -> bool:
+def _recheck(orig: Rel, edited: Rel, cx: dict, variables: list, bases: list, written: dict[str, str]) -> bool:
     if not cx.get("point"):
         return False
     claimed = (cx["orig"]["holds"], cx["edited"]["holds"])
     if claimed[0] == claimed[1]:
         return False
-    env = _point_values(cx, variables)
+    env = _point_values(cx, variables, written)
     if env is None:
         return False
     if all(isinstance(x, Fraction) for x in env.values()):
@@ -1986,11 +2005,13 @@ def recheck_counterexample(orig: Rel, edited: Rel, cx: dict, *, flags: frozenset
         True when the claim is confirmed, False otherwise (also for a missing point or
         coordinate).
     """
+    written: dict[str, str] = {}
     if not directed_segments:
+        written = _written_names(orig, edited)
         orig, edited = unsigned_lengths(orig), unsigned_lengths(edited)
     variables = sorted(set(relation_variables(orig)) | set(relation_variables(edited)), key=_sort_key)
     bases: list[float | None] = [None, 10.0] if "log_base_ambiguous" in flags else [None]
-    return _recheck(orig, edited, cx, variables, bases)
+    return _recheck(orig, edited, cx, variables, bases, written)
 
 
 def _compile_forms(rel: Rel, log_base: float | None) -> list[tuple[str, Callable, Callable]]:
