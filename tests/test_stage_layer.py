@@ -193,3 +193,15 @@ def test_a_device_this_machine_lacks_is_refused_naming_the_key(tmp_path, repo_ro
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr[-2000:]
     assert "evaluate.device: cuda requested" in r.stderr
+
+
+def test_docstrings_cite_the_paper_not_unshipped_documents():
+    """The repository does not ship SPEC.md or STYLE.md: code cites the paper instead."""
+    import re
+
+    bad = []
+    for f in sorted(SRC.rglob("*.py")):
+        for i, line in enumerate(f.read_text(encoding="utf-8").splitlines(), 1):
+            if re.search(r"\bSPEC\b|SPEC §|\bSTYLE\b", line):
+                bad.append(f"{f.relative_to(SRC)}:{i}")
+    assert bad == []
