@@ -311,7 +311,11 @@ def _crosslingual_tags(ds: BeirDataset, ids: Sequence[str], name: str
         if len(gids) != len(glangs):
             raise RecipematchError(f"{src}: query {q!r}: metadata.gold_ids has {len(gids)} entries "
                                    f"but metadata.gold_langs has {len(glangs)}")
-        tags = dict(zip(gids, glangs))
+        tags = {}
+        for g, tag in zip(gids, glangs):
+            if tags.setdefault(g, tag) != tag:
+                raise RecipematchError(f"{src}: query {q!r}: metadata.gold_ids lists {g!r} twice with different "
+                                       f"language tags ({tags[g]!r}, {tag!r})")
         untagged = [d for d in positive[q] if d not in tags]
         if untagged:
             raise RecipematchError(f"{src}: query {q!r}: qrels gold {untagged[0]!r} is not listed "

@@ -47,6 +47,9 @@ class _Loader(yaml.SafeLoader):
         seen = set()
         for key_node, _ in node.value:
             key = self.construct_object(key_node, deep=deep)
+            if not isinstance(key, (str, int, float, bool)) and key is not None:
+                raise yaml.constructor.ConstructorError(None, None, f"a key must be a plain scalar, got {key!r}",
+                                                        key_node.start_mark)
             if key in seen:
                 raise yaml.constructor.ConstructorError(None, None, f"duplicate key {key!r}", key_node.start_mark)
             seen.add(key)
@@ -134,7 +137,10 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:
             raise RecipematchError(f"{where}: expected a mapping, got {value!r}")
         args = typing.get_args(tp)
         if len(args) == 2 and dataclasses.is_dataclass(args[1]):
-            return {str(k): _build(v, args[1], f"{where}.{k}") for k, v in value.items()}
+            bad = [k for k in value if not isinstance(k, str)]
+            if bad:
+                raise RecipematchError(f"{where}: names must be text, got {bad[0]!r}")
+            return {k: _build(v, args[1], f"{where}.{k}") for k, v in value.items()}
         return dict(value)
     if dataclasses.is_dataclass(tp):
         return _build(value, tp, where)
@@ -437,13 +443,22 @@ def _cross_checks(p: Params) -> None:
     except RecipematchError as e:
         raise RecipematchError(f"positives/negatives/negatives_volume: {e}") from None
     bad = [a for a in p.arms if a != "cell" and a not in NAMED_ARMS]
-    if bad or len(set(p.arms)) != len(p.arms):
+    if bad or len(set(p.arms)) != len(p.arms) or not p.arms:
         raise RecipematchError(f"arms must be distinct names from {sorted(NAMED_ARMS)} or 'cell'; got {list(p.arms)}")
     bad = [a for a in p.budget.shared_sources if a not in NAMED_ARMS]
     if bad:
         raise RecipematchError(f"budget.shared_sources may list named arms only; unknown: {bad}")
+    if p.budget.shared_sources and (len(p.budget.shared_sources) < 2
+                                    or len(set(p.budget.shared_sources)) != len(p.budget.shared_sources)):
+        raise RecipematchError("budget.shared_sources: list two or more distinct named arms (or none)")
+    if len(set(p.evaluate.ks)) != len(p.evaluate.ks):
+        raise RecipematchError(f"evaluate.ks lists a cut-off twice: {list(p.evaluate.ks)}")
+    for key, name in (("llm.api_key_env", p.llm.api_key_env), ("llm.judge_api_key_env", p.llm.judge_api_key_env)):
+        if name and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]{0,199}", name):
+            raise RecipematchError(f"{key} must be the NAME of an environment variable (letters, digits, _), "
+                                   f"never the key itself")
     bad = [x for x in p.llm.prompts if x not in LLM_PROMPTS]
-    if bad or len(set(p.llm.prompts)) != len(p.llm.prompts):
+    if bad or len(set(p.llm.prompts)) != len(p.llm.prompts) or not p.llm.prompts:
         raise RecipematchError(f"llm.prompts must be distinct names from {list(LLM_PROMPTS)}; got {list(p.llm.prompts)}")
     if p.llm.backend == "openai" and not p.llm.base_url:
         raise RecipematchError("llm.base_url: backend openai needs the server's URL (e.g. http://127.0.0.1:8000/v1)")
@@ -452,8 +467,13 @@ def _cross_checks(p: Params) -> None:
     if not p.evaluations:
         raise RecipematchError("evaluations: declare at least one evaluation set")
     for name, ev in p.evaluations.items():
-        if not re.fullmatch(r"[A-Za-z0-9_\-]{1,64}", name):
-            raise RecipematchError(f"evaluations.{name}: names are 1-64 letters, digits, '_' or '-'")
+        if not re.fullmatch(r"[A-Za-z][A-Za-z0-9_\-]{0,63}", name):
+            raise RecipematchError(f"evaluations.{name}: a name starts with a letter, then up to 63 letters, "
+                                   f"digits, '_' or '-'")
+        if not ev.report_ks:
+            raise RecipematchError(f"evaluations.{name}.report_ks: list at least one cut-off")
+        if ev.folder.strip() in (".", "") or ev.folder.startswith("~"):
+            raise RecipematchError(f"evaluations.{name}.folder must be a folder inside the project, got {ev.folder!r}")
         bad = [k for k in ev.report_ks if k not in p.evaluate.ks]
         if bad:
             raise RecipematchError(f"evaluations.{name}.report_ks {bad} are not in evaluate.ks {list(p.evaluate.ks)}")
@@ -475,6 +495,8 @@ def _cross_checks(p: Params) -> None:
     if not _URI.match(p.mlflow.tracking_uri):
         raise RecipematchError(f"mlflow.tracking_uri must be sqlite:///PATH, http(s)://HOST[:PORT] or file:PATH, "
                                f"got {p.mlflow.tracking_uri!r}")
+    if re.search(r"\s", p.mlflow.tracking_uri):
+        raise RecipematchError("mlflow.tracking_uri must not contain blanks")
     if any(ord(c) < 32 for c in p.mlflow.experiment):
         raise RecipematchError("mlflow.experiment must not contain control characters")
 

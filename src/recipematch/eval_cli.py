@@ -209,6 +209,11 @@ def _evaluate(folder, model, rule, self_mask, ks_text, out, split, per_query_out
     from recipematch.benchmarks_data import load_set
 
     ks = _parse_ks(ks_text)
+    import math
+
+    for flag, v in (("--bm25-k1", bm25_k1), ("--bm25-b", bm25_b)):
+        if not math.isfinite(v):
+            raise RecipematchError(f"{flag} must be a finite number, got {v}")
     if per_query_out is not None and Path(per_query_out).resolve() == Path(out).resolve():
         raise RecipematchError(f"--per-query and --out name the same file {out}")
     bset = load_set(folder, rule, split=split)  # every data check, before any model

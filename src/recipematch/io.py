@@ -69,6 +69,8 @@ def sha256_file(path: str | os.PathLike[str], chunk: int = 1 << 20) -> str:
         FileNotFoundError: if ``path`` does not exist.
     """
     h = hashlib.sha256()
+    if os.path.isdir(path):
+        raise FormatError(f"{path}: is a folder, expected a file")
     with open(path, "rb") as f:
         while block := f.read(chunk):
             h.update(block)
@@ -116,9 +118,20 @@ def write_json(path: str | os.PathLike[str], obj: Any) -> None:
 
 
 def read_json(path: str | os.PathLike[str]) -> Any:
-    """Read a JSON file written by :func:`write_json`."""
-    with open(path, encoding="utf-8") as f:
-        return json.load(f)
+    """Read a JSON file written by :func:`write_json`.
+
+    Raises:
+        FileNotFoundError: the file does not exist (the stage door names the file and the
+            stage to run).
+        FormatError: the file is not valid UTF-8 JSON, or is a folder (naming the file).
+    """
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except IsADirectoryError:
+        raise FormatError(f"{path}: is a folder, expected a JSON file") from None
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise FormatError(f"{path}: not valid JSON ({e}); rebuild it (dvc repro)") from None
 
 
 def write_jsonl(path: str | os.PathLike[str], rows: Iterable[Any]) -> int:
@@ -162,6 +175,8 @@ def iter_jsonl(path: str | os.PathLike[str]) -> Iterator[tuple[int, Any | BadLin
     deeply, or holds a lone surrogate escape (text that cannot be written back as UTF-8). A
     UTF-8 byte-order mark at the start of the file is skipped. Never raises on bad content.
     """
+    if os.path.isdir(path):
+        raise FormatError(f"{path}: is a folder, expected a file")
     with open(path, "rb") as f:
         for i, raw in enumerate(f, start=1):
             if i == 1 and raw.startswith(b"\xef\xbb\xbf"):
@@ -230,6 +245,8 @@ def iter_tsv(path: str | os.PathLike[str]) -> Iterator[tuple[int, list[str]]]:
         FormatError: a line is not valid UTF-8 (file and line named).
         FileNotFoundError: ``path`` does not exist.
     """
+    if os.path.isdir(path):
+        raise FormatError(f"{path}: is a folder, expected a file")
     with open(path, "rb") as f:
         for i, raw in enumerate(f, start=1):
             if i == 1 and raw.startswith(b"\xef\xbb\xbf"):

@@ -21,6 +21,9 @@ from pathlib import Path
 
 PACKAGE = "recipematch"
 
+#: module (relative to src/) -> package-data folder it reads with importlib.resources
+DATA_READERS = {"recipematch/llm/prompts.py": "recipematch/prompts"}
+
 
 def _src_root() -> Path:
     return Path(importlib.import_module(PACKAGE).__file__).resolve().parent.parent
@@ -97,7 +100,13 @@ def expected(root: Path, cmd: str) -> tuple[list[str], list[str]] | None:
     entry = root / "stages" / f"{m.group(1)}.py"
     mod = stage_module(entry)
     src = _src_root()
-    files = sorted(str(Path("src") / f.relative_to(src)) for f in closure([mod]))
+    found = closure([mod])
+    files = sorted(str(Path("src") / f.relative_to(src)) for f in found)
+    # package data a module reads at run time (the prompt templates: their hashes key the
+    # recordings and the call store) is code as far as DVC is concerned
+    for module_file, data_dir in DATA_READERS.items():
+        if src / module_file in found:
+            files.append(str(Path("src") / data_dir))
     params = list(importlib.import_module(mod).PARAMS)
     return [str(entry.relative_to(root)), *files], params
 

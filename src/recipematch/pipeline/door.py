@@ -85,15 +85,40 @@ def offline_env() -> None:
         os.environ.setdefault(k, v)
 
 
+def _missing_input(e: OSError) -> str:
+    name = e.filename or str(e)
+    if isinstance(e, FileNotFoundError):
+        if f"{os.sep}data{os.sep}" in str(name):
+            return f"{name} does not exist: fetch the raw inputs with `dvc pull data.dvc`"
+        return f"{name} does not exist: run the stage that writes it first (`dvc repro` runs them in order)"
+    if isinstance(e, IsADirectoryError):
+        return f"{name} is a folder where a file is expected"
+    return f"{name}: {e.strerror or e}"
+
+
+def _user_message(e: BaseException) -> str | None:
+    """The one-line message for a user-facing failure, or None for a bug."""
+    if isinstance(e, RecipematchError):
+        return str(e)
+    if isinstance(e, (FileNotFoundError, IsADirectoryError, NotADirectoryError)):
+        return _missing_input(e)
+    if type(e).__module__.startswith("pyarrow") and type(e).__name__ in ("ArrowInvalid", "ArrowIOError"):
+        return f"unreadable table: {e}; rebuild it (dvc repro)"
+    return None
+
+
 def run_guarded(fn: Callable[[], Any], *, debug: bool) -> Any:
-    """Call ``fn``; a :class:`RecipematchError` becomes one line on stderr and exit 2."""
+    """Call ``fn``. A :class:`RecipematchError`, a missing or misplaced input file, or an
+    unreadable table becomes one line on stderr and exit status 2 (``debug`` re-raises);
+    anything else is a bug and keeps its traceback."""
     try:
         return fn()
-    except RecipematchError as e:
-        if debug:
+    except Exception as e:  # noqa: BLE001 - classified just below; bugs re-raise
+        message = _user_message(e)
+        if message is None or debug:
             raise
-        click.echo(f"recipematch: error: {e}", err=True)
-        sys.exit(2)
+    click.echo(f"recipematch: error: {message}", err=True)
+    sys.exit(2)
 
 
 def open_params(params_path: Path, root: Path, keys: tuple[str, ...]):

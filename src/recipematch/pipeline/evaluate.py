@@ -82,12 +82,14 @@ def write_results(lay: Layout, arm: str, frames, per_model, *, ks) -> dict:
 
     from recipematch.stats import mean_sd
 
+    import shutil
+
     out = lay.eval_dir(arm)
-    out.mkdir(parents=True, exist_ok=True)
-    for stale in out.glob("*.parquet"):
-        stale.unlink()
-    for name, fs in frames.items():
-        pd.concat(fs, ignore_index=True).to_parquet(out / f"{name}.parquet", index=False)
+    tmp = out.with_name(out.name + ".partial")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    for name, fs in frames.items():  # written aside, then swapped in whole: a failure leaves no mixed folder
+        pd.concat(fs, ignore_index=True).to_parquet(tmp / f"{name}.parquet", index=False)
     agg: dict[str, Any] = {}
     seeds = list(per_model)
     for name in frames:
@@ -102,8 +104,10 @@ def write_results(lay: Layout, arm: str, frames, per_model, *, ks) -> dict:
             agg[f"{name}.slice.{sl}.n"] = d["n"]
             agg[f"{name}.slice.{sl}.R@1.mean"] = round(float(sum(vals) / len(vals)), 4) if vals else None
     agg["seeds"] = len(seeds)
+    write_json(tmp / "per_seed.json", per_model)
+    shutil.rmtree(out, ignore_errors=True)
+    tmp.rename(out)
     write_json(lay.metrics / "eval" / f"{arm}.json", agg)
-    write_json(out / "per_seed.json", per_model)
     return agg
 
 

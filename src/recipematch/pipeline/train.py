@@ -45,6 +45,7 @@ def run(p, lay: Layout, arm: str, *, progress: bool = True) -> dict:
 
     train_stage_mod = sys.modules[__name__]
 
+    spec = arm_spec_from_file(lay, arm)  # an arm without a spec is named before any work
     tcfg = p.train
     mcfg = p.mlflow
     check_device("train.device", tcfg.device)
@@ -52,7 +53,6 @@ def run(p, lay: Layout, arm: str, *, progress: bool = True) -> dict:
     gate, ex_path = contamination_gate(p, lay)
     ex = gate.exclusion
     validated = read_json(lay.validated(arm))
-    spec = arm_spec_from_file(lay, arm)
     base = resolve_model(tcfg.model)
     settings = TrainSettings.pick(tcfg)
     train_settings = {"model": tcfg.model, **asdict(settings)}

@@ -6,7 +6,7 @@ from __future__ import annotations
 from recipematch.errors import RecipematchError
 from recipematch.io import read_jsonl_strict, sha256_file, write_json
 from recipematch.pipeline.door import Layout, arm_option, check_device, stage
-from recipematch.pipeline.inputs import train_seeds
+from recipematch.pipeline.inputs import arm_spec_from_file, train_seeds
 from recipematch.pipeline.models import contamination_gate
 
 PARAMS = ("budget.rows", "gates", "train.seed", "train.n_seeds", "train.model", "evaluate.max_seq_length",
@@ -17,6 +17,7 @@ def run(p, lay: Layout, arm: str) -> dict:
     """Stage 6: Great Expectations suites; a failure stops the pipeline before training."""
     from recipematch.validation import ValidationFailed, validate_cell
 
+    arm_spec_from_file(lay, arm)  # an arm without a spec is named before any work
     check_device("evaluate.device", p.evaluate.device)
     gate, ex_path = contamination_gate(p, lay)
     records, failed = {}, []

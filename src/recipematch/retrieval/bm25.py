@@ -101,6 +101,10 @@ def evaluate_bm25(
 ) -> tuple[dict, pd.DataFrame]:
     """The BM25 baseline through the same metric code as :func:`evaluate`."""
     ids = _eval_query_ids(queries, qrels, query_ids)
+    if not any(doc_text(d).strip() for d in corpus.values()):
+        from recipematch.errors import RecipematchError
+
+        raise RecipematchError("BM25: every corpus document is blank; there is nothing to index")
     details = bm25_ranks(corpus, queries, qrels, query_ids=ids, self_mask=self_mask, k1=k1,
                          b=b, stopwords=stopwords)
     doc_ids = list(corpus)

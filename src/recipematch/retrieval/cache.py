@@ -66,6 +66,12 @@ class EmbeddingCache:
         path = self.cache_dir / f"{key}.npy"
         if not path.exists():
             return None
+        if path.is_dir():
+            self._corrupt(path, "it is a folder")
+            import shutil
+
+            shutil.rmtree(path, ignore_errors=True)
+            return None
         try:
             arr = np.load(path, allow_pickle=False)
         except Exception as exc:  # noqa: BLE001 - any unreadable file is a miss, never a crash
@@ -79,6 +85,9 @@ class EmbeddingCache:
             return None
         if not np.all(np.isfinite(arr)):
             self._corrupt(path, "it holds NaN or infinite values")
+            return None
+        if n and not np.allclose(np.linalg.norm(arr, axis=1), 1.0, atol=1e-3):
+            self._corrupt(path, "its rows are not unit vectors")
             return None
         return arr
 

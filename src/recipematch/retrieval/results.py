@@ -69,6 +69,10 @@ def _scalar_meta_columns(query_ids, query_meta, taken) -> dict[str, list]:
     for k in keys:
         vals = [(query_meta.get(qid) or {}).get(k) for qid in query_ids]
         if all(v is None or isinstance(v, (str, int, float, bool)) for v in vals):
+            kinds = {type(v) for v in vals if v is not None}
+            too_big = any(isinstance(v, int) and not isinstance(v, bool) and not -2**63 <= v < 2**63 for v in vals)
+            if len(kinds) > 1 or too_big:  # one type per column, or the per-query table cannot be written
+                vals = [None if v is None else str(v) for v in vals]
             cols[k] = vals
     return cols
 
