@@ -106,7 +106,7 @@ def test_cli_reports_malformed_folders(tmp_path):
     (tmp_path / "qrels" / "test.tsv").write_text("q\ta\t1\n")
     res = CliRunner().invoke(evaluate, [str(tmp_path), "--model", "bm25", "--out",
                                         str(tmp_path / "o.json")])
-    assert res.exit_code == 1 and "corpus.jsonl:1: missing field 'text'" in res.output
+    assert res.exit_code == 2 and "corpus.jsonl:1: missing field 'text'" in res.output  # a user error: exit 2
 
 
 @pytest.mark.parametrize("corpus_line, where", [

@@ -144,7 +144,7 @@ def test_evaluate_after_a_lost_store_logs_to_a_restored_run_and_rewrites_no_reco
     """The evaluate stage's MLflow mirror after mlflow.db was lost: no 'Run with id=... not
     found'; the run is re-created from the seed record, and no file is written."""
     from recipematch.config import MlflowConfig
-    from recipematch.pipeline.common import Layout
+    from recipematch.pipeline.door import Layout
     from recipematch.pipeline.evaluate import _log_eval_to_mlflow
 
     lay = Layout(tmp_path)
