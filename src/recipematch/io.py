@@ -168,6 +168,20 @@ def _has_lone_surrogate(obj: Any) -> bool:
     return False
 
 
+def _raw_lines(path: str | os.PathLike[str]) -> Iterator[tuple[int, bytes]]:
+    """``(line_no, bytes)`` of a file, 1-based, a UTF-8 byte-order mark at the start removed.
+
+    Raises:
+        FormatError: ``path`` is a folder.
+        FileNotFoundError: ``path`` does not exist.
+    """
+    if os.path.isdir(path):
+        raise FormatError(f"{path}: is a folder, expected a file")
+    with open(path, "rb") as f:
+        for i, raw in enumerate(f, start=1):
+            yield i, (raw[3:] if i == 1 and raw.startswith(b"\xef\xbb\xbf") else raw)
+
+
 def iter_jsonl(path: str | os.PathLike[str]) -> Iterator[tuple[int, Any | BadLine]]:
     """Yield ``(line_no, obj)`` for each non-blank line (1-based line numbers).
 
@@ -175,31 +189,26 @@ def iter_jsonl(path: str | os.PathLike[str]) -> Iterator[tuple[int, Any | BadLin
     deeply, or holds a lone surrogate escape (text that cannot be written back as UTF-8). A
     UTF-8 byte-order mark at the start of the file is skipped. Never raises on bad content.
     """
-    if os.path.isdir(path):
-        raise FormatError(f"{path}: is a folder, expected a file")
-    with open(path, "rb") as f:
-        for i, raw in enumerate(f, start=1):
-            if i == 1 and raw.startswith(b"\xef\xbb\xbf"):
-                raw = raw[3:]
-            try:
-                line = raw.decode("utf-8")
-            except UnicodeDecodeError as e:
-                yield i, BadLine(str(path), i, f"invalid UTF-8: byte {e.start}", raw.decode("utf-8", "replace").rstrip("\n"))
-                continue
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as e:
-                yield i, BadLine(str(path), i, f"invalid JSON: {e.msg} at column {e.colno}", line.rstrip("\n"))
-                continue
-            except (RecursionError, ValueError) as e:
-                yield i, BadLine(str(path), i, f"invalid JSON: {type(e).__name__}: {str(e)[:100]}", line[:500])
-                continue
-            if _has_lone_surrogate(obj):
-                yield i, BadLine(str(path), i, "invalid text: lone surrogate escape", line[:500])
-                continue
-            yield i, obj
+    for i, raw in _raw_lines(path):
+        try:
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError as e:
+            yield i, BadLine(str(path), i, f"invalid UTF-8: byte {e.start}", raw.decode("utf-8", "replace").rstrip("\n"))
+            continue
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as e:
+            yield i, BadLine(str(path), i, f"invalid JSON: {e.msg} at column {e.colno}", line.rstrip("\n"))
+            continue
+        except (RecursionError, ValueError) as e:
+            yield i, BadLine(str(path), i, f"invalid JSON: {type(e).__name__}: {str(e)[:100]}", line[:500])
+            continue
+        if _has_lone_surrogate(obj):
+            yield i, BadLine(str(path), i, "invalid text: lone surrogate escape", line[:500])
+            continue
+        yield i, obj
 
 
 class FormatError(RecipematchError, ValueError):
@@ -245,18 +254,13 @@ def iter_tsv(path: str | os.PathLike[str]) -> Iterator[tuple[int, list[str]]]:
         FormatError: a line is not valid UTF-8 (file and line named).
         FileNotFoundError: ``path`` does not exist.
     """
-    if os.path.isdir(path):
-        raise FormatError(f"{path}: is a folder, expected a file")
-    with open(path, "rb") as f:
-        for i, raw in enumerate(f, start=1):
-            if i == 1 and raw.startswith(b"\xef\xbb\xbf"):
-                raw = raw[3:]
-            try:
-                line = raw.decode("utf-8")
-            except UnicodeDecodeError as e:
-                raise FormatError(f"{path}:{i}: not valid UTF-8 (byte {e.start} of the line); "
-                                 "save the file as UTF-8") from None
-            line = line.rstrip("\n").rstrip("\r")
-            if not line.strip():
-                continue
-            yield i, line.split("\t")
+    for i, raw in _raw_lines(path):
+        try:
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise FormatError(f"{path}:{i}: not valid UTF-8 (byte {e.start} of the line); "
+                              "save the file as UTF-8") from None
+        line = line.rstrip("\n").rstrip("\r")
+        if not line.strip():
+            continue
+        yield i, line.split("\t")

@@ -538,6 +538,17 @@ def _check_mask(mask, shape) -> np.ndarray | None:
     return m
 
 
+def _check_inputs(similarities, style_scores, mask):
+    """``(style (n_docs,), similarities (n_queries, n_docs) float64, mask or None)``, checked."""
+    t = _check_style(style_scores)
+    s = np.asarray(similarities, dtype=np.float64)
+    if s.ndim != 2 or s.shape[1] != t.size:
+        raise RecipematchError(f"style tracking: similarities must be (n_queries, {t.size}), got {s.shape}")
+    if not np.all(np.isfinite(s)):
+        raise RecipematchError("style tracking: similarities must be finite")
+    return t, s, _check_mask(mask, s.shape)
+
+
 def similarity_style_spearman(similarities, style_scores, *, mask=None) -> np.ndarray:
     """Per-query Spearman correlation between similarity and style over the corpus (Table 14).
 
@@ -554,13 +565,7 @@ def similarity_style_spearman(similarities, style_scores, *, mask=None) -> np.nd
     Raises:
         RecipematchError: bad shapes or non-finite values.
     """
-    t = _check_style(style_scores)
-    s = np.asarray(similarities, dtype=np.float64)
-    if s.ndim != 2 or s.shape[1] != t.size:
-        raise RecipematchError(f"style tracking: similarities must be (n_queries, {t.size}), got {s.shape}")
-    if not np.all(np.isfinite(s)):
-        raise RecipematchError("style tracking: similarities must be finite")
-    m = _check_mask(mask, s.shape)
+    t, s, m = _check_inputs(similarities, style_scores, mask)
     if m is None or not m.any():
         # no document left out: the style ranks are shared by every query
         a = rankdata(s, axis=1)
@@ -598,13 +603,7 @@ def top_k_style_percentile(similarities, style_scores, *, k: int, mask=None) -> 
     Raises:
         RecipematchError: bad shapes, non-finite values, or ``k`` out of range.
     """
-    t = _check_style(style_scores)
-    s = np.asarray(similarities, dtype=np.float64)
-    if s.ndim != 2 or s.shape[1] != t.size:
-        raise RecipematchError(f"style tracking: similarities must be (n_queries, {t.size}), got {s.shape}")
-    if not np.all(np.isfinite(s)):
-        raise RecipematchError("style tracking: similarities must be finite")
-    m = _check_mask(mask, s.shape)
+    t, s, m = _check_inputs(similarities, style_scores, mask)
     available = t.size - (0 if m is None else int(m.sum(axis=1).max(initial=0)))
     if not 1 <= int(k) <= available:
         raise RecipematchError(f"style tracking: top_k must be in [1, {available}] (unmasked documents per query), got {k}")
