@@ -5,6 +5,7 @@ resumable."""
 from __future__ import annotations
 
 from dataclasses import asdict
+from pathlib import Path
 
 from recipematch.io import read_jsonl_strict, write_json, write_jsonl
 from recipematch.pipeline.door import Layout, progress_option, stage, write_run_record
@@ -30,7 +31,12 @@ def run(p, lay: Layout, *, progress: bool = True) -> dict:
     lay.cas.mkdir(parents=True, exist_ok=True)
     # the resumable journal and the timings live outside the DVC output (they depend on
     # completion order and wall time); the final, sorted outcomes file is copied in
-    work = lay.scratch / "cas"
+    # keyed by the generator's source: a journal written by other code is never resumed
+    # (records carry the version string only, which an edit need not change)
+    from recipematch.io import sha256_text, sha256_tree
+
+    code = sha256_text(sha256_tree(Path(cas.__file__).parent))[:16]
+    work = lay.scratch / "cas" / code
     work.mkdir(parents=True, exist_ok=True)
     summary = cas.run_generator(problems, out_path=work / "outcomes.jsonl", seed=seed, timeout_s=cfg.timeout_s,
                                 memory_mb=cfg.memory_mb, workers=cfg.workers, progress=progress)
