@@ -95,6 +95,7 @@ def test_qrels_naming_an_unknown_id(no_model, tmp_path):
     write_beir(tmp_path / "s", {"q": {"text": "x"}}, {"q": "x"}, {"q": {"ghost": 1}})
     res = run(tmp_path / "s", "--model", "all-MiniLM-L6-v2", "--out", tmp_path / "o.json")
     _one_line_error(res, "qrels/test.tsv", "corpus-id 'ghost'")
+    assert not (tmp_path / "o.json").exists()
 
 
 def test_device_cuda_without_cuda(no_model, monkeypatch, cl, tmp_path):
@@ -105,6 +106,7 @@ def test_device_cuda_without_cuda(no_model, monkeypatch, cl, tmp_path):
     _one_line_error(res, "--device 'cuda'", "CUDA is not available")
     res = run(cl, "--model", "all-MiniLM-L6-v2", "--device", "gpu9", "--out", tmp_path / "o.json")
     _one_line_error(res, "--device 'gpu9'", "not a torch device")
+    assert not (tmp_path / "o.json").exists()
 
 
 def test_failed_per_query_leaves_no_summary(cl, tmp_path):

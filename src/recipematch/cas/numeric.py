@@ -30,6 +30,7 @@ give the counterexample under both the natural and the base-10 reading.
 
 from __future__ import annotations
 
+import abc
 import cmath
 import math
 import random
@@ -186,7 +187,7 @@ def _num(x: sp.Basic) -> float:
         raise Undefined("number too large") from exc
 
 
-class _Numbers:
+class _Numbers(abc.ABC):
     """A number domain of the expression compiler (:func:`_compile`): how its values are
     made, checked and combined. Three domains share the one compiler:
 
@@ -212,8 +213,9 @@ class _Numbers:
     def finite(self, v):
         return v
 
+    @abc.abstractmethod
     def fsum(self, vals):
-        raise NotImplementedError
+        """Sum of domain values (each domain's own exact or compensated rule)."""
 
     def value(self, v):
         """An ``env`` value converted into the domain."""
