@@ -47,7 +47,7 @@ def test_shipped_params_parse(repo_root):
     params = load_yaml(repo_root / "params.yaml")
     cfg = section(params, "train", TrainConfig)
     assert isinstance(cfg.lr, float) and cfg.lr > 0
-    assert top(params, "arms", list[str])[-1] == "cell"
+    assert {"verified", "recipe"} <= set(top(params, "arms", list[str]))  # the headline contrast
 
 
 def test_yaml_12_scalars_and_duplicate_keys(tmp_path):
@@ -132,3 +132,19 @@ def test_load_params_names_the_file(tmp_path):
         load_params(bad)
     with pytest.raises(RecipematchError, match="does not exist"):
         load_params(tmp_path / "nope.yaml")
+
+
+def test_params_medium_is_the_default_with_every_usable_row_and_four_seeds(repo_root):
+    """params-medium.yaml stays in step with params.yaml: it parses, and differs only in the
+    budget (rows) and the number of training seeds."""
+    from recipematch.config import check_params
+
+    medium = load_yaml(repo_root / "params-medium.yaml")
+    default = load_yaml(repo_root / "params.yaml")
+    check_params(medium)
+    assert medium["budget"]["rows"] > default["budget"]["rows"]
+    assert medium["train"]["n_seeds"] == 4
+    for key in ("budget", "train"):
+        medium[key] = {k: v for k, v in medium[key].items() if k not in ("rows", "n_seeds")}
+        default[key] = {k: v for k, v in default[key].items() if k not in ("rows", "n_seeds")}
+    assert medium == default

@@ -344,6 +344,8 @@ class EvaluateConfig:
     device: str = _spec("cpu, cuda or mps", choices=DEVICES)
     bm25_k1: float = _spec("BM25 baseline k1 (paper: 1.5)", min=0.0, max=100.0, finite=True)
     bm25_b: float = _spec("BM25 baseline b (paper: 0.75)", min=0.0, max=1.0, finite=True)
+    dtype: str = _spec("encoding precision: float32 or bfloat16 (paper: bf16, Appendix A)",
+                       choices=("float32", "bfloat16"), default="float32")
 
 
 EVAL_RULES_ALLOWED = ("plain", "crosslingual_strict", "samelang")

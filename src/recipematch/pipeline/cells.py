@@ -13,7 +13,7 @@ from recipematch.pipeline.inputs import arm_spec_from_file, read_pairs, train_se
 from recipematch.pipeline.models import contamination_gate
 
 PARAMS = ("seed", "train.seed", "train.n_seeds", "budget", "gates", "train.model", "evaluate.max_seq_length",
-          "evaluate.batch_size", "evaluate.device")
+          "evaluate.batch_size", "evaluate.device", "evaluate.dtype")
 
 
 def run(p, lay: Layout, arm: str) -> dict:

@@ -115,7 +115,7 @@ def encoder_for(path: str, p):
     from recipematch.pipeline.models import encoder
 
     e = p.evaluate
-    return encoder(path, max_seq_length=e.max_seq_length, batch_size=e.batch_size, device=e.device)
+    return encoder(path, max_seq_length=e.max_seq_length, batch_size=e.batch_size, device=e.device, dtype=e.dtype)
 
 
 def run(p, lay: Layout, arm: str, *, progress: bool = True) -> dict:

@@ -50,18 +50,19 @@ def resolve_model(name: str, key: str = "train.model") -> str:
                                f"Hugging Face cache (nothing is downloaded at run time)") from None
 
 
-def encoder(model: str, *, max_seq_length: int, batch_size: int, device: str):
-    """A memoised sentence-transformers encoder of ``model`` (a resolved path)."""
+def encoder(model: str, *, max_seq_length: int, batch_size: int, device: str, dtype: str):
+    """A memoised sentence-transformers encoder of ``model`` (a resolved path), encoding in
+    ``dtype`` (``float32`` or ``bfloat16``; the paper evaluates in bf16, Appendix A)."""
     from recipematch.retrieval import MemoisedEncoder, SentenceTransformerEncoder
 
     return MemoisedEncoder(SentenceTransformerEncoder(model, max_seq_length=max_seq_length, batch_size=batch_size,
-                                                      device=device))
+                                                      device=device, dtype=dtype))
 
 
 def contamination_gate(p, lay: Layout, *, cosine: bool = True):
     """The one contamination gate (paper Section 3, Appendix B) from the stage's params:
     ``gates`` (all keys), and for the cosine check the base model ``train.model`` encoded
-    at ``evaluate.max_seq_length`` / ``evaluate.batch_size`` on ``evaluate.device``.
+    at ``evaluate.max_seq_length`` / ``evaluate.batch_size`` / ``evaluate.dtype`` on ``evaluate.device``.
 
     Returns:
         ``(gate, exclusion_path)``.
@@ -76,7 +77,7 @@ def contamination_gate(p, lay: Layout, *, cosine: bool = True):
     cos = None
     if cosine:
         enc = encoder(resolve_model(p.train.model), max_seq_length=p.evaluate.max_seq_length,
-                      batch_size=p.evaluate.batch_size, device=p.evaluate.device)
+                      batch_size=p.evaluate.batch_size, device=p.evaluate.device, dtype=p.evaluate.dtype)
         cos = CosineGate(encode_cached(enc, texts, lay.cache), enc, threshold=g.cosine_threshold,
                          encode=lambda batch: encode_cached(enc, batch, lay.cache) if len(batch) > 64 else enc.encode(batch))
     return ContaminationGate(ex, ngram, heldout_sources(lay), cos), ex_path

@@ -31,7 +31,8 @@ from recipematch.pipeline.models import contamination_gate, resolve_model
 
 log = logging.getLogger("recipematch")
 
-PARAMS = ("train", "mlflow", "gates", "evaluate.max_seq_length", "evaluate.batch_size", "evaluate.device")
+PARAMS = ("train", "mlflow", "gates", "evaluate.max_seq_length", "evaluate.batch_size", "evaluate.device",
+          "evaluate.dtype")
 
 
 

@@ -10,7 +10,7 @@ from recipematch.pipeline.inputs import arm_spec_from_file, train_seeds
 from recipematch.pipeline.models import contamination_gate
 
 PARAMS = ("budget.rows", "gates", "train.seed", "train.n_seeds", "train.model", "evaluate.max_seq_length",
-          "evaluate.batch_size", "evaluate.device")
+          "evaluate.batch_size", "evaluate.device", "evaluate.dtype")
 
 
 def run(p, lay: Layout, arm: str) -> dict:
