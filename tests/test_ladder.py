@@ -317,3 +317,31 @@ def test_cells_stage_stops_naming_the_missing_prompts_pair_file(tiny):
                                                r"pair file 'd3_style'.*add d3_style to llm\.prompts"):
         cells_stage.run(parse_params(raw).view(cells_stage.PARAMS), lay, "d3_own")
     assert not lay.cells("d3_own").exists()
+
+
+def test_report_stage_renders_tables_9_and_12_from_the_arms_that_ran(tmp_path):
+    from recipematch.io import write_json
+    from recipematch.pipeline import report as report_stage
+
+    arms = ["verified", "recipe", "reference", "cell"]
+    raw = _params(arms=arms, positives="d4", negatives="recipe", negatives_volume="full")
+    lay = Layout(tmp_path)
+    stats = _synthetic_stats({"base": (8.0, 0.0, 80.0), "bm25": (5.0, 0.0, 20.0), "verified": (17.0, 0.2, 56.5),
+                              "recipe": (61.9, 9.9, 66.4), "reference": (46.9, 10.3, 78.0),
+                              "cell": (37.8, 27.0, 78.9)}, contrasts=["recipe-verified", "cell-reference"])
+    write_json(lay.metrics / "stats.json", stats)
+    write_json(lay.metrics / "style.json", {"probe": {"train_prompt": "d1_recipe"}, "tracking": {}})
+    spec = {a: NAMED_ARMS[a] for a in arms[:3]} | {"cell": CellSpec("d4", "recipe", "full")}
+    for a, s in spec.items():
+        write_json(lay.cells(a) / "cell.json", {"arm": a, "name": s.name, "spec": {"positives": s.positives,
+                   "negatives": s.negatives, "volume": s.volume}})
+        write_json(lay.metrics / "cells" / f"{a}.json", {"arm": a})
+        write_json(lay.metrics / "train" / f"{a}.json", {"arm": a})
+    text = Path(report_stage.run(parse_params(raw).view(report_stage.PARAMS), lay)).read_text()
+    assert "## Table 9 (the prompt ladder; cells not run: —)" in text
+    assert "| D4: restatement, unrelated prompt | — (d4xnone) | — | — | — |" in text
+    assert "| D1: the benchmark's prompt (recipe arm) | recipe (d1xrecipe) | 61.90 ± 0.50 |" in text
+    grid = text[text.index("## Tables 11-12"):]
+    d4 = next(ln for ln in grid.splitlines() if ln.startswith("| D4 (recipe-free)"))
+    assert "37.80 ± 0.50 / 27.00 ± 0.50 / 78.90 ± 0.50 (cell)" in d4 and "(reference)" in d4
+    assert "| recipe − verified | cell − reference |" in text
