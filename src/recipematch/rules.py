@@ -149,10 +149,14 @@ NAMED_ARMS: dict[str, CellSpec] = {
 #: arm (CAS, for reference) and the prompt farthest from the benchmark's (D4, D5: positives
 #: only, so no negatives) to the benchmark's own (D1 = the recipe arm); D2 and D3 train on
 #: their own prompts' near-misses. The untrained base is the row above them.
-LADDER = (("CAS (verified arm)", "cas", "cas"), ("D4: restatement, unrelated prompt", "d4", "none"),
-          ("D5: survey prompt", "d5", "none"), ("D3: rewrite in a different style", "d3", "own"),
-          ("D2: paraphrase of the benchmark's prompt", "d2", "own"), ("D1: the benchmark's prompt (recipe arm)", "d1",
-                                                                     "recipe"))
+LADDER = (
+    ("CAS (verified arm)", "cas", "cas"),
+    ("D4: restatement, unrelated prompt", "d4", "none"),
+    ("D5: survey prompt", "d5", "none"),
+    ("D3: rewrite in a different style", "d3", "own"),
+    ("D2: paraphrase of the benchmark's prompt", "d2", "own"),
+    ("D1: the benchmark's prompt (recipe arm)", "d1", "recipe"),
+)
 
 #: Tables 11-12: the factorial's rows (positives) and columns (negatives, with the volume
 #: where it matters), with the labels the report prints.
