@@ -31,6 +31,10 @@ def _params(root: Path, *, rows: int, epochs: int, lr: float | None, seeds: int,
     raw = load_yaml(root / "params.yaml")
     raw = copy.deepcopy(raw)
     raw["arms"] = list(arms)
+    # keep the declared contrasts whose arms this run trains
+    from recipematch.rules import BASELINES, parse_contrast
+
+    raw["contrasts"] = [c for c in raw["contrasts"] if all(x in arms or x in BASELINES for x in parse_contrast(c))]
     raw["budget"]["rows"] = rows
     raw["train"]["epochs"] = epochs
     raw["train"]["n_seeds"] = seeds

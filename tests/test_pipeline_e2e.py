@@ -37,6 +37,8 @@ FIX = Path(__file__).parent / "fixtures" / "mini_release"
 PARAMS = {
     "seed": 42, "positives": "d4", "negatives": "recipe", "negatives_volume": "matched",
     "arms": ["verified", "recipe", "reference", "cell"],
+    "contrasts": ["recipe - verified", "recipe - reference", "cell - verified", "cell - reference",
+                  "reference - verified"],
     "evalsets": {"seed": 7, "n_heldout": 5, "corpus_docs": 0},
     "gates": {"active": "v2", "ngram_n": 5, "ngram_threshold": 0.35, "cosine_threshold": 0.9},
     "cas": {"timeout_s": 20.0, "memory_mb": 2048, "workers": 2},

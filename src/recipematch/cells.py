@@ -2,7 +2,7 @@
 
 A *cell* is positives × negatives × negative volume. Positives come from one generator's
 pair file (``cas``, ``d1``, ``d4``, … ); negatives are attached per source from another
-generator's rows (``none``, ``cas``, ``recipe``, ``unrelated``). The named *arms* are cells:
+generator's rows (``none``, ``cas``, ``recipe``, ``unrelated``, ``own``). The named *arms* are cells:
 
 =========  =========  =========  ======
 arm        positives  negatives  volume
@@ -15,7 +15,9 @@ d4         d4         none       full
 
 Attachment rules (Tables 11–12):
 
-* same generator for both (``cas``×``cas``, ``d1``×``recipe``): a row keeps its own negatives;
+* same generator for both (``cas``×``cas``, ``d1``×``recipe``, and ``own`` negatives: D2 and
+  D3 on the near-misses their own prompts wrote, the middle rungs of Table 9): a row keeps
+  its own negatives;
 * ``cas`` negatives on other positives: each positive row takes the negatives of ONE computer-
   algebra row of the same source, chosen once at random (seeded) when the file is built;
 * LLM negatives (``recipe``, ``unrelated``) on other positives: the negatives of that source's
@@ -75,18 +77,16 @@ def assemble_cell(spec: CellSpec, pair_files: Mapping[str, Sequence[Mapping[str,
         ``(rows, counts)``; counts hold ``sources_in``, ``no_partner`` and ``rows_out``.
 
     Raises:
-        MissingInput: a needed pair file is absent (``"no input for positives=d5"``).
+        MissingInput: a needed pair file is absent; the message names the pair file and the
+            prompt or generator that writes it (``"no input for positives=d2: pair file
+            'd2_paraphrase' ..."``).
     """
     for key in spec.inputs():
         if key not in pair_files:
-            which = "positives" if key == POSITIVES[spec.positives] else "negatives"
-            val = spec.positives if which == "positives" else spec.negatives
-            if key not in (POSITIVES[spec.positives], NEGATIVES[spec.negatives]):
-                which, val = "volume", spec.volume
-            raise MissingInput(f"no input for {which}={val} (pair file '{key}' is not built in this configuration)")
+            raise MissingInput(_missing_message(spec, key))
     pos = _by_source(pair_files[POSITIVES[spec.positives]])
     counts = {"sources_in": len(pos), "no_partner": 0, "rows_out": 0}
-    neg_key = NEGATIVES[spec.negatives]
+    neg_key = spec.negatives_key
     if neg_key is None:
         rows = [{**r, "negatives": []} for rs in pos.values() for r in rs]
     elif spec._own:
@@ -116,6 +116,26 @@ def assemble_cell(spec: CellSpec, pair_files: Mapping[str, Sequence[Mapping[str,
     rows = sort_rows(rows)
     counts["rows_out"] = len(rows)
     return rows, counts
+
+
+def _missing_message(spec: CellSpec, key: str) -> str:
+    """Which part of the cell needs pair file ``key``, and who writes that file."""
+    if key == POSITIVES[spec.positives]:
+        which, val = "positives", spec.positives
+    elif key == spec.negatives_key:
+        which, val = "negatives", spec.negatives
+    else:
+        which, val = "volume", spec.volume
+    from recipematch.rules import LLM_PROMPTS
+
+    if key in LLM_PROMPTS:
+        how = f"the llm stage of prompt '{key}' writes it: add {key} to llm.prompts (replay needs its recordings)"
+    elif key in ("bt", "bt3"):
+        how = "the back-translation stage writes it"
+    else:
+        how = "the verified (computer-algebra) stage writes it"
+    return (f"no input for {which}={val} of cell {spec.name}: pair file '{key}' (artifacts/pairs/{key}.jsonl) "
+            f"is not built in this configuration; {how}")
 
 
 def apply_gates(rows: Sequence[Mapping[str, Any]], exclusion: ExclusionList, ngram: NgramGate,

@@ -414,6 +414,7 @@ class Params:
     negatives: str = _spec("the cell under test: negatives", min=1)
     negatives_volume: str = _spec("the cell under test: LLM negative volume", min=1)
     arms: tuple[str, ...] = _spec("arms trained and scored: named cells and/or 'cell'", min=1)
+    contrasts: tuple[str, ...] = _spec("gaps the report shows, each 'arm - arm' (Table 1, Tables 9 and 12)", min=1)
     evalsets: EvalSetConfig = _spec("held-out evaluation sources")
     gates: GatesConfig = _spec("contamination gates")
     cas: CasConfig = _spec("computer-algebra generator")
@@ -447,6 +448,7 @@ def _cross_checks(p: Params) -> None:
     bad = [a for a in p.arms if a != "cell" and a not in NAMED_ARMS]
     if bad or len(set(p.arms)) != len(p.arms) or not p.arms:
         raise RecipematchError(f"arms must be distinct names from {sorted(NAMED_ARMS)} or 'cell'; got {list(p.arms)}")
+    _check_contrasts(p)
     bad = [a for a in p.budget.shared_sources if a not in NAMED_ARMS]
     if bad:
         raise RecipematchError(f"budget.shared_sources may list named arms only; unknown: {bad}")
@@ -501,6 +503,26 @@ def _cross_checks(p: Params) -> None:
         raise RecipematchError("mlflow.tracking_uri must not contain blanks")
     if any(ord(c) < 32 for c in p.mlflow.experiment):
         raise RecipematchError("mlflow.experiment must not contain control characters")
+
+
+def _check_contrasts(p: Params) -> None:
+    """Each declared contrast is 'arm - arm' over arms in ``arms`` (or the baselines base and
+    bm25), and no contrast is declared twice (paper Table 1: the gaps the report shows)."""
+    from recipematch.rules import BASELINES, parse_contrast
+
+    seen = set()
+    for i, text in enumerate(p.contrasts):
+        try:
+            a, b = parse_contrast(text)
+        except RecipematchError as e:
+            raise RecipematchError(f"contrasts[{i}]: {e}") from None
+        bad = [x for x in (a, b) if x not in p.arms and x not in BASELINES]
+        if bad:
+            raise RecipematchError(f"contrasts[{i}] {text!r} names {bad}, not in arms {list(p.arms)} "
+                                   f"(nor a baseline {list(BASELINES)})")
+        if (a, b) in seen:
+            raise RecipematchError(f"contrasts[{i}] {text!r} is declared twice")
+        seen.add((a, b))
 
 
 def parse_params(raw: Mapping[str, Any]) -> Params:

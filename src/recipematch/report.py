@@ -1,5 +1,7 @@
-"""The generated report: a Table-1-shaped table (paper Table 1) and a Figure-1-style scatter
-(benchmark score against real retrieval kept, one point per trained model; paper Figure 1).
+"""The generated report: a Table-1-shaped table (paper Table 1), a Figure-1-style scatter
+(benchmark score against real retrieval kept, one point per trained model; paper Figure 1),
+the prompt ladder (paper Table 9) and the factorial grid (paper Tables 11-12), the last two
+filled from whichever cells ran and blank ("—") elsewhere.
 
 Rows, axes and labels come from the declared evaluations (``params.yaml`` ``evaluations``,
 recorded in ``metrics/stats.json``): benchmark sets (LLM-built) on the y axis, the first real
@@ -47,13 +49,15 @@ def table_markdown(stats: Mapping[str, Any], cells: Mapping[str, Mapping[str, st
     with 95% nested-bootstrap intervals (points). A score on a set that is in-family for the
     arm (built by the arm's own generator, Table 6) is marked † and not read as evidence.
 
+    The gap columns are the declared contrasts, in their declared order (``stats["contrasts"]``).
+
     Args:
         stats: ``metrics/stats.json``.
         cells: per arm ``{"name", "positives", "negatives"}``.
     """
     evals = stats["evaluations"]
     arms = _ordered_arms(stats)
-    gaps = list(dict.fromkeys(k.split(".")[0] for k in stats["gaps"]))
+    gaps = list(stats.get("contrasts") or dict.fromkeys(k.split(".")[0] for k in stats["gaps"]))
     head = ["evaluation"] + [a if a not in cells else f"{a} ({cells[a]['name']})" for a in arms]
     head += [g.replace("-", " − ") for g in gaps]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
@@ -74,6 +78,117 @@ def table_markdown(stats: Mapping[str, Any], cells: Mapping[str, Mapping[str, st
         lines.append("| " + " | ".join(row) + " |")
     lines.append("")
     lines.append("† in-family: the set was built by this arm's own generator (paper Table 6); not read as evidence.")
+    return "\n".join(lines)
+
+
+UNRUN = "—"
+
+
+def _ordered_evals(stats: Mapping[str, Any]) -> list[str]:
+    evals = stats["evaluations"]
+    return sorted(evals, key=lambda n: (ROLE_ORDER.index(evals[n]["role"]), list(evals).index(n)))
+
+
+def tier_columns(stats: Mapping[str, Any]) -> list[str]:
+    """The evaluations Tables 9 and 12 show, by role: every benchmark set (the easy and hard
+    tiers), then every real set (cross-language strict), each at R@1; in-family sets are left
+    out (paper Table 6: not evidence)."""
+    evals = stats["evaluations"]
+    return [n for n in _ordered_evals(stats) if evals[n]["role"] in ("benchmark", "real")]
+
+
+def _arm_cells(stats: Mapping[str, Any], cells: Mapping[str, Mapping[str, str]]) -> dict[tuple, str]:
+    """Grid position (:func:`recipematch.rules.grid_position`) → the first arm (report order)
+    that ran that cell."""
+    from recipematch.rules import CellSpec, grid_position
+
+    out: dict[tuple, str] = {}
+    for a in _ordered_arms(stats):
+        c = cells.get(a)
+        if not c:
+            continue
+        pos = grid_position(CellSpec(c["positives"], c["negatives"], c.get("volume", "full")))
+        out.setdefault(pos, a)
+    return out
+
+
+def _scores(stats: Mapping[str, Any], arm: str | None, cols: list[str]) -> list[str]:
+    if arm is None:
+        return [UNRUN] * len(cols)
+    return [_fmt(stats["arms"][arm].get(f"{n}.R@1")) or UNRUN for n in cols]
+
+
+def ladder_markdown(stats: Mapping[str, Any], cells: Mapping[str, Mapping[str, str]]) -> str:
+    """Table 9 (paper Appendix C), the rewriter-prompt ladder: one row per rung of
+    :data:`recipematch.rules.LADDER` (the untrained base first), columns = R@1 on each
+    benchmark set and each real set (:func:`tier_columns`: easy, hard, cross-language
+    strict), mean ± sd over seeds in percent. A rung whose cell did not run is "—".
+
+    Args:
+        stats: ``metrics/stats.json`` (``arms`` and ``evaluations``).
+        cells: per arm ``{"name", "positives", "negatives", "volume"}``.
+    """
+    from recipematch.rules import LADDER, CellSpec, grid_position
+
+    evals = stats["evaluations"]
+    cols = tier_columns(stats)
+    ran = _arm_cells(stats, cells)
+    head = ["rung", "arm (cell)"] + [f"{evals[n]['label']} R@1" for n in cols]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    if "base" in stats["arms"]:
+        lines.append("| " + " | ".join(["untrained base", "base", *_scores(stats, "base", cols)]) + " |")
+    for label, positives, negatives in LADDER:
+        spec = CellSpec(positives, negatives)
+        arm = ran.get(grid_position(spec))
+        who = f"{arm} ({spec.name})" if arm else f"{UNRUN} ({spec.name})"
+        lines.append("| " + " | ".join([label, who, *_scores(stats, arm, cols)]) + " |")
+    return "\n".join(lines)
+
+
+def factorial_markdown(stats: Mapping[str, Any], cells: Mapping[str, Mapping[str, str]]) -> str:
+    """Tables 11-12 (paper Appendix C), the factorial as a grid: rows = positives, columns =
+    negatives (with the LLM near-misses' volume), each entry the cell's R@1 on every
+    :func:`tier_columns` set (easy / hard / cross-language strict; mean ± sd over seeds,
+    percent) and the arm that ran it. A cell that did not run is "—"; ``n/a`` marks a pair
+    that is no cell (own near-misses of a generator that writes none), and "= …" an entry
+    that is another column's cell (CAS's and D1's own negatives; D1's own near-misses have
+    no volume).
+
+    Args:
+        stats: ``metrics/stats.json``.
+        cells: per arm ``{"name", "positives", "negatives", "volume"}``.
+    """
+    from recipematch.errors import RecipematchError
+    from recipematch.rules import GRID_NEGATIVES, GRID_POSITIVES, CellSpec, grid_position
+
+    evals = stats["evaluations"]
+    cols = tier_columns(stats)
+    ran = _arm_cells(stats, cells)
+    neg_labels = dict(GRID_NEGATIVES)
+    head = ["positives (rows) × negatives (columns)", *(lbl for _, lbl in GRID_NEGATIVES)]
+    lines = ["Each entry: " + " / ".join(f"{evals[n]['label']} R@1" for n in cols) + " (arm).", "",
+             "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    shown = set()
+    for positives, plabel in GRID_POSITIVES:
+        row = [plabel]
+        for (neg, vol), _ in GRID_NEGATIVES:
+            try:
+                spec = CellSpec(positives, neg, vol or "full")
+            except RecipematchError:
+                row.append("n/a")
+                continue
+            pos = grid_position(spec)
+            if pos[1] != (neg, vol):  # the same cell as another column (own negatives of CAS, D1)
+                row.append(f"= {neg_labels[pos[1]]}")
+                continue
+            arm = ran.get(pos)
+            shown.add(pos)
+            row.append(UNRUN if arm is None else " / ".join(_scores(stats, arm, cols)) + f" ({arm})")
+        lines.append("| " + " | ".join(row) + " |")
+    extra = sorted(a for p, a in ran.items() if p not in shown)
+    if extra:
+        lines += ["", "Cells outside the grid: " + ", ".join(
+            f"{a} ({cells[a]['name']}): " + " / ".join(_scores(stats, a, cols)) for a in extra)]
     return "\n".join(lines)
 
 
@@ -153,6 +268,9 @@ def write_report(stats: Mapping[str, Any], cells: Mapping[str, Mapping[str, str]
              "Parameters: " + ", ".join(f"`{k}={v}`" for k, v in params.items()), "",
              "## Table 1 (shape of the paper's Table 1)", "", table_markdown(stats, cells), "",
              "## Figure 1", "", "![benchmark score against real retrieval](figure1.png)", "",
+             "## Table 9 (the prompt ladder; cells not run: —)", "", ladder_markdown(stats, cells), "",
+             "## Tables 11-12 (the factorial: positives × negatives; cells not run: —)", "",
+             factorial_markdown(stats, cells), "",
              *(["## Style probe and style tracking (Tables 13-14)", "", style_markdown(style), ""] if style else []),
              "## Counts (dropped and failed rows, per stage)", ""]
     for name, c in counts.items():

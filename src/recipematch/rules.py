@@ -9,9 +9,11 @@ else restates them.
 * **Which prompts carry near-misses** (Section 3, Appendix F): D1–D3 and the unrelated
   near-miss prompt ask for one positive and up to three near-misses; D4 and D5 ask for
   positives only (:data:`NEAR_MISS_PROMPTS`, :func:`negatives_for_prompt`).
-* **The contrasts the report shows** (Table 1): recipe − verified, recipe − reference, and
-  the cell under test against both (:data:`CONTRASTS`); each gap also enters a
-  difference-in-differences against the real-duplicate side (Section 4, Appendix A).
+* **Own-prompt negatives** (Table 9): a prompt that writes near-misses trains on its own
+  (``negatives: own``), so every rung of the prompt ladder is one cell (:data:`LADDER`).
+* **Contrasts** (Table 1; Tables 9 and 12): the gaps are declared in ``params.yaml``
+  (``contrasts``, each ``"arm - arm"``, read by :func:`parse_contrast`); each gap also enters
+  a difference-in-differences against the real-duplicate side (Section 4, Appendix A).
 * **Evaluation roles and scoring rules** (Section 3, Appendix A, Table 5): what a declared
   evaluation's ``role`` and ``rule`` mean (:data:`EVAL_ROLES`, :data:`EVAL_RULES`).
 """
@@ -25,17 +27,30 @@ from recipematch.errors import RecipematchError
 #: Generators of positives and the pair-file key each reads (paper Tables 11–12).
 POSITIVES = {"cas": "cas", "d1": "d1_recipe", "d2": "d2_paraphrase", "d3": "d3_style", "d4": "d4_restatement",
              "d5": "d5_survey", "bt": "bt", "bt3": "bt3"}
-#: Negatives and the pair-file key they come from (``none`` attaches nothing).
-NEGATIVES = {"none": None, "cas": "cas", "recipe": "d1_recipe", "unrelated": "unrelated_negatives"}
+#: Negatives and the pair-file key they come from (``none`` attaches nothing; ``own``: the
+#: near-misses written by the positives' own prompt, in the positives' pair file, Table 9).
+NEGATIVES = {"none": None, "cas": "cas", "recipe": "d1_recipe", "unrelated": "unrelated_negatives", "own": "own"}
+#: ``own`` where it names a cell that already has a name: CAS rows' own negatives are the CAS
+#: counterexamples, D1's own near-misses are the recipe prompt's (Tables 11–12).
+_OWN_ALIAS = {"cas": "cas", "d1": "recipe"}
 VOLUMES = ("matched", "full")
+#: Prompts whose answers carry near-misses (Section 3: D1–D3 ask for 1 positive and up to 3
+#: near-misses; the unrelated near-miss prompt writes near-misses; D4 and D5 ask for
+#: positives only).
+NEAR_MISS_PROMPTS = frozenset({"d1_recipe", "d2_paraphrase", "d3_style", "unrelated_negatives"})
 
 
 @dataclass(frozen=True)
 class CellSpec:
     """One cell of the factorial.
 
+    ``negatives="own"`` takes the near-misses the positives' own prompt wrote (D2, D3: the
+    Table 9 rungs); for ``cas`` and ``d1`` it is the same cell as ``cas`` and ``recipe``
+    negatives and is stored as those, so one cell has one name.
+
     Raises:
-        ValueError: an unknown positives, negatives or volume value.
+        RecipematchError: an unknown positives, negatives or volume value, or ``own`` for
+            positives whose generator writes no near-misses (D4, D5, back-translation).
     """
 
     positives: str
@@ -49,6 +64,19 @@ class CellSpec:
             raise RecipematchError(f"unknown negatives={self.negatives!r}; choose from {sorted(NEGATIVES)}")
         if self.volume not in VOLUMES:
             raise RecipematchError(f"unknown volume={self.volume!r}; choose from {VOLUMES}")
+        if self.negatives == "own":
+            if self.positives in _OWN_ALIAS:
+                object.__setattr__(self, "negatives", _OWN_ALIAS[self.positives])
+            elif POSITIVES[self.positives] not in NEAR_MISS_PROMPTS:
+                raise RecipematchError(
+                    f"negatives=own: positives={self.positives} has no near-misses of its own (its generator "
+                    f"'{POSITIVES[self.positives]}' writes positives only); choose negatives from "
+                    f"{sorted(n for n in NEGATIVES if n != 'own')}")
+
+    @property
+    def negatives_key(self) -> str | None:
+        """The pair-file key the negatives come from (``None`` for ``none``)."""
+        return POSITIVES[self.positives] if self.negatives == "own" else NEGATIVES[self.negatives]
 
     @property
     def name(self) -> str:
@@ -61,12 +89,12 @@ class CellSpec:
 
     @property
     def _own(self) -> bool:
-        return POSITIVES[self.positives] == NEGATIVES[self.negatives]
+        return POSITIVES[self.positives] == self.negatives_key
 
     def inputs(self) -> list[str]:
         """Pair-file keys this cell reads (the reference's CAS file for ``matched``)."""
         keys = [POSITIVES[self.positives]]
-        neg = NEGATIVES[self.negatives]
+        neg = self.negatives_key
         if neg and neg not in keys:
             keys.append(neg)
         if self.volume == "matched" and neg not in (None, "cas") and not self._own:
@@ -104,8 +132,55 @@ NAMED_ARMS: dict[str, CellSpec] = {
     "d1_alone": CellSpec("d1", "none"),
     "d1_cas": CellSpec("d1", "cas"),
     "d1_unrelated": CellSpec("d1", "unrelated", "full"),
+    # Table 9: the middle rungs of the prompt ladder, each on its own prompt's near-misses
+    "d2_own": CellSpec("d2", "own"),
+    "d3_own": CellSpec("d3", "own"),
+    # Tables 11-12: the rest of the grid (the reference's CAS counterexamples; LLM near-misses
+    # at the recipe arm's volume)
+    "d5_unrelated": CellSpec("d5", "unrelated", "full"),
+    "d5_recipe": CellSpec("d5", "recipe", "full"),
+    "bt3": CellSpec("bt3", "none"),
+    "bt3_unrelated": CellSpec("bt3", "unrelated", "full"),
+    "bt3_recipe": CellSpec("bt3", "recipe", "full"),
 }
-"""Named cells (paper Tables 1, 9 and 12). Any of these names can be listed in ``arms``."""
+"""Named cells (paper Tables 1, 9, 11 and 12). Any of these names can be listed in ``arms``."""
+
+#: Table 9, the rewriter-prompt ladder: (rung label, positives, negatives) from the verified
+#: arm (CAS, for reference) and the prompt farthest from the benchmark's (D4, D5: positives
+#: only, so no negatives) to the benchmark's own (D1 = the recipe arm); D2 and D3 train on
+#: their own prompts' near-misses. The untrained base is the row above them.
+LADDER = (
+    ("CAS (verified arm)", "cas", "cas"),
+    ("D4: restatement, unrelated prompt", "d4", "none"),
+    ("D5: survey prompt", "d5", "none"),
+    ("D3: rewrite in a different style", "d3", "own"),
+    ("D2: paraphrase of the benchmark's prompt", "d2", "own"),
+    ("D1: the benchmark's prompt (recipe arm)", "d1", "recipe"),
+)
+
+#: Tables 11-12: the factorial's rows (positives) and columns (negatives, with the volume
+#: where it matters), with the labels the report prints.
+GRID_POSITIVES = (("cas", "CAS near-copies"), ("bt", "back-translated"), ("bt3", "back-translated, 3 hops"),
+                  ("d4", "D4 (recipe-free)"), ("d5", "D5 (recipe-free, survey)"), ("d1", "D1 (recipe)"),
+                  ("d2", "D2 (paraphrase)"), ("d3", "D3 (style)"))
+GRID_NEGATIVES = ((("none", None), "none"), (("cas", None), "CAS counterexamples"),
+                  (("unrelated", "matched"), "unrelated-prompt near-misses, matched"),
+                  (("unrelated", "full"), "unrelated-prompt near-misses, full"),
+                  (("recipe", "matched"), "recipe-prompt near-misses, matched"),
+                  (("recipe", "full"), "recipe-prompt near-misses, full"),
+                  (("own", None), "own prompt's near-misses"))
+
+
+def grid_position(spec: CellSpec) -> tuple[str, tuple[str, str | None]]:
+    """Where a cell sits in the factorial (Tables 11-12): ``(positives, (negatives, volume))``,
+    volume ``None`` where it does not matter (no negatives, CAS negatives, own negatives).
+    D1's own near-misses are the recipe prompt's: ``d1xrecipe`` sits in the ``recipe, full``
+    column, as the recipe arm does in Table 11."""
+    if spec.negatives in ("none", "cas", "own"):
+        return spec.positives, (spec.negatives, None)
+    if spec._own:
+        return spec.positives, (spec.negatives, "full")
+    return spec.positives, (spec.negatives, spec.volume)
 
 
 #: Exclusion-list versions (Appendix B): v1 = the gate the headline arms used (whitespace-
@@ -114,10 +189,6 @@ NAMED_ARMS: dict[str, CellSpec] = {
 #: There is no "off".
 GATE_VERSIONS = ("v1", "v2")
 
-#: Prompts whose answers carry near-misses (Section 3: D1–D3 ask for 1 positive and up to 3
-#: near-misses; the unrelated near-miss prompt writes near-misses; D4 and D5 ask for
-#: positives only).
-NEAR_MISS_PROMPTS = frozenset({"d1_recipe", "d2_paraphrase", "d3_style", "unrelated_negatives"})
 #: Every LLM prompt of the ladder (Table 9), by pair-file key.
 LLM_PROMPTS = ("d1_recipe", "d2_paraphrase", "d3_style", "d4_restatement", "d5_survey", "unrelated_negatives")
 
@@ -128,11 +199,26 @@ def negatives_for_prompt(prompt: str, n_neg: int) -> int:
     return n_neg if prompt in NEAR_MISS_PROMPTS else 0
 
 
-#: The gaps the report shows, as (arm, minus arm) (Table 1: recipe − verified and
-#: recipe − reference; the cell under test is set against the same two; reference −
-#: verified separates positives from negatives). A contrast is computed when both arms run.
-CONTRASTS = (("recipe", "verified"), ("recipe", "reference"), ("cell", "verified"), ("cell", "reference"),
-             ("reference", "verified"))
+#: Rows of the report that are not trained arms; a contrast may name them.
+BASELINES = ("base", "bm25")
+
+
+def parse_contrast(text: str) -> tuple[str, str]:
+    """One declared contrast, ``"a - b"`` (the gap a minus b, Table 1), as ``(a, b)``.
+
+    Args:
+        text: two arm names joined by ``-`` (blanks around it optional), e.g.
+            ``"recipe - verified"``.
+
+    Raises:
+        RecipematchError: not exactly two non-empty names, or the same name twice.
+    """
+    parts = [x.strip() for x in text.split("-")] if isinstance(text, str) else []
+    if len(parts) != 2 or not all(parts):
+        raise RecipematchError(f"a contrast is 'arm - arm' (two arm names joined by '-'), got {text!r}")
+    if parts[0] == parts[1]:
+        raise RecipematchError(f"contrast {text!r} sets an arm against itself")
+    return parts[0], parts[1]
 
 #: What an evaluation's ``role`` means (Section 3; Table 6 for in-family scores).
 EVAL_ROLES = {

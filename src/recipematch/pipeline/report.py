@@ -1,5 +1,5 @@
-"""Stage ``report``: the Markdown report with the Table-1-shaped table and the Figure-1-style
-scatter (paper Table 1, Figure 1)."""
+"""Stage ``report``: the Markdown report with the Table-1-shaped table, the Figure-1-style
+scatter, the prompt ladder and the factorial grid (paper Table 1, Figure 1, Tables 9, 11-12)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,8 @@ PARAMS = ("arms", "seed", "train.seed", "train.n_seeds", "positives", "negatives
 log = logging.getLogger("recipematch")
 
 def run(p, lay: Layout) -> Path:
-    """Markdown report with the Table-1-shaped table and the Figure-1-style scatter (PNG)."""
+    """Markdown report: Table 1's shape, the Figure-1-style scatter (PNG), Tables 9 and 11-12
+    from the arms that ran (each arm's cell read from its ``cell.json``)."""
     from recipematch.report import write_report
 
     arms = list(p.arms)
@@ -22,7 +23,8 @@ def run(p, lay: Layout) -> Path:
     cells = {}
     for a in arms:
         c = read_json(lay.cells(a) / "cell.json")
-        cells[a] = {"name": c["name"], "positives": c["spec"]["positives"], "negatives": c["spec"]["negatives"]}
+        cells[a] = {"name": c["name"], "positives": c["spec"]["positives"], "negatives": c["spec"]["negatives"],
+                    "volume": c["spec"]["volume"]}
     counts = {}
     for name in ("corpus", "evalsets", "gates", "verified", "recordings"):
         path = lay.metrics / f"{name}.json"

@@ -1,7 +1,7 @@
 """Stage ``stats``: mean ± sd over seeds on every declared evaluation, nested-bootstrap gaps for
-the contrasts of :data:`recipematch.rules.CONTRASTS` (clusters resampled where a set has
-them), and the difference in differences of every benchmark set against every real set,
-computed inside each replicate (paper Appendix A)."""
+exactly the declared ``contrasts`` (clusters resampled where a set has them), and the
+difference in differences of every benchmark set against every real set, computed inside
+each replicate (paper Table 1, Appendix A)."""
 
 from __future__ import annotations
 
@@ -12,14 +12,11 @@ from typing import Any
 from recipematch.errors import RecipematchError
 from recipematch.io import write_json
 from recipematch.pipeline.door import Layout, stage
-from recipematch.rules import CONTRASTS
+from recipematch.rules import BASELINES, parse_contrast
 
 log = logging.getLogger("recipematch")
 
-PARAMS = ("arms", "stats", "evaluate.ks", "evaluations")
-
-#: rows of the report besides the trained arms
-BASELINES = ("base", "bm25")
+PARAMS = ("arms", "contrasts", "stats", "evaluate.ks", "evaluations")
 
 
 def _hits(ranks, k: int):
@@ -74,22 +71,29 @@ def run(p, lay: Layout) -> dict:
                                                    "per_seed": [round(float(x), 4) for x in per_seed]}
     bench = [n for n, ev in evals.items() if ev.role == "benchmark"]
     real = [n for n, ev in evals.items() if ev.role == "real"]
-    for x, y in [(x, y) for x, y in CONTRASTS if x in arms and y in arms]:
+    out["contrasts"] = []
+    for x, y in (parse_contrast(c) for c in p.contrasts):
         pair = f"{x}-{y}"
+        out["contrasts"].append(pair)
+        # seeds are paired only between two trained arms with as many seeds (a baseline is one run)
+        paired = scfg.paired_seeds and x not in BASELINES and y not in BASELINES
         hits = {}
         for name in evals:
             ha, qa, ca = _hits(ranks[x][name], 1)
             hb, qb, _ = _hits(ranks[y][name], 1)
             if qa != qb:
                 raise RecipematchError(f"arms {x} and {y} were scored on different {name} queries: rerun evaluate")
+            if paired and ha.shape[0] != hb.shape[0]:
+                raise RecipematchError(f"stats.paired_seeds: arms {x} and {y} have {ha.shape[0]} and {hb.shape[0]} "
+                                       f"seeds on {name}: rerun evaluate")
             hits[name] = (100 * ha, 100 * hb, ca)
             g = nested_bootstrap_gap(100 * ha, 100 * hb, n_boot=scfg.n_boot, seed=scfg.seed, clusters=ca,
-                                     paired_seeds=scfg.paired_seeds)
+                                     paired_seeds=paired)
             out["gaps"][f"{pair}.{name}.R@1"] = _as_dict(g)
         for b in bench:
             for r in real:
                 d = did_bootstrap(hits[b][0], hits[b][1], hits[r][0], hits[r][1], n_boot=scfg.n_boot, seed=scfg.seed,
-                                  real_clusters=hits[r][2], bench_clusters=hits[b][2], paired_seeds=scfg.paired_seeds)
+                                  real_clusters=hits[r][2], bench_clusters=hits[b][2], paired_seeds=paired)
                 out["did"][f"{pair}.{b}-{r}.R@1"] = _as_dict(d)
     write_json(lay.metrics / "stats.json", out)
     # DVC plot data: one point per model, x = the (first) real set, y = each benchmark set
