@@ -391,6 +391,45 @@ class StyleConfig:
     top_k: int = _spec("retrieved documents whose style percentile is reported (paper: 10)", min=1, max=10_000)
 
 
+@dataclass(frozen=True)
+class Judge2Config:
+    """The second judge of the two-judge control (paper Section 3, Appendix C): another
+    vendor's model re-judges every candidate of each LLM arm under the same judge prompt;
+    the cells may train on the rows both judges accept. Off by default (the sample ships no
+    second-judge answers)."""
+
+    enabled: bool = _spec("run the second judge (false: the judge2 stages only record that they are off)",
+                          default=False)
+    backend: str = _spec("replay (recordings/judge2/<prompt>.jsonl) or openai (its own OpenAI-compatible server)",
+                         choices=LLM_BACKENDS, default="replay")
+    model_id: str = _spec("the second judge's model id", default="mistralai/Mistral-Small-24B-Instruct-2501",
+                          min=1, max_len=300)
+    base_url: str = _spec("the second judge's server URL (backend openai)", default="", max_len=2000)
+    api_key_env: str = _spec("NAME of the environment variable holding its server's API key ('' = none)",
+                             default="", max_len=200)
+    temperature: float = _spec("sampling temperature", default=0.0, min=0.0, max=2.0, finite=True)
+    top_p: float = _spec("nucleus sampling mass", default=1.0, min=0.0, max=1.0, finite=True)
+    max_tokens: int = _spec("answer length cap in tokens", default=1024, min=1, max=131_072)
+    chat_template_kwargs: dict = _spec("sent with every second-judge request", default_factory=dict)
+    allow_reasoning_preamble: bool = _spec("skip a <think> block or text before the JSON verdict", default=False)
+    concurrency: int = _spec("requests in flight", default=8, min=1, max=1024)
+    max_retries: int = _spec("retries per request", default=4, min=0, max=100)
+    timeout_s: float = _spec("seconds per request", default=300.0, min=0.1, max=86_400.0, finite=True)
+    cells: str = _spec("the keep set the cells read for LLM pair files: first (the first judge's) or both "
+                       "(rows both judges accept; needs enabled: true)", choices=("first", "both"), default="first")
+
+    def __post_init__(self) -> None:
+        if self.cells == "both" and not self.enabled:
+            raise RecipematchError("judge2.cells: both needs judge2.enabled: true (the two-judge files come from "
+                                   "the judge2 stages)")
+        if self.enabled and self.backend == "openai" and not self.base_url:
+            raise RecipematchError("judge2.base_url: backend openai needs the second judge's server URL "
+                                   "(e.g. http://127.0.0.1:8001/v1)")
+        if self.api_key_env and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]{0,199}", self.api_key_env):
+            raise RecipematchError("judge2.api_key_env must be the NAME of an environment variable "
+                                   "(letters, digits, _), never the key itself")
+
+
 _URI = re.compile(r"^(?:sqlite:///.+|https?://[^\s/]+.*|file:.+)$")
 
 
@@ -423,6 +462,7 @@ class Params:
     stats: StatsConfig = _spec("statistics")
     style: StyleConfig = _spec("style probe and tracking")
     mlflow: MlflowConfig = _spec("tracking")
+    judge2: Judge2Config = _spec("the second judge (two-judge control)", default_factory=Judge2Config)
 
     def view(self, keys: Iterable[str]) -> ParamsView:
         """The keys a stage declared (dotted, e.g. ``"gates.active"`` or ``"budget"``);
