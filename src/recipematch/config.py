@@ -430,6 +430,35 @@ class Judge2Config:
                                    "(letters, digits, _), never the key itself")
 
 
+@dataclass(frozen=True)
+class BacktranslateConfig:
+    """The back-translation control (paper Appendix C): NLLB round trips as positives no LLM
+    wrote (cells with positives bt = one hop, bt3 = three hops). The stage translates only
+    when an arm reads bt or bt3, and only with the model's files present locally."""
+
+    model_dir: str = _spec("local folder of the translation model (NLLB-200-distilled-600M in the paper), "
+                           "relative to the project root; keep it under mt_models/ so DVC sees new weights",
+                           default="mt_models/nllb-200-distilled-600M", min=1, max_len=2000)
+    model_id: str = _spec("the model id recorded in each row's provenance",
+                          default="facebook/nllb-200-distilled-600M", min=1, max_len=300)
+    languages: tuple[str, ...] = _spec("source languages translated (ISO 639-1 tags); empty = every language "
+                                       "NLLB knows; others are dropped and counted", default=())
+    default_language: str = _spec("tag for corpus rows without a language ('' = such rows are dropped and "
+                                  "counted as unsupported_language)", default="", max_len=20)
+    max_sources: int = _spec("sources translated, in source-id order (0 = all)", default=0, min=0,
+                             max=10_000_000)
+    device: str = _spec("cpu, cuda or mps", choices=DEVICES, default="cpu")
+    batch_size: int = _spec("lines per generate call", default=16, min=1, max=65_536)
+    num_beams: int = _spec("beam width (1 = greedy)", default=4, min=1, max=64)
+    max_input_tokens: int = _spec("input tokens per line (longer lines are cut)", default=512, min=4,
+                                  max=32_768)
+    max_new_tokens: int = _spec("output tokens per line", default=512, min=1, max=32_768)
+
+    def __post_init__(self) -> None:
+        if Path(self.model_dir).is_absolute() or ".." in Path(self.model_dir).parts:
+            raise RecipematchError(f"backtranslate.model_dir must be a folder inside the project, got {self.model_dir!r}")
+
+
 _URI = re.compile(r"^(?:sqlite:///.+|https?://[^\s/]+.*|file:.+)$")
 
 
@@ -463,6 +492,7 @@ class Params:
     style: StyleConfig = _spec("style probe and tracking")
     mlflow: MlflowConfig = _spec("tracking")
     judge2: Judge2Config = _spec("the second judge (two-judge control)", default_factory=Judge2Config)
+    backtranslate: BacktranslateConfig = _spec("the back-translation control", default_factory=BacktranslateConfig)
 
     def view(self, keys: Iterable[str]) -> ParamsView:
         """The keys a stage declared (dotted, e.g. ``"gates.active"`` or ``"budget"``);
