@@ -91,6 +91,12 @@ def run(p, lay: Layout) -> dict:
                 d = did_bootstrap(hits[b][0], hits[b][1], hits[r][0], hits[r][1], n_boot=scfg.n_boot, seed=scfg.seed,
                                   real_clusters=hits[r][2], bench_clusters=hits[b][2], paired_seeds=scfg.paired_seeds)
                 out["did"][f"{pair}.{b}-{r}.R@1"] = _as_dict(d)
+    # Table 5: same-language reprints, R@1 per slice and each model's gap to the base per slice
+    from recipematch.slices import slice_table
+
+    out["slices"] = {name: slice_table({a: ranks[a][name] for a in rows}, base="base", k=1, n_boot=scfg.n_boot,
+                                       seed=scfg.seed, paired_seeds=False)
+                     for name, ev in evals.items() if ev.rule == "samelang"}
     write_json(lay.metrics / "stats.json", out)
     # DVC plot data: one point per model, x = the (first) real set, y = each benchmark set
     pts = []
