@@ -74,6 +74,15 @@ def test_no_model_then_the_cells_stop_naming_the_param(project: Layout) -> None:
                                                    r"'mt_models/tiny'"):
             cell_pairs(project, key)
     assert read_json(project.metrics / "backtranslate.json")["reason"].startswith("no back-translation model")
+    # the cells stage of such an arm stops there, naming the param
+    from recipematch.pipeline import cells as cells_stage
+    from recipematch.pipeline import specs as specs_stage
+
+    params = _params(arms=("bt_cas", "bt3_cas"))
+    specs_stage.run(_view(params, specs_stage), project)
+    for arm in ("bt_cas", "bt3_cas"):
+        with pytest.raises(RecipematchError, match=r"no back-translation model: backtranslate.model_dir"):
+            cells_stage.run(_view(params, cells_stage), project, arm)
 
 
 def test_bad_language_is_named(project: Layout) -> None:
