@@ -59,6 +59,17 @@ def run(p, lay: Layout) -> dict:
             df = pd.read_parquet(path)
             df["seed"] = df["seed"].astype(str)
             ranks[a][name] = df
+    # a same-language set enters the arm table, the gaps and the DiD on its primary slice (paper
+    # Table 1: the 125-query slice no training file touches); every slice is in out["slices"]
+    full = {a: dict(per) for a, per in ranks.items()}
+    for name, ev in evals.items():
+        if ev.rule == "samelang":
+            for a in rows:
+                df = ranks[a][name]
+                if "slice_primary" not in df.columns:
+                    raise RecipematchError(f"{lay.eval_dir(a) / (name + '.parquet')} has no slice_primary column: "
+                                           f"rerun the evaluate stage of {a!r}")
+                ranks[a][name] = df[df["slice_primary"].astype(bool)]
     out: dict[str, Any] = {"arms": {}, "gaps": {}, "did": {}, "n_boot": scfg.n_boot, "seed": scfg.seed,
                            "seed_scheme": "paired" if scfg.paired_seeds else "independent",
                            "evaluations": {k: asdict(v) for k, v in evals.items()}}
@@ -94,7 +105,7 @@ def run(p, lay: Layout) -> dict:
     # Table 5: same-language reprints, R@1 per slice and each model's gap to the base per slice
     from recipematch.slices import slice_table
 
-    out["slices"] = {name: slice_table({a: ranks[a][name] for a in rows}, base="base", k=1, n_boot=scfg.n_boot,
+    out["slices"] = {name: slice_table({a: full[a][name] for a in rows}, base="base", k=1, n_boot=scfg.n_boot,
                                        seed=scfg.seed, paired_seeds=False)
                      for name, ev in evals.items() if ev.rule == "samelang"}
     write_json(lay.metrics / "stats.json", out)
