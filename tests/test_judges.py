@@ -130,6 +130,7 @@ def test_disabled_by_default_writes_only_its_status(project: Layout) -> None:
     d = project.p("artifacts", "judge2", "d1_recipe")
     assert sorted(f.name for f in d.iterdir()) == ["status.json"]
     assert read_json(project.metrics / "judge2_d1_recipe.json")["enabled"] is False
+    assert project.p("artifacts", "judge2_cells", "d1_recipe.jsonl").read_bytes() == b""
 
 
 def test_replay_without_recordings_is_a_clear_error(project: Layout) -> None:
@@ -153,15 +154,23 @@ def test_replayed_second_judge_agreement_table_and_two_judge_file(project: Layou
         ("s1", [N["N1a"][1]]), ("s3", [])]
     assert all(r["positive_provenance"]["judge_2"]["model_id"] == JUDGE2 for r in pairs)
     assert out["this_run"] == {"from_store": 0, "sent": 7}
+    # measuring agreement alone (judge2.cells: first) leaves the cells' copy empty: no cell reruns
+    cells_file = project.p("artifacts", "judge2_cells", "d1_recipe.jsonl")
+    assert cells_file.read_bytes() == b""
+    with pytest.raises(RecipematchError, match="written under judge2.cells: first"):
+        cell_pairs(project, "d1_recipe", judges="both")
     # the cells' switch: `both` reads the two-judge file, `first` the first judge's rows
+    judge2.run(_view(_params(enabled=True, cells="both"), judge2), project, "d1_recipe", progress=False)
+    assert cells_file.read_bytes() == (d / "pairs.jsonl").read_bytes()
     assert [r["source_id"] for r in cell_pairs(project, "d1_recipe", judges="both")] == ["s1", "s3"]
     assert [r["source_id"] for r in cell_pairs(project, "d1_recipe", judges="first")] == ["s1", "s2", "s3"]
     # byte-identical on a rerun
     before = (d / "pairs.jsonl").read_bytes(), (project.metrics / "judge2_d1_recipe.json").read_bytes()
     judge2.run(_view(params, judge2), project, "d1_recipe", progress=False)
     assert ((d / "pairs.jsonl").read_bytes(), (project.metrics / "judge2_d1_recipe.json").read_bytes()) == before
-    # switching the judge off again removes the two-judge file, so `both` cannot read a stale one
+    # switching the judge off again empties the cells' copy, so `both` cannot read a stale one
     judge2.run(_view(_params(), judge2), project, "d1_recipe", progress=False)
+    assert cells_file.read_bytes() == b""
     with pytest.raises(RecipematchError, match="judge2.enabled is false"):
         cell_pairs(project, "d1_recipe", judges="both")
 

@@ -5,7 +5,9 @@ of one LLM arm under the same judge prompt: every kept pair, and the candidates 
 judge rejected (the agreement table needs them). Writes, in ``artifacts/judge2/<prompt>/``:
 
 * ``pairs.jsonl``: the two-judge file, the rows whose positive both judges accept, with
-  only the near-misses both accept (the cells read it under ``judge2.cells: both``);
+  only the near-misses both accept (copied to ``artifacts/judge2_cells/<prompt>.jsonl`` for
+  the cells under ``judge2.cells: both``; that file is empty under ``first``, so measuring
+  agreement alone reruns no cell);
 * ``judgments.jsonl`` (one second-judge record per candidate), ``failures.jsonl``,
   ``calls.jsonl`` (the second judge's call store: a rerun pays nothing twice),
   ``recordings.jsonl`` (the store's answers as replay recordings: copy it to
@@ -16,8 +18,8 @@ agreement on the keep decision, Cohen's kappa (scikit-learn), the 0-vs-2 disagre
 (both judged, opposite verdicts) and the accept rates (the paper: the second judge accepted
 86% of the recipe arm's positives; the two-judge file has 5,398 rows).
 
-With ``judge2.enabled: false`` (the default) the stage only writes ``status.json`` and the
-metrics file saying so, in well under a second of work. With ``backend: replay`` the answers
+With ``judge2.enabled: false`` (the default) the stage only writes ``status.json``, the
+empty cells file and the metrics file saying so, in well under a second of work. With ``backend: replay`` the answers
 come from ``recordings/judge2/<prompt>.jsonl``, recordings keyed like the first judge's
 (judge-prompt SHA-256, source id, candidate key) and carrying the second judge's model id;
 the sample ships none, and the stage says so.
@@ -33,7 +35,7 @@ import click
 from recipematch.errors import RecipematchError
 from recipematch.io import write_json
 from recipematch.pipeline.door import Layout, progress_option, stage, write_run_record
-from recipematch.pipeline.pair_sources import judge2_dir
+from recipematch.pipeline.pair_sources import judge2_cells_file, judge2_dir
 
 PARAMS = ("seed", "llm.prompts", "judge2")
 
@@ -74,12 +76,19 @@ def _backend(cfg, lay: Layout, prompt: str):
     return open_server(spec, probe=True)
 
 
+def _cells_file(lay: Layout, prompt: str, text: str) -> None:
+    from recipematch.io import atomic_write_text
+
+    atomic_write_text(judge2_cells_file(lay, prompt), text)
+
+
 def _off(lay: Layout, prompt: str, reason: str) -> dict:
     out = judge2_dir(lay, prompt)
     out.mkdir(parents=True, exist_ok=True)
     for name in _DERIVED:
         (out / name).unlink(missing_ok=True)
-    status = {"enabled": False, "prompt": prompt, "reason": reason}
+    _cells_file(lay, prompt, "")
+    status = {"enabled": False, "prompt": prompt, "reason": reason, "cells": "first"}
     write_json(out / "status.json", status)
     write_json(lay.metrics / f"judge2_{prompt}.json", status)
     return status
@@ -109,6 +118,7 @@ def run(p, lay: Layout, prompt: str, *, progress: bool = True) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     for name in _DERIVED:
         (out / name).unlink(missing_ok=True)
+    judge2_cells_file(lay, prompt).unlink(missing_ok=True)
     store = out / "calls.jsonl"
     if cfg.backend == "replay":
         # replay costs nothing: a fresh store, so recordings added later are read (a stored
@@ -131,7 +141,10 @@ def run(p, lay: Layout, prompt: str, *, progress: bool = True) -> dict:
     this_run = {k: res.counts.pop(k) for k in ("from_store", "sent") if k in res.counts}
     metrics = {"enabled": True, "prompt": prompt, "model_id": cfg.model_id, "backend": cfg.backend,
                "counts": res.counts, "agreement": res.agreement}
-    status = {"enabled": True, "prompt": prompt, "reason": None, "rows": len(res.rows)}
+    # the cells' copy: the rows under judge2.cells: both, else empty (measuring agreement alone
+    # must not rerun the cells and everything trained on them)
+    _cells_file(lay, prompt, (out / "pairs.jsonl").read_text(encoding="utf-8") if cfg.cells == "both" else "")
+    status = {"enabled": True, "prompt": prompt, "reason": None, "rows": len(res.rows), "cells": cfg.cells}
     write_json(out / "status.json", status)
     write_json(lay.metrics / f"judge2_{prompt}.json", metrics)
     inputs = {"pairs": rows_path, "failures": fail_path, "corpus": lay.corpus / "corpus.parquet"}

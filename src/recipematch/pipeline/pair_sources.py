@@ -9,7 +9,8 @@ translation code into the cells stage's dependencies.
   stage's folder ``artifacts/backtranslate/``; when that stage had no model it wrote only
   ``status.json`` saying why, and a cell that needs the file stops with that reason.
 * an LLM prompt's rows, under ``judge2.cells: both``, come from the ``judge2@<prompt>``
-  stage's ``artifacts/judge2/<prompt>/pairs.jsonl`` (the rows both judges accept).
+  stage's ``artifacts/judge2_cells/<prompt>.jsonl`` (the rows both judges accept; that stage
+  leaves the file empty under ``judge2.cells: first``).
 * everything else from ``artifacts/pairs/<key>.jsonl``.
 """
 
@@ -37,6 +38,12 @@ def judge2_dir(lay: Layout, prompt: str) -> Path:
     return lay.p("artifacts", "judge2", prompt)
 
 
+def judge2_cells_file(lay: Layout, prompt: str) -> Path:
+    """The two-judge rows the cells read under ``judge2.cells: both`` (empty under ``first``,
+    so that running the second judge only for its agreement table reruns no cell)."""
+    return lay.p("artifacts", "judge2_cells", f"{prompt}.jsonl")
+
+
 def _status(path: Path, stage: str) -> dict:
     if not path.is_file():
         raise RecipematchError(f"{path} does not exist: run the {stage} stage first (`dvc repro` runs it)")
@@ -48,7 +55,7 @@ def cell_pair_path(lay: Layout, key: str, *, judges: str = "first") -> Path:
     if key in BT_HOPS:
         return bt_dir(lay) / f"{key}.jsonl"
     if judges == "both" and key in LLM_PROMPTS:
-        return judge2_dir(lay, key) / "pairs.jsonl"
+        return judge2_cells_file(lay, key)
     return lay.pairs / f"{key}.jsonl"
 
 
@@ -77,10 +84,13 @@ def cell_pairs(lay: Layout, key: str, *, judges: str = "first") -> list[dict] | 
         raise RecipematchError(f"positives {key} ({BT_HOPS[key]} hop{'s' if BT_HOPS[key] > 1 else ''}): "
                                f"{st.get('reason') or 'the backtranslate stage wrote no ' + path.name}")
     if judges == "both" and key in LLM_PROMPTS:
-        path = judge2_dir(lay, key) / "pairs.jsonl"
-        if path.is_file():
-            return read_pair_file(path)
         st = _status(judge2_dir(lay, key) / "status.json", f"judge2@{key}")
-        raise RecipematchError(f"judge2.cells: both, but the judge2@{key} stage wrote no two-judge file "
-                               f"({st.get('reason', 'no reason recorded')})")
+        path = judge2_cells_file(lay, key)
+        if not st.get("enabled"):
+            raise RecipematchError(f"judge2.cells: both, but the judge2@{key} stage wrote no two-judge file "
+                                   f"({st.get('reason', 'no reason recorded')})")
+        if st.get("cells") != "both" or not path.is_file():
+            raise RecipematchError(f"judge2.cells: both, but {path} was written under judge2.cells: "
+                                   f"{st.get('cells')}: rerun the judge2@{key} stage")
+        return read_pair_file(path)
     return read_pairs(lay, key)
