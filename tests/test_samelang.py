@@ -107,7 +107,8 @@ def test_stats_stage_reports_the_slices_of_a_declared_samelang_set(tmp_path):
     assert t["gap_to_base"]["verified"]["primary"]["estimate"] == 0.0
     # Table 1's same-language row is the primary slice (s1, s2): recipe 100, verified 50
     assert out["arms"]["recipe"]["samelang.R@1"]["mean"] == 100.0
-    assert out["arms"]["verified"]["samelang.R@1"]["mean"] == 50.0 and out["arms"]["base"]["samelang.R@5"]["mean"] == 100.0
+    assert out["arms"]["verified"]["samelang.R@1"]["mean"] == 50.0
+    assert out["arms"]["base"]["samelang.R@5"]["mean"] == 100.0
     g = out["gaps"]["recipe-verified.samelang.R@1"]
     assert g["estimate"] == pytest.approx(100.0 - 50.0) and g["n_queries"] == 2 and g["n_clusters"] == 2
     assert out["did"]["recipe-verified.easy-samelang.R@1"]["gap_real"]["n_queries"] == 2
