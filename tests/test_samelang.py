@@ -112,3 +112,14 @@ def test_stats_stage_reports_the_slices_of_a_declared_samelang_set(tmp_path):
     g = out["gaps"]["recipe-verified.samelang.R@1"]
     assert g["estimate"] == pytest.approx(100.0 - 50.0) and g["n_queries"] == 2 and g["n_clusters"] == 2
     assert out["did"]["recipe-verified.easy-samelang.R@1"]["gap_real"]["n_queries"] == 2
+    # ... and the report renders Table 5 from it
+    from recipematch.report import write_report
+
+    path = write_report(out, {}, {}, tmp_path / "reports", params={})
+    text = path.read_text(encoding="utf-8")
+    assert "## Same-language reprints by slice (Table 5)" in text and "**same-language**" in text
+    assert ("| model | primary R@1 (n=2) | english R@1 (n=1) | leaked R@1 (n=1) | exact R@1 (n=1) | "
+            "gap to base, primary [95%] |") in text
+    row = next(line for line in text.splitlines() if line.startswith("| recipe |"))
+    assert row.startswith("| recipe | 100.00 ± 0.00 | 100.00 ± 0.00 | 100.00 ± 0.00 | 100.00 ± 0.00 | +50.00 [")
+    assert next(line for line in text.splitlines() if line.startswith("| base |")).endswith("| 100.00 |  |")

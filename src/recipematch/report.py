@@ -139,6 +139,14 @@ def style_markdown(style: Mapping[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _table5(stats: Mapping[str, Any]) -> list[str]:
+    """Table 5 (paper Appendix A): same-language reprints per slice, from ``stats["slices"]``."""
+    from recipematch.slices import slices_markdown
+
+    labels = {n: e["label"] for n, e in stats["evaluations"].items()}
+    return ["## Same-language reprints by slice (Table 5)", "", slices_markdown(stats["slices"], labels), ""]
+
+
 def write_report(stats: Mapping[str, Any], cells: Mapping[str, Mapping[str, str]], counts: Mapping[str, Any], out_dir: Path,
                  *, params: Mapping[str, Any], style: Mapping[str, Any] | None = None) -> Path:
     """Write ``report.md`` and ``figure1.png`` under ``out_dir``; returns the report path."""
@@ -154,6 +162,7 @@ def write_report(stats: Mapping[str, Any], cells: Mapping[str, Mapping[str, str]
              "## Table 1 (shape of the paper's Table 1)", "", table_markdown(stats, cells), "",
              "## Figure 1", "", "![benchmark score against real retrieval](figure1.png)", "",
              *(["## Style probe and style tracking (Tables 13-14)", "", style_markdown(style), ""] if style else []),
+             *(_table5(stats) if stats.get("slices") else []),
              "## Counts (dropped and failed rows, per stage)", ""]
     for name, c in counts.items():
         lines.append(f"<details><summary>{name}</summary>\n\n```json")

@@ -20,7 +20,7 @@ from recipematch.errors import RecipematchError
 from recipematch.metrics import hits_at_k
 from recipematch.stats import mean_sd, nested_bootstrap_gap
 
-__all__ = ["slice_names", "slice_table"]
+__all__ = ["slice_names", "slice_table", "slices_markdown"]
 
 
 def slice_names(frame: pd.DataFrame) -> list[str]:
@@ -108,3 +108,33 @@ def slice_table(ranks: Mapping[str, pd.DataFrame], *, base: str, k: int, n_boot:
                                      paired_seeds=paired_seeds, level=level)
             out["gap_to_base"][m][s] = g.to_dict()
     return out
+
+
+def slices_markdown(tables: Mapping[str, Mapping[str, Any]], labels: Mapping[str, str] | None = None) -> str:
+    """Table 5 (paper Appendix A) as Markdown, one table per set of :func:`slice_table`
+    results: a row per model, R@k (mean ± sd over seeds, percent) on each slice, then the
+    model's gap to the base on the first slice (the primary slice) with its interval (points).
+
+    Args:
+        tables: set name -> :func:`slice_table` result (``metrics/stats.json`` ``slices``).
+        labels: set name -> heading label (default: the set name).
+    """
+    out: list[str] = []
+    for name, t in tables.items():
+        names, k = t["slices"], t["k"]
+        first = names[0] if names else None
+        head = ["model"] + [f"{s} R@{k} (n={t['n'][s]})" for s in names]
+        head += [f"gap to base, {first} [95%]"] if first else []
+        out += [f"**{(labels or {}).get(name, name)}**", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+        for m, per in t["models"].items():
+            row = [m]
+            for s in names:
+                c = per[s]
+                row.append("" if c["mean"] is None else f"{c['mean']:.2f}" + (f" ± {c['sd']:.2f}" if c["sd"] is not None
+                                                                              else ""))
+            if first:
+                g = t["gap_to_base"].get(m, {}).get(first)
+                row.append("" if not g else f"{g['estimate']:+.2f} [{g['low']:+.2f}, {g['high']:+.2f}]")
+            out.append("| " + " | ".join(row) + " |")
+        out.append("")
+    return "\n".join(out).rstrip("\n")
