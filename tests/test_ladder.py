@@ -118,8 +118,10 @@ def test_default_contrasts_are_the_four_of_table_1_plus_reference_verified():
 
 
 def test_contrasts_cross_checks():
-    with pytest.raises(RecipematchError, match=r"contrasts\[1\] 'd2_own - recipe' names \['d2_own'\], not in arms"):
-        parse_params(_params(contrasts=["recipe - verified", "d2_own - recipe"]))
+    with pytest.raises(RecipematchError, match=r"contrasts\[1\] 'd9_own - recipe' names \['d9_own'\]: not a named arm"):
+        parse_params(_params(contrasts=["recipe - verified", "d9_own - recipe"]))
+    # a known arm that is not run is accepted here (the stats stage skips and lists it)
+    assert parse_params(_params(contrasts=["recipe - verified", "d2_own - recipe"])).contrasts[1] == "d2_own - recipe"
     with pytest.raises(RecipematchError, match=r"contrasts\[0\]: a contrast is 'arm - arm'"):
         parse_params(_params(contrasts=["recipe verified"]))
     with pytest.raises(RecipematchError, match="declared twice"):
@@ -161,7 +163,7 @@ def _write_ranks(lay: Layout, arm: str, seeds: list[str], rng: np.random.Generat
 
 def test_stats_computes_exactly_the_declared_contrasts(tmp_path):
     arms = ["recipe", "d4", "d2_own"]
-    raw = _params(arms=arms, contrasts=["d2_own - d4", "recipe - base"], evaluations=EVALS,
+    raw = _params(arms=arms, contrasts=["d2_own - d4", "recipe - base", "recipe - verified"], evaluations=EVALS,
                   stats={"n_boot": 200, "seed": 0, "paired_seeds": True})
     raw["evaluate"] = {**raw["evaluate"], "ks": [1, 5]}
     raw["style"] = {**raw["style"], "tracking_set": "easy"}
@@ -173,6 +175,7 @@ def test_stats_computes_exactly_the_declared_contrasts(tmp_path):
         _write_ranks(lay, a, ["42", "43"], rng)
     out = stats_stage.run(parse_params(raw).view(stats_stage.PARAMS), lay)
     assert out["contrasts"] == ["d2_own-d4", "recipe-base"]
+    assert out["contrasts_skipped"] == ["recipe-verified"]  # verified is not run: listed, not computed
     assert sorted(out["gaps"]) == sorted(f"{c}.{n}.R@1" for c in out["contrasts"] for n in EVALS)
     assert sorted(out["did"]) == sorted(f"{c}.{b}-crosslingual.R@1" for c in out["contrasts"] for b in ("easy", "hard"))
     # two trained arms pair their seeds; a baseline (one run) is drawn independently

@@ -427,6 +427,11 @@ def load_samelang(folder: str | os.PathLike, *, split: str = "test",
         RecipematchError: see :func:`_read_set`; a query without slice metadata or
             ``cluster_id``.
     """
+    if not Path(folder).is_dir():
+        raise RecipematchError(
+            f"set {name!r}: folder {folder} does not exist: the same-language reprint set (paper Appendix A, "
+            f"Table 5) is not in the shipped sample; put its BEIR folder there (corpus.jsonl, queries.jsonl with "
+            f"metadata lang, cluster_id and slice or exact_text/leaked, qrels/{split}.tsv) or drop the evaluation")
     ds = _read_set(folder, split, name)
     ids = _scored_ids(ds)
     src = f"set {name!r}: {Path(ds.folder) / 'queries.jsonl'}"

@@ -20,7 +20,7 @@ from recipematch.pipeline.door import offline_env
 #: (subcommand name, stage module) — each module's ``main`` is the stage's click command
 STAGE_COMMANDS = (
     ("corpus", "corpus"), ("evalsets", "evalsets"), ("gates", "gates"), ("verified", "verified"),
-    ("recordings", "recordings"), ("llm", "llm"), ("specs", "specs"), ("cells", "cells"), ("validate", "validate"),
+    ("recordings", "recordings"), ("llm", "llm"), ("judge2", "judge2"), ("backtranslate", "backtranslate"), ("specs", "specs"), ("cells", "cells"), ("validate", "validate"),
     ("train", "train"), ("evaluate-arm", "evaluate"), ("evaluate-base", "evaluate_base"),
     ("evaluate-bm25", "evaluate_bm25"), ("stats", "stats"), ("style", "style"), ("report", "report"),
 )

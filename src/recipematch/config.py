@@ -393,6 +393,74 @@ class StyleConfig:
     top_k: int = _spec("retrieved documents whose style percentile is reported (paper: 10)", min=1, max=10_000)
 
 
+@dataclass(frozen=True)
+class Judge2Config:
+    """The second judge of the two-judge control (paper Section 3, Appendix C): another
+    vendor's model re-judges every candidate of each LLM arm under the same judge prompt;
+    the cells may train on the rows both judges accept. Off by default (the sample ships no
+    second-judge answers)."""
+
+    enabled: bool = _spec("run the second judge (false: the judge2 stages only record that they are off)",
+                          default=False)
+    backend: str = _spec("replay (recordings/judge2/<prompt>.jsonl) or openai (its own OpenAI-compatible server)",
+                         choices=LLM_BACKENDS, default="replay")
+    model_id: str = _spec("the second judge's model id", default="mistralai/Mistral-Small-24B-Instruct-2501",
+                          min=1, max_len=300)
+    base_url: str = _spec("the second judge's server URL (backend openai)", default="", max_len=2000)
+    api_key_env: str = _spec("NAME of the environment variable holding its server's API key ('' = none)",
+                             default="", max_len=200)
+    temperature: float = _spec("sampling temperature", default=0.0, min=0.0, max=2.0, finite=True)
+    top_p: float = _spec("nucleus sampling mass", default=1.0, min=0.0, max=1.0, finite=True)
+    max_tokens: int = _spec("answer length cap in tokens", default=1024, min=1, max=131_072)
+    chat_template_kwargs: dict = _spec("sent with every second-judge request", default_factory=dict)
+    allow_reasoning_preamble: bool = _spec("skip a <think> block or text before the JSON verdict", default=False)
+    concurrency: int = _spec("requests in flight", default=8, min=1, max=1024)
+    max_retries: int = _spec("retries per request", default=4, min=0, max=100)
+    timeout_s: float = _spec("seconds per request", default=300.0, min=0.1, max=86_400.0, finite=True)
+    cells: str = _spec("the keep set the cells read for LLM pair files: first (the first judge's) or both "
+                       "(rows both judges accept; needs enabled: true)", choices=("first", "both"), default="first")
+
+    def __post_init__(self) -> None:
+        if self.cells == "both" and not self.enabled:
+            raise RecipematchError("judge2.cells: both needs judge2.enabled: true (the two-judge files come from "
+                                   "the judge2 stages)")
+        if self.enabled and self.backend == "openai" and not self.base_url:
+            raise RecipematchError("judge2.base_url: backend openai needs the second judge's server URL "
+                                   "(e.g. http://127.0.0.1:8001/v1)")
+        if self.api_key_env and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]{0,199}", self.api_key_env):
+            raise RecipematchError("judge2.api_key_env must be the NAME of an environment variable "
+                                   "(letters, digits, _), never the key itself")
+
+
+@dataclass(frozen=True)
+class BacktranslateConfig:
+    """The back-translation control (paper Appendix C): NLLB round trips as positives no LLM
+    wrote (cells with positives bt = one hop, bt3 = three hops). The stage translates only
+    when an arm reads bt or bt3, and only with the model's files present locally."""
+
+    model_dir: str = _spec("local folder of the translation model (NLLB-200-distilled-600M in the paper), "
+                           "relative to the project root; keep it under mt_models/ so DVC sees new weights",
+                           default="mt_models/nllb-200-distilled-600M", min=1, max_len=2000)
+    model_id: str = _spec("the model id recorded in each row's provenance",
+                          default="facebook/nllb-200-distilled-600M", min=1, max_len=300)
+    languages: tuple[str, ...] = _spec("source languages translated (ISO 639-1 tags); empty = every language "
+                                       "NLLB knows; others are dropped and counted", default=())
+    default_language: str = _spec("tag for corpus rows without a language ('' = such rows are dropped and "
+                                  "counted as unsupported_language)", default="", max_len=20)
+    max_sources: int = _spec("sources translated, in source-id order (0 = all)", default=0, min=0,
+                             max=10_000_000)
+    device: str = _spec("cpu, cuda or mps", choices=DEVICES, default="cpu")
+    batch_size: int = _spec("lines per generate call", default=16, min=1, max=65_536)
+    num_beams: int = _spec("beam width (1 = greedy)", default=4, min=1, max=64)
+    max_input_tokens: int = _spec("input tokens per line (longer lines are cut)", default=512, min=4,
+                                  max=32_768)
+    max_new_tokens: int = _spec("output tokens per line", default=512, min=1, max=32_768)
+
+    def __post_init__(self) -> None:
+        if Path(self.model_dir).is_absolute() or ".." in Path(self.model_dir).parts:
+            raise RecipematchError(f"backtranslate.model_dir must be a folder inside the project, got {self.model_dir!r}")
+
+
 _URI = re.compile(r"^(?:sqlite:///.+|https?://[^\s/]+.*|file:.+)$")
 
 
@@ -426,6 +494,8 @@ class Params:
     stats: StatsConfig = _spec("statistics")
     style: StyleConfig = _spec("style probe and tracking")
     mlflow: MlflowConfig = _spec("tracking")
+    judge2: Judge2Config = _spec("the second judge (two-judge control)", default_factory=Judge2Config)
+    backtranslate: BacktranslateConfig = _spec("the back-translation control", default_factory=BacktranslateConfig)
 
     def view(self, keys: Iterable[str]) -> ParamsView:
         """The keys a stage declared (dotted, e.g. ``"gates.active"`` or ``"budget"``);
@@ -506,9 +576,11 @@ def _cross_checks(p: Params) -> None:
 
 
 def _check_contrasts(p: Params) -> None:
-    """Each declared contrast is 'arm - arm' over arms in ``arms`` (or the baselines base and
-    bm25), and no contrast is declared twice (paper Table 1: the gaps the report shows)."""
-    from recipematch.rules import BASELINES, parse_contrast
+    """Each declared contrast is 'arm - arm' over known arm names (a named cell, ``cell``, or
+    the baselines base and bm25), and no contrast is declared twice (paper Table 1: the gaps
+    the report shows). A contrast whose arms are not both run (in ``arms``, or a baseline) is
+    skipped by the stats stage and listed there, so ``-S arms=...`` needs no contrasts edit."""
+    from recipematch.rules import BASELINES, NAMED_ARMS, parse_contrast
 
     seen = set()
     for i, text in enumerate(p.contrasts):
@@ -516,10 +588,10 @@ def _check_contrasts(p: Params) -> None:
             a, b = parse_contrast(text)
         except RecipematchError as e:
             raise RecipematchError(f"contrasts[{i}]: {e}") from None
-        bad = [x for x in (a, b) if x not in p.arms and x not in BASELINES]
+        bad = [x for x in (a, b) if x not in NAMED_ARMS and x != "cell" and x not in BASELINES]
         if bad:
-            raise RecipematchError(f"contrasts[{i}] {text!r} names {bad}, not in arms {list(p.arms)} "
-                                   f"(nor a baseline {list(BASELINES)})")
+            raise RecipematchError(f"contrasts[{i}] {text!r} names {bad}: not a named arm, 'cell' "
+                                   f"or a baseline {list(BASELINES)}")
         if (a, b) in seen:
             raise RecipematchError(f"contrasts[{i}] {text!r} is declared twice")
         seen.add((a, b))

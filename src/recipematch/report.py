@@ -254,6 +254,14 @@ def style_markdown(style: Mapping[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _table5(stats: Mapping[str, Any]) -> list[str]:
+    """Table 5 (paper Appendix A): same-language reprints per slice, from ``stats["slices"]``."""
+    from recipematch.slices import slices_markdown
+
+    labels = {n: e["label"] for n, e in stats["evaluations"].items()}
+    return ["## Same-language reprints by slice (Table 5)", "", slices_markdown(stats["slices"], labels), ""]
+
+
 def write_report(stats: Mapping[str, Any], cells: Mapping[str, Mapping[str, str]], counts: Mapping[str, Any], out_dir: Path,
                  *, params: Mapping[str, Any], style: Mapping[str, Any] | None = None) -> Path:
     """Write ``report.md`` and ``figure1.png`` under ``out_dir``; returns the report path."""
@@ -272,6 +280,7 @@ def write_report(stats: Mapping[str, Any], cells: Mapping[str, Mapping[str, str]
              "## Tables 11-12 (the factorial: positives × negatives; cells not run: —)", "",
              factorial_markdown(stats, cells), "",
              *(["## Style probe and style tracking (Tables 13-14)", "", style_markdown(style), ""] if style else []),
+             *(_table5(stats) if stats.get("slices") else []),
              "## Counts (dropped and failed rows, per stage)", ""]
     for name, c in counts.items():
         lines.append(f"<details><summary>{name}</summary>\n\n```json")

@@ -9,11 +9,12 @@ from dataclasses import asdict
 from recipematch.errors import RecipematchError
 from recipematch.io import write_json, write_jsonl
 from recipematch.pipeline.door import Layout, arm_option, check_device, stage, write_run_record
-from recipematch.pipeline.inputs import arm_spec_from_file, read_pairs, train_seeds
+from recipematch.pipeline.inputs import arm_spec_from_file, train_seeds
 from recipematch.pipeline.models import contamination_gate
+from recipematch.pipeline.pair_sources import cell_pair_path, cell_pairs
 
 PARAMS = ("seed", "train.seed", "train.n_seeds", "budget", "gates", "train.model", "evaluate.max_seq_length",
-          "evaluate.batch_size", "evaluate.device", "evaluate.dtype")
+          "evaluate.batch_size", "evaluate.device", "evaluate.dtype", "judge2.cells")
 
 
 def run(p, lay: Layout, arm: str) -> dict:
@@ -23,7 +24,7 @@ def run(p, lay: Layout, arm: str) -> dict:
     check_device("evaluate.device", p.evaluate.device)
     spec = arm_spec_from_file(lay, arm)
     bcfg, seed = p.budget, p.seed
-    pair_files = {k: rows for k in spec.inputs() if (rows := read_pairs(lay, k)) is not None}
+    pair_files = {k: rows for k in spec.inputs() if (rows := cell_pairs(lay, k, judges=p.judge2.cells)) is not None}
     try:
         pool, asm_counts = assemble_cell(spec, pair_files, seed=seed)
     except MissingInput as e:
@@ -32,7 +33,7 @@ def run(p, lay: Layout, arm: str) -> dict:
     kept, gate_counts, drops = gate.apply(pool, cosine=False)
     source_list = None
     if arm in bcfg.shared_sources:
-        source_list = _shared_source_list(bcfg.shared_sources, lay, seed=seed, gate=gate)
+        source_list = _shared_source_list(bcfg.shared_sources, lay, seed=seed, gate=gate, judges=p.judge2.cells)
     out = lay.cells(arm)
     out.mkdir(parents=True, exist_ok=True)
     write_jsonl(out / "pool.jsonl", kept)
@@ -53,11 +54,11 @@ def run(p, lay: Layout, arm: str) -> dict:
     write_json(lay.metrics / "cells" / f"{arm}.json", counts)
     write_run_record(out, f"cells:{arm}", {"spec": asdict(spec), "budget": asdict(bcfg), "gates": asdict(p.gates),
                                            "seed": seed},
-                     {**{k: lay.pairs / f"{k}.jsonl" for k in pair_files}, "exclusion": ex_path}, counts)
+                     {**{k: cell_pair_path(lay, k, judges=p.judge2.cells) for k in pair_files}, "exclusion": ex_path}, counts)
     return counts
 
 
-def _shared_source_list(arms: Sequence[str], lay: Layout, *, seed: int, gate) -> list[str]:
+def _shared_source_list(arms: Sequence[str], lay: Layout, *, seed: int, gate, judges: str = "first") -> list[str]:
     """Sources every arm in ``arms`` can draw from after the gate (paper Appendix A: both
     arms of a comparison drawn from the same source list). Only named arms may share a list."""
     from recipematch.cells import assemble_cell
@@ -66,7 +67,7 @@ def _shared_source_list(arms: Sequence[str], lay: Layout, *, seed: int, gate) ->
     common: set[str] | None = None
     for a in arms:
         spec = NAMED_ARMS[a]
-        files = {k: rows for k in spec.inputs() if (rows := read_pairs(lay, k)) is not None}
+        files = {k: rows for k in spec.inputs() if (rows := cell_pairs(lay, k, judges=judges)) is not None}
         pool, _ = assemble_cell(spec, files, seed=seed)
         kept, _, _ = gate.apply(pool, cosine=False)
         srcs = {r["source_id"] for r in kept}

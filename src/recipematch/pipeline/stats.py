@@ -56,6 +56,17 @@ def run(p, lay: Layout) -> dict:
             df = pd.read_parquet(path)
             df["seed"] = df["seed"].astype(str)
             ranks[a][name] = df
+    # a same-language set enters the arm table, the gaps and the DiD on its primary slice (paper
+    # Table 1: the 125-query slice no training file touches); every slice is in out["slices"]
+    full = {a: dict(per) for a, per in ranks.items()}
+    for name, ev in evals.items():
+        if ev.rule == "samelang":
+            for a in rows:
+                df = ranks[a][name]
+                if "slice_primary" not in df.columns:
+                    raise RecipematchError(f"{lay.eval_dir(a) / (name + '.parquet')} has no slice_primary column: "
+                                           f"rerun the evaluate stage of {a!r}")
+                ranks[a][name] = df[df["slice_primary"].astype(bool)]
     out: dict[str, Any] = {"arms": {}, "gaps": {}, "did": {}, "n_boot": scfg.n_boot, "seed": scfg.seed,
                            "seed_scheme": "paired" if scfg.paired_seeds else "independent",
                            "evaluations": {k: asdict(v) for k, v in evals.items()}}
@@ -72,8 +83,14 @@ def run(p, lay: Layout) -> dict:
     bench = [n for n, ev in evals.items() if ev.role == "benchmark"]
     real = [n for n, ev in evals.items() if ev.role == "real"]
     out["contrasts"] = []
+    out["contrasts_skipped"] = []
     for x, y in (parse_contrast(c) for c in p.contrasts):
         pair = f"{x}-{y}"
+        if not all(a in arms or a in BASELINES for a in (x, y)):
+            log.info("contrast %s skipped: %s not among the arms run %s", pair,
+                     [a for a in (x, y) if a not in arms and a not in BASELINES], arms)
+            out["contrasts_skipped"].append(pair)
+            continue
         out["contrasts"].append(pair)
         # seeds are paired only between two trained arms with as many seeds (a baseline is one run)
         paired = scfg.paired_seeds and x not in BASELINES and y not in BASELINES
@@ -95,6 +112,12 @@ def run(p, lay: Layout) -> dict:
                 d = did_bootstrap(hits[b][0], hits[b][1], hits[r][0], hits[r][1], n_boot=scfg.n_boot, seed=scfg.seed,
                                   real_clusters=hits[r][2], bench_clusters=hits[b][2], paired_seeds=paired)
                 out["did"][f"{pair}.{b}-{r}.R@1"] = _as_dict(d)
+    # Table 5: same-language reprints, R@1 per slice and each model's gap to the base per slice
+    from recipematch.slices import slice_table
+
+    out["slices"] = {name: slice_table({a: full[a][name] for a in rows}, base="base", k=1, n_boot=scfg.n_boot,
+                                       seed=scfg.seed, paired_seeds=False)
+                     for name, ev in evals.items() if ev.rule == "samelang"}
     write_json(lay.metrics / "stats.json", out)
     # DVC plot data: one point per model, x = the (first) real set, y = each benchmark set
     pts = []
