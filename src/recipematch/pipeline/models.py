@@ -50,12 +50,14 @@ def resolve_model(name: str, key: str = "train.model") -> str:
                                f"Hugging Face cache (nothing is downloaded at run time)") from None
 
 
-def encoder(model: str, *, max_seq_length: int, batch_size: int, device: str):
-    """A memoised sentence-transformers encoder of ``model`` (a resolved path)."""
+def encoder(model: str, *, max_seq_length: int, batch_size: int, device: str, query_prompt: str = ""):
+    """A memoised sentence-transformers encoder of ``model`` (a resolved path); a non-empty
+    ``query_prompt`` is prefixed to queries only (Appendix E: V2 is scored with the
+    instruction it was trained with, ``train.query_instruction``)."""
     from recipematch.retrieval import MemoisedEncoder, SentenceTransformerEncoder
 
     return MemoisedEncoder(SentenceTransformerEncoder(model, max_seq_length=max_seq_length, batch_size=batch_size,
-                                                      device=device))
+                                                      device=device, query_prompt=query_prompt or None))
 
 
 def contamination_gate(p, lay: Layout, *, cosine: bool = True):
