@@ -209,3 +209,158 @@ def test_lora_training_trains_only_the_adapters_with_gradient_checkpointing(tiny
     assert not np.allclose(tuned.encode(texts), base, atol=1e-5)  # the adapters learned something
     tuned[0].auto_model.disable_adapters()
     np.testing.assert_array_equal(tuned.encode(texts), base)  # ... and the base weights did not move
+
+
+# ------------------------------------------------------------------ WiSE-FT soups
+
+def test_blend_is_exact_at_the_ends_and_the_elementwise_mean_halfway():
+    import torch
+
+    from recipematch.soups import blend_state_dicts
+
+    g = torch.Generator().manual_seed(0)
+    ft = {"w": torch.randn(64, 32, generator=g), "h": torch.randn(7, generator=g).to(torch.bfloat16),
+          "ids": torch.arange(5)}
+    base = {"w": torch.randn(64, 32, generator=g), "h": torch.randn(7, generator=g).to(torch.bfloat16),
+            "ids": torch.arange(5)}
+    for k in ("w", "h", "ids"):
+        assert torch.equal(blend_state_dicts(ft, base, 1.0)[k], ft[k])
+        assert torch.equal(blend_state_dicts(ft, base, 0.0)[k], base[k])
+    half = blend_state_dicts(ft, base, 0.5)
+    assert torch.equal(half["w"], (ft["w"] + base["w"]) / 2)
+    assert half["h"].dtype == torch.bfloat16
+    third = blend_state_dicts(ft, base, 0.3)["w"]
+    assert torch.allclose(third, 0.3 * ft["w"] + 0.7 * base["w"], rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize("base_change, message", [
+    (lambda b: b.pop("w"), "differ in their tensors"),
+    (lambda b: b.update(w=b["w"][:2]), "shape"),
+    (lambda b: b.update(ids=b["ids"] + 1), "cannot be blended"),
+])
+def test_blend_refuses_models_of_another_architecture(base_change, message):
+    import torch
+
+    from recipematch.soups import blend_state_dicts
+
+    ft = {"w": torch.zeros(4, 3), "ids": torch.arange(3)}
+    base = {"w": torch.ones(4, 3), "ids": torch.arange(3)}
+    base_change(base)
+    with pytest.raises(RecipematchError, match=message):
+        blend_state_dicts(ft, base, 0.5)
+    with pytest.raises(RecipematchError, match=r"alpha must lie in \[0, 1\]"):
+        blend_state_dicts(ft, ft, 1.5)
+
+
+@pytest.fixture(scope="module")
+def trained(tiny_model, tmp_path_factory):  # noqa: F811
+    out = tmp_path_factory.mktemp("trained") / "seed_42"
+    train_one(_rows(), base_model=str(tiny_model), out_dir=out, seed=42, cfg=_cfg(), progress=False)
+    return out
+
+
+def test_soup_checkpoints_of_a_full_fine_tune(tiny_model, trained, tmp_path):  # noqa: F811
+    from sentence_transformers import SentenceTransformer
+
+    from recipematch.soups import build_soup
+
+    info = build_soup(trained, tiny_model, 1.0, tmp_path / "a1")
+    assert info["kind"] == "full" and info["tensors_blended"] > 0
+    # alpha 1: the trained weights, byte for byte (tokenizer_config.json may differ: the tokenizer
+    # records its padding settings once it has been called)
+    assert (tmp_path / "a1" / "model.safetensors").read_bytes() == (trained / "model.safetensors").read_bytes()
+    build_soup(trained, tiny_model, 0.0, tmp_path / "a0")
+    build_soup(trained, tiny_model, 0.5, tmp_path / "a05")
+    sd = {k: SentenceTransformer(str(p), device="cpu").state_dict() for k, p in
+          (("ft", trained), ("base", tiny_model), ("a0", tmp_path / "a0"), ("a05", tmp_path / "a05"))}
+    floats = [k for k, v in sd["ft"].items() if v.is_floating_point()]
+    assert any(not sd["ft"][k].equal(sd["base"][k]) for k in floats)  # training moved the weights
+    for k in floats:
+        assert sd["a0"][k].equal(sd["base"][k])
+        assert sd["a05"][k].equal((sd["ft"][k] + sd["base"][k]) / 2)
+
+
+def test_soup_of_a_lora_checkpoint_scales_the_adapter(tiny_model, tmp_path):  # noqa: F811
+    import torch
+    from sentence_transformers import SentenceTransformer
+
+    from recipematch.soups import build_soup
+
+    texts = ["anchor w1 w2", "positive w3"]
+    model = SentenceTransformer(str(tiny_model), device="cpu")
+    add_lora(model, _lora())
+    torch.manual_seed(5)
+    with torch.no_grad():
+        for name, prm in model.named_parameters():
+            if "lora_B" in name:
+                prm.normal_()
+    save_checkpoint(model, tmp_path / "lora")
+    assert build_soup(tmp_path / "lora", tiny_model, 0.0, tmp_path / "s0")["kind"] == "lora"
+    build_soup(tmp_path / "lora", tiny_model, 1.0, tmp_path / "s1")
+    enc = {k: SentenceTransformer(str(p), device="cpu").encode(texts)
+           for k, p in (("base", tiny_model), ("lora", tmp_path / "lora"), ("s0", tmp_path / "s0"),
+                        ("s1", tmp_path / "s1"))}
+    np.testing.assert_allclose(enc["s0"], enc["base"], rtol=0, atol=1e-6)
+    np.testing.assert_array_equal(enc["s1"], enc["lora"])
+    assert not np.allclose(enc["lora"], enc["base"], atol=1e-4)
+
+
+def _beir(folder):
+    folder.mkdir(parents=True)
+    (folder / "qrels").mkdir()
+    (folder / "corpus.jsonl").write_text("".join(
+        json.dumps({"_id": f"d{i}", "title": "", "text": f"positive w{i} w{i + 10}"}) + "\n" for i in range(12)))
+    (folder / "queries.jsonl").write_text("".join(
+        json.dumps({"_id": f"q{i}", "text": f"anchor w{i}"}) + "\n" for i in range(6)))
+    (folder / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\n" + "".join(
+        f"q{i}\td{i}\t1\n" for i in range(6)))
+
+
+def test_soup_stage_scores_each_alpha_as_its_own_row(repo_root, tiny_model, trained, tmp_path):  # noqa: F811
+    import shutil
+
+    import pandas as pd
+
+    from recipematch import tracking
+    from recipematch.config import load_yaml
+    from recipematch.io import read_json, sha256_tree
+    from recipematch.pipeline import soup
+    from recipematch.pipeline.door import Layout
+
+    raw = load_yaml(repo_root / "params.yaml")
+    raw["train"].update(model=str(tiny_model), n_seeds=1, soup_alphas=[0.5, 1.0])
+    raw["evaluate"].update(max_seq_length=16)
+    raw["evaluations"] = {"easy": {"folder": "artifacts/evalsets/easy", "rule": "plain", "role": "benchmark",
+                                   "label": "easy", "report_ks": [1]}}
+    raw["style"]["tracking_set"] = "easy"
+    lay = Layout(tmp_path)
+    _beir(tmp_path / "artifacts" / "evalsets" / "easy")
+    shutil.copytree(trained, lay.models("recipe") / "seed_42")
+    (lay.models("recipe") / "seed_42.json").write_text("{}")
+    view = parse_params(raw).view(soup.PARAMS)
+
+    with pytest.raises(RecipematchError, match=r"--alpha 0.7: not one of train.soup_alphas \[0.5, 1.0\]"):
+        soup.run(view, lay, arm="recipe", alpha="0.7")
+    with pytest.raises(RecipematchError, match=r"models/cell does not exist \(train it first\)"):
+        soup.run(view, lay, arm="cell", alpha="0.5")
+
+    out = soup.run(view, lay, arm="recipe", alpha="0.5")
+    assert out["seeds"] == 1 and 0 <= out["easy.R@1.mean"] <= 100
+    label = "recipe@soup0.5"
+    rec = read_json(lay.p("artifacts", "soups", label, "seed_42.json"))
+    assert rec["alpha"] == 0.5 and rec["kind"] == "full"
+    assert rec["finetuned_checkpoint_sha256"] == sha256_tree(trained)
+    assert rec["checkpoint_sha256"] == sha256_tree(lay.p("artifacts", "soups", label, "seed_42"))
+    assert read_json(lay.metrics / "eval" / f"{label}.json") == out  # beside the arms' own rows
+    ranks = pd.read_parquet(lay.eval_dir(label) / "easy.parquet")
+    assert set(ranks["arm"]) == {label} and len(ranks) == 6
+
+    soup.run(view, lay, arm="recipe", alpha="1.0")  # alpha 1 is the trained checkpoint itself
+    assert (lay.p("artifacts", "soups", "recipe@soup1.0", "seed_42", "model.safetensors").read_bytes()
+            == (trained / "model.safetensors").read_bytes())
+
+    c, exp_id = tracking.open_store(f"sqlite:///{tmp_path / 'mlflow.db'}", raw["mlflow"]["experiment"])
+    runs = {r.data.params["arm"]: r for r in c.search_runs([exp_id])}
+    assert set(runs) == {"recipe@soup0.5", "recipe@soup1.0"}
+    assert runs["recipe@soup0.5"].data.params["soup.alpha"] == "0.5"
+    assert "easy.R_at_1" in runs["recipe@soup0.5"].data.metrics
