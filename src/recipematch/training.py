@@ -446,7 +446,7 @@ def train_one(rows: Sequence[Mapping[str, Any]], *, base_model: str, out_dir: Pa
             save_total_limit=2, load_best_model_at_end=True, metric_for_best_model="eval_dev_cosine_accuracy",
             greater_is_better=True, logging_steps=max(1, eval_steps // 2), use_cpu=cfg.device == "cpu", bf16=cfg.bf16, report_to="none",
             disable_tqdm=not progress, save_only_model=True,
-            **({"gradient_checkpointing": True} if cfg.gradient_checkpointing else {}),
+            **({"activation_checkpointing": True} if cfg.gradient_checkpointing else {}),  # transformers 5 name
         )
         train_ds = datasets if len(datasets) > 1 else next(iter(datasets.values()))
         trainer = SentenceTransformerTrainer(
