@@ -348,3 +348,22 @@ def test_report_stage_renders_tables_9_and_12_from_the_arms_that_ran(tmp_path):
     d4 = next(ln for ln in grid.splitlines() if ln.startswith("| D4 (recipe-free)"))
     assert "37.80 ± 0.50 / 27.00 ± 0.50 / 78.90 ± 0.50 (cell)" in d4 and "(reference)" in d4
     assert "| recipe − verified | cell − reference |" in text
+
+
+def test_stats_reads_the_soup_rows_of_every_arm(tmp_path):
+    """A WiSE-FT soup (Appendix E) is an evaluated row ``<arm>@soup<alpha>`` beside its arm."""
+    raw = _params(arms=["recipe", "verified"], contrasts=["recipe - verified"], evaluations=EVALS,
+                  stats={"n_boot": 200, "seed": 0, "paired_seeds": False})
+    raw["train"] = {**raw["train"], "soup_alphas": [0.5]}
+    raw["evaluate"] = {**raw["evaluate"], "ks": [1]}
+    raw["style"] = {**raw["style"], "tracking_set": "easy"}
+    lay = Layout(tmp_path)
+    rng = np.random.default_rng(1)
+    for a in ("base", "bm25"):
+        _write_ranks(lay, a, [a], rng)
+    for a in ("recipe", "verified", "recipe@soup0.5", "verified@soup0.5"):
+        _write_ranks(lay, a, ["42"], rng)
+    out = stats_stage.run(parse_params(raw).view(stats_stage.PARAMS), lay)
+    assert {"recipe@soup0.5", "verified@soup0.5"} <= set(out["arms"])
+    ranks = pd.read_parquet(lay.eval_dir("recipe@soup0.5") / "easy.parquet")
+    assert out["arms"]["recipe@soup0.5"]["easy.R@1"]["mean"] == pytest.approx(100 * (ranks["rank"] == 0).mean(), abs=1e-3)

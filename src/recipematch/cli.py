@@ -22,7 +22,7 @@ STAGE_COMMANDS = (
     ("corpus", "corpus"), ("evalsets", "evalsets"), ("gates", "gates"), ("verified", "verified"),
     ("recordings", "recordings"), ("llm", "llm"), ("judge2", "judge2"), ("backtranslate", "backtranslate"), ("specs", "specs"), ("cells", "cells"), ("validate", "validate"),
     ("train", "train"), ("evaluate-arm", "evaluate"), ("evaluate-base", "evaluate_base"),
-    ("evaluate-bm25", "evaluate_bm25"), ("stats", "stats"), ("style", "style"), ("report", "report"),
+    ("evaluate-bm25", "evaluate_bm25"), ("soup", "soup"), ("stats", "stats"), ("style", "style"), ("report", "report"),
 )
 
 

@@ -313,6 +313,33 @@ class BudgetConfig:
 
 
 @dataclass(frozen=True)
+class LoraConfig:
+    """LoRA adapters instead of full fine-tuning (paper Table 2: the 4B replication, rank 16,
+    learning rate 1e-4, gradient checkpointing). Off by default: all weights train."""
+
+    enabled: bool = _spec("train LoRA adapters (peft) instead of all weights", default=False)
+    rank: int = _spec("adapter rank r (paper: 16)", default=16, min=1, max=4096)
+    alpha: float = _spec("adapter scaling numerator lora_alpha (scale = alpha / rank)", default=32.0, min=1e-6,
+                         max=1e6, finite=True)
+    dropout: float = _spec("dropout on the adapter input", default=0.0, min=0.0, max=0.99, finite=True)
+    target_modules: tuple[str, ...] = _spec("module names that get adapters, e.g. [q_proj, v_proj] "
+                                            "(empty: peft's default for the architecture)", default=())
+    lr: float = _spec("learning rate while LoRA is on, in place of train.lr (paper: 1e-4)", default=1e-4,
+                      min=1e-9, max=1.0, finite=True)
+
+
+@dataclass(frozen=True)
+class ReplayConfig:
+    """General pairs mixed into every training file (paper Appendix E, Table 19: V1/V2's
+    replay rows). Off by default (fraction 0)."""
+
+    file: str = _spec("JSONL pair file of general pairs, relative to the project root ('' = none)", default="",
+                      max_len=2000)
+    fraction: float = _spec("share of the mixed training split that is replay rows (0 = off; paper V1/V2: "
+                            "12,000 of 30,323)", default=0.0, min=0.0, max=0.9, finite=True)
+
+
+@dataclass(frozen=True)
 class TrainConfig:
     """Training (paper Section 3, Table 2, Eq. 1)."""
 
@@ -332,6 +359,18 @@ class TrainConfig:
     max_dev_triplets: int = _spec("dev triplets scored (paper: 2,000)", min=1, max=10_000_000)
     device: str = _spec("cpu, cuda or mps", choices=DEVICES)
     bf16: bool = _spec("bf16 mixed precision")
+    # training variants (paper Table 2, Appendix E, Table 19); the defaults leave full fine-tuning as it was
+    gradient_checkpointing: bool = _spec("recompute activations in the backward pass (paper: the 4B LoRA run)",
+                                         default=False)
+    lora: LoraConfig = _spec("LoRA adapters (off by default)", default_factory=LoraConfig)
+    query_instruction: str = _spec("text prefixed to queries: to anchors in training and to queries when the "
+                                   "trained models are scored (paper Appendix E: V2; '' = none)", default="",
+                                   max_len=2000)
+    replay: ReplayConfig = _spec("general pairs mixed into each training file (off by default)",
+                                 default_factory=ReplayConfig)
+    soup_alphas: tuple[float, ...] = _spec("WiSE-FT soups a*trained + (1-a)*base scored per arm and seed "
+                                           "(paper Table 19: 0.3, 0.5, 0.7; empty = none)", default=(),
+                                           min=0.0, max=1.0, finite=True)
 
 
 @dataclass(frozen=True)
@@ -566,6 +605,10 @@ def _cross_checks(p: Params) -> None:
         raise RecipematchError(f"style.tracking_set {p.style.tracking_set!r} is not a declared evaluation")
     if not any(ev.role == "benchmark" for ev in p.evaluations.values()):
         raise RecipematchError("evaluations: declare at least one set with role: benchmark")
+    if p.train.replay.fraction > 0 and not p.train.replay.file:
+        raise RecipematchError("train.replay.fraction > 0 needs train.replay.file (a JSONL pair file)")
+    if len(set(p.train.soup_alphas)) != len(p.train.soup_alphas):
+        raise RecipematchError(f"train.soup_alphas lists a value twice: {list(p.train.soup_alphas)}")
     if not _URI.match(p.mlflow.tracking_uri):
         raise RecipematchError(f"mlflow.tracking_uri must be sqlite:///PATH, http(s)://HOST[:PORT] or file:PATH, "
                                f"got {p.mlflow.tracking_uri!r}")

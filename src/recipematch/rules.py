@@ -230,3 +230,9 @@ EVAL_ROLES = {
 #: (own entry masked); ``crosslingual_strict``: only golds whose language tag differs from
 #: the query's count (``unknown`` counts as another language); a query without one is a miss.
 EVAL_RULES = ("plain", "crosslingual_strict")
+
+
+def soup_label(arm: str, alpha: str) -> str:
+    """The row name of an arm's WiSE-FT soup at ``alpha`` (Appendix E; the text DVC passes
+    from ``train.soup_alphas``): ``recipe@soup0.5``."""
+    return f"{arm}@soup{alpha}"

@@ -9,6 +9,11 @@ best checkpoint restored at the end.
 Examples (the paper, Section 3 and Appendix A): a row with k ≥ 1 negatives gives k triplets ``(anchor, positive,
 negative_i)``; a row with none gives one pair ``(anchor, positive)``. When a cell has both
 kinds, they train as two datasets (the trainer draws each batch from one of them).
+
+Training variants (Table 2, Appendix E, Table 19), all off unless the settings ask for them:
+LoRA adapters instead of all weights (peft; its own learning rate; gradient checkpointing),
+a query instruction prefixed to every anchor (V2), and replay rows mixed into the training
+split (:func:`mix_replay`). WiSE-FT soups of a trained checkpoint: :mod:`recipematch.soups`.
 """
 
 from __future__ import annotations
@@ -25,8 +30,31 @@ from typing import Any
 
 import numpy as np
 
+from recipematch.errors import RecipematchError
+
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class LoraSettings:
+    """LoRA adapters in place of full fine-tuning (paper Table 2: the 4B replication uses
+    rank 16 and a 1e-4 learning rate).
+
+    Attributes:
+        rank: adapter rank r (≥ 1).
+        alpha: ``lora_alpha``; the update is scaled by ``alpha / rank`` (> 0).
+        dropout: dropout on the adapter input, in [0, 1).
+        target_modules: module names that get adapters (empty: peft's default for the
+            architecture, e.g. the attention query and value projections).
+        lr: learning rate used instead of :attr:`TrainSettings.lr` (> 0).
+    """
+
+    rank: int
+    alpha: float
+    dropout: float
+    target_modules: tuple[str, ...]
+    lr: float
 
 
 @dataclass(frozen=True)
@@ -46,6 +74,14 @@ class TrainSettings:
         max_dev_triplets: dev triplets scored (≥ 1; paper 2,000).
         device: ``cpu``, ``cuda`` or ``mps``.
         bf16: bf16 mixed precision.
+        gradient_checkpointing: recompute activations in the backward pass (Table 2: the 4B
+            LoRA run).
+        lora: LoRA adapters (:class:`LoraSettings`); ``None`` trains all weights.
+        query_instruction: text prefixed to every anchor, in training and dev scoring
+            (Appendix E: V2's instruction); ``""`` prefixes nothing.
+
+    The last three default to "off"; with them off a run is the full fine-tuning of Table 2,
+    and :meth:`identity` is what it was before they existed.
     """
 
     lr: float
@@ -59,13 +95,49 @@ class TrainSettings:
     max_dev_triplets: int
     device: str
     bf16: bool
+    gradient_checkpointing: bool = False
+    lora: LoraSettings | None = None
+    query_instruction: str = ""
+
+    #: the variant fields and their "off" values
+    VARIANTS_OFF = {"gradient_checkpointing": False, "lora": None, "query_instruction": ""}
 
     @classmethod
     def pick(cls, obj: Any) -> "TrainSettings":
-        """The fields of this class read off any object that has them (the params section)."""
+        """The fields of this class read off any object that has them (the params section
+        ``train``); ``obj.lora`` (with ``enabled``, ``rank``, ``alpha``, ``dropout``,
+        ``target_modules``, ``lr``) becomes a :class:`LoraSettings` when enabled. Variant fields
+        the object lacks stay off."""
         import dataclasses
 
-        return cls(**{f.name: getattr(obj, f.name) for f in dataclasses.fields(cls)})
+        kw = {f.name: getattr(obj, f.name) for f in dataclasses.fields(cls) if f.name not in cls.VARIANTS_OFF}
+        kw["gradient_checkpointing"] = bool(getattr(obj, "gradient_checkpointing", False))
+        kw["query_instruction"] = str(getattr(obj, "query_instruction", ""))
+        lo = getattr(obj, "lora", None)
+        if lo is not None and lo.enabled:
+            kw["lora"] = LoraSettings(rank=int(lo.rank), alpha=float(lo.alpha), dropout=float(lo.dropout),
+                                      target_modules=tuple(lo.target_modules), lr=float(lo.lr))
+        return cls(**kw)
+
+    def identity(self) -> dict[str, Any]:
+        """The settings as a plain mapping, variant fields left out while they are off (so a
+        run that uses no variant keeps the identity and record it had before they existed)."""
+        d = asdict(self)
+        return {k: v for k, v in d.items() if not (k in self.VARIANTS_OFF and getattr(self, k) == self.VARIANTS_OFF[k])}
+
+    def mlflow_params(self) -> dict[str, Any]:
+        """Flat ``{name: value}`` of every setting, variants included even when off (what a
+        run shows in MLflow: ``lora.enabled``, ``lora.rank``, ..., ``query_instruction``)."""
+        d = {k: v for k, v in asdict(self).items() if k != "lora"}
+        d["lora.enabled"] = self.lora is not None
+        if self.lora is not None:
+            d.update({f"lora.{k}": (",".join(v) if isinstance(v, tuple) else v) for k, v in asdict(self.lora).items()})
+        return d
+
+    @property
+    def learning_rate(self) -> float:
+        """The learning rate in force: :attr:`LoraSettings.lr` under LoRA, else :attr:`lr`."""
+        return self.lora.lr if self.lora is not None else self.lr
 
 
 def training_examples(rows: Sequence[Mapping[str, Any]]) -> tuple[dict[str, list[str]], dict[str, list[str]]]:
@@ -84,6 +156,99 @@ def training_examples(rows: Sequence[Mapping[str, Any]]) -> tuple[dict[str, list
             pair["anchor"].append(r["anchor"])
             pair["positive"].append(r["positive"])
     return trip, pair
+
+
+def with_instruction(columns: Mapping[str, Sequence[str]], instruction: str) -> dict[str, list[str]]:
+    """``columns`` with ``instruction`` prefixed to every ``anchor`` (the queries; positives and
+    negatives are documents and stay as they are). Appendix E: V2 attaches its instruction to
+    queries; the prefix is the same string concatenation sentence-transformers applies for a
+    ``prompt`` at encoding time, so training and scoring see identical query texts."""
+    out = {k: list(v) for k, v in columns.items()}
+    if instruction and "anchor" in out:
+        out["anchor"] = [instruction + a for a in out["anchor"]]
+    return out
+
+
+def mix_replay(rows: Sequence[Mapping[str, Any]], replay_rows: Sequence[Mapping[str, Any]], *, fraction: float,
+               seed: int, source: str = "the replay file") -> tuple[list[dict[str, Any]], int]:
+    """Mix general pairs into a cell's training split (Appendix E, Table 19: V1 and V2 train
+    on verified pairs plus problem-to-solution replay rows).
+
+    ``n = round(n_train · fraction / (1 − fraction))`` rows are drawn without replacement from
+    ``replay_rows`` with ``numpy.random.default_rng(seed)``, kept in file order and appended
+    with ``split = "train"`` and ``replay = True``, so replay rows make up ``fraction`` of the
+    mixed training split; the dev split (checkpoint selection) is untouched. The same inputs
+    and seed give the same rows.
+
+    Args:
+        rows: cell rows with ``split`` in {train, dev}.
+        replay_rows: pair rows (``source_id``, ``anchor``, ``positive``, ``negatives``), already
+            through the contamination gate.
+        fraction: share of the mixed training split, in [0, 1); 0 returns ``rows`` unchanged.
+        seed: the training seed.
+        source: names the replay file in errors.
+
+    Returns:
+        ``(mixed rows, replay rows added)``.
+
+    Raises:
+        RecipematchError: ``fraction`` outside [0, 1), or ``source`` holds fewer rows than the
+            mix needs.
+    """
+    if not 0.0 <= fraction < 1.0:
+        raise RecipematchError(f"train.replay.fraction must lie in [0, 1), got {fraction!r}")
+    out = [dict(r) for r in rows]
+    if fraction == 0.0:
+        return out, 0
+    n_train = sum(1 for r in rows if r.get("split") == "train")
+    n = int(round(n_train * fraction / (1.0 - fraction)))
+    if n > len(replay_rows):
+        raise RecipematchError(f"train.replay.fraction={fraction}: {n} replay rows are needed for {n_train} training "
+                               f"rows, but {source} has {len(replay_rows)} usable rows (after the contamination "
+                               f"gate); lower the fraction or give a larger file")
+    keep = np.sort(np.random.default_rng(seed).choice(len(replay_rows), size=n, replace=False))
+    out += [{**replay_rows[int(i)], "split": "train", "replay": True} for i in keep]
+    return out, n
+
+
+@dataclass(frozen=True)
+class ReplayPool:
+    """The general pairs a run may mix in (:func:`mix_replay`): the rows of the replay file
+    that pass the contamination gate, the file's SHA-256 and the gate's drop counts."""
+
+    path: str
+    sha256: str
+    rows: tuple[dict[str, Any], ...]
+    gate_counts: dict[str, int]
+
+    @classmethod
+    def load(cls, path: str | os.PathLike, gate, *, key: str = "train.replay.file") -> "ReplayPool":
+        """Read a JSONL pair file (:func:`recipematch.pairs.read_pair_file`) and pass its rows
+        through ``gate`` (an object with ``apply(rows) -> (rows, counts, drops)``, the one
+        contamination gate of Appendix B: replay rows must not touch evaluation data either).
+
+        Raises:
+            RecipematchError: the file is missing (naming ``key``) or a line is not a pair row.
+        """
+        from recipematch.io import sha256_file
+        from recipematch.pairs import read_pair_file
+
+        path = Path(path)
+        if not path.is_file():
+            raise RecipematchError(f"{key}: {path} does not exist (a JSONL pair file of general pairs)")
+        rows, counts, _ = gate.apply(read_pair_file(path))
+        return cls(str(path), sha256_file(path), tuple(rows), dict(counts))
+
+
+def add_lora(model, lora: LoraSettings) -> None:
+    """Put LoRA adapters (peft) on a sentence-transformers model in place: only the adapter
+    weights train from then on, and :func:`save_checkpoint` saves only them (the folder
+    reloads with ``SentenceTransformer(folder)``, the base read from the path recorded in
+    ``adapter_config.json``). Table 2: the 4B replication."""
+    from peft import LoraConfig, TaskType
+
+    model.add_adapter(LoraConfig(task_type=TaskType.FEATURE_EXTRACTION, r=lora.rank, lora_alpha=lora.alpha,
+                                 lora_dropout=lora.dropout, target_modules=list(lora.target_modules) or None))
 
 
 def dev_triplets(rows: Sequence[Mapping[str, Any]], *, seed: int, limit: int,
@@ -176,6 +341,18 @@ def save_checkpoint(model, out_dir: Path) -> None:
     for name in NONDETERMINISTIC_FILES:
         for f in out_dir.rglob(name):
             f.unlink()
+    for f in out_dir.rglob("adapter_config.json"):  # peft writes sets (target_modules) in hash order
+        _sort_adapter_config(f)
+
+
+def _sort_adapter_config(path: Path) -> None:
+    import json
+
+    cfg = json.loads(path.read_text(encoding="utf-8"))
+    for k, v in cfg.items():
+        if isinstance(v, list) and all(isinstance(x, str) for x in v):
+            cfg[k] = sorted(v)
+    path.write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n", encoding="utf-8")
 
 
 def train_one(rows: Sequence[Mapping[str, Any]], *, base_model: str, out_dir: Path, seed: int, cfg: TrainSettings,
@@ -214,7 +391,9 @@ def train_one(rows: Sequence[Mapping[str, Any]], *, base_model: str, out_dir: Pa
     torch.manual_seed(seed)
     train_rows = [r for r in rows if r.get("split") == "train"]
     dev_rows = [r for r in rows if r.get("split") == "dev"]
+    n_replay = sum(1 for r in train_rows if r.get("replay"))
     trip, pair = training_examples(train_rows)
+    trip, pair = with_instruction(trip, cfg.query_instruction), with_instruction(pair, cfg.query_instruction)
     datasets = {}
     if trip["anchor"]:
         datasets["triplets"] = Dataset.from_dict(trip)
@@ -223,7 +402,8 @@ def train_one(rows: Sequence[Mapping[str, Any]], *, base_model: str, out_dir: Pa
     n_train = sum(len(d) for d in datasets.values())
     if n_train < cfg.batch_size:
         raise ValueError(f"{n_train} training examples, fewer than one batch of {cfg.batch_size}: raise budget.rows or lower train.batch_size")
-    dev = dev_triplets(dev_rows, seed=seed, limit=cfg.max_dev_triplets, fallback=train_rows)
+    dev = with_instruction(dev_triplets(dev_rows, seed=seed, limit=cfg.max_dev_triplets, fallback=train_rows),
+                           cfg.query_instruction)
     if not dev["anchor"]:
         raise ValueError("no dev triplets: the dev split is empty")
 
@@ -234,6 +414,8 @@ def train_one(rows: Sequence[Mapping[str, Any]], *, base_model: str, out_dir: Pa
                          "train.batch_size or cap budget.max_rows_per_source")
     model = SentenceTransformer(base_model, device=cfg.device)
     model.max_seq_length = cfg.max_seq_length
+    if cfg.lora is not None:
+        add_lora(model, cfg.lora)
     loss = CachedMultipleNegativesRankingLoss(model, scale=cfg.scale, mini_batch_size=cfg.mini_batch_size)
     evaluator = TripletEvaluator(dev["anchor"], dev["positive"], dev["negative"], name="dev", batch_size=cfg.batch_size,
                                  write_csv=False)
@@ -258,12 +440,13 @@ def train_one(rows: Sequence[Mapping[str, Any]], *, base_model: str, out_dir: Pa
     try:
         args = SentenceTransformerTrainingArguments(
             output_dir=str(tmp), num_train_epochs=cfg.epochs, per_device_train_batch_size=cfg.batch_size,
-            per_device_eval_batch_size=cfg.batch_size, learning_rate=cfg.lr, warmup_steps=float(cfg.warmup_ratio),
+            per_device_eval_batch_size=cfg.batch_size, learning_rate=cfg.learning_rate, warmup_steps=float(cfg.warmup_ratio),
             seed=seed, data_seed=seed, batch_sampler=BatchSamplers.NO_DUPLICATES, dataloader_drop_last=True,
             eval_strategy="steps", eval_steps=eval_steps, save_strategy="steps", save_steps=eval_steps,
             save_total_limit=2, load_best_model_at_end=True, metric_for_best_model="eval_dev_cosine_accuracy",
             greater_is_better=True, logging_steps=max(1, eval_steps // 2), use_cpu=cfg.device == "cpu", bf16=cfg.bf16, report_to="none",
             disable_tqdm=not progress, save_only_model=True,
+            **({"activation_checkpointing": True} if cfg.gradient_checkpointing else {}),  # transformers 5 name
         )
         train_ds = datasets if len(datasets) > 1 else next(iter(datasets.values()))
         trainer = SentenceTransformerTrainer(
@@ -283,5 +466,6 @@ def train_one(rows: Sequence[Mapping[str, Any]], *, base_model: str, out_dir: Pa
         "dev_triplets": len(dev["anchor"]), "steps": int(result.global_step), "eval_steps": eval_steps,
         "sampler": sampler_reports, "dev_accuracy_before": float(before.get("dev_cosine_accuracy", math.nan)),
         "dev_accuracy_best": float(best.get("dev_cosine_accuracy", math.nan)),
-        "train_loss": float(result.training_loss), "history": history, "config": asdict(cfg),
+        "train_loss": float(result.training_loss), "history": history, "config": cfg.identity(),
+        **({"replay_rows": n_replay} if n_replay else {}),
     }

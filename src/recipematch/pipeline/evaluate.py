@@ -24,7 +24,7 @@ from recipematch.pipeline.inputs import mlflow_artifacts, mlflow_uri, train_seed
 
 log = logging.getLogger("recipematch")
 
-PARAMS = ("train.seed", "train.n_seeds", "evaluate", "evaluations", "mlflow")
+PARAMS = ("train.seed", "train.n_seeds", "train.query_instruction", "evaluate", "evaluations", "mlflow")
 
 
 def load_evaluations(p, lay: Layout) -> dict:
@@ -111,11 +111,14 @@ def write_results(lay: Layout, arm: str, frames, per_model, *, ks) -> dict:
     return agg
 
 
-def encoder_for(path: str, p):
+def encoder_for(path: str, p, query_prompt: str = ""):
+    """The encoder of ``path`` under ``evaluate``; ``query_prompt`` prefixes queries (a trained
+    arm's ``train.query_instruction``, Appendix E)."""
     from recipematch.pipeline.models import encoder
 
     e = p.evaluate
-    return encoder(path, max_seq_length=e.max_seq_length, batch_size=e.batch_size, device=e.device, dtype=e.dtype)
+    return encoder(path, max_seq_length=e.max_seq_length, batch_size=e.batch_size, device=e.device, dtype=e.dtype,
+                   query_prompt=query_prompt)
 
 
 def run(p, lay: Layout, arm: str, *, progress: bool = True) -> dict:
@@ -130,7 +133,8 @@ def run(p, lay: Layout, arm: str, *, progress: bool = True) -> dict:
         rec_path = lay.models(arm) / f"seed_{s}.json"
         if not rec_path.exists():
             raise RecipematchError(f"{rec_path} does not exist: train@{arm} has not trained seed {s}")
-        models.append((str(s), encoder_for(str(lay.models(arm) / f"seed_{s}"), p), read_json(rec_path)))
+        models.append((str(s), encoder_for(str(lay.models(arm) / f"seed_{s}"), p, p.train.query_instruction),
+                       read_json(rec_path)))
     frames, per_model = score_models(models, sets, arm=arm, ks=ecfg.ks, lay=lay)
     for seed_label, _m, rec in models:
         _log_eval_to_mlflow(p.mlflow, lay, rec, arm, seed_label, per_model[seed_label])

@@ -50,13 +50,15 @@ def resolve_model(name: str, key: str = "train.model") -> str:
                                f"Hugging Face cache (nothing is downloaded at run time)") from None
 
 
-def encoder(model: str, *, max_seq_length: int, batch_size: int, device: str, dtype: str):
+def encoder(model: str, *, max_seq_length: int, batch_size: int, device: str, dtype: str, query_prompt: str = ""):
     """A memoised sentence-transformers encoder of ``model`` (a resolved path), encoding in
-    ``dtype`` (``float32`` or ``bfloat16``; the paper evaluates in bf16, Appendix A)."""
+    ``dtype`` (``float32`` or ``bfloat16``; the paper evaluates in bf16, Appendix A); a
+    non-empty ``query_prompt`` is prefixed to queries only (Appendix E: V2 is scored with the
+    instruction it was trained with, ``train.query_instruction``)."""
     from recipematch.retrieval import MemoisedEncoder, SentenceTransformerEncoder
 
     return MemoisedEncoder(SentenceTransformerEncoder(model, max_seq_length=max_seq_length, batch_size=batch_size,
-                                                      device=device, dtype=dtype))
+                                                      device=device, dtype=dtype, query_prompt=query_prompt or None))
 
 
 def contamination_gate(p, lay: Layout, *, cosine: bool = True):

@@ -12,11 +12,11 @@ from typing import Any
 from recipematch.errors import RecipematchError
 from recipematch.io import write_json
 from recipematch.pipeline.door import Layout, stage
-from recipematch.rules import BASELINES, parse_contrast
+from recipematch.rules import BASELINES, parse_contrast, soup_label
 
 log = logging.getLogger("recipematch")
 
-PARAMS = ("arms", "contrasts", "stats", "evaluate.ks", "evaluations")
+PARAMS = ("arms", "contrasts", "stats", "evaluate.ks", "evaluations", "train.soup_alphas")
 
 
 def _hits(ranks, k: int):
@@ -43,7 +43,8 @@ def run(p, lay: Layout) -> dict:
     from recipematch.stats import did_bootstrap, mean_sd, nested_bootstrap_gap
 
     scfg = p.stats
-    arms = list(p.arms)
+    # WiSE-FT soups (Appendix E) are evaluated rows like the arms: <arm>@soup<alpha>
+    arms = [*p.arms, *(soup_label(a, str(al)) for a in p.arms for al in p.train.soup_alphas)]
     evals = dict(sorted(p.evaluations.items()))
     rows = [*BASELINES, *arms]
     ranks: dict[str, dict[str, Any]] = {}

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import logging
 import sys
-from dataclasses import asdict
 from pathlib import Path
 
 from recipematch.errors import RecipematchError
@@ -56,7 +55,11 @@ def run(p, lay: Layout, arm: str, *, progress: bool = True) -> dict:
     validated = read_json(lay.validated(arm))
     base = resolve_model(tcfg.model)
     settings = TrainSettings.pick(tcfg)
-    train_settings = {"model": tcfg.model, **asdict(settings)}
+    train_settings = {"model": tcfg.model, **settings.identity()}  # variants join only when on
+    replay = None  # general pairs mixed into each training file (Appendix E); off at fraction 0
+    if tcfg.replay.fraction > 0:
+        replay = training_mod.ReplayPool.load(lay.p(tcfg.replay.file), gate)
+        train_settings["replay"] = {"file_sha256": replay.sha256, "fraction": tcfg.replay.fraction}
     c, exp_id = tracking.open_store(mlflow_uri(mcfg.tracking_uri, lay), mcfg.experiment,
                                     artifact_location=mlflow_artifacts(lay))
     out_root = lay.models(arm)
@@ -93,13 +96,19 @@ def run(p, lay: Layout, arm: str, *, progress: bool = True) -> dict:
                 continue
         rows = read_pair_file(pair_path)
         rows, gate_counts, _ = gate.apply(rows)
+        if replay is not None:
+            rows, _n_replay = training_mod.mix_replay(rows, replay.rows, fraction=tcfg.replay.fraction, seed=s,
+                                                      source=tcfg.replay.file)
         gate_again = {"rows_dropped": sum(v for k, v in gate_counts.items() if k.startswith("rows_dropped.")),
                       "negatives_dropped": sum(v for k, v in gate_counts.items() if k.startswith("negatives_dropped."))}
         run_id, resumed = tracking.find_or_create_run(c, exp_id, run_key, f"{arm}-{spec.name}-seed{s}",
                                                      {"arm": arm, "cell": spec.name, "seed": str(s)})
         tracking.log_params_safe(c, run_id, {"arm": arm, "cell": spec.name, "positives": spec.positives,
                                              "negatives": spec.negatives, "negatives_volume": spec.volume, "seed": s,
-                                             "budget_rows": len(rows), **{f"train.{k}": v for k, v in train_settings.items()}})
+                                             "budget_rows": len(rows), "train.model": tcfg.model,
+                                             **{f"train.{k}": v for k, v in settings.mlflow_params().items()},
+                                             "train.replay.file": tcfg.replay.file,
+                                             "train.replay.fraction": tcfg.replay.fraction})
         c.set_tag(run_id, "pair_file_sha256", pair_sha)
         c.set_tag(run_id, "gate_list_sha256", gate_sha)
         c.set_tag(run_id, "gate_version", ex.version)
@@ -127,7 +136,8 @@ def run(p, lay: Layout, arm: str, *, progress: bool = True) -> dict:
                    Metric("dev_accuracy_best", result["dev_accuracy_best"], now, 0),
                    Metric("train_loss", result["train_loss"], now, 0),
                    Metric("train_examples", result["train_examples"], now, 0),
-                   Metric("gate_again_rows_dropped", gate_again["rows_dropped"], now, 0)]
+                   Metric("gate_again_rows_dropped", gate_again["rows_dropped"], now, 0),
+                   Metric("replay_rows", result.get("replay_rows", 0), now, 0)]
         for name, rep in result["sampler"].items():
             metrics += [Metric(f"sampler.{name}.examples_dropped", rep["examples_dropped"], now, 0),
                         Metric(f"sampler.{name}.batches_yielded", rep["batches_yielded"], now, 0)]

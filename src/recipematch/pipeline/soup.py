@@ -1,0 +1,111 @@
+"""Stage ``soup@<arm>-<alpha>``: WiSE-FT soups of every seed of one trained arm with the
+untrained base, scored as their own rows (paper Appendix E, Table 19).
+
+One stage per (arm, α) of ``arms`` × ``train.soup_alphas``; the list is empty by default, so
+the default pipeline has no soup stage at all. For each training seed it writes the soup
+checkpoint ``artifacts/soups/<arm>@soup<α>/seed_<s>/`` (with ``seed_<s>.json``: α, the
+trained checkpoint's and the soup's hashes) and scores it on every declared evaluation
+exactly as the evaluate stage scores an arm: the rows land under the label
+``<arm>@soup<α>`` in ``artifacts/eval/<arm>@soup<α>/<set>.parquet`` and
+``metrics/eval/<arm>@soup<α>.json``, beside the arms' own. Each (label, seed) is one MLflow
+run with ``soup.alpha`` as a param.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+
+import click
+
+from recipematch.errors import RecipematchError
+from recipematch.io import canonical_json, sha256_text, sha256_tree, write_json
+from recipematch.pipeline.door import Layout, arm_option, check_device, stage
+from recipematch.pipeline.evaluate import encoder_for, load_evaluations, score_models, write_results
+from recipematch.pipeline.inputs import mlflow_artifacts, mlflow_uri, train_seeds
+from recipematch.pipeline.models import resolve_model
+from recipematch.rules import soup_label
+
+log = logging.getLogger("recipematch")
+
+PARAMS = ("train.seed", "train.n_seeds", "train.model", "train.soup_alphas", "train.query_instruction", "evaluate",
+          "evaluations", "mlflow")
+
+alpha_option = click.option("--alpha", required=True,
+                            help="A value of train.soup_alphas, as written there (it names the soup's folders).")
+
+
+
+
+def _alpha(text: str, allowed) -> float:
+    try:
+        a = float(text)
+    except ValueError:
+        raise RecipematchError(f"--alpha {text!r} is not a number") from None
+    if not math.isfinite(a) or not any(a == float(x) for x in allowed):
+        raise RecipematchError(f"--alpha {text}: not one of train.soup_alphas {list(allowed)}")
+    return a
+
+
+def run(p, lay: Layout, arm: str, alpha: str) -> dict:
+    """Soups of one arm at one alpha: build each seed's soup, score it, log it."""
+    from recipematch.soups import build_soup
+
+    a = _alpha(alpha, p.train.soup_alphas)
+    check_device("evaluate.device", p.evaluate.device)
+    if not lay.models(arm).is_dir():
+        raise RecipematchError(f"--arm {arm!r}: {lay.models(arm)} does not exist (train it first)")
+    label = soup_label(arm, alpha)
+    base_name = p.train.model
+    base = resolve_model(base_name)
+    sets = load_evaluations(p, lay)
+    out_root = lay.p("artifacts", "soups", label)
+    out_root.mkdir(parents=True, exist_ok=True)
+    models = []
+    for s in train_seeds(p.train.seed, p.train.n_seeds):
+        ft = lay.models(arm) / f"seed_{s}"
+        rec_path = lay.models(arm) / f"seed_{s}.json"
+        if not rec_path.exists() or not ft.is_dir():
+            raise RecipematchError(f"{rec_path} does not exist: train@{arm} has not trained seed {s}")
+        ft_sha = sha256_tree(ft)
+        info = build_soup(ft, base, a, out_root / f"seed_{s}", device=p.evaluate.device)
+        rec = {"arm": arm, "label": label, "seed": s, "alpha": a, "kind": info["kind"],
+               "tensors_blended": info["tensors_blended"], "base_model": base_name,
+               "finetuned_checkpoint_sha256": ft_sha, "checkpoint_sha256": sha256_tree(out_root / f"seed_{s}"),
+               "query_instruction": p.train.query_instruction}
+        rec["run_key"] = sha256_text(canonical_json({k: v for k, v in rec.items() if k != "checkpoint_sha256"}))
+        write_json(out_root / f"seed_{s}.json", rec)
+        log.info("soup %s seed %d: %s blend of %d tensors", label, s, info["kind"], info["tensors_blended"])
+        models.append((str(s), encoder_for(str(out_root / f"seed_{s}"), p, p.train.query_instruction), rec))
+    frames, per_model = score_models(models, sets, arm=label, ks=p.evaluate.ks, lay=lay)
+    for seed_label, _m, rec in models:
+        _log_to_mlflow(p.mlflow, lay, rec, per_model[seed_label])
+    return write_results(lay, label, frames, per_model, ks=p.evaluate.ks)
+
+
+def _log_to_mlflow(mcfg, lay: Layout, rec: dict, res: dict) -> None:
+    """One MLflow run per (soup, seed), found again by its run key; scores logged once."""
+    import time as _time
+
+    from mlflow.entities import Metric
+
+    from recipematch import tracking
+
+    c, exp_id = tracking.open_store(mlflow_uri(mcfg.tracking_uri, lay), mcfg.experiment,
+                                    artifact_location=mlflow_artifacts(lay))
+    seed = str(rec["seed"])
+    run_id, _ = tracking.find_or_create_run(c, exp_id, rec["run_key"], f"{rec['label']}-seed{seed}",
+                                            {"arm": rec["label"], "seed": seed, "soup_of": rec["arm"]})
+    tracking.log_params_safe(c, run_id, {"arm": rec["label"], "soup_of": rec["arm"], "seed": rec["seed"],
+                                         "soup.alpha": rec["alpha"], "soup.kind": rec["kind"],
+                                         "train.model": rec["base_model"],
+                                         "train.query_instruction": rec["query_instruction"]})
+    c.set_tag(run_id, "checkpoint_sha256", rec["checkpoint_sha256"])
+    c.set_tag(run_id, "finetuned_checkpoint_sha256", rec["finetuned_checkpoint_sha256"])
+    now = int(_time.time() * 1000)
+    tracking.log_metrics_once(c, run_id, [Metric(f"{t}.{k.replace('@', '_at_')}", float(v), now, 0)
+                                          for t, r in res.items() for k, v in r.items() if k.startswith("R@")])
+    c.set_terminated(run_id, status="FINISHED")
+
+
+main = stage("soup", PARAMS, arm_option, alpha_option)(run)
