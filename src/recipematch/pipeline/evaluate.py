@@ -25,6 +25,8 @@ from recipematch.pipeline.inputs import mlflow_artifacts, mlflow_uri, train_seed
 log = logging.getLogger("recipematch")
 
 PARAMS = ("train.seed", "train.n_seeds", "evaluate", "evaluations", "mlflow")
+#: Sections that choose where the seeds are scored, not what they compute (no DVC params).
+RUNTIME = ("engine",)
 
 
 def load_evaluations(p, lay: Layout) -> dict:
@@ -118,22 +120,57 @@ def encoder_for(path: str, p):
     return encoder(path, max_seq_length=e.max_seq_length, batch_size=e.batch_size, device=e.device)
 
 
-def run(p, lay: Layout, arm: str, *, progress: bool = True) -> dict:
-    """Stage 8: score every seed of one trained arm on every declared evaluation."""
+def score_unit(unit: Mapping[str, Any], shared: Mapping[str, Any]):
+    """One (arm, seed) unit, run by the engine (in process or in a Ray worker): encode with
+    the seed's checkpoint and score it on every set of ``shared["sets"]``; returns
+    :func:`score_models`' ``(frames, per_model)`` for that one seed. Writes only the
+    embedding cache (atomic, one entry per model and texts).
+
+    Raises:
+        RecipematchError: the unit's device does not exist where it runs.
+    """
+    from recipematch.pipeline.models import encoder
+
+    e = shared["encoder"]
+    check_device("evaluate.device", e["device"])
+    model = encoder(unit["model"], max_seq_length=e["max_seq_length"], batch_size=e["batch_size"], device=e["device"])
+    return score_models([(unit["seed"], model, None)], shared["sets"], arm=shared["arm"], ks=shared["ks"],
+                        lay=shared["lay"])
+
+
+def run(p, lay: Layout, arm: str, *, progress: bool = True, engine=None) -> dict:
+    """Stage 8: score every seed of one trained arm on every declared evaluation, the seeds
+    as units of ``engine`` (an :class:`~recipematch.config.EngineConfig`; ``None``: one
+    after another in this process)."""
+    from recipematch import engine as engine_mod
+    from recipematch.config import EngineConfig
+
+    eng = engine if engine is not None else EngineConfig()
     ecfg = p.evaluate
-    check_device("evaluate.device", ecfg.device)
+    engine_mod.check_unit_device(eng, "evaluate.device", ecfg.device)
+    if eng.kind == "local":  # a Ray unit checks its device where it runs
+        check_device("evaluate.device", ecfg.device)
     if not lay.models(arm).is_dir():
         raise RecipematchError(f"--arm {arm!r}: {lay.models(arm)} does not exist (train it first)")
     sets = load_evaluations(p, lay)
-    models = []
+    seeds, records = [], []
     for s in train_seeds(p.train.seed, p.train.n_seeds):
         rec_path = lay.models(arm) / f"seed_{s}.json"
         if not rec_path.exists():
             raise RecipematchError(f"{rec_path} does not exist: train@{arm} has not trained seed {s}")
-        models.append((str(s), encoder_for(str(lay.models(arm) / f"seed_{s}"), p), read_json(rec_path)))
-    frames, per_model = score_models(models, sets, arm=arm, ks=ecfg.ks, lay=lay)
-    for seed_label, _m, rec in models:
-        _log_eval_to_mlflow(p.mlflow, lay, rec, arm, seed_label, per_model[seed_label])
+        seeds.append(str(s))
+        records.append(read_json(rec_path))
+    units = [{"seed": s, "model": str(lay.models(arm) / f"seed_{s}")} for s in seeds]
+    shared = {"sets": sets, "arm": arm, "ks": ecfg.ks, "lay": lay,
+              "encoder": {"max_seq_length": ecfg.max_seq_length, "batch_size": ecfg.batch_size, "device": ecfg.device}}
+
+    def record(i: int, out) -> None:  # the driver is the only MLflow writer
+        _log_eval_to_mlflow(p.mlflow, lay, records[i], arm, seeds[i], out[1][seeds[i]])
+
+    outs = engine_mod.map_units(score_unit, units, eng, shared=shared, labels=[f"evaluate[{arm}] seed {s}" for s in seeds],
+                                on_done=record)
+    frames = {name: [f for fs, _ in outs for f in fs[name]] for name in sets}  # in seed order, whatever finished first
+    per_model = {s: out[1][s] for s, out in zip(seeds, outs)}
     return write_results(lay, arm, frames, per_model, ks=ecfg.ks)
 
 
@@ -159,4 +196,4 @@ def _log_eval_to_mlflow(mcfg, lay: Layout, rec: Mapping[str, Any], arm: str, see
     c.set_tag(run_id, "self_mask", "true")
 
 
-main = stage("evaluate", PARAMS, arm_option, progress_option)(run)
+main = stage("evaluate", PARAMS, arm_option, progress_option, runtime=RUNTIME)(run)
