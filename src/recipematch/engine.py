@@ -39,7 +39,7 @@ from recipematch.errors import RecipematchError
 
 log = logging.getLogger("recipematch")
 
-__all__ = ["EngineError", "check_address", "check_unit_device", "map_units", "ray_session"]
+__all__ = ["EngineError", "check_address", "check_unit_device", "map_units", "preflight", "ray_session", "same_code_env"]
 
 _HOST_PORT = re.compile(r"^(?:ray://)?(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.\-]+):([0-9]{1,5})$")
 
@@ -94,20 +94,45 @@ def ray_session(cfg: Any):
     except ImportError:
         raise EngineError("engine.kind is ray but Ray is not installed in this environment "
                           "(pip install ray; see the README's Fan-out section)") from None
-    if ray.is_initialized():
-        return ray
     address = cfg.address
-    quiet = {"include_dashboard": False, "logging_level": logging.WARNING, "configure_logging": True}
     if address:
         check_address(address, cfg.connect_timeout_s)
+    if ray.is_initialized():
+        return ray
+    quiet = {"include_dashboard": False, "logging_level": logging.WARNING, "configure_logging": True}
+    if address:
         try:
             ray.init(address=address, **quiet)
         except (ConnectionError, TimeoutError, RuntimeError) as e:
             first = (str(e).strip().splitlines() or [type(e).__name__])[0][:300]
             raise EngineError(f"engine.address {address!r}: Ray could not join the cluster ({first})") from None
     else:
-        ray.init(num_cpus=int(cfg.workers * cfg.num_cpus), **quiet)
+        ray.init(num_cpus=int(cfg.workers * cfg.num_cpus), runtime_env=same_code_env(), **quiet)
     return ray
+
+
+def same_code_env() -> dict:
+    """A Ray ``runtime_env`` under which workers on this machine import the ``recipematch``
+    this process runs (its source folder first on ``PYTHONPATH``), never another copy."""
+    import os
+    from pathlib import Path
+
+    import recipematch
+
+    src = str(Path(recipematch.__file__).resolve().parent.parent)
+    rest = os.environ.get("PYTHONPATH", "")
+    return {"env_vars": {"PYTHONPATH": os.pathsep.join([src, *([rest] if rest else [])])}}
+
+
+def preflight(cfg: Any) -> None:
+    """What a stage checks before any work: an ``engine.address`` that cannot be reached
+    fails now (:func:`check_address`), not after the stage has prepared its units.
+
+    Raises:
+        EngineError: naming the address.
+    """
+    if cfg.kind == "ray" and cfg.address:
+        check_address(cfg.address, cfg.connect_timeout_s)
 
 
 def _run_unit(fn: Callable[[Any, Any], Any], unit: Any, shared: Any, threads: int) -> Any:

@@ -146,6 +146,7 @@ def run(p, lay: Layout, arm: str, *, progress: bool = True, engine=None) -> dict
     from recipematch.config import EngineConfig
 
     eng = engine if engine is not None else EngineConfig()
+    engine_mod.preflight(eng)  # an unreachable engine.address fails before any work
     ecfg = p.evaluate
     engine_mod.check_unit_device(eng, "evaluate.device", ecfg.device)
     if eng.kind == "local":  # a Ray unit checks its device where it runs

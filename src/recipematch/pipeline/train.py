@@ -65,6 +65,7 @@ def run(p, lay: Layout, arm: str, *, progress: bool = True, engine=None) -> dict
 
     train_stage_mod = sys.modules[__name__]
     eng = engine if engine is not None else EngineConfig()
+    engine_mod.preflight(eng)  # an unreachable engine.address fails before any work
 
     spec = arm_spec_from_file(lay, arm)  # an arm without a spec is named before any work
     tcfg = p.train
