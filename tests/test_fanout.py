@@ -171,7 +171,8 @@ def test_a_worker_killed_mid_seed_costs_that_seed_only(validated, sequential, ra
 
 @pytest.mark.parametrize("address, why", [
     ("127.0.0.1:1", "cannot connect"),
-    ("ray://no-such-head.invalid:10001", "does not resolve"),
+    ("no-such-head.invalid:6379", "does not resolve"),
+    ("ray://head:10001", "Ray Client (ray://) is not supported"),
     ("head-without-port", "expected HOST:PORT"),
 ])
 def test_an_unreachable_engine_address_is_named_at_once(validated, address, why):

@@ -402,8 +402,8 @@ class EngineConfig:
 
     kind: str = _spec("local (units one after another in the stage's process) or ray (Ray tasks)",
                       choices=ENGINE_KINDS, default="local")
-    address: str = _spec("ray: '' starts Ray on this machine; HOST:PORT or ray://HOST:PORT joins a running cluster",
-                         default="", max_len=500)
+    address: str = _spec("ray: '' starts Ray on this machine; the head's HOST:PORT joins a running cluster "
+                         "(run the stage on a node of it)", default="", max_len=500)
     workers: int = _spec("units running at once (ray)", default=1, min=1, max=4096)
     num_cpus: int = _spec("CPUs reserved per unit (ray); also the unit's torch threads", default=1, min=1, max=1024)
     num_gpus: float = _spec("GPUs reserved per unit (ray; 0.5 puts two units on one GPU)", default=0.0, min=0.0,

@@ -18,7 +18,7 @@ Rules:
   unit's own exception as it is, a worker that died (killed, out of memory, node lost) as
   :class:`EngineError` naming the unit. A stage that resumes per unit then redoes only the
   units that did not finish.
-- **An engine that cannot be reached is named.** ``engine.address`` is probed with a TCP
+- **An engine that cannot be reached is named.** ``engine.address`` (the head's ``HOST:PORT``) is probed with a TCP
   connection (``engine.connect_timeout_s``) before Ray is asked to join it: a refused,
   unresolvable or silent address fails fast with :class:`EngineError` naming it.
 
@@ -41,7 +41,7 @@ log = logging.getLogger("recipematch")
 
 __all__ = ["EngineError", "check_address", "check_unit_device", "map_units", "preflight", "ray_session", "same_code_env"]
 
-_HOST_PORT = re.compile(r"^(?:ray://)?(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.\-]+):([0-9]{1,5})$")
+_HOST_PORT = re.compile(r"^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.\-]+):([0-9]{1,5})$")
 
 
 class EngineError(RecipematchError):
@@ -50,8 +50,10 @@ class EngineError(RecipematchError):
 
 
 def check_address(address: str, timeout_s: float) -> tuple[str, int]:
-    """Probe a Ray cluster address (``HOST:PORT`` or ``ray://HOST:PORT``) with one TCP
-    connection of at most ``timeout_s`` seconds.
+    """Probe a Ray cluster's head (``HOST:PORT``, the port ``ray start --head`` printed)
+    with one TCP connection of at most ``timeout_s`` seconds. Ray Client addresses
+    (``ray://``) are refused: the client's extra packages are not in the pinned environment,
+    so the stage runs on a node of the cluster instead.
 
     Returns:
         ``(host, port)``.
@@ -60,9 +62,12 @@ def check_address(address: str, timeout_s: float) -> tuple[str, int]:
         EngineError: the address is malformed, does not resolve, refuses the connection or
             does not answer within ``timeout_s``; the message names ``engine.address``.
     """
+    if address.strip().startswith("ray://"):
+        raise EngineError(f"engine.address {address!r}: Ray Client (ray://) is not supported; run the stage on a "
+                          f"node of the cluster and give the head's HOST:PORT (e.g. 10.0.0.5:6379)")
     m = _HOST_PORT.match(address.strip())
     if not m:
-        raise EngineError(f"engine.address {address!r}: expected HOST:PORT or ray://HOST:PORT "
+        raise EngineError(f"engine.address {address!r}: expected HOST:PORT of the cluster's head "
                           f"(or '' to start Ray on this machine)")
     host, port = m.group(1).strip("[]"), int(m.group(2))
     if not 0 < port < 65536:

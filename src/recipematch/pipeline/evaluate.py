@@ -188,13 +188,14 @@ def _log_eval_to_mlflow(mcfg, lay: Layout, rec: Mapping[str, Any], arm: str, see
     c, exp_id = tracking.open_store(mlflow_uri(mcfg.tracking_uri, lay), mcfg.experiment,
                                     artifact_location=mlflow_artifacts(lay))
     tags = {"arm": arm, "seed": seed, **({"cell": rec["cell"]} if "cell" in rec else {})}
-    run_id, _ = tracking.restore_run(c, exp_id, rec, run_name=f"{arm}-{rec.get('cell', arm)}-seed{seed}",
-                                     tags=tags)
     now = int(_time.time() * 1000)
     metrics = [Metric(f"{t}.{k.replace('@', '_at_')}", float(v), now, 0)
                for t, r in res.items() for k, v in r.items() if k.startswith("R@")]
-    c.log_batch(run_id, metrics=metrics)
-    c.set_tag(run_id, "self_mask", "true")
+    with tracking.store_lock(mlflow_uri(mcfg.tracking_uri, lay)):  # one writer at a time (parallel stages)
+        run_id, _ = tracking.restore_run(c, exp_id, rec, run_name=f"{arm}-{rec.get('cell', arm)}-seed{seed}",
+                                         tags=tags)
+        c.log_batch(run_id, metrics=metrics)
+        c.set_tag(run_id, "self_mask", "true")
 
 
 main = stage("evaluate", PARAMS, arm_option, progress_option, runtime=RUNTIME)(run)

@@ -3,6 +3,7 @@ per seed (paper Section 3, Table 2, Eq. 1)."""
 
 from __future__ import annotations
 
+import functools
 import logging
 import sys
 from dataclasses import asdict
@@ -80,8 +81,11 @@ def run(p, lay: Layout, arm: str, *, progress: bool = True, engine=None) -> dict
     base = resolve_model(tcfg.model)
     settings = TrainSettings.pick(tcfg)
     train_settings = {"model": tcfg.model, **asdict(settings)}
-    c, exp_id = tracking.open_store(mlflow_uri(mcfg.tracking_uri, lay), mcfg.experiment,
-                                    artifact_location=mlflow_artifacts(lay))
+    uri = mlflow_uri(mcfg.tracking_uri, lay)
+    c, exp_id = tracking.open_store(uri, mcfg.experiment, artifact_location=mlflow_artifacts(lay))
+    # every write to the store holds its lock: parallel stages (`dvc queue start -j 2`) never
+    # write one SQLite file at the same time, and find-or-create of a run key is atomic
+    writing = functools.partial(tracking.store_lock, uri)
     out_root = lay.models(arm)
     out_root.mkdir(parents=True, exist_ok=True)
     for stale in out_root.glob("rm-train-*"):  # left by an older version killed mid-training
@@ -109,30 +113,32 @@ def run(p, lay: Layout, arm: str, *, progress: bool = True, engine=None) -> dict
             if rec.get("run_key") == run_key and rec.get("checkpoint_sha256") == sha256_tree(ckpt):
                 log.info("train[%s] seed %d: finished earlier (run key %s), skipped", arm, s, run_key[:12])
                 # a lost tracking store gets the run back from the record; the record is not rewritten
-                tracking.restore_run(c, exp_id, rec, run_name=f"{arm}-{spec.name}-seed{s}",
-                                     tags={"arm": arm, "cell": spec.name, "seed": str(s)},
-                                     params={"arm": arm, "cell": spec.name, "seed": s,
-                                             **{f"train.{k}": v for k, v in rec.get("config", {}).items()}})
+                with writing():
+                    tracking.restore_run(c, exp_id, rec, run_name=f"{arm}-{spec.name}-seed{s}",
+                                         tags={"arm": arm, "cell": spec.name, "seed": str(s)},
+                                         params={"arm": arm, "cell": spec.name, "seed": s,
+                                                 **{f"train.{k}": v for k, v in rec.get("config", {}).items()}})
                 summary[str(s)] = _summary(rec)
                 continue
         rows = read_pair_file(pair_path)
         rows, gate_counts, _ = gate.apply(rows)
         gate_again = {"rows_dropped": sum(v for k, v in gate_counts.items() if k.startswith("rows_dropped.")),
                       "negatives_dropped": sum(v for k, v in gate_counts.items() if k.startswith("negatives_dropped."))}
-        run_id, resumed = tracking.find_or_create_run(c, exp_id, run_key, f"{arm}-{spec.name}-seed{s}",
-                                                     {"arm": arm, "cell": spec.name, "seed": str(s)})
-        tracking.log_params_safe(c, run_id, {"arm": arm, "cell": spec.name, "positives": spec.positives,
-                                             "negatives": spec.negatives, "negatives_volume": spec.volume, "seed": s,
-                                             "budget_rows": len(rows), **{f"train.{k}": v for k, v in train_settings.items()}})
-        c.set_tag(run_id, "pair_file_sha256", pair_sha)
-        c.set_tag(run_id, "gate_list_sha256", gate_sha)
-        c.set_tag(run_id, "gate_version", ex.version)
-        c.set_tag(run_id, "git_rev", git_rev(lay.root))
-        c.set_tag(run_id, "resumed", str(resumed).lower())
-        for k, v in run_tags(p.declared()).items():
-            c.set_tag(run_id, k, v)
-        tracking.log_dataset(run_id, pd.DataFrame({"source_id": [r["source_id"] for r in rows], "split": [r["split"] for r in rows]}),
-                             source=str(pair_path.relative_to(lay.root)), name=f"cell-{arm}-seed{s}", digest=pair_sha, context="training")
+        with writing():
+            run_id, resumed = tracking.find_or_create_run(c, exp_id, run_key, f"{arm}-{spec.name}-seed{s}",
+                                                         {"arm": arm, "cell": spec.name, "seed": str(s)})
+            tracking.log_params_safe(c, run_id, {"arm": arm, "cell": spec.name, "positives": spec.positives,
+                                                 "negatives": spec.negatives, "negatives_volume": spec.volume, "seed": s,
+                                                 "budget_rows": len(rows), **{f"train.{k}": v for k, v in train_settings.items()}})
+            c.set_tag(run_id, "pair_file_sha256", pair_sha)
+            c.set_tag(run_id, "gate_list_sha256", gate_sha)
+            c.set_tag(run_id, "gate_version", ex.version)
+            c.set_tag(run_id, "git_rev", git_rev(lay.root))
+            c.set_tag(run_id, "resumed", str(resumed).lower())
+            for k, v in run_tags(p.declared()).items():
+                c.set_tag(run_id, k, v)
+            tracking.log_dataset(run_id, pd.DataFrame({"source_id": [r["source_id"] for r in rows], "split": [r["split"] for r in rows]}),
+                                 source=str(pair_path.relative_to(lay.root)), name=f"cell-{arm}-seed{s}", digest=pair_sha, context="training")
         todo.append({"seed": s, "run_id": run_id, "rows": rows, "ckpt": ckpt, "rec_path": rec_path,
                      "run_key": run_key, "pair_sha": pair_sha, "gate_sha": gate_sha, "gate_again": gate_again})
 
@@ -149,23 +155,24 @@ def run(p, lay: Layout, arm: str, *, progress: bool = True, engine=None) -> dict
                 f"train[{arm}] seed {s}: the unit finished but its checkpoint {ckpt} is not visible here; "
                 f"with engine.address every node must see the project folder at the same path (a shared filesystem)")
         ckpt_sha = sha256_tree(ckpt)
-        c.set_tag(run_id, "checkpoint_sha256", ckpt_sha)
-        c.set_tag(run_id, "checkpoint_path", str(ckpt.relative_to(lay.root)))
-        now = int(_time.time() * 1000)
-        metrics = [Metric("dev_accuracy_before", result["dev_accuracy_before"], now, 0),
-                   Metric("dev_accuracy_best", result["dev_accuracy_best"], now, 0),
-                   Metric("train_loss", result["train_loss"], now, 0),
-                   Metric("train_examples", result["train_examples"], now, 0),
-                   Metric("gate_again_rows_dropped", j["gate_again"]["rows_dropped"], now, 0)]
-        for name, rep in result["sampler"].items():
-            metrics += [Metric(f"sampler.{name}.examples_dropped", rep["examples_dropped"], now, 0),
-                        Metric(f"sampler.{name}.batches_yielded", rep["batches_yielded"], now, 0)]
-        for h in result["history"]:
-            for k, val in h.items():
-                if k in ("loss", "eval_dev_cosine_accuracy"):
-                    metrics.append(Metric(k, val, now, h["step"]))
-        tracking.log_metrics_once(c, run_id, metrics)  # a retrain under the same run key appends nothing
-        c.set_terminated(run_id, status="FINISHED")
+        with writing():
+            c.set_tag(run_id, "checkpoint_sha256", ckpt_sha)
+            c.set_tag(run_id, "checkpoint_path", str(ckpt.relative_to(lay.root)))
+            now = int(_time.time() * 1000)
+            metrics = [Metric("dev_accuracy_before", result["dev_accuracy_before"], now, 0),
+                       Metric("dev_accuracy_best", result["dev_accuracy_best"], now, 0),
+                       Metric("train_loss", result["train_loss"], now, 0),
+                       Metric("train_examples", result["train_examples"], now, 0),
+                       Metric("gate_again_rows_dropped", j["gate_again"]["rows_dropped"], now, 0)]
+            for name, rep in result["sampler"].items():
+                metrics += [Metric(f"sampler.{name}.examples_dropped", rep["examples_dropped"], now, 0),
+                            Metric(f"sampler.{name}.batches_yielded", rep["batches_yielded"], now, 0)]
+            for h in result["history"]:
+                for k, val in h.items():
+                    if k in ("loss", "eval_dev_cosine_accuracy"):
+                        metrics.append(Metric(k, val, now, h["step"]))
+            tracking.log_metrics_once(c, run_id, metrics)  # a retrain under the same run key appends nothing
+            c.set_terminated(run_id, status="FINISHED")
         # no MLflow run id in the record (DVC hashes it): the run is found by its run key
         rec = {**{k: v for k, v in result.items() if k != "history"}, "run_key": j["run_key"], "cell": spec.name,
                "checkpoint_sha256": ckpt_sha, "pair_file_sha256": j["pair_sha"], "gate_list_sha256": j["gate_sha"],
@@ -181,9 +188,10 @@ def run(p, lay: Layout, arm: str, *, progress: bool = True, engine=None) -> dict
         engine_mod.map_units(train_unit, units, eng, labels=[f"train[{arm}] seed {j['seed']}" for j in todo],
                              on_done=record)
     except BaseException:
-        for j in todo:
-            if str(j["seed"]) not in summary:
-                c.set_terminated(j["run_id"], status="FAILED")
+        with writing():
+            for j in todo:
+                if str(j["seed"]) not in summary:
+                    c.set_terminated(j["run_id"], status="FAILED")
         raise
     summary = {str(s): summary[str(s)] for s in train_seeds(tcfg.seed, tcfg.n_seeds)}
     write_json(lay.metrics / "train" / f"{arm}.json", summary)
