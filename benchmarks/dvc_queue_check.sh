@@ -58,6 +58,7 @@ for _ in $(seq 1 200); do
   grep -qE 'Queued|Running' <<<"$status" || break
 done
 echo "$status"
+dvc queue stop >/dev/null  # the idle queue worker goes too
 python - <<'PY'
 import sqlite3
 con = sqlite3.connect("mlflow.db")
