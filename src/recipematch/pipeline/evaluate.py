@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import math
+from types import SimpleNamespace
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -129,11 +130,8 @@ def score_unit(unit: Mapping[str, Any], shared: Mapping[str, Any]):
     Raises:
         RecipematchError: the unit's device does not exist where it runs.
     """
-    from recipematch.pipeline.models import encoder
-
-    e = shared["encoder"]
-    check_device("evaluate.device", e["device"])
-    model = encoder(unit["model"], max_seq_length=e["max_seq_length"], batch_size=e["batch_size"], device=e["device"])
+    check_device("evaluate.device", shared["params"].evaluate.device)
+    model = encoder_for(unit["model"], shared["params"])  # the same encoder settings as every other stage's
     return score_models([(unit["seed"], model, None)], shared["sets"], arm=shared["arm"], ks=shared["ks"],
                         lay=shared["lay"])
 
@@ -162,8 +160,8 @@ def run(p, lay: Layout, arm: str, *, progress: bool = True, engine=None) -> dict
         seeds.append(str(s))
         records.append(read_json(rec_path))
     units = [{"seed": s, "model": str(lay.models(arm) / f"seed_{s}")} for s in seeds]
-    shared = {"sets": sets, "arm": arm, "ks": ecfg.ks, "lay": lay,
-              "encoder": {"max_seq_length": ecfg.max_seq_length, "batch_size": ecfg.batch_size, "device": ecfg.device}}
+    # the evaluate section is a frozen dataclass: it travels to a worker as it is
+    shared = {"sets": sets, "arm": arm, "ks": ecfg.ks, "lay": lay, "params": SimpleNamespace(evaluate=ecfg)}
 
     def record(i: int, out) -> None:  # the driver is the only MLflow writer
         _log_eval_to_mlflow(p.mlflow, lay, records[i], arm, seeds[i], out[1][seeds[i]])
