@@ -13,4 +13,4 @@ if [ ! -x .venv/bin/python ]; then
 fi
 .venv/bin/python -m pip install -q --upgrade pip 2>&1 | grep -v "^WARNING: Location" || true
 .venv/bin/python -m pip install -q -e ".${extra}" 2>&1 | grep -v "^WARNING: Location" || true
-.venv/bin/python -c "import recipematch, torch, sentence_transformers, dvc, mlflow, great_expectations; print('recipematch', recipematch.__version__, 'torch', torch.__version__)"
+.venv/bin/python -c "import recipematch, torch, sentence_transformers, dvc, mlflow, great_expectations, ray; print('recipematch', recipematch.__version__, 'torch', torch.__version__)"

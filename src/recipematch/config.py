@@ -500,6 +500,29 @@ class BacktranslateConfig:
             raise RecipematchError(f"backtranslate.model_dir must be a folder inside the project, got {self.model_dir!r}")
 
 
+ENGINE_KINDS = ("local", "ray")
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """Where the (arm, seed) units of the train and evaluate stages run (paper Section 3:
+    every arm over 8 training seeds). Execution only: results do not depend on it, so it is
+    no DVC param of any stage (see :mod:`recipematch.engine`)."""
+
+    kind: str = _spec("local (units one after another in the stage's process) or ray (Ray tasks)",
+                      choices=ENGINE_KINDS, default="local")
+    address: str = _spec("ray: '' starts Ray on this machine; the head's HOST:PORT joins a running cluster "
+                         "(run the stage on a node of it)", default="", max_len=500)
+    workers: int = _spec("units running at once (ray)", default=1, min=1, max=4096)
+    num_cpus: int = _spec("CPUs reserved per unit (ray); also the unit's torch threads", default=1, min=1, max=1024)
+    num_gpus: float = _spec("GPUs reserved per unit (ray; 0.5 puts two units on one GPU)", default=0.0, min=0.0,
+                            max=64.0, finite=True)
+    connect_timeout_s: float = _spec("seconds to wait for engine.address to answer", default=10.0, min=0.1,
+                                     max=600.0, finite=True)
+    retries: int = _spec("times Ray reruns a unit whose worker died (0: the stage fails; its rerun redoes only the "
+                         "unfinished units)", default=0, min=0, max=100)
+
+
 _URI = re.compile(r"^(?:sqlite:///.+|https?://[^\s/]+.*|file:.+)$")
 
 
@@ -535,6 +558,8 @@ class Params:
     mlflow: MlflowConfig = _spec("tracking")
     judge2: Judge2Config = _spec("the second judge (two-judge control)", default_factory=Judge2Config)
     backtranslate: BacktranslateConfig = _spec("the back-translation control", default_factory=BacktranslateConfig)
+    engine: EngineConfig = _spec("where training and evaluation units run (execution only)",
+                                 default_factory=EngineConfig)
 
     def view(self, keys: Iterable[str]) -> ParamsView:
         """The keys a stage declared (dotted, e.g. ``"gates.active"`` or ``"budget"``);
@@ -596,6 +621,10 @@ def _cross_checks(p: Params) -> None:
         bad = [g for g in ev.in_family_for if g not in POSITIVES]
         if bad:
             raise RecipematchError(f"evaluations.{name}.in_family_for: unknown positives {bad}; choose from {sorted(POSITIVES)}")
+    e = p.engine
+    if e.kind == "local" and (e.workers != 1 or e.address or e.num_gpus):
+        raise RecipematchError("engine.workers, engine.address and engine.num_gpus need engine.kind: ray "
+                               "(local runs units one after another in the stage's process)")
     if p.style.train_prompt not in p.style.score_prompts:
         raise RecipematchError(f"style.train_prompt {p.style.train_prompt!r} must be one of style.score_prompts")
     bad = [x for x in p.style.score_prompts if x not in p.llm.prompts]

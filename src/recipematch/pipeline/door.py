@@ -146,9 +146,11 @@ def check_params_file(path: Path):
     return load_params(path)
 
 
-def stage(name: str, keys: tuple[str, ...], *options: Callable) -> Callable:
+def stage(name: str, keys: tuple[str, ...], *options: Callable, runtime: tuple[str, ...] = ()) -> Callable:
     """Decorator turning ``run(params_view, layout, **options) -> summary`` into the stage's
-    click command (see the module docstring). ``options`` are click option decorators."""
+    click command (see the module docstring). ``options`` are click option decorators.
+    ``runtime`` names top-level sections that choose where the work runs, never what it
+    computes (``engine``): each is passed whole as a keyword of ``run`` and is no DVC param."""
 
     def deco(run: Callable[..., Any]) -> click.Command:
         @click.command(name, help=(run.__doc__ or "").strip().split("\n\n")[0])
@@ -164,8 +166,8 @@ def stage(name: str, keys: tuple[str, ...], *options: Callable) -> Callable:
                 logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
 
             def go():
-                p, lay = open_params(params_path, root, keys)
-                return run(p, lay, **opts)
+                p, lay = open_params(params_path, root, keys + runtime)
+                return run(p, lay, **opts, **{k: getattr(p, k) for k in runtime})
 
             out = run_guarded(go, debug=debug)
             click.echo(json.dumps(out, indent=1, sort_keys=True, ensure_ascii=False, default=str))
@@ -173,6 +175,7 @@ def stage(name: str, keys: tuple[str, ...], *options: Callable) -> Callable:
         for o in reversed(options):
             command = o(command)
         command.params_keys = keys  # type: ignore[attr-defined]
+        command.runtime_keys = runtime  # type: ignore[attr-defined]
         return command
 
     return deco

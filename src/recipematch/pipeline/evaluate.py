@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import math
+from types import SimpleNamespace
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -25,6 +26,8 @@ from recipematch.pipeline.inputs import mlflow_artifacts, mlflow_uri, train_seed
 log = logging.getLogger("recipematch")
 
 PARAMS = ("train.seed", "train.n_seeds", "train.query_instruction", "evaluate", "evaluations", "mlflow")
+#: Sections that choose where the seeds are scored, not what they compute (no DVC params).
+RUNTIME = ("engine",)
 
 
 def load_evaluations(p, lay: Layout) -> dict:
@@ -121,23 +124,56 @@ def encoder_for(path: str, p, query_prompt: str = ""):
                    query_prompt=query_prompt)
 
 
-def run(p, lay: Layout, arm: str, *, progress: bool = True) -> dict:
-    """Stage 8: score every seed of one trained arm on every declared evaluation."""
+def score_unit(unit: Mapping[str, Any], shared: Mapping[str, Any]):
+    """One (arm, seed) unit, run by the engine (in process or in a Ray worker): encode with
+    the seed's checkpoint and score it on every set of ``shared["sets"]``; returns
+    :func:`score_models`' ``(frames, per_model)`` for that one seed. Writes only the
+    embedding cache (atomic, one entry per model and texts).
+
+    Raises:
+        RecipematchError: the unit's device does not exist where it runs.
+    """
+    check_device("evaluate.device", shared["params"].evaluate.device)
+    model = encoder_for(unit["model"], shared["params"], shared.get("query_prompt", ""))  # the settings every stage uses
+    return score_models([(unit["seed"], model, None)], shared["sets"], arm=shared["arm"], ks=shared["ks"],
+                        lay=shared["lay"])
+
+
+def run(p, lay: Layout, arm: str, *, progress: bool = True, engine=None) -> dict:
+    """Stage 8: score every seed of one trained arm on every declared evaluation, the seeds
+    as units of ``engine`` (an :class:`~recipematch.config.EngineConfig`; ``None``: one
+    after another in this process)."""
+    from recipematch import engine as engine_mod
+    from recipematch.config import EngineConfig
+
+    eng = engine if engine is not None else EngineConfig()
+    engine_mod.preflight(eng)  # an unreachable engine.address fails before any work
     ecfg = p.evaluate
-    check_device("evaluate.device", ecfg.device)
+    engine_mod.check_unit_device(eng, "evaluate.device", ecfg.device)
+    if eng.kind == "local":  # a Ray unit checks its device where it runs
+        check_device("evaluate.device", ecfg.device)
     if not lay.models(arm).is_dir():
         raise RecipematchError(f"--arm {arm!r}: {lay.models(arm)} does not exist (train it first)")
     sets = load_evaluations(p, lay)
-    models = []
+    seeds, records = [], []
     for s in train_seeds(p.train.seed, p.train.n_seeds):
         rec_path = lay.models(arm) / f"seed_{s}.json"
         if not rec_path.exists():
             raise RecipematchError(f"{rec_path} does not exist: train@{arm} has not trained seed {s}")
-        models.append((str(s), encoder_for(str(lay.models(arm) / f"seed_{s}"), p, p.train.query_instruction),
-                       read_json(rec_path)))
-    frames, per_model = score_models(models, sets, arm=arm, ks=ecfg.ks, lay=lay)
-    for seed_label, _m, rec in models:
-        _log_eval_to_mlflow(p.mlflow, lay, rec, arm, seed_label, per_model[seed_label])
+        seeds.append(str(s))
+        records.append(read_json(rec_path))
+    units = [{"seed": s, "model": str(lay.models(arm) / f"seed_{s}")} for s in seeds]
+    # the evaluate section is a frozen dataclass: it travels to a worker as it is
+    shared = {"sets": sets, "arm": arm, "ks": ecfg.ks, "lay": lay, "params": SimpleNamespace(evaluate=ecfg),
+              "query_prompt": p.train.query_instruction}
+
+    def record(i: int, out) -> None:  # the driver is the only MLflow writer
+        _log_eval_to_mlflow(p.mlflow, lay, records[i], arm, seeds[i], out[1][seeds[i]])
+
+    outs = engine_mod.map_units(score_unit, units, eng, shared=shared, labels=[f"evaluate[{arm}] seed {s}" for s in seeds],
+                                on_done=record)
+    frames = {name: [f for fs, _ in outs for f in fs[name]] for name in sets}  # in seed order, whatever finished first
+    per_model = {s: out[1][s] for s, out in zip(seeds, outs)}
     return write_results(lay, arm, frames, per_model, ks=ecfg.ks)
 
 
@@ -154,13 +190,14 @@ def _log_eval_to_mlflow(mcfg, lay: Layout, rec: Mapping[str, Any], arm: str, see
     c, exp_id = tracking.open_store(mlflow_uri(mcfg.tracking_uri, lay), mcfg.experiment,
                                     artifact_location=mlflow_artifacts(lay))
     tags = {"arm": arm, "seed": seed, **({"cell": rec["cell"]} if "cell" in rec else {})}
-    run_id, _ = tracking.restore_run(c, exp_id, rec, run_name=f"{arm}-{rec.get('cell', arm)}-seed{seed}",
-                                     tags=tags)
     now = int(_time.time() * 1000)
     metrics = [Metric(f"{t}.{k.replace('@', '_at_')}", float(v), now, 0)
                for t, r in res.items() for k, v in r.items() if k.startswith("R@")]
-    c.log_batch(run_id, metrics=metrics)
-    c.set_tag(run_id, "self_mask", "true")
+    with tracking.store_lock(mlflow_uri(mcfg.tracking_uri, lay)):  # one writer at a time (parallel stages)
+        run_id, _ = tracking.restore_run(c, exp_id, rec, run_name=f"{arm}-{rec.get('cell', arm)}-seed{seed}",
+                                         tags=tags)
+        c.log_batch(run_id, metrics=metrics)
+        c.set_tag(run_id, "self_mask", "true")
 
 
-main = stage("evaluate", PARAMS, arm_option, progress_option)(run)
+main = stage("evaluate", PARAMS, arm_option, progress_option, runtime=RUNTIME)(run)

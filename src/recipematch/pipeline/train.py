@@ -3,6 +3,7 @@ per seed (paper Section 3, Table 2, Eq. 1)."""
 
 from __future__ import annotations
 
+import functools
 import logging
 import sys
 from pathlib import Path
@@ -32,23 +33,47 @@ log = logging.getLogger("recipematch")
 
 PARAMS = ("train", "mlflow", "gates", "evaluate.max_seq_length", "evaluate.batch_size", "evaluate.device",
           "evaluate.dtype")
+#: Sections that choose where the seeds train, not what they compute (no DVC params).
+RUNTIME = ("engine",)
 
 
+def train_unit(unit: dict, _shared=None) -> dict:
+    """One (arm, seed) unit, run by the engine (in process or in a Ray worker): train the
+    seed's gated rows and save the checkpoint to ``unit["out_dir"]``; returns
+    :func:`recipematch.training.train_one`'s record. Writes nothing else but its work folder.
 
-def run(p, lay: Layout, arm: str, *, progress: bool = True) -> dict:
-    """Stage 7: train every seed of one arm (one MLflow run per seed)."""
+    Raises:
+        RecipematchError: the unit's device does not exist where it runs.
+    """
+    from recipematch.training import train_one
+
+    check_device("train.device", unit["cfg"].device)
+    return train_one(unit["rows"], base_model=unit["base_model"], out_dir=Path(unit["out_dir"]), seed=unit["seed"],
+                     cfg=unit["cfg"], progress=unit["progress"], work_dir=Path(unit["work_dir"]))
+
+
+def run(p, lay: Layout, arm: str, *, progress: bool = True, engine=None) -> dict:
+    """Stage 7: train every seed of one arm (one MLflow run per seed), the seeds as units of
+    ``engine`` (an :class:`~recipematch.config.EngineConfig`; ``None``: one after another
+    in this process)."""
     import pandas as pd
 
     import recipematch.training as training_mod
+    from recipematch import engine as engine_mod
     from recipematch import tracking
-    from recipematch.training import TrainSettings, train_one
+    from recipematch.config import EngineConfig
+    from recipematch.training import TrainSettings
 
     train_stage_mod = sys.modules[__name__]
+    eng = engine if engine is not None else EngineConfig()
+    engine_mod.preflight(eng)  # an unreachable engine.address fails before any work
 
     spec = arm_spec_from_file(lay, arm)  # an arm without a spec is named before any work
     tcfg = p.train
     mcfg = p.mlflow
-    check_device("train.device", tcfg.device)
+    engine_mod.check_unit_device(eng, "train.device", tcfg.device)
+    if eng.kind == "local":  # a Ray unit checks its device where it runs
+        check_device("train.device", tcfg.device)
     check_device("evaluate.device", p.evaluate.device)
     gate, ex_path = contamination_gate(p, lay)
     ex = gate.exclusion
@@ -60,8 +85,11 @@ def run(p, lay: Layout, arm: str, *, progress: bool = True) -> dict:
     if tcfg.replay.fraction > 0:
         replay = training_mod.ReplayPool.load(lay.p(tcfg.replay.file), gate)
         train_settings["replay"] = {"file_sha256": replay.sha256, "fraction": tcfg.replay.fraction}
-    c, exp_id = tracking.open_store(mlflow_uri(mcfg.tracking_uri, lay), mcfg.experiment,
-                                    artifact_location=mlflow_artifacts(lay))
+    uri = mlflow_uri(mcfg.tracking_uri, lay)
+    c, exp_id = tracking.open_store(uri, mcfg.experiment, artifact_location=mlflow_artifacts(lay))
+    # every write to the store holds its lock: parallel stages (`dvc queue start -j 2`) never
+    # write one SQLite file at the same time, and find-or-create of a run key is atomic
+    writing = functools.partial(tracking.store_lock, uri)
     out_root = lay.models(arm)
     out_root.mkdir(parents=True, exist_ok=True)
     for stale in out_root.glob("rm-train-*"):  # left by an older version killed mid-training
@@ -69,6 +97,7 @@ def run(p, lay: Layout, arm: str, *, progress: bool = True) -> dict:
 
         shutil.rmtree(stale, ignore_errors=True)
     summary = {}
+    todo: list[dict] = []  # seeds to train: their runs are opened here, their units run below
     # the code that trains is part of a run's identity: an edit retrains, an interruption resumes
     code_sha = sha256_text("".join(sha256_file(Path(m.__file__)) for m in (training_mod, train_stage_mod)))
     for s in train_seeds(tcfg.seed, tcfg.n_seeds):
@@ -88,10 +117,11 @@ def run(p, lay: Layout, arm: str, *, progress: bool = True) -> dict:
             if rec.get("run_key") == run_key and rec.get("checkpoint_sha256") == sha256_tree(ckpt):
                 log.info("train[%s] seed %d: finished earlier (run key %s), skipped", arm, s, run_key[:12])
                 # a lost tracking store gets the run back from the record; the record is not rewritten
-                tracking.restore_run(c, exp_id, rec, run_name=f"{arm}-{spec.name}-seed{s}",
-                                     tags={"arm": arm, "cell": spec.name, "seed": str(s)},
-                                     params={"arm": arm, "cell": spec.name, "seed": s,
-                                             **{f"train.{k}": v for k, v in rec.get("config", {}).items()}})
+                with writing():
+                    tracking.restore_run(c, exp_id, rec, run_name=f"{arm}-{spec.name}-seed{s}",
+                                         tags={"arm": arm, "cell": spec.name, "seed": str(s)},
+                                         params={"arm": arm, "cell": spec.name, "seed": s,
+                                                 **{f"train.{k}": v for k, v in rec.get("config", {}).items()}})
                 summary[str(s)] = _summary(rec)
                 continue
         rows = read_pair_file(pair_path)
@@ -101,58 +131,80 @@ def run(p, lay: Layout, arm: str, *, progress: bool = True) -> dict:
                                                       source=tcfg.replay.file)
         gate_again = {"rows_dropped": sum(v for k, v in gate_counts.items() if k.startswith("rows_dropped.")),
                       "negatives_dropped": sum(v for k, v in gate_counts.items() if k.startswith("negatives_dropped."))}
-        run_id, resumed = tracking.find_or_create_run(c, exp_id, run_key, f"{arm}-{spec.name}-seed{s}",
-                                                     {"arm": arm, "cell": spec.name, "seed": str(s)})
-        tracking.log_params_safe(c, run_id, {"arm": arm, "cell": spec.name, "positives": spec.positives,
-                                             "negatives": spec.negatives, "negatives_volume": spec.volume, "seed": s,
-                                             "budget_rows": len(rows), "train.model": tcfg.model,
-                                             **{f"train.{k}": v for k, v in settings.mlflow_params().items()},
-                                             "train.replay.file": tcfg.replay.file,
-                                             "train.replay.fraction": tcfg.replay.fraction})
-        c.set_tag(run_id, "pair_file_sha256", pair_sha)
-        c.set_tag(run_id, "gate_list_sha256", gate_sha)
-        c.set_tag(run_id, "gate_version", ex.version)
-        c.set_tag(run_id, "git_rev", git_rev(lay.root))
-        c.set_tag(run_id, "resumed", str(resumed).lower())
-        for k, v in run_tags(p.declared()).items():
-            c.set_tag(run_id, k, v)
-        tracking.log_dataset(run_id, pd.DataFrame({"source_id": [r["source_id"] for r in rows], "split": [r["split"] for r in rows]}),
-                             source=str(pair_path.relative_to(lay.root)), name=f"cell-{arm}-seed{s}", digest=pair_sha, context="training")
-        try:
-            work = lay.p("cache", "train-tmp", arm, f"seed_{s}")  # train_one clears what a killed run left here
-            result = train_one(rows, base_model=base, out_dir=ckpt, seed=s, cfg=settings, progress=progress, work_dir=work)
-        except Exception:
-            c.set_terminated(run_id, status="FAILED")
-            raise
-        ckpt_sha = sha256_tree(ckpt)
-        c.set_tag(run_id, "checkpoint_sha256", ckpt_sha)
-        c.set_tag(run_id, "checkpoint_path", str(ckpt.relative_to(lay.root)))
+        with writing():
+            run_id, resumed = tracking.find_or_create_run(c, exp_id, run_key, f"{arm}-{spec.name}-seed{s}",
+                                                         {"arm": arm, "cell": spec.name, "seed": str(s)})
+            tracking.log_params_safe(c, run_id, {"arm": arm, "cell": spec.name, "positives": spec.positives,
+                                                 "negatives": spec.negatives, "negatives_volume": spec.volume, "seed": s,
+                                                 "budget_rows": len(rows), "train.model": tcfg.model,
+                                                 **{f"train.{k}": v for k, v in settings.mlflow_params().items()},
+                                                 "train.replay.file": tcfg.replay.file,
+                                                 "train.replay.fraction": tcfg.replay.fraction})
+            c.set_tag(run_id, "pair_file_sha256", pair_sha)
+            c.set_tag(run_id, "gate_list_sha256", gate_sha)
+            c.set_tag(run_id, "gate_version", ex.version)
+            c.set_tag(run_id, "git_rev", git_rev(lay.root))
+            c.set_tag(run_id, "resumed", str(resumed).lower())
+            for k, v in run_tags(p.declared()).items():
+                c.set_tag(run_id, k, v)
+            tracking.log_dataset(run_id, pd.DataFrame({"source_id": [r["source_id"] for r in rows], "split": [r["split"] for r in rows]}),
+                                 source=str(pair_path.relative_to(lay.root)), name=f"cell-{arm}-seed{s}", digest=pair_sha, context="training")
+        todo.append({"seed": s, "run_id": run_id, "rows": rows, "ckpt": ckpt, "rec_path": rec_path,
+                     "run_key": run_key, "pair_sha": pair_sha, "gate_sha": gate_sha, "gate_again": gate_again})
+
+    def record(i: int, result: dict) -> None:
+        """The driver records a seed as soon as its unit returns (the only MLflow writer)."""
         import time as _time
 
         from mlflow.entities import Metric
 
-        now = int(_time.time() * 1000)
-        metrics = [Metric("dev_accuracy_before", result["dev_accuracy_before"], now, 0),
-                   Metric("dev_accuracy_best", result["dev_accuracy_best"], now, 0),
-                   Metric("train_loss", result["train_loss"], now, 0),
-                   Metric("train_examples", result["train_examples"], now, 0),
-                   Metric("gate_again_rows_dropped", gate_again["rows_dropped"], now, 0),
-                   Metric("replay_rows", result.get("replay_rows", 0), now, 0)]
-        for name, rep in result["sampler"].items():
-            metrics += [Metric(f"sampler.{name}.examples_dropped", rep["examples_dropped"], now, 0),
-                        Metric(f"sampler.{name}.batches_yielded", rep["batches_yielded"], now, 0)]
-        for h in result["history"]:
-            for k, val in h.items():
-                if k in ("loss", "eval_dev_cosine_accuracy"):
-                    metrics.append(Metric(k, val, now, h["step"]))
-        tracking.log_metrics_once(c, run_id, metrics)  # a retrain under the same run key appends nothing
-        c.set_terminated(run_id, status="FINISHED")
+        j = todo[i]
+        s, run_id, ckpt = j["seed"], j["run_id"], j["ckpt"]
+        if not ckpt.is_dir():
+            raise engine_mod.EngineError(
+                f"train[{arm}] seed {s}: the unit finished but its checkpoint {ckpt} is not visible here; "
+                f"with engine.address every node must see the project folder at the same path (a shared filesystem)")
+        ckpt_sha = sha256_tree(ckpt)
+        with writing():
+            c.set_tag(run_id, "checkpoint_sha256", ckpt_sha)
+            c.set_tag(run_id, "checkpoint_path", str(ckpt.relative_to(lay.root)))
+            now = int(_time.time() * 1000)
+            metrics = [Metric("dev_accuracy_before", result["dev_accuracy_before"], now, 0),
+                       Metric("dev_accuracy_best", result["dev_accuracy_best"], now, 0),
+                       Metric("train_loss", result["train_loss"], now, 0),
+                       Metric("train_examples", result["train_examples"], now, 0),
+                       Metric("gate_again_rows_dropped", j["gate_again"]["rows_dropped"], now, 0),
+                       Metric("replay_rows", result.get("replay_rows", 0), now, 0)]
+            for name, rep in result["sampler"].items():
+                metrics += [Metric(f"sampler.{name}.examples_dropped", rep["examples_dropped"], now, 0),
+                            Metric(f"sampler.{name}.batches_yielded", rep["batches_yielded"], now, 0)]
+            for h in result["history"]:
+                for k, val in h.items():
+                    if k in ("loss", "eval_dev_cosine_accuracy"):
+                        metrics.append(Metric(k, val, now, h["step"]))
+            tracking.log_metrics_once(c, run_id, metrics)  # a retrain under the same run key appends nothing
+            c.set_terminated(run_id, status="FINISHED")
         # no MLflow run id in the record (DVC hashes it): the run is found by its run key
-        rec = {**{k: v for k, v in result.items() if k != "history"}, "run_key": run_key, "cell": spec.name,
-               "checkpoint_sha256": ckpt_sha, "pair_file_sha256": pair_sha, "gate_list_sha256": gate_sha,
-               "gate_again": gate_again}
-        write_json(rec_path, rec)
+        rec = {**{k: v for k, v in result.items() if k != "history"}, "run_key": j["run_key"], "cell": spec.name,
+               "checkpoint_sha256": ckpt_sha, "pair_file_sha256": j["pair_sha"], "gate_list_sha256": j["gate_sha"],
+               "gate_again": j["gate_again"]}
+        write_json(j["rec_path"], rec)
         summary[str(s)] = _summary(rec)
+
+    # work folders live outside the DVC output, one per (arm, seed): train_one clears what a killed run left there
+    units = [{"rows": j["rows"], "base_model": base, "out_dir": str(j["ckpt"]), "seed": j["seed"], "cfg": settings,
+              "progress": progress, "work_dir": str(lay.p("cache", "train-tmp", arm, f"seed_{j['seed']}"))}
+             for j in todo]
+    try:
+        engine_mod.map_units(train_unit, units, eng, labels=[f"train[{arm}] seed {j['seed']}" for j in todo],
+                             on_done=record)
+    except BaseException:
+        with writing():
+            for j in todo:
+                if str(j["seed"]) not in summary:
+                    c.set_terminated(j["run_id"], status="FAILED")
+        raise
+    summary = {str(s): summary[str(s)] for s in train_seeds(tcfg.seed, tcfg.n_seeds)}
     write_json(lay.metrics / "train" / f"{arm}.json", summary)
     return summary
 
@@ -165,4 +217,4 @@ def _summary(rec: dict) -> dict:
             "train_examples": rec["train_examples"], "train_loss": round(float(rec["train_loss"]), 4)}
 
 
-main = stage("train", PARAMS, arm_option, progress_option)(run)
+main = stage("train", PARAMS, arm_option, progress_option, runtime=RUNTIME)(run)
