@@ -149,9 +149,10 @@ def rows_axis(root: Path, work: Path, rows_list: list[int], *, arm: str, seq: in
                          ("validate", lambda: _run(validate, raw, lay, arm)),
                          ("train", lambda: _run(train, raw, lay, arm, progress=False)),
                          ("evaluate", lambda: _run(evaluate, raw, lay, arm, progress=False))):
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             fn()
             times[name] = time.perf_counter() - t0
+            times[f"{name}_cpu"] = time.process_time() - c0
         info = read_json(lay.metrics / "cells" / f"{arm}.json")["budget"][str(raw["train"]["seed"])]
         ev_dir = lay.root / raw["evaluations"][evaluation]["folder"]
         n_texts = sum(1 for _ in open(ev_dir / "corpus.jsonl", encoding="utf-8")) + sum(
@@ -162,12 +163,13 @@ def rows_axis(root: Path, work: Path, rows_list: list[int], *, arm: str, seq: in
     return out
 
 
-def growth_exponents(results: list[dict]) -> dict[str, float]:
-    """Slope of log(seconds) on log(rows) per stage (numpy.polyfit, degree 1)."""
+def growth_exponents(results: list[dict], suffix: str = "_s") -> dict[str, float]:
+    """Slope of log(seconds) on log(rows) per stage (numpy.polyfit, degree 1); ``suffix``
+    ``"_s"`` for wall time, ``"_cpu_s"`` for this process's CPU time."""
     import numpy as np
 
     x = np.log([r["rows"] for r in results])
-    return {s: float(np.polyfit(x, np.log([r[f"{s}_s"] for r in results]), 1)[0]) for s in STAGES}
+    return {s: float(np.polyfit(x, np.log([r[f"{s}{suffix}"] for r in results]), 1)[0]) for s in STAGES}
 
 
 def workers_axis() -> str:
@@ -209,22 +211,27 @@ def main(argv=None) -> int:
         t0 = time.perf_counter()
         results = rows_axis(args.root.resolve(), args.work.resolve(), rows_list, arm=args.arm,
                             seq=args.max_seq_length, epochs=args.epochs, evaluation=args.evaluation)
-        exps = growth_exponents(results)
+        exps, exps_cpu = growth_exponents(results), growth_exponents(results, "_cpu_s")
         import torch
 
         print(f"\nrows axis: arm {args.arm}, 1 seed, {args.epochs} epoch(s), train max_seq_length "
               f"{args.max_seq_length}, evaluation '{args.evaluation}'; torch threads {torch.get_num_threads()}; "
               f"total {time.perf_counter() - t0:.0f} s")
-        print("| rows | train examples | " + " | ".join(f"{s} (s)" for s in STAGES) + " |")
+        print("| rows | train examples | " + " | ".join(f"{s} wall s (cpu s)" for s in STAGES) + " |")
         print("|---|---|" + "---|" * len(STAGES))
         for r in results:
-            print(f"| {r['rows']} | {r['train_examples']} | " + " | ".join(f"{r[f'{s}_s']:.1f}" for s in STAGES) + " |")
-        print("| growth exponent | | " + " | ".join(f"{exps[s]:.2f}" for s in STAGES) + " |")
+            print(f"| {r['rows']} | {r['train_examples']} | "
+                  + " | ".join(f"{r[f'{s}_s']:.1f} ({r[f'{s}_cpu_s']:.1f})" for s in STAGES) + " |")
+        print("| growth exponent, wall (cpu) | | "
+              + " | ".join(f"{exps[s]:.2f} ({exps_cpu[s]:.2f})" for s in STAGES) + " |")
         ex_s = [r["train_examples"] * args.epochs / r["train_s"] for r in results]
+        ex_c = [r["train_examples"] * args.epochs / r["train_cpu_s"] for r in results]
         docs_s = [r["eval_texts"] / r["evaluate_s"] for r in results]
-        print(f"training throughput: {min(ex_s):.2f}-{max(ex_s):.2f} examples/s; "
-              f"scoring throughput (encode + rank, {results[0]['eval_texts']} texts): "
-              f"{min(docs_s):.0f}-{max(docs_s):.0f} texts/s")
+        docs_c = [r["eval_texts"] / r["evaluate_cpu_s"] for r in results]
+        print(f"training throughput: {min(ex_s):.2f}-{max(ex_s):.2f} examples/s wall "
+              f"({min(ex_c):.2f}-{max(ex_c):.2f} per CPU second); scoring throughput (encode + rank, "
+              f"{results[0]['eval_texts']} texts): {min(docs_s):.0f}-{max(docs_s):.0f} texts/s wall "
+              f"({min(docs_c):.0f}-{max(docs_c):.0f} per CPU second)")
         print(workers_axis())
     if not args.skip_memory:
         m = memory_check(args.docs, args.dim, args.queries)

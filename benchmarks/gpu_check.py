@@ -282,7 +282,19 @@ def main(argv=None) -> int:
     ap.add_argument("--vocab-words", type=int, default=30_000)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--work", type=Path, default=None, help="scratch folder (default: a temporary one)")
+    ap.add_argument("--imports-only", action="store_true",
+                    help="import the project modules the check uses, print which of dvc/mlflow/great_expectations "
+                         "that pulled in (JSON), and exit")
     args = ap.parse_args(argv)
+    if args.imports_only:
+        sys.path.insert(0, str(ROOT / "src"))
+        import recipematch.training  # noqa: F401
+
+        _load_dense()
+        mods = sorted(m for m in sys.modules if m.split(".")[0] == "recipematch" or m == "recipematch_dense_only")
+        print(json.dumps({"recipematch_modules": mods,
+                          "forbidden_imported": [m for m in FORBIDDEN if m in sys.modules]}))
+        return 0
     args.arms = [a for a in args.arms.split(",") if a]
     bad = [a for a in args.arms if a not in ARM_NEGATIVES]
     if bad:

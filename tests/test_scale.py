@@ -255,3 +255,15 @@ def test_dense_search_at_paper_corpus_size_stays_under_2_gb():
     assert m["n_docs"] == 117_088 and m["embeddings_bytes"] == 117_088 * 1024 * 4
     assert m["ranks_all_zero"]
     assert m["peak_rss_bytes"] < 2 * 10**9, m
+
+
+def test_gpu_check_imports_nothing_the_gpu_machine_lacks():
+    """The GPU machine has torch, transformers and sentence-transformers but no dvc, mlflow or
+    great-expectations: the project modules gpu_check uses must not import them."""
+    r = subprocess.run([sys.executable, str(REPO / "benchmarks" / "gpu_check.py"), "--imports-only"],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    assert out["forbidden_imported"] == []
+    assert "recipematch.training" in out["recipematch_modules"] and "recipematch.beir" in out["recipematch_modules"]
+    assert not any(m.startswith("recipematch.retrieval") for m in out["recipematch_modules"])
