@@ -93,10 +93,8 @@ def memory_check(n_docs: int, dim: int, n_queries: int, seed: int = 0, timeout: 
 # --------------------------------------------------------------------------- rows axis
 
 
-def _params(root: Path, *, rows: int, arm: str, seq: int, epochs: int, evaluation: str) -> dict:
-    from recipematch.config import load_yaml
-
-    raw = copy.deepcopy(load_yaml(root / "params.yaml"))
+def _params(base: dict, *, rows: int, arm: str, seq: int, epochs: int, evaluation: str) -> dict:
+    raw = copy.deepcopy(base)
     raw["arms"] = [arm]
     raw["budget"]["rows"] = rows
     raw["budget"]["shared_sources"] = []
@@ -128,10 +126,13 @@ def _run(module, raw, lay, *args, **kw):
 
 
 def rows_axis(root: Path, work: Path, rows_list: list[int], *, arm: str, seq: int, epochs: int,
-              evaluation: str) -> list[dict]:
+              evaluation: str, params: Path, evaluate_stage: bool = True) -> list[dict]:
+    from recipematch.config import load_yaml
     from recipematch.io import read_json
     from recipematch.pipeline import cells, evaluate, train, validate
     from recipematch.pipeline.door import Layout
+
+    base = load_yaml(params)  # read once: the project's params may change while the bench runs
 
     shared = work / "embeddings"
     if not shared.exists():
@@ -143,16 +144,22 @@ def rows_axis(root: Path, work: Path, rows_list: list[int], *, arm: str, seq: in
     out = []
     for rows in rows_list:
         lay = Layout(_scratch(root, work / f"rows_{rows}", shared))
-        raw = _params(root, rows=rows, arm=arm, seq=seq, epochs=epochs, evaluation=evaluation)
+        raw = _params(base, rows=rows, arm=arm, seq=seq, epochs=epochs, evaluation=evaluation)
         times = {}
         for name, fn in (("cells", lambda: _run(cells, raw, lay, arm)),
                          ("validate", lambda: _run(validate, raw, lay, arm)),
                          ("train", lambda: _run(train, raw, lay, arm, progress=False)),
-                         ("evaluate", lambda: _run(evaluate, raw, lay, arm, progress=False))):
+                         ("evaluate", lambda: _run(evaluate, raw, lay, arm, progress=False)))[:4 if evaluate_stage else 3]:
             t0, c0 = time.perf_counter(), time.process_time()
             fn()
             times[name] = time.perf_counter() - t0
             times[f"{name}_cpu"] = time.process_time() - c0
+        if not evaluate_stage:
+            out.append({"rows": rows, **{f"{k}_s": round(v, 2) for k, v in times.items()},
+                        "train_examples": read_json(lay.metrics / "cells" / f"{arm}.json")["budget"][
+                            str(raw["train"]["seed"])]["train_examples"]})
+            print(json.dumps(out[-1]), flush=True)
+            continue
         info = read_json(lay.metrics / "cells" / f"{arm}.json")["budget"][str(raw["train"]["seed"])]
         ev_dir = lay.root / raw["evaluations"][evaluation]["folder"]
         n_texts = sum(1 for _ in open(ev_dir / "corpus.jsonl", encoding="utf-8")) + sum(
@@ -163,13 +170,14 @@ def rows_axis(root: Path, work: Path, rows_list: list[int], *, arm: str, seq: in
     return out
 
 
-def growth_exponents(results: list[dict], suffix: str = "_s") -> dict[str, float]:
+def growth_exponents(results: list[dict], suffix: str = "_s", stages=STAGES) -> dict[str, float]:
     """Slope of log(seconds) on log(rows) per stage (numpy.polyfit, degree 1); ``suffix``
     ``"_s"`` for wall time, ``"_cpu_s"`` for this process's CPU time."""
     import numpy as np
 
     x = np.log([r["rows"] for r in results])
-    return {s: float(np.polyfit(x, np.log([r[f"{s}{suffix}"] for r in results]), 1)[0]) for s in STAGES}
+    return {s: float(np.polyfit(x, np.log([r[f"{s}{suffix}"] for r in results]), 1)[0]) for s in stages
+            if all(f"{s}{suffix}" in r for r in results)}
 
 
 def workers_axis() -> str:
@@ -184,7 +192,12 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--root", type=Path, default=Path("."), help="project root with a finished dvc repro")
     ap.add_argument("--work", type=Path, default=Path("cache/bench_scale"), help="scratch folder")
+    ap.add_argument("--params", type=Path, default=None, help="params file (default: ROOT/params.yaml)")
     ap.add_argument("--rows", default="40,120,240")
+    ap.add_argument("--no-evaluate", action="store_true",
+                    help="leave the evaluate stage out (its cost does not depend on rows)")
+    ap.add_argument("--prior", type=Path, default=None,
+                    help="JSON lines this bench printed for other rows values, merged into the table")
     ap.add_argument("--arm", default="reference")
     ap.add_argument("--max-seq-length", type=int, default=64, help="training tokens per text")
     ap.add_argument("--epochs", type=int, default=1)
@@ -210,8 +223,13 @@ def main(argv=None) -> int:
         rows_list = [int(x) for x in args.rows.split(",")]
         t0 = time.perf_counter()
         results = rows_axis(args.root.resolve(), args.work.resolve(), rows_list, arm=args.arm,
-                            seq=args.max_seq_length, epochs=args.epochs, evaluation=args.evaluation)
-        exps, exps_cpu = growth_exponents(results), growth_exponents(results, "_cpu_s")
+                            seq=args.max_seq_length, epochs=args.epochs, evaluation=args.evaluation,
+                            params=args.params or args.root / "params.yaml", evaluate_stage=not args.no_evaluate)
+        if args.prior:
+            prior = [json.loads(x) for x in args.prior.read_text().splitlines() if x.startswith('{"rows"')]
+            results = sorted(prior + results, key=lambda r: r["rows"])
+        stages = [s for s in STAGES if all(f"{s}_s" in r for r in results)]
+        exps, exps_cpu = growth_exponents(results, stages=stages), growth_exponents(results, "_cpu_s", stages)
         import torch
 
         print(f"\nrows axis: arm {args.arm}, 1 seed, {args.epochs} epoch(s), train max_seq_length "
@@ -219,19 +237,24 @@ def main(argv=None) -> int:
               f"total {time.perf_counter() - t0:.0f} s")
         print("| rows | train examples | " + " | ".join(f"{s} wall s (cpu s)" for s in STAGES) + " |")
         print("|---|---|" + "---|" * len(STAGES))
+
+        def cell(r, s):
+            return f"{r[f'{s}_s']:.1f} ({r[f'{s}_cpu_s']:.1f})" if f"{s}_s" in r else "not run"
+
         for r in results:
-            print(f"| {r['rows']} | {r['train_examples']} | "
-                  + " | ".join(f"{r[f'{s}_s']:.1f} ({r[f'{s}_cpu_s']:.1f})" for s in STAGES) + " |")
+            print(f"| {r['rows']} | {r['train_examples']} | " + " | ".join(cell(r, s) for s in STAGES) + " |")
         print("| growth exponent, wall (cpu) | | "
-              + " | ".join(f"{exps[s]:.2f} ({exps_cpu[s]:.2f})" for s in STAGES) + " |")
+              + " | ".join(f"{exps[s]:.2f} ({exps_cpu[s]:.2f})" if s in exps else "-" for s in STAGES) + " |")
         ex_s = [r["train_examples"] * args.epochs / r["train_s"] for r in results]
         ex_c = [r["train_examples"] * args.epochs / r["train_cpu_s"] for r in results]
-        docs_s = [r["eval_texts"] / r["evaluate_s"] for r in results]
-        docs_c = [r["eval_texts"] / r["evaluate_cpu_s"] for r in results]
         print(f"training throughput: {min(ex_s):.2f}-{max(ex_s):.2f} examples/s wall "
-              f"({min(ex_c):.2f}-{max(ex_c):.2f} per CPU second); scoring throughput (encode + rank, "
-              f"{results[0]['eval_texts']} texts): {min(docs_s):.0f}-{max(docs_s):.0f} texts/s wall "
-              f"({min(docs_c):.0f}-{max(docs_c):.0f} per CPU second)")
+              f"({min(ex_c):.2f}-{max(ex_c):.2f} per CPU second)")
+        scored = [r for r in results if "evaluate_s" in r]
+        if scored:
+            docs_s = [r["eval_texts"] / r["evaluate_s"] for r in scored]
+            docs_c = [r["eval_texts"] / r["evaluate_cpu_s"] for r in scored]
+            print(f"scoring throughput (encode + rank, {scored[0]['eval_texts']} texts): {min(docs_s):.1f}-"
+                  f"{max(docs_s):.1f} texts/s wall ({min(docs_c):.1f}-{max(docs_c):.1f} per CPU second)")
         print(workers_axis())
     if not args.skip_memory:
         m = memory_check(args.docs, args.dim, args.queries)
