@@ -61,6 +61,7 @@ __all__ = [
     "BenchmarkSet",
     "fetch_mathnet_retrieve",
     "load_mathnet_retrieve",
+    "write_mathnet_retrieve",
     "load_plain",
     "load_crosslingual",
     "load_samelang",
@@ -271,6 +272,54 @@ def load_mathnet_retrieve(root: str | os.PathLike, tier: str, *,
                         qrels=ds.qrels, query_ids=_scored_ids(ds), rule="plain",
                         query_meta=ds.query_meta, near_misses=near,
                         counts=ds.counts.to_dict())
+
+
+def write_mathnet_retrieve(root: str | os.PathLike, out: str | os.PathLike, *,
+                           split: str = "test") -> dict[str, int]:
+    """Materialise the MathNet-Retrieve tiers of a local copy as the pipeline's BEIR folders
+    (paper Section 3: 15,000 queries, one corpus of 117,088 documents, tiers easy / medium /
+    hard that differ only in the gold).
+
+    Every tier folder present under ``root`` (of :data:`MATHNET_TIERS`) is read with
+    :func:`load_mathnet_retrieve` (all its checks) and written to ``out/<tier>`` with
+    :func:`recipematch.beir.write_beir` (deterministic bytes, qrels as TSV). A query's
+    near-misses (``near_misses.tsv``) go into its metadata as ``near_miss_ids``, which
+    :func:`load_plain` reads back, so a declared evaluation with rule ``plain`` scores the
+    tier with its near-misses known.
+
+    Returns:
+        counts: ``tiers`` (how many were written) and per tier ``<tier>.n_docs``,
+        ``<tier>.n_queries``, ``<tier>.n_qrels_rows``, ``<tier>.n_near_misses``.
+
+    Raises:
+        RecipematchError: ``root`` is not a folder or holds none of the tier folders, a
+            near-miss row names a query or document the tier lacks, or any check of
+            :func:`load_mathnet_retrieve`.
+    """
+    root, out = Path(root), Path(out)
+    if not root.is_dir():
+        raise RecipematchError(f"MathNet-Retrieve: {root} is not a folder (expected {', '.join(MATHNET_TIERS)} "
+                               f"tier folders; fetch them with fetch_mathnet_retrieve or huggingface-cli)")
+    present = [t for t in MATHNET_TIERS if (root / t).is_dir()]
+    if not present:
+        raise RecipematchError(f"MathNet-Retrieve: {root} holds none of the tier folders {list(MATHNET_TIERS)}")
+    counts: dict[str, int] = {"tiers": len(present)}
+    for tier in present:
+        bset = load_mathnet_retrieve(root, tier, split=split)
+        meta = {q: dict(m) for q, m in bset.query_meta.items()}
+        for q, docs in bset.near_misses.items():
+            if q not in bset.queries:
+                continue
+            missing = [d for d in docs if d not in bset.corpus]
+            if missing:
+                raise RecipematchError(f"MathNet-Retrieve {tier}: near_misses.tsv names document {missing[0]!r} "
+                                       f"(query {q!r}) that is not in {root / tier / 'corpus.jsonl'}")
+            meta.setdefault(q, {})["near_miss_ids"] = list(docs)
+        write_beir(out / tier, bset.corpus, bset.queries, bset.qrels, split, query_meta=meta)
+        counts.update({f"{tier}.n_docs": len(bset.corpus), f"{tier}.n_queries": len(bset.query_ids),
+                       f"{tier}.n_qrels_rows": sum(len(v) for v in bset.qrels.values()),
+                       f"{tier}.n_near_misses": sum(len(meta[q].get("near_miss_ids", ())) for q in meta)})
+    return counts
 
 
 # --------------------------------------------------------------------------- duplicate sets
@@ -526,9 +575,15 @@ def _release_qrels(path: Path) -> dict[str, dict[str, int]]:
     return qrels
 
 
-def build_crosslingual_folder(release: str | os.PathLike, out: str | os.PathLike) -> dict[str, int]:
+def build_crosslingual_folder(release: str | os.PathLike, out: str | os.PathLike, *,
+                              corpus_rows: Sequence[Mapping] | None = None) -> dict[str, int]:
     """Write the searched cross-language BEIR folder from the peer release (paper Section 3,
     Appendix A).
+
+    With ``corpus_rows`` (the corpus stage's rows ``{doc_id, title, text}``, e.g. the full
+    MathNet corpus) those rows replace ``release/corpus.jsonl`` as the searched corpus, as the
+    paper searches the whole collection; a gold or query row whose id is already there must
+    then carry the same text after :func:`recipematch.corpus.normalise_text`.
 
     Reads ``release/corpus.jsonl`` (the corpus sample) and, under
     ``release/crosslingual_eval/``, ``gold_corpus.jsonl``, ``queries.jsonl`` and
@@ -547,7 +602,18 @@ def build_crosslingual_folder(release: str | os.PathLike, out: str | os.PathLike
     """
     release = Path(release)
     cl = release / "crosslingual_eval"
-    sample = _release_rows(release / "corpus.jsonl", ("_id", "text"))
+    if corpus_rows is None:
+        sample = _release_rows(release / "corpus.jsonl", ("_id", "text"))
+        sample_path = release / "corpus.jsonl"
+        same = str.__eq__
+    else:
+        from recipematch.corpus import normalise_text
+
+        sample = [{"_id": str(r["doc_id"]), "title": r.get("title") or "", "text": r["text"]} for r in corpus_rows]
+        sample_path = Path("the corpus stage's table")
+
+        def same(a: str, b: str) -> bool:
+            return normalise_text(a) == normalise_text(b)
     golds = _release_rows(cl / "gold_corpus.jsonl", ("_id", "text"))
     qrows = _release_rows(cl / "queries.jsonl", ("_id", "text"))
     qrels_path = cl / "qrels" / "test.tsv"
@@ -555,13 +621,13 @@ def build_crosslingual_folder(release: str | os.PathLike, out: str | os.PathLike
     corpus: dict[str, dict] = {}
     origin: dict[str, str] = {}
     added = {"sample": 0, "gold": 0, "query": 0}
-    for what, path, rows in (("sample", release / "corpus.jsonl", sample),
+    for what, path, rows in (("sample", sample_path, sample),
                              ("gold", cl / "gold_corpus.jsonl", golds),
                              ("query", cl / "queries.jsonl", qrows)):
         for r in rows:
             did = r["_id"]
             if did in corpus:
-                if corpus[did]["text"] != r["text"]:
+                if not same(corpus[did]["text"], r["text"]):
                     raise RecipematchError(f"{path}: _id {did!r} has a different text from its "
                                            f"row in {origin[did]}")
                 continue

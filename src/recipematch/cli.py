@@ -77,6 +77,33 @@ def params_cmd(check_path: Path | None) -> None:
         click.echo(f"{row['key']:32s} {row['help']}" + (f"  ({'; '.join(bounds)})" if bounds else ""))
 
 
+@main.command("plan")
+@click.option("--params", "params_path", type=click.Path(dir_okay=False, path_type=Path), default=Path("params.yaml"),
+              show_default=True, help="Parameters file (relative to --root).")
+@click.option("--root", type=click.Path(file_okay=False, path_type=Path), default=Path("."), show_default=True,
+              help="Project root (its artifacts/ and metrics/ make the counts exact).")
+@click.option("--json", "as_json", is_flag=True, help="Print the plan as JSON.")
+@click.option("--train-examples-per-s", type=float, default=None, help="Training rate to use (examples/s).")
+@click.option("--encode-texts-per-s", type=float, default=None, help="Encoding rate to use (texts/s).")
+@click.option("--llm-calls-per-s", type=float, default=None, help="LLM server rate to use (calls/s).")
+def plan_cmd(params_path: Path, root: Path, as_json: bool, train_examples_per_s: float | None,
+             encode_texts_per_s: float | None, llm_calls_per_s: float | None) -> None:
+    """What the params will cost: rows, examples, steps per (arm, seed), documents to encode,
+    LLM calls still to make, hours from measured throughputs. Runs nothing."""
+    import json
+
+    from recipematch.pipeline.door import check_params_file, run_guarded
+    from recipematch.plan import build_plan, format_plan
+
+    def go():
+        path = params_path if params_path.is_absolute() else root / params_path
+        return build_plan(check_params_file(path), root, train_examples_per_s=train_examples_per_s,
+                          encode_texts_per_s=encode_texts_per_s, llm_calls_per_s=llm_calls_per_s)
+
+    plan = run_guarded(go, debug=False)
+    click.echo(json.dumps(plan, indent=1, sort_keys=True) if as_json else format_plan(plan))
+
+
 def _register() -> None:
     from recipematch.cas.cli import cas
     from recipematch.eval_cli import evaluate

@@ -535,6 +535,20 @@ class MlflowConfig:
 
 
 @dataclass(frozen=True)
+class DataConfig:
+    """Where the organic source problems come from (paper Section 3)."""
+
+    source: str = _spec("sample (the shipped 2,500-problem sample), mathnet (the full MathNet corpus, a "
+                        "local Hugging Face dataset folder) or jsonl (any organic pool: one JSON object per "
+                        "line with id and text)", choices=("sample", "mathnet", "jsonl"))
+    path: str = _spec("file or folder of that source, relative to the project root", min=1, max_len=2000)
+    retrieve: str = _spec("local MathNet-Retrieve folder (easy/, medium/, hard/ as on the Hugging Face hub), "
+                          "relative to the project root; the evalsets stage writes its tiers to "
+                          "artifacts/evalsets/mathnet_retrieve/<tier> for declared evaluations ('' = none)",
+                          default="", max_len=2000)
+
+
+@dataclass(frozen=True)
 class Params:
     """The whole ``params.yaml``, checked (see :func:`load_params`)."""
 
@@ -556,6 +570,7 @@ class Params:
     stats: StatsConfig = _spec("statistics")
     style: StyleConfig = _spec("style probe and tracking")
     mlflow: MlflowConfig = _spec("tracking")
+    data: DataConfig = _spec("organic source problems")
     judge2: Judge2Config = _spec("the second judge (two-judge control)", default_factory=Judge2Config)
     backtranslate: BacktranslateConfig = _spec("the back-translation control", default_factory=BacktranslateConfig)
     engine: EngineConfig = _spec("where training and evaluation units run (execution only)",
@@ -643,6 +658,11 @@ def _cross_checks(p: Params) -> None:
                                f"got {p.mlflow.tracking_uri!r}")
     if re.search(r"\s", p.mlflow.tracking_uri):
         raise RecipematchError("mlflow.tracking_uri must not contain blanks")
+    for key, value in (("data.path", p.data.path), ("data.retrieve", p.data.retrieve)):
+        if value and (Path(value).is_absolute() or ".." in Path(value).parts or value.startswith("~")
+                      or value.strip() in (".", "")):
+            raise RecipematchError(f"{key} must be a file or folder inside the project, relative to its root "
+                                   f"(DVC hashes it as a dependency), got {value!r}")
     if any(ord(c) < 32 for c in p.mlflow.experiment):
         raise RecipematchError("mlflow.experiment must not contain control characters")
 

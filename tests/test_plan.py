@@ -1,0 +1,155 @@
+"""`recipematch plan` (issue 11, item 4): rows, examples, steps per (arm, seed), documents to
+encode, LLM calls still to make (from the call store), hours from throughputs; on the default
+params, on params-paper.yaml and on a tiny built project."""
+
+import copy
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from recipematch.config import load_params, parse_params
+from recipematch.errors import RecipematchError
+from recipematch.plan import THROUGHPUTS, build_plan, format_plan
+
+REPO = Path(__file__).resolve().parents[1]
+MINI = Path(__file__).parent / "fixtures" / "mini_release"
+
+sys.path.insert(0, str(Path(__file__).parent))
+from test_pipeline_e2e import PARAMS  # noqa: E402
+
+
+def _cli(*args, cwd=REPO):
+    env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
+    return subprocess.run([sys.executable, "-m", "recipematch", "plan", *args], cwd=cwd, capture_output=True,
+                          text=True, timeout=300, env=env)
+
+
+def test_plan_of_the_default_params_runs_and_counts_the_budget(tmp_path):
+    p = load_params(REPO / "params.yaml")
+    plan = build_plan(p, tmp_path)  # an empty project: no artifacts, no metrics
+    assert [a["arm"] for a in plan["training"]] == list(p.arms)
+    for a in plan["training"]:
+        assert a["rows"] == p.budget.rows and len(a["seeds"]) == p.train.n_seeds
+        for s in a["seeds"]:
+            assert s["count"] == "estimate"
+            assert s["train_examples"] == round(p.budget.rows * (1 - p.budget.dev_fraction) * a["examples_per_row"])
+            assert s["steps"] == (s["train_examples"] // p.train.batch_size) * p.train.epochs
+    recipe = next(a for a in plan["training"] if a["arm"] == "recipe")
+    assert recipe["examples_per_row"] == p.llm.n_neg  # rule: D1 rows carry n_neg near-misses
+    assert all(e["documents"] is None and "not built" in e["basis"] for e in plan["evaluations"])
+    assert plan["data"]["source_rows"] is None  # data/ is not in tmp_path
+    assert all(r["generation_calls"] == 0 for r in plan["llm"])  # replay: no server calls
+    r = _cli()
+    assert r.returncode == 0, r.stderr
+    assert f"{p.budget.rows} rows x {p.train.n_seeds} seed(s)" in r.stdout and "LLM calls still to make" in r.stdout
+
+
+def test_plan_of_the_paper_params(tmp_path):
+    p = load_params(REPO / "params-paper.yaml")
+    plan = build_plan(p, tmp_path, train_examples_per_s=100.0)
+    n_models = 1 + len(p.arms) * p.train.n_seeds
+    assert n_models == 33 and all(e["models"] == 33 for e in plan["evaluations"])
+    examples = sum(s["train_examples"] * p.train.epochs for a in plan["training"] for s in a["seeds"])
+    assert plan["hours"]["train"]["examples"] == examples
+    assert plan["hours"]["train"]["hours"] == pytest.approx(examples / 100.0 / 3600)
+    # nothing measured for Qwen3-Embedding-0.6B on CUDA: no invented hours
+    assert plan["hours"]["encode"]["hours"] is None and "no measured encode rate for cuda" in \
+        plan["hours"]["encode"]["basis"]
+    assert all(r["generation_calls"] is None for r in plan["llm"])  # the MathNet folder is absent here
+    r = _cli("--params", "params-paper.yaml")
+    assert r.returncode == 0, r.stderr
+    assert "6,145 rows x 8 seed(s)" in r.stdout and "mr_hard" in r.stdout
+    assert json.loads(_cli("--params", "params-paper.yaml", "--json").stdout)["devices"]["train"] == "cuda"
+
+
+def test_plan_counts_the_paper_tiers_from_a_local_mathnet_retrieve_copy(tmp_path):
+    p = load_params(REPO / "params-paper.yaml")
+    shutil.copytree(Path(__file__).parent / "fixtures" / "beir" / "mathnet_mini", tmp_path / p.data.retrieve)
+    plan = build_plan(p, tmp_path)
+    hard = next(e for e in plan["evaluations"] if e["evaluation"] == "mr_hard")
+    assert (hard["documents"], hard["queries"]) == (10, 2)  # the fixture: 10 documents, 2 queries
+    assert hard["encodings"] == 12 * 33 and hard["basis"] == f"{p.data.retrieve}/hard"
+
+
+def test_a_bad_rate_is_refused():
+    with pytest.raises(RecipematchError, match="--train-examples-per-s must be a positive number"):
+        build_plan(load_params(REPO / "params.yaml"), REPO, train_examples_per_s=0.0)
+    r = _cli("--encode-texts-per-s", "-3")
+    assert r.returncode == 2 and "recipematch: error: --encode-texts-per-s must be a positive number" in r.stderr
+
+
+def test_measured_throughputs_are_documented():
+    assert THROUGHPUTS and all(t.per_s > 0 and t.measured for t in THROUGHPUTS)
+    assert all(t.what in ("train", "encode") for t in THROUGHPUTS)
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    """The tiny project after corpus, evalsets, gates and the cells of one arm, with an
+    OpenAI-compatible backend configured and a call store that already holds 4 answers."""
+    from recipematch.llm.backends import GenerationResult, normalise_sampling
+    from recipematch.llm.pipeline import build_generation_requests
+    from recipematch.llm.store import CallStore, make_record
+    from recipematch.pipeline import corpus, evalsets, gates
+    from recipematch.pipeline.door import Layout
+
+    root = tmp_path_factory.mktemp("plan")
+    rel = root / "data" / "peer_release"
+    rel.mkdir(parents=True)
+    for f in MINI.glob("*.jsonl"):
+        shutil.copy(f, rel / f.name)
+    shutil.copytree(MINI / "crosslingual_eval", rel / "crosslingual_eval")
+    raw = copy.deepcopy(PARAMS)
+    raw["llm"].update(backend="openai", base_url="http://127.0.0.1:9/v1")
+    lay = Layout(root)
+    for mod in (corpus, evalsets, gates):
+        mod.run(parse_params(raw).view(mod.PARAMS), lay)
+    p = parse_params(raw)
+    excluded = set(json.loads((lay.gates / "exclusion_v2.json").read_text())["ids"])
+    from recipematch.corpus import read_corpus
+
+    sources = sorted((r["doc_id"], r["text"]) for r in read_corpus(lay.corpus / "corpus.parquet").to_dict("records")
+                     if r["doc_id"] not in excluded)
+    reqs = build_generation_requests(
+        sources, prompt_name="d1_recipe", n_pos=1, n_neg=3, model_id=p.llm.model_id,
+        sampling=normalise_sampling({"temperature": 0.7, "top_p": 0.8, "max_tokens": 4096}), seed=p.seed)
+    with CallStore(lay.llm("d1_recipe") / "calls.jsonl") as store:
+        for r in reqs[:4]:
+            store.append(make_record(r, GenerationResult(raw_text="{}", error=None, origin="live", attempts=1,
+                                                         finish_reason="stop", detail=None), None))
+        # a failure no model answered is sent again: it does not count as answered
+        store.append(make_record(reqs[4], GenerationResult(raw_text=None, error="timeout", origin="live",
+                                                           attempts=5, finish_reason=None, detail="t"), None))
+    return p, root, len(sources)
+
+
+def test_llm_calls_still_to_make_come_from_the_call_store(built):
+    p, root, n_sources = built
+    store = root / "artifacts" / "llm" / "d1_recipe" / "calls.jsonl"
+    before = store.read_bytes()
+    plan = build_plan(p, root)
+    assert store.read_bytes() == before  # the store is only read
+    assert plan["data"]["corpus_rows"] == 39
+    d1, d4 = plan["llm"]
+    assert d1["prompt"] == "d1_recipe" and d1["generation_calls"] == n_sources - 4
+    assert d1["judge_calls_at_most"] == n_sources * (1 + 3)
+    assert d4["generation_calls"] == n_sources and d4["judge_calls_at_most"] == n_sources * 1
+    assert "exact generation requests" in d1["basis"]
+    text = format_plan(plan)
+    assert f"d1_recipe (openai): {n_sources - 4} generation" in text
+
+
+def test_evaluation_counts_come_from_the_built_folders(built):
+    p, root, _ = built
+    plan = build_plan(p, root)
+    for e in plan["evaluations"]:
+        folder = root / e["folder"]
+        docs = sum(1 for line in open(folder / "corpus.jsonl") if line.strip())
+        queries = sum(1 for line in open(folder / "queries.jsonl") if line.strip())
+        assert (e["documents"], e["queries"]) == (docs, queries)
+        assert e["encodings"] == (docs + queries) * (1 + len(p.arms) * p.train.n_seeds)
