@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from test_backtranslate import tiny_nllb  # noqa: F401 - the module-scoped tiny model fixture
 from test_pipeline_e2e import PARAMS as E2E_PARAMS
+from test_pipeline_e2e import _view
 
 from recipematch.backtranslate import procedure_sha256
 from recipematch.config import parse_params
@@ -33,10 +34,6 @@ def _params(arms=("verified", "recipe"), **bt) -> dict:
     p["arms"] = list(arms)
     p["backtranslate"] = {"model_dir": "mt_models/tiny", "model_id": "tiny-random-m2m100", **bt}
     return p
-
-
-def _view(params: dict, module):
-    return parse_params(params).view(module.PARAMS)
 
 
 @pytest.fixture

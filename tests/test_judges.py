@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from test_llm_support import ChatServer
 from test_pipeline_e2e import PARAMS as E2E_PARAMS
+from test_pipeline_e2e import _view
 
 from recipematch.config import parse_params
 from recipematch.errors import RecipematchError
@@ -86,10 +87,6 @@ def _params(**judge2_cfg) -> dict:
     p["style"]["score_prompts"] = ["d1_recipe"]
     p["judge2"] = {"model_id": JUDGE2, **judge2_cfg}
     return p
-
-
-def _view(params: dict, module):
-    return parse_params(params).view(module.PARAMS)
 
 
 @pytest.fixture
