@@ -63,6 +63,7 @@ PARAMS = {
               "seed": 42, "n_boot": 200, "level": 0.95, "C": 1.0, "max_iter": 1000, "tracking_set": "easy",
               "tracking_queries": 2000, "top_k": 10},
     "mlflow": {"tracking_uri": "sqlite:///mlflow.db", "experiment": "e2e"},
+    "data": {"source": "sample", "path": "data/peer_release/corpus.jsonl"},
 }
 
 

@@ -9,7 +9,8 @@ sets as BEIR folders (paper Section 3, Table 1, Table 6, Appendix A):
 * ``probe`` / ``probe_only``: the generator-free near-miss probe.
 
 Which of these are scored, under which rule and role, is declared in ``params.yaml``
-``evaluations``.
+``evaluations``. ``evalsets.n_heldout: 0`` builds none of them (an audit of a user's benchmark
+declares its own folders): only an empty held-out list is written.
 """
 
 from __future__ import annotations
@@ -31,6 +32,12 @@ def run(p, lay: Layout) -> dict:
     from recipematch.evalsets import build_probe, choose_heldout, sample_search_corpus, write_tiers
 
     cfg = p.evalsets
+    if cfg.n_heldout == 0:  # an audit: the benchmark is a declared folder, no embedded tier is built
+        write_json(lay.evalsets / "heldout.json", {"heldout_sources": []})
+        counts = {"heldout_sources": 0}
+        write_json(lay.metrics / "evalsets.json", counts)
+        write_run_record(lay.evalsets, "evalsets", asdict(cfg), {}, counts)
+        return counts
     corpus = corpus_rows(lay)
     ids = {r["doc_id"] for r in corpus}
     d1 = read_jsonl_strict(lay.release / RELEASE_FILES["d1_recipe"])
