@@ -30,7 +30,22 @@ REPO = Path(__file__).resolve().parents[1]
 SECRET = "sk-audit-test-3f9c1e77d2b04a"  # the key the server requires; must appear in no written file
 KEY_ENV = "RECIPEMATCH_AUDIT_TEST_KEY"
 MODEL = "fixture/echo-1"
-VOCAB = [f"w{i}" for i in range(400)]
+
+
+def _vocab() -> list[str]:
+    """English words of the shipped prompt files (a sentence of random words embeds far from
+    another one, so the cosine gate keeps the fixture's rows)."""
+    import re
+    from importlib import resources
+
+    words: set[str] = set()
+    for f in resources.files("recipematch").joinpath("prompts").iterdir():
+        if f.name.endswith(".txt"):
+            words |= {w.lower() for w in re.findall(r"[A-Za-z]{4,}", f.read_text(encoding="utf-8"))}
+    return sorted(words)
+
+
+VOCAB = _vocab()
 
 
 def _text(rng: random.Random) -> str:
@@ -38,7 +53,7 @@ def _text(rng: random.Random) -> str:
 
 
 def recipe_style(text: str) -> str:
-    return f"Consider the following problem carefully. {text} Express your final answer in simplest form."
+    return f"Consider carefully: {text} Give the exact value."
 
 
 def near_miss(text: str, k: int) -> str:
@@ -122,20 +137,33 @@ class EchoServer:
         self.httpd.server_close()
 
 
+def _beir(folder: Path, queries: dict[str, str], corpus: list[dict], qrels: list[tuple[str, str]]) -> Path:
+    (folder / "qrels").mkdir(parents=True)
+    (folder / "corpus.jsonl").write_text("".join(json.dumps(r) + "\n" for r in corpus))
+    (folder / "queries.jsonl").write_text("".join(json.dumps({"_id": q, "text": t}) + "\n" for q, t in queries.items()))
+    (folder / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\n" + "".join(f"{q}\t{d}\t1\n"
+                                                                                          for q, d in qrels))
+    return folder
+
+
 def write_inputs(root: Path, *, n_sources: int = 40) -> dict[str, Path]:
-    """A 12-query benchmark (golds: recipe-style rewrites of the queries; 20 recipe-style
-    distractors), an organic pool of ``n_sources`` problems plus 3 that overlap the benchmark
-    (two repeat a query's text, one reuses a query id), and a small params template."""
+    """A 12-query LLM-built benchmark (gold: the query rewritten in the recipe's style; beside
+    it, its three recipe-style near-misses and 8 other recipe-style documents), a 10-query
+    generator-free set (gold: the query's two halves swapped), an organic pool of
+    ``n_sources`` problems plus 3 that overlap the benchmark (two repeat a query's text, one
+    reuses a query id), and a small params template."""
     rng = random.Random(5)
-    bench = root / "bench"
-    (bench / "qrels").mkdir(parents=True)
     queries = {f"b{i:03d}": _text(rng) for i in range(12)}
     corpus = [{"_id": f"g{i:03d}", "title": "", "text": recipe_style(t)} for i, t in enumerate(queries.values())]
-    corpus += [{"_id": f"d{i:03d}", "title": "", "text": recipe_style(_text(rng))} for i in range(20)]
-    (bench / "corpus.jsonl").write_text("".join(json.dumps(r) + "\n" for r in corpus))
-    (bench / "queries.jsonl").write_text("".join(json.dumps({"_id": q, "text": t}) + "\n" for q, t in queries.items()))
-    (bench / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\n" + "".join(
-        f"b{i:03d}\tg{i:03d}\t1\n" for i in range(12)))
+    corpus += [{"_id": f"n{i:03d}_{k}", "title": "", "text": near_miss(t, k)} for i, t in enumerate(queries.values())
+               for k in range(3)]
+    corpus += [{"_id": f"d{i:03d}", "title": "", "text": recipe_style(_text(rng))} for i in range(8)]
+    bench = _beir(root / "bench", queries, corpus, [(f"b{i:03d}", f"g{i:03d}") for i in range(12)])
+    rq = {f"r{i:03d}": _text(rng) for i in range(10)}
+    halves = [" ".join(t.split()[8:] + t.split()[:8]) for t in rq.values()]
+    rc = [{"_id": f"h{i:03d}", "title": "", "text": h} for i, h in enumerate(halves)]
+    rc += [{"_id": f"o{i:03d}", "title": "", "text": _text(rng)} for i in range(10)]
+    real = _beir(root / "real", rq, rc, [(f"r{i:03d}", f"h{i:03d}") for i in range(10)])
     pool = [{"id": f"s{i:03d}", "text": _text(rng)} for i in range(n_sources)]
     pool += [{"id": "dup0", "text": queries["b000"]}, {"id": "dup1", "text": queries["b001"]},
              {"id": "b002", "text": _text(rng)}]
@@ -147,7 +175,7 @@ def write_inputs(root: Path, *, n_sources: int = 40) -> dict[str, Path]:
     tpl["budget"]["rows"] = 8
     tpl["style"]["n_boot"] = 200
     (root / "template.yaml").write_text(yaml.safe_dump(tpl))
-    return {"benchmark": bench, "sources": root / "sources.jsonl", "template": root / "template.yaml"}
+    return {"benchmark": bench, "real": real, "sources": root / "sources.jsonl", "template": root / "template.yaml"}
 
 
 def stage_commands(wd: Path) -> list[list[str]]:
@@ -171,37 +199,42 @@ def stage_commands(wd: Path) -> list[list[str]]:
     return out
 
 
+def _cli_env() -> dict[str, str]:
+    """The environment `dvc repro` runs the stages in: this checkout's sources first, the
+    `recipematch` and `dvc` of this interpreter on PATH, the server's key under its name."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "src"), os.environ.get("PYTHONPATH", "")]),
+           "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]),
+           "OMP_NUM_THREADS": "1", KEY_ENV: SECRET}
+    return env
+
+
 @pytest.fixture(scope="module")
 def audited(tmp_path_factory):
+    """`recipematch audit init` then `dvc repro` in the new project, as a user runs them."""
     root = tmp_path_factory.mktemp("audit")
     inp = write_inputs(root)
     wd = root / "project"
-    os.environ[KEY_ENV] = SECRET
-    runner = CliRunner()
-    logs = []
-    try:
-        with EchoServer() as server:
-            r = runner.invoke(cli, ["audit", "init", str(wd), "--benchmark", str(inp["benchmark"]), "--recipe",
-                                    "d1_recipe", "--sources", str(inp["sources"]), "--base-url", server.base_url,
-                                    "--model", MODEL, "--api-key-env", KEY_ENV, "--seeds", "1", "--rows", "8",
-                                    "--template", str(inp["template"])])
-            assert r.exit_code == 0, r.output
-            init_out = json.loads(r.stdout.split("\nnext:")[0]) if "\nnext:" in r.stdout else json.loads(r.stdout)
-            logs.append(r.output)
-            for cmd in stage_commands(wd):
-                assert cmd[0] == "recipematch"
-                r = runner.invoke(cli, [*cmd[1:2], "--root", str(wd), *cmd[2:]])
-                logs.append(r.output)
-                assert r.exit_code == 0, f"{cmd}: {r.output}"
-    finally:
-        os.environ.pop(KEY_ENV, None)
-    return {"wd": wd, "inputs": inp, "init": init_out, "logs": logs, "requests": server.requests}
+    env = _cli_env()
+    dvc = str(Path(sys.executable).with_name("dvc")) if Path(sys.executable).with_name("dvc").exists() else "dvc"
+    with EchoServer() as server:
+        init = subprocess.run([sys.executable, "-m", "recipematch", "audit", "init", str(wd),
+                               "--benchmark", str(inp["benchmark"]), "--recipe", "d1_recipe", "--sources",
+                               str(inp["sources"]), "--real", str(inp["real"]), "--base-url", server.base_url,
+                               "--model", MODEL, "--api-key-env", KEY_ENV, "--seeds", "1", "--rows", "8",
+                               "--template", str(inp["template"])], env=env, capture_output=True, text=True,
+                              timeout=300)
+        assert init.returncode == 0, init.stderr
+        repro = subprocess.run([dvc, "repro"], cwd=wd, env=env, capture_output=True, text=True, timeout=1800)
+        assert repro.returncode == 0, repro.stdout[-3000:] + repro.stderr[-3000:]
+    return {"wd": wd, "inputs": inp, "init": json.loads(init.stdout), "logs": [init.stdout, init.stderr,
+                                                                               repro.stdout, repro.stderr],
+            "requests": server.requests}
 
 
 def test_init_writes_a_dvc_project_over_recipematch_stages(audited):
     wd = audited["wd"]
     assert (wd / ".dvc").is_dir() and (wd / ".git").is_dir()
-    for tracked in ("data/benchmark.dvc", "data/sources.jsonl.dvc"):
+    for tracked in ("data/benchmark.dvc", "data/sources.jsonl.dvc", "data/real.dvc"):
         assert (wd / tracked).is_file()
     p = parse_params(load_yaml(wd / "params.yaml"))
     assert p.arms == ("recipe", "cell") and (p.positives, p.negatives, p.negatives_volume) == ("d4", "recipe", "full")
@@ -220,10 +253,10 @@ def test_init_writes_a_dvc_project_over_recipematch_stages(audited):
     assert audited["init"]["sources"] == {"sources": 43, "overlapping": 3, "remaining": 40}
 
 
-def _ranks(wd: Path, arm: str):
+def _ranks(wd: Path, arm: str, name: str = "benchmark"):
     import pandas as pd
 
-    return pd.read_parquet(wd / "artifacts" / "eval" / arm / "benchmark.parquet")
+    return pd.read_parquet(wd / "artifacts" / "eval" / arm / f"{name}.parquet")
 
 
 def test_audit_json_matches_the_rank_files(audited):
@@ -237,7 +270,12 @@ def test_audit_json_matches_the_rank_files(audited):
     assert rs["n_queries"] == 12 and rs["n_seeds_a"] == 1 and rs["n_boot"] == 200 and rs["level"] == 0.95
     for arm in ("recipe", "cell", "base", "bm25"):
         assert a["scores"][arm]["benchmark.R@1"]["mean"] == pytest.approx(hit[arm], abs=1e-3)
-    assert a["did"] is None
+    hit_real = {arm: 100.0 * (_ranks(wd, arm, "real")["rank"] == 1).mean() for arm in ("recipe", "cell")}
+    did = a["did"]
+    assert did["real"] == "real"
+    assert did["gap_real"]["estimate"] == pytest.approx(hit_real["recipe"] - hit_real["cell"], abs=1e-9)
+    assert did["estimate"] == pytest.approx(rs["estimate"] - did["gap_real"]["estimate"], abs=1e-9)
+    assert did["low"] <= did["estimate"] <= did["high"]
     assert a["arms"] == {"recipe": {"cell": "d1xrecipe", "prompt": "d1_recipe"},
                          "cell": {"cell": "d4xrecipe-full", "prompt": "d4_restatement"}}
     # the gates removed exactly the three planted overlaps; every kept source got a recipe pair
@@ -247,7 +285,8 @@ def test_audit_json_matches_the_rank_files(audited):
     from recipematch.llm.prompts import load_prompt
 
     assert a["prompts"]["recipe"]["sha256"] == load_prompt("d1_recipe").sha256
-    assert a["data"]["benchmark"]["queries"] == 12 and a["data"]["benchmark"]["documents"] == 32
+    assert a["data"]["benchmark"]["queries"] == 12 and a["data"]["benchmark"]["documents"] == 56
+    assert a["data"]["real"]["queries"] == 10
     # the golds are written in one recognisable style: the probe separates them from the queries
     assert a["style_probe"]["auc"] > 0.9
     assert (wd / "reports" / "audit.png").stat().st_size > 1000
@@ -329,25 +368,50 @@ def test_unreachable_server_names_the_url(tmp_path):
     raise AssertionError("no llm stage in the audit's dvc.yaml")
 
 
-def test_the_embedded_default_is_one_audit_configuration(tmp_path):
-    """The main params.yaml, read as an audit of its own easy tier with the D1 recipe (replay):
-    every experiment key is the main one's; what differs is what makes it an audit (the arms
-    recipe and cell = D4 x recipe near-misses, the declared benchmark folder, the source pool
-    key, no embedded tier built)."""
+#: the main project's stage outputs an audit of the embedded default copies in (README)
+EMBEDDED = {"data/benchmark": "artifacts/evalsets/easy", "data/real": "artifacts/evalsets/crosslingual",
+            "data/also/hard": "artifacts/evalsets/hard", "data/also/probe": "artifacts/evalsets/probe"}
+
+
+def test_the_embedded_default_is_one_audit_configuration():
+    """The main experiment, with the audit's two arms (recipe, and the cell D4 x recipe
+    near-misses at full volume: `dvc exp run -S arms=[recipe,cell] -S negatives=recipe -S
+    negatives_volume=full`), is one audit configuration: every stage that builds pairs,
+    cells, models and ranks reads exactly the same params in both projects, once the
+    audit's folders are mapped to the main outputs they were copied from (`--benchmark
+    artifacts/evalsets/easy --real artifacts/evalsets/crosslingual --also hard=… --also
+    probe=…`, sources = the sample corpus). Only the corpus stage's source key (a copy of the
+    same file) and the evalsets stage (which the audit does not need: its sets come in as
+    folders) differ. By determinism the two runs then give the same per-query ranks, so the
+    same recipe − control gap."""
+    import copy
+
     from recipematch.audit import audit_params
+    from recipematch.pipeline import cells, evaluate, evaluate_base, evaluate_bm25, gates, llm, recordings, specs
+    from recipematch.pipeline import stats as stats_stage
+    from recipematch.pipeline import train, validate
 
     main = load_yaml(REPO / "params.yaml")
+    main_exp = copy.deepcopy(main)
+    main_exp.update(arms=["recipe", "cell"], negatives="recipe", negatives_volume="full")
     a = audit_params(main, control="d4_restatement", recipe_sidecar="", backend="replay", base_url="", model=None,
-                     api_key_env="", real=True, base_model=None, seeds=None, rows=None)
-    audit_keys = {"arms", "positives", "negatives", "negatives_volume", "evaluations", "data", "evalsets", "llm",
-                  "style", "budget"}
-    for k in set(main) - audit_keys:
-        assert a[k] == main[k], k
-    assert {k: v for k, v in a["llm"].items() if k not in ("api_key_env", "recipe_prompt")} == main["llm"]
-    assert a["budget"] == main["budget"]  # shared_sources is [] in both
-    assert {k: v for k, v in a["style"].items() if k != "tracking_set"} == {
-        k: v for k, v in main["style"].items() if k != "tracking_set"}
-    assert a["evalsets"] == {**main["evalsets"], "n_heldout": 0}
-    assert a["arms"] == ["recipe", "cell"] and a["negatives"] == "recipe" and a["negatives_volume"] == "full"
+                     api_key_env="", real=True, base_model=None, seeds=None, rows=None,
+                     real_rule=main["evaluations"]["crosslingual"]["rule"],
+                     also={"hard": "data/also/hard:plain", "probe": "data/also/probe:plain"})
+    pa, pm = parse_params(a), parse_params(main_exp)
+
+    def sets(p):
+        return sorted((EMBEDDED.get(ev.folder, ev.folder), ev.rule) for ev in p.evaluations.values())
+
+    assert sets(pa) == sets(pm)
+    for mod in (gates, recordings, llm, specs, cells, validate, train, evaluate_base, evaluate_bm25, evaluate,
+                stats_stage):
+        da, dm = pa.view(mod.PARAMS).declared(), pm.view(mod.PARAMS).declared()
+        da.pop("evaluations", None), dm.pop("evaluations", None)
+        assert da == dm, mod.__name__
+    assert (pa.data.source, pm.data.source) == ("jsonl", "sample")
+    assert (pa.evalsets.n_heldout, pm.evalsets.n_heldout) == (0, main["evalsets"]["n_heldout"])
     doc = audit_dvc_yaml(a)
     assert "recordings" in doc["stages"] and "artifacts/recordings" in doc["stages"]["llm"]["deps"]
+    assert {"data/also/hard", "data/also/probe", "data/benchmark", "data/real"} <= set(
+        doc["stages"]["evaluate"]["deps"])

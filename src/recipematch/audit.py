@@ -77,6 +77,7 @@ REAL_DIR = "data/real"
 SOURCES_FILE = "data/sources.jsonl"
 RECIPE_DIR = "data/recipe"
 REPLAY_DIR = "data/peer_release"  # the recordings stage reads release rows from here
+ALSO_DIR = "data/also"  # further declared evaluations (--also NAME=FOLDER[:RULE])
 
 
 def control_positives(prompt: str) -> str:
@@ -212,9 +213,12 @@ def default_template() -> Path:
 
 def audit_params(template: Mapping[str, Any], *, control: str, recipe_sidecar: str, backend: str, base_url: str,
                  model: str | None, api_key_env: str, real: bool, base_model: str | None, seeds: int | None,
-                 rows: int | None, benchmark_label: str = "benchmark (LLM-built)") -> dict[str, Any]:
+                 rows: int | None, benchmark_label: str = "benchmark (LLM-built)", real_rule: str = "plain",
+                 also: Mapping[str, str] | None = None) -> dict[str, Any]:
     """The audit's ``params.yaml``: ``template`` (the main project's params) with the audit's
-    keys set (module docstring), checked whole.
+    keys set (module docstring), checked whole. ``also``: further declared evaluations
+    ``{name: "FOLDER:RULE"}`` (folders inside the project), scored and gated like every
+    declared set, with ``role: in_family`` so that they stay out of the number.
 
     Raises:
         RecipematchError: the result breaks a params rule (naming the key).
@@ -236,8 +240,11 @@ def audit_params(template: Mapping[str, Any], *, control: str, recipe_sidecar: s
     ev = {"benchmark": {"folder": BENCHMARK_DIR, "rule": "plain", "role": "benchmark", "label": benchmark_label,
                         "report_ks": [1]}}
     if real:
-        ev["real"] = {"folder": REAL_DIR, "rule": "plain", "role": "real", "label": "generator-free set",
+        ev["real"] = {"folder": REAL_DIR, "rule": real_rule, "role": "real", "label": "generator-free set",
                       "report_ks": [1]}
+    for name, spec in (also or {}).items():
+        folder, _, rule = spec.rpartition(":")
+        ev[name] = {"folder": folder, "rule": rule, "role": "in_family", "label": name, "report_ks": [1]}
     p["evaluations"] = ev
     p["style"] = {**p["style"], "train_prompt": "d1_recipe", "score_prompts": ["d1_recipe", control],
                   "tracking_set": "benchmark"}
@@ -367,7 +374,8 @@ def _dvc() -> str:
 def init_audit(workdir: Path, *, benchmark: Path, recipe: str, sources: Path, control: str = "d4_restatement",
                base_url: str = "", model: str | None = None, api_key_env: str = "", replay: Path | None = None,
                real: Path | None = None, base_model: str | None = None, seeds: int | None = None,
-               rows: int | None = None, template: Path | None = None, git: bool = True) -> dict[str, Any]:
+               rows: int | None = None, template: Path | None = None, real_rule: str = "plain",
+               also: Mapping[str, tuple[Path, str]] | None = None, git: bool = True) -> dict[str, Any]:
     """Write the audit's DVC project into ``workdir`` (see the module docstring).
 
     Steps: check every input (:func:`check_benchmark`, :func:`check_recipe`,
@@ -385,6 +393,9 @@ def init_audit(workdir: Path, *, benchmark: Path, recipe: str, sources: Path, co
             released rows (``pairs_d1_recipe.jsonl``, ``pairs_d4_unrelated.jsonl``) to replay.
         base_model: ``train.model`` (a packaged model name or a local sentence-transformers folder).
         seeds, rows: ``train.n_seeds`` and ``budget.rows`` (default: the template's).
+        real_rule: the scoring rule of ``real`` (``plain``, ``crosslingual_strict``, ``samelang``).
+        also: further BEIR folders to declare, ``{name: (folder, rule)}`` (``role: in_family``:
+            scored and kept out of training by the gates, not part of the number).
         template: the params file the audit starts from (default :func:`default_template`).
         git: run ``git init``/``dvc init``/``dvc add`` (False: files only).
 
@@ -410,6 +421,13 @@ def init_audit(workdir: Path, *, benchmark: Path, recipe: str, sources: Path, co
     tpl = load_yaml(template or default_template())
     bench = check_benchmark(Path(benchmark))
     real_counts = check_benchmark(Path(real), name="real") if real is not None else None
+    also = dict(also or {})
+    for name, (folder, rule) in also.items():
+        if name in ("benchmark", "real"):
+            raise RecipematchError(f"--also {name}=...: the names benchmark and real are taken")
+        from recipematch.benchmarks_data import load_set
+
+        load_set(Path(folder), rule, name=name)
     recipe_name, sidecar = check_recipe(recipe)
     rows_eff = rows or int(tpl["budget"]["rows"])
     src_counts = check_sources(Path(sources), Path(benchmark), rows=rows_eff,
@@ -422,7 +440,8 @@ def init_audit(workdir: Path, *, benchmark: Path, recipe: str, sources: Path, co
             raise RecipematchError(f"--replay {replay}: missing {missing} (released rows the recordings are built from)")
     params = audit_params(tpl, control=control, recipe_sidecar="", backend="replay" if replay else "openai",
                           base_url=base_url or "", model=model, api_key_env=api_key_env, real=real is not None,
-                          base_model=base_model, seeds=seeds, rows=rows)
+                          base_model=base_model, seeds=seeds, rows=rows, real_rule=real_rule,
+                          also={n: f"{ALSO_DIR}/{n}:{rule}" for n, (_, rule) in also.items()})
     workdir.mkdir(parents=True, exist_ok=True)
     _copy_tree(Path(benchmark), workdir / BENCHMARK_DIR)
     _copy_tree(Path(sources), workdir / SOURCES_FILE)
@@ -430,6 +449,9 @@ def init_audit(workdir: Path, *, benchmark: Path, recipe: str, sources: Path, co
     if real is not None:
         _copy_tree(Path(real), workdir / REAL_DIR)
         tracked.append(REAL_DIR)
+    for name, (folder, _) in also.items():
+        _copy_tree(Path(folder), workdir / ALSO_DIR / name)
+        tracked.append(f"{ALSO_DIR}/{name}")
     if sidecar is not None:
         copy = _copy_sidecar(sidecar, workdir / RECIPE_DIR)
         params["llm"]["recipe_prompt"] = str(copy.relative_to(workdir))

@@ -99,6 +99,10 @@ def audit_group() -> None:
 @click.option("--control", default="d4_restatement", show_default=True, help="The control prompt (shipped).")
 @click.option("--real", type=click.Path(path_type=Path), default=None,
               help="Optional generator-free BEIR set (for the difference in differences).")
+@click.option("--real-rule", default="plain", show_default=True,
+              type=click.Choice(["plain", "crosslingual_strict", "samelang"]), help="Scoring rule of --real.")
+@click.option("--also", "also", multiple=True, metavar="NAME=FOLDER[:RULE]",
+              help="A further BEIR folder to declare (scored, gated against, not in the number); repeatable.")
 @click.option("--base-model", default=None, help="Base model: packaged name or a local sentence-transformers folder.")
 @click.option("--seeds", type=int, default=None, help="Training seeds (train.n_seeds).")
 @click.option("--rows", type=int, default=None, help="Matched budget: rows per arm and seed (budget.rows).")
@@ -107,17 +111,27 @@ def audit_group() -> None:
 @click.option("--debug", is_flag=True, help="Show a traceback for user errors too.")
 def audit_init(workdir: Path, benchmark: Path, recipe: str, sources: Path, base_url: str, model: str | None,
                api_key_env: str, replay: Path | None, control: str, real: Path | None, base_model: str | None,
-               seeds: int | None, rows: int | None, template: Path | None, debug: bool) -> None:
+               real_rule: str, also: tuple[str, ...], seeds: int | None, rows: int | None, template: Path | None,
+               debug: bool) -> None:
     """Write a DVC project into WORKDIR that measures the benchmark's recipe sensitivity."""
     import json
 
     from recipematch.audit import init_audit
     from recipematch.pipeline.door import run_guarded
 
+    extra = {}
+    for item in also:
+        name, sep, rest = item.partition("=")
+        if not sep or not name or not rest:
+            raise click.BadParameter(f"{item!r}: expected NAME=FOLDER[:RULE]", param_hint="--also")
+        folder, _, rule = rest.rpartition(":")
+        if rule not in ("plain", "crosslingual_strict", "samelang"):
+            folder, rule = rest, "plain"
+        extra[name] = (Path(folder), rule)
     out = run_guarded(lambda: init_audit(workdir, benchmark=benchmark, recipe=recipe, sources=sources,
                                          control=control, base_url=base_url, model=model, api_key_env=api_key_env,
                                          replay=replay, real=real, base_model=base_model, seeds=seeds, rows=rows,
-                                         template=template), debug=debug)
+                                         template=template, real_rule=real_rule, also=extra), debug=debug)
     click.echo(json.dumps(out, indent=1, sort_keys=True))
     click.echo(f"next: cd {workdir} && dvc repro", err=True)
 
