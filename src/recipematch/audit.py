@@ -211,6 +211,28 @@ def default_template() -> Path:
     return cand
 
 
+def _plain(obj: Any) -> Any:
+    if isinstance(obj, (list, tuple)):
+        return [_plain(v) for v in obj]
+    if isinstance(obj, dict):
+        return {k: _plain(v) for k, v in obj.items()}
+    return obj
+
+
+def template_params(path: Path) -> dict[str, Any]:
+    """The template params file, checked whole (the project's one params reader), as a plain
+    mapping (every key, defaults filled in).
+
+    Raises:
+        RecipematchError: naming the file and the bad key.
+    """
+    import dataclasses
+
+    from recipematch.pipeline.door import check_params_file
+
+    return _plain(dataclasses.asdict(check_params_file(Path(path))))
+
+
 def audit_params(template: Mapping[str, Any], *, control: str, recipe_sidecar: str, backend: str, base_url: str,
                  model: str | None, api_key_env: str, real: bool, base_model: str | None, seeds: int | None,
                  rows: int | None, benchmark_label: str = "benchmark (LLM-built)", real_rule: str = "plain",
@@ -406,8 +428,6 @@ def init_audit(workdir: Path, *, benchmark: Path, recipe: str, sources: Path, co
         RecipematchError: a bad input (named), a non-empty ``workdir``, neither or both of
             ``base_url`` and ``replay``, or a failing git/dvc command.
     """
-    from recipematch.config import load_yaml
-
     workdir = Path(workdir)
     if workdir.exists() and any(workdir.iterdir()):
         raise RecipematchError(f"{workdir} is not empty: give a new folder")
@@ -418,7 +438,7 @@ def init_audit(workdir: Path, *, benchmark: Path, recipe: str, sources: Path, co
     if replay is not None and recipe != "d1_recipe":
         raise RecipematchError("--replay replays the shipped D1/D4 prompts' recordings; a custom recipe needs a "
                                "server (--base-url)")
-    tpl = load_yaml(template or default_template())
+    tpl = template_params(template or default_template())
     bench = check_benchmark(Path(benchmark))
     real_counts = check_benchmark(Path(real), name="real") if real is not None else None
     also = dict(also or {})
