@@ -1,7 +1,7 @@
 """Audit any LLM-built retrieval benchmark: its recipe-sensitivity number (the paper's
-closing practice: "publish a recipe-sensitivity number: how much a model gains by matching
-the recipe", Section 6; the arms of Section 3 and Table 1; the statistics of Appendix A; the
-style probe of Appendix C).
+practice (iv) for builders, Section 8: "publish a recipe-sensitivity number, how much a model
+gains by matching the recipe"; the arms of Section 3 and Table 1; the statistics of
+Appendix A; the style probe of Appendix C).
 
 An audit is **not a second pipeline**: :func:`init_audit` writes a DVC project whose
 ``dvc.yaml`` runs recipematch's own stages (``recipematch corpus``, ``gates``, ``llm``,
@@ -50,6 +50,11 @@ stages wrote.
     gates               {sources, sources_kept, sources_removed}   # the gates stage's count
     pairs               {d1_recipe: rows, <control>: rows}
     recipematch_version
+
+Command line: ``recipematch audit init WORKDIR --benchmark DIR --recipe d1_recipe|FILE.prompt.yaml
+--sources FILE.jsonl (--base-url URL --model NAME [--api-key-env VAR] | --replay DIR) [--real DIR
+[--real-rule RULE]] [--also NAME=DIR[:RULE]] [--control PROMPT] [--base-model M] [--seeds N]
+[--rows N] [--template PARAMS]``, then ``cd WORKDIR && dvc repro``.
 
 The API key: only the *name* of its environment variable (``llm.api_key_env``) is written
 anywhere; the key itself is read by the backend at request time.
@@ -613,9 +618,10 @@ def plot_audit(audit: Mapping[str, Any], path: Path) -> None:
     ev = audit["recipe_sensitivity"]["evaluation"]
     models = list(audit["scores"])
     vals = [audit["scores"][m][f"{ev}.R@1"]["mean"] for m in models]
+    names = {"cell": "control (cell)"}
     rs = audit["recipe_sensitivity"]
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(8, 3.2), gridspec_kw={"width_ratios": [3, 1]})
-    ax1.bar(models, vals, color=["#999", "#bbb", "#c0392b", "#2980b9"][: len(models)])
+    ax1.bar([names.get(m, m) for m in models], vals, color=["#999", "#bbb", "#c0392b", "#2980b9"][: len(models)])
     ax1.set_ylabel(f"{ev} R@1 (%)")
     ax1.set_title("benchmark score per model")
     ax2.errorbar([0], [rs["estimate"]], yerr=[[rs["estimate"] - rs["low"]], [rs["high"] - rs["estimate"]]], fmt="o",

@@ -1,5 +1,5 @@
 """Stage ``audit``: the recipe-sensitivity number of an audited benchmark and its one-page
-report (paper Section 6's fourth practice; Table 1's arms, Appendix A's nested bootstrap and
+report (paper Section 8, practice iv; Table 1's arms, Appendix A's nested bootstrap and
 difference in differences, Appendix C's style probe). Writes ``audit.json`` (schema:
 :mod:`recipematch.audit`), ``reports/audit.md`` and ``reports/audit.png``."""
 
