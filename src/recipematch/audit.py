@@ -257,6 +257,8 @@ def audit_params(template: Mapping[str, Any], *, control: str, recipe_sidecar: s
     p = copy.deepcopy(dict(template))
     p["positives"], p["negatives"], p["negatives_volume"] = control_positives(control), "recipe", "full"
     p["arms"] = list(AUDIT_ARMS)
+    if "contrasts" in p:  # a params schema with declared contrasts: the audit's one gap
+        p["contrasts"] = [" - ".join(AUDIT_CONTRAST)]
     p["evalsets"] = {**p["evalsets"], "n_heldout": 0}
     p["data"] = {"source": "jsonl", "path": SOURCES_FILE}
     llm = {**p["llm"], "backend": backend, "base_url": base_url, "prompts": ["d1_recipe", control],
