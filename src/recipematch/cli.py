@@ -23,6 +23,7 @@ STAGE_COMMANDS = (
     ("recordings", "recordings"), ("llm", "llm"), ("judge2", "judge2"), ("backtranslate", "backtranslate"), ("specs", "specs"), ("cells", "cells"), ("validate", "validate"),
     ("train", "train"), ("evaluate-arm", "evaluate"), ("evaluate-base", "evaluate_base"),
     ("evaluate-bm25", "evaluate_bm25"), ("soup", "soup"), ("stats", "stats"), ("style", "style"), ("report", "report"),
+    ("audit-report", "audit"),
 )
 
 
@@ -102,6 +103,64 @@ def plan_cmd(params_path: Path, root: Path, as_json: bool, train_examples_per_s:
 
     plan = run_guarded(go, debug=False)
     click.echo(json.dumps(plan, indent=1, sort_keys=True) if as_json else format_plan(plan))
+
+
+@main.group("audit")
+def audit_group() -> None:
+    """Audit your own LLM-built benchmark: its recipe-sensitivity number (`audit init`, then `dvc repro`)."""
+
+
+@audit_group.command("init")
+@click.argument("workdir", type=click.Path(file_okay=False, path_type=Path))
+@click.option("--benchmark", required=True, type=click.Path(path_type=Path),
+              help="The benchmark: a BEIR folder (corpus.jsonl, queries.jsonl, qrels/test.tsv).")
+@click.option("--recipe", required=True,
+              help="The prompt that wrote its golds: d1_recipe or a sidecar FILE.prompt.yaml (slots + answer schema).")
+@click.option("--sources", required=True, type=click.Path(dir_okay=False, path_type=Path),
+              help="Organic source pool: JSONL, one {id, text} per line, disjoint from the benchmark.")
+@click.option("--base-url", default="", help="OpenAI-compatible server URL (e.g. http://127.0.0.1:8000/v1).")
+@click.option("--model", default=None, help="Model name the server serves (generator and judge).")
+@click.option("--api-key-env", default="", help="NAME of the environment variable holding the API key.")
+@click.option("--replay", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Instead of a server: a folder of released D1/D4 rows to replay.")
+@click.option("--control", default="d4_restatement", show_default=True, help="The control prompt (shipped).")
+@click.option("--real", type=click.Path(path_type=Path), default=None,
+              help="Optional generator-free BEIR set (for the difference in differences).")
+@click.option("--real-rule", default="plain", show_default=True,
+              type=click.Choice(["plain", "crosslingual_strict", "samelang"]), help="Scoring rule of --real.")
+@click.option("--also", "also", multiple=True, metavar="NAME=FOLDER[:RULE]",
+              help="A further BEIR folder to declare (scored, gated against, not in the number); repeatable.")
+@click.option("--base-model", default=None, help="Base model: packaged name or a local sentence-transformers folder.")
+@click.option("--seeds", type=int, default=None, help="Training seeds (train.n_seeds).")
+@click.option("--rows", type=int, default=None, help="Matched budget: rows per arm and seed (budget.rows).")
+@click.option("--template", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Params file to start from (default: the project's params.yaml).")
+@click.option("--debug", is_flag=True, help="Show a traceback for user errors too.")
+def audit_init(workdir: Path, benchmark: Path, recipe: str, sources: Path, base_url: str, model: str | None,
+               api_key_env: str, replay: Path | None, control: str, real: Path | None, base_model: str | None,
+               real_rule: str, also: tuple[str, ...], seeds: int | None, rows: int | None, template: Path | None,
+               debug: bool) -> None:
+    """Write a DVC project into WORKDIR that measures the benchmark's recipe sensitivity."""
+    import json
+
+    from recipematch.audit import init_audit
+    from recipematch.pipeline.door import run_guarded
+
+    extra = {}
+    for item in also:
+        name, sep, rest = item.partition("=")
+        if not sep or not name or not rest:
+            raise click.BadParameter(f"{item!r}: expected NAME=FOLDER[:RULE]", param_hint="--also")
+        folder, _, rule = rest.rpartition(":")
+        if rule not in ("plain", "crosslingual_strict", "samelang"):
+            folder, rule = rest, "plain"
+        extra[name] = (Path(folder), rule)
+    out = run_guarded(lambda: init_audit(workdir, benchmark=benchmark, recipe=recipe, sources=sources,
+                                         control=control, base_url=base_url, model=model, api_key_env=api_key_env,
+                                         replay=replay, real=real, base_model=base_model, seeds=seeds, rows=rows,
+                                         template=template, real_rule=real_rule, also=extra), debug=debug)
+    click.echo(json.dumps(out, indent=1, sort_keys=True))
+    click.echo(f"next: cd {workdir} && dvc repro", err=True)
 
 
 def _register() -> None:

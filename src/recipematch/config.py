@@ -260,7 +260,8 @@ class EvalSetConfig:
     """Held-out evaluation sources (no arm trains on them; paper Section 3)."""
 
     seed: int = _spec("draws the held-out sources and the searched corpus sample", min=0, max=2**32 - 1)
-    n_heldout: int = _spec("sources with a recorded D1 rewrite held out for the LLM-built tier", min=1, max=1_000_000)
+    n_heldout: int = _spec("sources with a recorded D1 rewrite held out for the LLM-built tier (0 = build no "
+                           "embedded tiers: an audit brings its own benchmark folder)", min=0, max=1_000_000)
     corpus_docs: int = _spec("corpus problems searched (0 = all, as the paper)", min=0, max=10_000_000)
 
 
@@ -300,6 +301,10 @@ class LLMConfig:
     concurrency: int = _spec("requests in flight", default=8, min=1, max=1024)
     max_retries: int = _spec("retries per request", default=4, min=0, max=100)
     timeout_s: float = _spec("seconds per request", default=300.0, min=0.1, max=86_400.0, finite=True)
+    recipe_prompt: str = _spec("sidecar (.prompt.yaml, relative to the project root) of a user's prompt that plays "
+                               "the recipe's role in place of the shipped D1 ('' = D1): its pairs are the recipe "
+                               "arm's positives and near-misses (an audit of a benchmark written under it)",
+                               default="", max_len=2000)
 
 
 @dataclass(frozen=True)

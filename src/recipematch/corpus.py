@@ -103,11 +103,12 @@ def _build(records: Iterable[tuple[int, Any]], *, id_key: str, text_key: str, ti
     return CorpusLoad(table=table, failures=failures)
 
 
-def load_beir_corpus(path: str | Path) -> CorpusLoad:
+def load_beir_corpus(path: str | Path, *, id_keys: tuple[str, ...] = ("_id",)) -> CorpusLoad:
     """Load a BEIR ``corpus.jsonl`` (one ``{"_id", "title", "text"}`` object per line).
 
     Optional ``metadata.language``/``metadata.domain`` (or top-level ``language``/``domain``)
-    fields are kept when present. Rows keep file order.
+    fields are kept when present. Rows keep file order. ``id_keys``: the id field names
+    tried in order (``("_id", "id")`` reads a plain ``{"id", "text"}`` pool too).
 
     Raises:
         FileNotFoundError: if ``path`` does not exist. Bad rows never raise; see
@@ -118,6 +119,10 @@ def load_beir_corpus(path: str | Path) -> CorpusLoad:
         for line_no, rec in iter_jsonl(path):
             if isinstance(rec, dict) and isinstance(rec.get("metadata"), dict):
                 rec = {**rec.get("metadata", {}), **rec}
+            if isinstance(rec, dict) and "_id" not in rec:
+                found = next((k for k in id_keys if k in rec), None)
+                if found is not None:
+                    rec = {**rec, "_id": rec[found]}
             yield line_no, rec
 
     return _build(records(), id_key="_id", text_key="text", title_key="title", language_key="language", domain_key="domain")

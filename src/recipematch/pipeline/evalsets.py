@@ -15,7 +15,8 @@ With ``data.source`` other than ``sample`` (the full MathNet corpus, or any pool
 cross-language set searches the corpus stage's whole table, as the paper does.
 
 Which of these are scored, under which rule and role, is declared in ``params.yaml``
-``evaluations``.
+``evaluations``. ``evalsets.n_heldout: 0`` builds none of them (an audit of a user's benchmark
+declares its own folders): only an empty held-out list is written.
 """
 
 from __future__ import annotations
@@ -46,6 +47,12 @@ def run(p, lay: Layout) -> dict:
     if retrieve:
         # before any work: DVC must hash the folder, or a changed copy would not rerun the stage
         require_declared_dep(lay.root, "evalsets", "${data.retrieve}", retrieve)
+    if cfg.n_heldout == 0:  # an audit: the benchmark is a declared folder, no embedded tier is built
+        write_json(lay.evalsets / "heldout.json", {"heldout_sources": []})
+        counts = {"heldout_sources": 0}
+        write_json(lay.metrics / "evalsets.json", counts)
+        write_run_record(lay.evalsets, "evalsets", asdict(cfg), {}, counts)
+        return counts
     corpus = corpus_rows(lay)
     ids = {r["doc_id"] for r in corpus}
     d1 = read_jsonl_strict(lay.release / RELEASE_FILES["d1_recipe"])

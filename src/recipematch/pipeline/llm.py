@@ -63,17 +63,19 @@ def run(p, lay: Layout, prompt: str, *, progress: bool = True) -> dict:
     excluded = set(ex.ids)
     corpus = corpus_rows(lay)
     sources = [(r["doc_id"], r["text"]) for r in corpus if r["doc_id"] not in excluded]
+    custom = _recipe_prompt(cfg, lay, prompt)
     backend, judge_backend = _backends(cfg, lay)
     out = lay.llm(prompt)
     out.mkdir(parents=True, exist_ok=True)
-    n_neg = negatives_for_prompt(prompt, cfg.n_neg)
+    n_neg = cfg.n_neg if custom is not None else negatives_for_prompt(prompt, cfg.n_neg)
     sampling = {"temperature": cfg.temperature, "top_p": cfg.top_p, "max_tokens": cfg.max_tokens}
     self_test = _llm_self_test(cfg, lay, backend, sources, prompt=prompt, n_neg=n_neg, sampling=sampling, seed=seed,
-                               store_path=out / "calls.jsonl")
+                               store_path=out / "calls.jsonl", custom=custom)
     rows, failures, counts = run_llm_pairs(
-        sources, prompt_name=prompt, n_pos=cfg.n_pos, n_neg=n_neg, backend=backend, judge_backend=judge_backend,
-        store_path=out / "calls.jsonl", model_id=cfg.model_id, judge_model_id=cfg.judge_model_id,
-        sampling=sampling, seed=seed, require_tags=cfg.require_tags, progress=progress, **_serving(cfg))
+        sources, prompt_name=custom.name if custom else prompt, n_pos=cfg.n_pos, n_neg=n_neg, backend=backend,
+        judge_backend=judge_backend, store_path=out / "calls.jsonl", model_id=cfg.model_id,
+        judge_model_id=cfg.judge_model_id, sampling=sampling, seed=seed, require_tags=cfg.require_tags,
+        progress=progress, custom_prompt=custom, **_serving(cfg))
     lay.pairs.mkdir(parents=True, exist_ok=True)
     write_jsonl(lay.pairs / f"{prompt}.jsonl", rows)
     write_jsonl(out / "failures.jsonl", failures)
@@ -94,8 +96,27 @@ def run(p, lay: Layout, prompt: str, *, progress: bool = True) -> dict:
     return {**counts, "this_run": this_run}
 
 
+def _recipe_prompt(cfg, lay: Layout, prompt: str):
+    """The user's recipe prompt (``llm.recipe_prompt``) when ``prompt`` is the recipe's
+    pair key ``d1_recipe``, else ``None`` (the shipped prompt).
+
+    Raises:
+        RecipematchError: the sidecar's own errors (missing slot, schema, file), or a
+            prompt that writes no near-misses (the recipe arm trains on its own near-misses).
+    """
+    if prompt != "d1_recipe" or not cfg.recipe_prompt:
+        return None
+    from recipematch.llm.prompts import load_custom_prompt
+
+    custom = load_custom_prompt(lay.p(cfg.recipe_prompt))
+    if custom.role != "generator" or not custom.has_near_misses:
+        raise RecipematchError(f"llm.recipe_prompt: {cfg.recipe_prompt} must be a generator prompt whose answer "
+                               "declares near_misses (the recipe arm trains on its own near-misses)")
+    return custom
+
+
 def _llm_self_test(cfg, lay: Layout, backend, sources, *, prompt: str, n_neg: int, sampling, seed: int,
-                   store_path: Path, limit: int = 3) -> dict:
+                   store_path: Path, limit: int = 3, custom=None) -> dict:
     """Worker self-test gate (the judging design note): before writing any output the
     backend re-answers up to ``limit`` already-recorded requests and must match them byte
     for byte. Recorded answers come from this stage's call store (a resumed or repeated
@@ -107,9 +128,9 @@ def _llm_self_test(cfg, lay: Layout, backend, sources, *, prompt: str, n_neg: in
     """
     from recipematch.llm.pipeline import build_generation_requests, recorded_items_from_store, self_test
 
-    reqs = build_generation_requests(sources, prompt_name=prompt, n_pos=cfg.n_pos, n_neg=n_neg, model_id=cfg.model_id,
-                                     sampling=sampling, seed=seed,
-                                     chat_template_kwargs=_serving(cfg)["chat_template_kwargs"])
+    reqs = build_generation_requests(sources, prompt_name=custom.name if custom else prompt, n_pos=cfg.n_pos,
+                                     n_neg=n_neg, model_id=cfg.model_id, sampling=sampling, seed=seed,
+                                     chat_template_kwargs=_serving(cfg)["chat_template_kwargs"], custom_prompt=custom)
     items = recorded_items_from_store(reqs, store_path, limit) if store_path.exists() else []
     origin = "call_store"
     if not items and cfg.backend == "replay":
