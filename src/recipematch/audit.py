@@ -260,7 +260,7 @@ def audit_params(template: Mapping[str, Any], *, control: str, recipe_sidecar: s
     if "contrasts" in p:  # a params schema with declared contrasts: the audit's one gap
         p["contrasts"] = [" - ".join(AUDIT_CONTRAST)]
     p["evalsets"] = {**p["evalsets"], "n_heldout": 0}
-    p["data"] = {"source": "jsonl", "path": SOURCES_FILE}
+    p["data"] = {**p.get("data", {}), "source": "jsonl", "path": SOURCES_FILE, "retrieve": ""}
     llm = {**p["llm"], "backend": backend, "base_url": base_url, "prompts": ["d1_recipe", control],
            "api_key_env": api_key_env, "recipe_prompt": recipe_sidecar}
     if model:
