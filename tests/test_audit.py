@@ -458,3 +458,45 @@ def test_the_embedded_default_is_one_audit_configuration():
     assert "recordings" in doc["stages"] and "artifacts/recordings" in doc["stages"]["llm"]["deps"]
     assert {"data/also/hard", "data/also/probe", "data/benchmark", "data/real"} <= set(
         doc["stages"]["evaluate"]["deps"])
+
+
+def _init(tmp_path, inp, wd, **over):
+    kw = dict(benchmark=inp["benchmark"], recipe="d1_recipe", sources=inp["sources"],
+              base_url="http://127.0.0.1:9/v1", model=MODEL, template=inp["template"], git=False)
+    kw.update(over)
+    return init_audit(wd, **kw)
+
+
+def test_a_workdir_inside_an_input_is_refused_before_anything_is_written(tmp_path):
+    inp = write_inputs(tmp_path)
+    before = sorted(p.name for p in inp["benchmark"].rglob("*"))
+    with pytest.raises(RecipematchError, match="overlap"):
+        _init(tmp_path, inp, inp["benchmark"] / "wd")
+    assert sorted(p.name for p in inp["benchmark"].rglob("*")) == before  # the input is untouched
+
+
+def test_server_url_and_key_variable_are_checked(tmp_path, monkeypatch):
+    inp = write_inputs(tmp_path)
+    with pytest.raises(RecipematchError, match="user:password"):
+        _init(tmp_path, inp, tmp_path / "a", base_url="http://user:sekret@127.0.0.1:8000/v1")
+    with pytest.raises(RecipematchError, match="http"):
+        _init(tmp_path, inp, tmp_path / "b", base_url="ftp://127.0.0.1/v1")
+    monkeypatch.delenv("RM_AUDIT_NO_SUCH_KEY", raising=False)
+    with pytest.raises(RecipematchError, match="no such environment variable"):
+        _init(tmp_path, inp, tmp_path / "c", api_key_env="RM_AUDIT_NO_SUCH_KEY")
+    with pytest.raises(RecipematchError, match="n_seeds"):  # 0 is refused, not replaced by the template's
+        _init(tmp_path, inp, tmp_path / "d", seeds=0)
+    assert not any((tmp_path / x).exists() for x in "abcd")
+
+
+def test_a_failure_while_writing_leaves_no_half_written_project(tmp_path):
+    inp = write_inputs(tmp_path)
+    (tmp_path / "r2").mkdir()
+    (tmp_path / "r2" / "u.txt").write_text("Rewrite:\n{problem}\n")
+    (tmp_path / "r").mkdir()
+    (tmp_path / "r" / "mine.prompt.yaml").write_text(yaml.safe_dump({
+        "user": "../r2/u.txt", "slots": ["problem"],
+        "answer": {"positives": {"key": "variants"}, "near_misses": {"key": "misses"}}}))
+    with pytest.raises(RecipematchError):
+        _init(tmp_path, inp, tmp_path / "wd", recipe=str(tmp_path / "r" / "mine.prompt.yaml"))
+    assert not (tmp_path / "wd").exists()

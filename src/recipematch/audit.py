@@ -63,6 +63,7 @@ anywhere; the key itself is read by the backend at request time.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 from collections.abc import Mapping
@@ -280,9 +281,9 @@ def audit_params(template: Mapping[str, Any], *, control: str, recipe_sidecar: s
     p["budget"] = {**p["budget"], "shared_sources": []}
     if base_model:
         p["train"] = {**p["train"], "model": base_model}
-    if seeds:
+    if seeds is not None:
         p["train"] = {**p["train"], "n_seeds": seeds}
-    if rows:
+    if rows is not None:
         p["budget"] = {**p["budget"], "rows": rows}
     parse_params(p)
     return p
@@ -445,6 +446,18 @@ def init_audit(workdir: Path, *, benchmark: Path, recipe: str, sources: Path, co
     if replay is not None and recipe != "d1_recipe":
         raise RecipematchError("--replay replays the shipped D1/D4 prompts' recordings; a custom recipe needs a "
                                "server (--base-url)")
+    _check_workdir_apart(workdir, [benchmark, sources, real, replay, *(f for f, _ in (also or {}).values())])
+    if base_url:
+        _check_base_url(base_url)
+    if api_key_env and api_key_env not in os.environ:
+        raise RecipematchError(f"--api-key-env {api_key_env}: no such environment variable here; set it first "
+                               f"(only its name is written, the key is read at request time)")
+    if replay is not None and control != "d4_restatement":
+        raise RecipematchError(f"--replay holds D1 and D4 rows only: --control {control} needs a server (--base-url)")
+    if base_model:
+        from recipematch.pipeline.models import resolve_model
+
+        resolve_model(base_model, key="--base-model")
     tpl = template_params(template or default_template())
     bench = check_benchmark(Path(benchmark))
     real_counts = check_benchmark(Path(real), name="real") if real is not None else None
@@ -456,7 +469,7 @@ def init_audit(workdir: Path, *, benchmark: Path, recipe: str, sources: Path, co
 
         load_set(Path(folder), rule, name=name)
     recipe_name, sidecar = check_recipe(recipe)
-    rows_eff = rows or int(tpl["budget"]["rows"])
+    rows_eff = rows if rows is not None else int(tpl["budget"]["rows"])
     src_counts = check_sources(Path(sources), Path(benchmark), rows=rows_eff,
                                dev_fraction=float(tpl["budget"]["dev_fraction"]))
     if replay is not None:
@@ -465,11 +478,29 @@ def init_audit(workdir: Path, *, benchmark: Path, recipe: str, sources: Path, co
         missing = [f for f in RELEASE_FILES.values() if not (Path(replay) / f).is_file()]
         if missing:
             raise RecipematchError(f"--replay {replay}: missing {missing} (released rows the recordings are built from)")
+        _check_replay_rows(Path(replay), Path(sources))
     params = audit_params(tpl, control=control, recipe_sidecar="", backend="replay" if replay else "openai",
                           base_url=base_url or "", model=model, api_key_env=api_key_env, real=real is not None,
                           base_model=base_model, seeds=seeds, rows=rows, real_rule=real_rule,
                           also={n: f"{ALSO_DIR}/{n}:{rule}" for n, (_, rule) in also.items()})
+    created = not workdir.exists()
     workdir.mkdir(parents=True, exist_ok=True)
+    try:
+        return _write_project(workdir, benchmark=benchmark, sources=sources, real=real, also=also, sidecar=sidecar,
+                              replay=replay, params=params, git=git, bench=bench, real_counts=real_counts,
+                              src_counts=src_counts, recipe_name=recipe_name)
+    except BaseException:
+        # nothing half-written stays behind: the folder is emptied (and removed if init made it)
+        for child in list(workdir.iterdir()):
+            shutil.rmtree(child) if child.is_dir() and not child.is_symlink() else child.unlink()
+        if created:
+            workdir.rmdir()
+        raise
+
+
+def _write_project(workdir: Path, *, benchmark, sources, real, also, sidecar, replay, params, git, bench,
+                   real_counts, src_counts, recipe_name) -> dict[str, Any]:
+    """Copy the checked inputs into ``workdir`` and write its params, dvc.yaml and git/DVC state."""
     _copy_tree(Path(benchmark), workdir / BENCHMARK_DIR)
     _copy_tree(Path(sources), workdir / SOURCES_FILE)
     tracked = [BENCHMARK_DIR, SOURCES_FILE]
@@ -640,3 +671,49 @@ def plot_audit(audit: Mapping[str, Any], path: Path) -> None:
 
 def json_dumps(obj: Any) -> str:
     return json.dumps(obj, indent=1, sort_keys=True, ensure_ascii=False)
+
+
+def _check_workdir_apart(workdir: Path, inputs: list) -> None:
+    """Refuse a WORKDIR inside an input folder (copying it into itself) or an input inside
+    WORKDIR, before anything is written."""
+    wd = Path(workdir).resolve()
+    for inp in inputs:
+        if inp is None:
+            continue
+        src = Path(inp).resolve()
+        if wd == src or wd.is_relative_to(src) or src.is_relative_to(wd):
+            raise RecipematchError(f"WORKDIR {workdir} and the input {inp} overlap: give a folder outside every input")
+
+
+def _check_base_url(url: str) -> None:
+    """An http(s) URL with a host and no user:password part (a credential never lands in params)."""
+    from urllib.parse import urlsplit
+
+    u = urlsplit(url)
+    if u.scheme not in ("http", "https") or not u.hostname:
+        raise RecipematchError(f"--base-url {url!r}: give an http(s) URL with a host, e.g. http://127.0.0.1:8000/v1")
+    if u.username or u.password:
+        raise RecipematchError("--base-url carries a user:password part: put the key in an environment variable "
+                               "and name it with --api-key-env (the URL is written to params.yaml)")
+
+
+def _check_replay_rows(replay: Path, sources: Path) -> None:
+    """Every released row replayed must name a source of the pool (the recordings are keyed by
+    source id); a file that is not JSON lines is named with its line."""
+    from recipematch.io import read_jsonl_strict
+    from recipematch.pipeline.inputs import RELEASE_FILES
+
+    pool = set()
+    for line in Path(sources).read_text(encoding="utf-8").splitlines():
+        if line.strip():
+            rec = json.loads(line)
+            pool.add(str(rec.get("id", rec.get("_id"))))
+    for fname in RELEASE_FILES.values():
+        rows = read_jsonl_strict(replay / fname)
+        ids = [str(r.get("source_id")) if isinstance(r, dict) else None for r in rows]
+        if not rows:
+            raise RecipematchError(f"--replay {replay / fname}: no released rows")
+        unknown = [i for i in ids if i not in pool]
+        if unknown:
+            raise RecipematchError(f"--replay {replay / fname}: {len(unknown)} of {len(ids)} rows name a source id "
+                                   f"not in --sources (first: {unknown[0]!r}); replay needs the rows of this pool")

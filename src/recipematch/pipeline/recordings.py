@@ -4,6 +4,7 @@ D4 rows (paper Section 3): the embedded default's LLM answers, no text invented.
 from __future__ import annotations
 
 from recipematch.io import read_jsonl_strict, write_json, write_jsonl
+from recipematch.errors import RecipematchError
 from recipematch.pipeline.door import Layout, stage, write_run_record
 from recipematch.pipeline.inputs import RELEASE_FILES, corpus_rows
 from recipematch.rules import negatives_for_prompt
@@ -20,8 +21,11 @@ def run(p, lay: Layout) -> dict:
     records, counts = [], {}
     for prompt, fname in sorted(RELEASE_FILES.items()):
         rows = read_jsonl_strict(lay.release / fname)
-        recs = build_recordings(rows, texts, prompt, n_pos=cfg.n_pos, n_neg=negatives_for_prompt(prompt, cfg.n_neg),
-                                model_id=cfg.model_id, judge_model_id=cfg.judge_model_id)
+        try:
+            recs = build_recordings(rows, texts, prompt, n_pos=cfg.n_pos, n_neg=negatives_for_prompt(prompt, cfg.n_neg),
+                                    model_id=cfg.model_id, judge_model_id=cfg.judge_model_id)
+        except ValueError as e:  # a release row that does not fit this corpus: name the file
+            raise RecipematchError(f"{lay.release / fname}: {e}") from None
         records.extend(recs)
         counts[prompt] = {"release_rows": len(rows), "recordings": len(recs)}
     write_jsonl(lay.recordings / "recordings.jsonl", records)
