@@ -3,8 +3,8 @@ D4 rows (paper Section 3): the embedded default's LLM answers, no text invented.
 
 from __future__ import annotations
 
-from recipematch.io import read_jsonl_strict, write_json, write_jsonl
 from recipematch.errors import RecipematchError
+from recipematch.io import read_jsonl_strict, write_json, write_jsonl
 from recipematch.pipeline.door import Layout, stage, write_run_record
 from recipematch.pipeline.inputs import RELEASE_FILES, corpus_rows
 from recipematch.rules import negatives_for_prompt
