@@ -12,7 +12,7 @@ paper's corpus size (run by hand; issue "paper scale", item 5; not a test).
    ``recipematch.engine`` when the branch has one; otherwise the bench says so.
 3. **Memory.** Exact dense search (:func:`recipematch.retrieval.dense.rank_of_gold`, queries
    in blocks) over ``--docs`` x ``--dim`` synthetic unit float32 embeddings in a fresh child
-   process; prints the child's peak RSS (``resource.getrusage``: the whole process, the
+   process; prints the child's peak RSS (``VmHWM``: the whole process, the
    embeddings included) and the Python-heap peak during the search (``tracemalloc``: numpy
    buffers; torch's own allocator is not traced, the RSS covers it), and whether the peak stays under ``--rss-limit-gb``.
 
@@ -63,20 +63,32 @@ def memory_child(n_docs: int, dim: int, n_queries: int, seed: int) -> dict:
     doc_ids = [f"d{i}" for i in range(n_docs)]
     query_ids = [f"q{i}" for i in range(n_queries)]
     qrels = {f"q{i}": {f"d{g}": 1} for i, g in enumerate(gold_idx)}
-    rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    rss_before = _peak_rss_bytes()
     tracemalloc.reset_peak()
     t0 = time.perf_counter()
     ranks = rank_of_gold(q, docs, query_ids, doc_ids, qrels, self_mask=True)
     secs = time.perf_counter() - t0
     _, py_peak = tracemalloc.get_traced_memory()
     tracemalloc.stop()
-    # ru_maxrss is KiB on Linux
-    rss_peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    rss_peak = _peak_rss_bytes()
     return {"n_docs": n_docs, "dim": dim, "n_queries": n_queries,
             "chunk_queries": default_chunk_size(n_docs), "embeddings_bytes": int(docs.nbytes),
             "peak_rss_bytes": int(rss_peak), "peak_rss_before_search_bytes": int(rss_before),
             "tracemalloc_peak_bytes": int(py_peak),
             "search_seconds": round(secs, 3), "ranks_all_zero": bool((ranks == 0).all())}
+
+
+def _peak_rss_bytes() -> int:
+    """This process's peak resident set in bytes: ``VmHWM`` of /proc/self/status (Linux resets
+    it at exec; ``ru_maxrss`` keeps the peak of the process that forked this one), else
+    ``ru_maxrss`` (KiB on Linux)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
 def memory_check(n_docs: int, dim: int, n_queries: int, seed: int = 0, timeout: float = 600) -> dict:

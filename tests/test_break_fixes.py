@@ -44,7 +44,7 @@ def test_missing_upstream_file_is_one_line_naming_it(tmp_path, repo_root):
     r = subprocess.run([sys.executable, "-m", "recipematch", "corpus", "--root", str(tmp_path)],
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 2 and "Traceback" not in r.stderr
-    assert "data/peer_release/corpus.jsonl does not exist: fetch the raw inputs with `dvc pull data.dvc`" in r.stderr
+    assert "data/peer_release/corpus.jsonl does not exist (fetch the raw inputs with `dvc pull data.dvc`" in r.stderr
     r = subprocess.run([sys.executable, "-m", "recipematch", "gates", "--root", str(tmp_path)],
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 2 and "corpus.parquet does not exist: run the stage that writes it first" in r.stderr
