@@ -502,3 +502,25 @@ def test_a_failure_while_writing_leaves_no_half_written_project(tmp_path):
     with pytest.raises(RecipematchError):
         _init(tmp_path, inp, tmp_path / "wd", recipe=str(tmp_path / "r" / "mine.prompt.yaml"))
     assert not (tmp_path / "wd").exists()
+
+
+def test_a_boolean_source_id_is_refused_as_the_corpus_stage_would(tmp_path):
+    inp = write_inputs(tmp_path)
+    with open(inp["sources"], "a") as f:
+        f.write(json.dumps({"id": True, "text": "Prove that 2 + 2 = 4."}) + "\n")
+    with pytest.raises(RecipematchError, match="needs an 'id'"):
+        _init(tmp_path, inp, tmp_path / "wd")
+
+
+def test_an_also_name_given_twice_is_refused(tmp_path):
+    from click.testing import CliRunner
+
+    from recipematch.cli import main as cli
+
+    inp = write_inputs(tmp_path)
+    r = CliRunner().invoke(cli, ["audit", "init", str(tmp_path / "wd"), "--benchmark", str(inp["benchmark"]),
+                                 "--recipe", "d1_recipe", "--sources", str(inp["sources"]), "--base-url",
+                                 "http://127.0.0.1:9/v1", "--model", MODEL, "--template", str(inp["template"]),
+                                 "--also", f"d={inp['real']}", "--also", f"d={inp['benchmark']}"])
+    assert r.exit_code != 0 and "given twice" in r.output
+    assert not (tmp_path / "wd").exists()

@@ -158,7 +158,7 @@ def check_sources(path: Path, benchmark: Path, *, rows: int, dev_fraction: float
     for i, rec in enumerate(read_jsonl_strict(path), 1):
         sid = rec.get("id", rec.get("_id")) if isinstance(rec, dict) else None
         text = rec.get("text") if isinstance(rec, dict) else None
-        if not isinstance(sid, (str, int)) or str(sid) == "":
+        if isinstance(sid, bool) or not isinstance(sid, (str, int)) or str(sid) == "":  # as the corpus stage reads ids
             raise RecipematchError(f"{path}:{i}: each line needs an 'id' (or '_id')")
         if not isinstance(text, str) or not text.strip():
             raise RecipematchError(f"{path}:{i}: source {sid!r} has no 'text'")

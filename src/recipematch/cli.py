@@ -154,6 +154,8 @@ def audit_init(workdir: Path, benchmark: Path, recipe: str, sources: Path, base_
         folder, _, rule = rest.rpartition(":")
         if rule not in ("plain", "crosslingual_strict", "samelang"):
             folder, rule = rest, "plain"
+        if name in extra:
+            raise click.BadParameter(f"{name!r} is given twice", param_hint="--also")
         extra[name] = (Path(folder), rule)
     out = run_guarded(lambda: init_audit(workdir, benchmark=benchmark, recipe=recipe, sources=sources,
                                          control=control, base_url=base_url, model=model, api_key_env=api_key_env,
