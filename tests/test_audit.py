@@ -359,12 +359,17 @@ def test_unknown_qrels_id_is_refused(tmp_path):
     assert not (tmp_path / "wd").exists()
 
 
+def _write_sidecar(root: Path, user: str, slots: list[str]) -> None:
+    """A user's recipe prompt: ``mine.user.txt`` and its sidecar ``mine.prompt.yaml``."""
+    (root / "mine.user.txt").write_text(user)
+    (root / "mine.prompt.yaml").write_text(yaml.safe_dump({
+        "user": "mine.user.txt", "slots": slots,
+        "answer": {"positives": {"key": "variants"}, "near_misses": {"key": "misses"}}}))
+
+
 def test_recipe_prompt_without_a_needed_slot_is_refused(tmp_path):
     inp = write_inputs(tmp_path)
-    (tmp_path / "mine.user.txt").write_text("Rewrite it, {n_pos} times.\n")
-    (tmp_path / "mine.prompt.yaml").write_text(yaml.safe_dump({
-        "user": "mine.user.txt", "slots": ["n_pos"],
-        "answer": {"positives": {"key": "variants"}, "near_misses": {"key": "misses"}}}))
+    _write_sidecar(tmp_path, "Rewrite it, {n_pos} times.\n", ["n_pos"])
     with pytest.raises(RecipematchError, match=r"needs slot\(s\) \['problem'\]"):
         init_audit(tmp_path / "wd", benchmark=inp["benchmark"], recipe=str(tmp_path / "mine.prompt.yaml"),
                    sources=inp["sources"], base_url="http://127.0.0.1:9/v1", model=MODEL, template=inp["template"],
@@ -373,10 +378,7 @@ def test_recipe_prompt_without_a_needed_slot_is_refused(tmp_path):
 
 def test_a_custom_recipe_is_copied_and_named_in_params(tmp_path):
     inp = write_inputs(tmp_path)
-    (tmp_path / "mine.user.txt").write_text("Rewrite:\n{problem}\n")
-    (tmp_path / "mine.prompt.yaml").write_text(yaml.safe_dump({
-        "user": "mine.user.txt", "slots": ["problem"],
-        "answer": {"positives": {"key": "variants"}, "near_misses": {"key": "misses"}}}))
+    _write_sidecar(tmp_path, "Rewrite:\n{problem}\n", ["problem"])
     init_audit(tmp_path / "wd", benchmark=inp["benchmark"], recipe=str(tmp_path / "mine.prompt.yaml"),
                sources=inp["sources"], base_url="http://127.0.0.1:9/v1", model=MODEL, template=inp["template"],
                git=False)

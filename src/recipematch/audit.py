@@ -132,6 +132,31 @@ def _benchmark_texts_and_ids(folder: Path) -> tuple[set[str], set[str]]:
     return texts, ids
 
 
+def read_sources(path: Path) -> dict[str, str]:
+    """The organic pool as ``{id: text}`` in file order (JSONL, ``id`` or ``_id`` and ``text``
+    per line; ids read as the corpus stage reads them).
+
+    Raises:
+        RecipematchError: a line that is not a JSON object with a non-empty id and text
+            (file:line), or a repeated id.
+    """
+    from recipematch.io import read_jsonl_strict
+
+    out: dict[str, str] = {}
+    for i, rec in enumerate(read_jsonl_strict(path), 1):
+        sid = rec.get("id", rec.get("_id")) if isinstance(rec, dict) else None
+        text = rec.get("text") if isinstance(rec, dict) else None
+        if isinstance(sid, bool) or not isinstance(sid, (str, int)) or str(sid) == "":
+            raise RecipematchError(f"{path}:{i}: each line needs an 'id' (or '_id')")
+        if not isinstance(text, str) or not text.strip():
+            raise RecipematchError(f"{path}:{i}: source {sid!r} has no 'text'")
+        sid = str(sid)
+        if sid in out:
+            raise RecipematchError(f"{path}:{i}: source id {sid!r} appears twice")
+        out[sid] = text
+    return out
+
+
 def check_sources(path: Path, benchmark: Path, *, rows: int, dev_fraction: float) -> dict[str, int]:
     """Check the organic pool (JSONL, ``id`` or ``_id`` and ``text`` per line) against the
     benchmark and the budget.
@@ -150,24 +175,10 @@ def check_sources(path: Path, benchmark: Path, *, rows: int, dev_fraction: float
             (file:line), a repeated id, or too few sources left for the budget.
     """
     from recipematch.gates import norm_v2 as normalize_v2
-    from recipematch.io import read_jsonl_strict
 
     texts, ids = _benchmark_texts_and_ids(benchmark)
-    seen: set[str] = set()
-    overlap = 0
-    for i, rec in enumerate(read_jsonl_strict(path), 1):
-        sid = rec.get("id", rec.get("_id")) if isinstance(rec, dict) else None
-        text = rec.get("text") if isinstance(rec, dict) else None
-        if isinstance(sid, bool) or not isinstance(sid, (str, int)) or str(sid) == "":  # as the corpus stage reads ids
-            raise RecipematchError(f"{path}:{i}: each line needs an 'id' (or '_id')")
-        if not isinstance(text, str) or not text.strip():
-            raise RecipematchError(f"{path}:{i}: source {sid!r} has no 'text'")
-        sid = str(sid)
-        if sid in seen:
-            raise RecipematchError(f"{path}:{i}: source id {sid!r} appears twice")
-        seen.add(sid)
-        if sid in ids or normalize_v2(text) in texts:
-            overlap += 1
+    seen = read_sources(path)
+    overlap = sum(1 for sid, text in seen.items() if sid in ids or normalize_v2(text) in texts)
     remaining = len(seen) - overlap
     need = int(rows / (1.0 - dev_fraction)) + 1
     if remaining < need:
@@ -703,11 +714,7 @@ def _check_replay_rows(replay: Path, sources: Path) -> None:
     from recipematch.io import read_jsonl_strict
     from recipematch.pipeline.inputs import RELEASE_FILES
 
-    pool = set()
-    for line in Path(sources).read_text(encoding="utf-8").splitlines():
-        if line.strip():
-            rec = json.loads(line)
-            pool.add(str(rec.get("id", rec.get("_id"))))
+    pool = read_sources(sources)  # already checked by check_sources: one reader of the pool
     for fname in RELEASE_FILES.values():
         rows = read_jsonl_strict(replay / fname)
         ids = [str(r.get("source_id")) if isinstance(r, dict) else None for r in rows]
