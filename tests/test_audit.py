@@ -526,3 +526,30 @@ def test_an_also_name_given_twice_is_refused(tmp_path):
                                  "--also", f"d={inp['real']}", "--also", f"d={inp['benchmark']}"])
     assert r.exit_code != 0 and "given twice" in r.output
     assert not (tmp_path / "wd").exists()
+
+
+def test_a_real_set_that_is_the_benchmark_is_refused(tmp_path):
+    inp = write_inputs(tmp_path)
+    shutil.copytree(inp["benchmark"], tmp_path / "bench-copy")
+    for real in (inp["benchmark"], tmp_path / "bench-copy"):
+        with pytest.raises(RecipematchError, match="same queries and golds as --benchmark"):
+            _init(tmp_path, inp, tmp_path / "wd", real=real)
+        assert not (tmp_path / "wd").exists()
+
+
+@pytest.mark.parametrize("bad", ["s\t1", "s\n1", "s\r1"])
+def test_a_source_id_with_a_tab_or_line_break_is_refused(tmp_path, bad):
+    inp = write_inputs(tmp_path)
+    with open(inp["sources"], "a") as f:
+        f.write(json.dumps({"id": bad, "text": "a source whose id would split a tab-separated row"}) + "\n")
+    with pytest.raises(RecipematchError, match=r"sources.jsonl:44: source id .* holds a"):
+        _init(tmp_path, inp, tmp_path / "wd")
+    assert not (tmp_path / "wd").exists()
+
+
+def test_a_benchmark_id_with_a_tab_is_refused_with_its_line(tmp_path):
+    inp = write_inputs(tmp_path)
+    with open(inp["benchmark"] / "corpus.jsonl", "a") as f:
+        f.write(json.dumps({"_id": "x\ty", "title": "", "text": "a document"}) + "\n")
+    with pytest.raises(RecipematchError, match=r"corpus.jsonl:\d+: _id 'x\\ty' holds a tab"):
+        _init(tmp_path, inp, tmp_path / "wd")

@@ -148,3 +148,15 @@ def test_params_medium_is_the_default_with_every_usable_row_and_four_seeds(repo_
         medium[key] = {k: v for k, v in medium[key].items() if k not in ("rows", "n_seeds")}
         default[key] = {k: v for k, v in default[key].items() if k not in ("rows", "n_seeds")}
     assert medium == default
+
+
+def test_a_yaml_syntax_error_is_one_line_with_its_position(tmp_path):
+    from recipematch.config import load_yaml
+
+    p = tmp_path / "params.yaml"
+    p.write_text("seed: 42\narms: [recipe\ncontrasts: []\n")
+    with pytest.raises(RecipematchError) as e:
+        load_yaml(p)
+    msg = str(e.value)
+    assert "\n" not in msg
+    assert msg.startswith(f"{p}:3:10: not valid YAML: ")

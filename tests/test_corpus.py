@@ -70,3 +70,14 @@ def test_bom_invalid_utf8_surrogates_and_odd_ids(tmp_path):
 
     write_json(tmp_path / "m.json", {"a": 1})
     assert stat.S_IMODE(os.stat(tmp_path / "m.json").st_mode) == 0o644
+
+
+def test_an_id_with_a_tab_becomes_a_counted_failure(tmp_path):
+    from recipematch.corpus import load_beir_corpus
+
+    path = tmp_path / "corpus.jsonl"
+    path.write_text('{"_id": "a\\tb", "text": "x + 1 = 2"}\n{"_id": "c", "text": "y = 3"}\n')
+    load = load_beir_corpus(path)
+    assert list(load.table["doc_id"]) == ["c"]
+    assert [f["reason"].split(":")[0] for f in load.failures] == ["bad_id"]
+    assert "holds a tab" in load.failures[0]["reason"]

@@ -99,7 +99,7 @@ def test_positives_only_prompt_without_system_file(tmp_path: Path) -> None:
         (SIDECAR.replace("user: exam.user.txt", "user: nowhere.txt"), USER, "nowhere.txt, which does not exist"),
         (SIDECAR + "temperature: 0.2\n", USER, r"unknown key\(s\) \['temperature'\]"),
         ("- just a list\n", USER, "must hold a mapping"),
-        (SIDECAR.replace("slots:", "slots: [\n"), USER, "not a readable YAML"),
+        (SIDECAR.replace("slots:", "slots: [\n"), USER, "not valid YAML"),
     ],
 )
 def test_missing_slot_or_schema_is_a_clear_error(tmp_path: Path, sidecar: str, user: str, message: str) -> None:

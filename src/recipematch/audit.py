@@ -140,7 +140,7 @@ def read_sources(path: Path) -> dict[str, str]:
         RecipematchError: a line that is not a JSON object with a non-empty id and text
             (file:line), or a repeated id.
     """
-    from recipematch.io import read_jsonl_strict
+    from recipematch.io import id_problem, read_jsonl_strict
 
     out: dict[str, str] = {}
     for i, rec in enumerate(read_jsonl_strict(path), 1):
@@ -151,6 +151,8 @@ def read_sources(path: Path) -> dict[str, str]:
         if not isinstance(text, str) or not text.strip():
             raise RecipematchError(f"{path}:{i}: source {sid!r} has no 'text'")
         sid = str(sid)
+        if why := id_problem(sid):
+            raise RecipematchError(f"{path}:{i}: source id {sid!r} {why}")
         if sid in out:
             raise RecipematchError(f"{path}:{i}: source id {sid!r} appears twice")
         out[sid] = text
@@ -472,6 +474,8 @@ def init_audit(workdir: Path, *, benchmark: Path, recipe: str, sources: Path, co
     tpl = template_params(template or default_template())
     bench = check_benchmark(Path(benchmark))
     real_counts = check_benchmark(Path(real), name="real") if real is not None else None
+    if real is not None:
+        _check_real_apart(Path(real), Path(benchmark))
     also = dict(also or {})
     for name, (folder, rule) in also.items():
         if name in ("benchmark", "real"):
@@ -694,6 +698,21 @@ def _check_workdir_apart(workdir: Path, inputs: list) -> None:
         src = Path(inp).resolve()
         if wd == src or wd.is_relative_to(src) or src.is_relative_to(wd):
             raise RecipematchError(f"WORKDIR {workdir} and the input {inp} overlap: give a folder outside every input")
+
+
+def _check_real_apart(real: Path, benchmark: Path) -> None:
+    """The generator-free set must not be the benchmark itself (same scored queries and
+    golds): the difference in differences would then be zero by construction."""
+    from recipematch.benchmarks_data import load_set
+
+    def key(folder: Path, name: str) -> tuple:
+        b = load_set(folder, "plain", name=name)
+        return tuple((b.queries[q], tuple(sorted(d for d, s in b.qrels.get(q, {}).items() if s > 0)))
+                     for q in b.query_ids)
+
+    if real.resolve() == benchmark.resolve() or key(real, "real") == key(benchmark, "benchmark"):
+        raise RecipematchError(f"--real {real} holds the same queries and golds as --benchmark {benchmark}: give a "
+                               "generator-free set (real duplicates, human-written pairs), or leave --real out")
 
 
 def _check_base_url(url: str) -> None:

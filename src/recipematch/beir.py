@@ -37,7 +37,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from recipematch.io import FormatError, iter_jsonl_strict, iter_tsv, sha256_texts
+from recipematch.io import FormatError, id_problem, iter_jsonl_strict, iter_tsv, sha256_texts
 
 __all__ = [
     "BeirFormatError",
@@ -141,6 +141,8 @@ def _read_jsonl(path: Path, required: tuple[str, ...], typed: dict[str, type] | 
                         f"{path}:{lineno}: field {key!r} must be a {'string' if want is str else want.__name__}, got "
                         f"{type(obj[key]).__name__}"
                     )
+            if isinstance(obj.get("_id"), str) and (why := id_problem(obj["_id"])):
+                raise BeirFormatError(f"{path}:{lineno}: _id {obj['_id']!r} {why}")
             rows.append((lineno, obj))
     except BeirFormatError:
         raise

@@ -87,10 +87,13 @@ def params_cmd(check_path: Path | None) -> None:
 @click.option("--train-examples-per-s", type=float, default=None, help="Training rate to use (examples/s).")
 @click.option("--encode-texts-per-s", type=float, default=None, help="Encoding rate to use (texts/s).")
 @click.option("--llm-calls-per-s", type=float, default=None, help="LLM server rate to use (calls/s).")
+@click.option("--require-inputs", is_flag=True,
+              help="Exit 1 when an input (data, model, LLM server, key variable, Ray head) is not ready.")
 def plan_cmd(params_path: Path, root: Path, as_json: bool, train_examples_per_s: float | None,
-             encode_texts_per_s: float | None, llm_calls_per_s: float | None) -> None:
+             encode_texts_per_s: float | None, llm_calls_per_s: float | None, require_inputs: bool) -> None:
     """What the params will cost: rows, examples, steps per (arm, seed), documents to encode,
-    LLM calls still to make, hours from measured throughputs. Runs nothing."""
+    LLM calls still to make, hours from measured throughputs, and whether every outside input
+    (data paths, base model, LLM servers and key variables, Ray head) is ready. Runs nothing."""
     import json
 
     from recipematch.pipeline.door import check_params_file, run_guarded
@@ -103,6 +106,10 @@ def plan_cmd(params_path: Path, root: Path, as_json: bool, train_examples_per_s:
 
     plan = run_guarded(go, debug=False)
     click.echo(json.dumps(plan, indent=1, sort_keys=True) if as_json else format_plan(plan))
+    not_ready = [i["input"] for i in plan["inputs"] if i["status"] != "ok"]
+    if require_inputs and not_ready:
+        click.echo(f"recipematch: not ready: {', '.join(not_ready)}", err=True)
+        raise SystemExit(1)
 
 
 @main.group("audit")

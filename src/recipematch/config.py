@@ -73,6 +73,20 @@ _Loader.add_implicit_resolver("tag:yaml.org,2002:float", _FLOAT_12, list("-+0123
 _Loader.add_constructor("tag:yaml.org,2002:int", _Loader.construct_yaml_int)
 
 
+def yaml_error_line(path: str | Path, err: Exception) -> str:
+    """One line for a YAML syntax error: ``FILE:LINE:COLUMN: not valid YAML: PROBLEM (CONTEXT)``
+    (PyYAML's own message spans several lines and quotes the text back).
+
+    Returns:
+        the message; line and column are 1-based, left out when PyYAML gives no position.
+    """
+    mark = getattr(err, "problem_mark", None)
+    where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark is not None else f"{path}"
+    problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+    context = getattr(err, "context", None)
+    return f"{where}: not valid YAML: {problem}" + (f" ({context})" if context else "")
+
+
 def load_yaml(path: str | Path) -> dict[str, Any]:
     """Read a YAML mapping with YAML 1.2 scalars (see module docstring).
 
@@ -88,7 +102,7 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
     except UnicodeDecodeError as e:
         raise RecipematchError(f"{path}: not UTF-8 text ({e.reason} at byte {e.start})") from None
     except yaml.YAMLError as e:
-        raise RecipematchError(f"{path}: not valid YAML: {e}") from None
+        raise RecipematchError(yaml_error_line(path, e)) from None
     if not isinstance(data, dict):
         raise RecipematchError(f"{path}: top level must be a mapping, got {type(data).__name__}")
     return data

@@ -30,7 +30,7 @@ from typing import Any
 import pandas as pd
 
 from recipematch.errors import RecipematchError
-from recipematch.io import BadLine, canonical_json, iter_jsonl, sha256_text
+from recipematch.io import BadLine, canonical_json, id_problem, iter_jsonl, sha256_text
 
 CORPUS_COLUMNS = ["doc_id", "title", "text", "language", "domain", "text_sha256"]
 
@@ -80,6 +80,9 @@ def _build(records: Iterable[tuple[int, Any]], *, id_key: str, text_key: str, ti
                              "reason": f"bad_id: '{id_key}' is {type(raw_id).__name__}, not a string or integer"})
             continue
         doc_id = str(raw_id).strip()
+        if why := id_problem(doc_id):
+            failures.append({"doc_id": None, "line_no": line_no, "reason": f"bad_id: '{id_key}' {doc_id!r} {why}"})
+            continue
         text = rec.get(text_key)
         if not isinstance(text, str):
             failures.append({"doc_id": doc_id, "line_no": line_no, "reason": f"bad_text: '{text_key}' is {type(text).__name__}, not a string"})

@@ -264,3 +264,22 @@ def iter_tsv(path: str | os.PathLike[str]) -> Iterator[tuple[int, list[str]]]:
         if not line.strip():
             continue
         yield i, line.split("\t")
+
+
+#: characters an id may not hold: qrels, exclusion lists and rank files are tab-separated,
+#: one record a line, so an id with a tab or a line break would split its row
+ID_FORBIDDEN = {"\t": "a tab", "\n": "a line break", "\r": "a carriage return", "\x00": "a NUL byte"}
+
+
+def id_problem(value: str) -> str | None:
+    """Why ``value`` cannot be a document, query or source id, or None when it can.
+
+    Returns:
+        ``None`` for a usable id; otherwise a short reason (``"holds a tab"``, ``"is empty"``).
+    """
+    if not value.strip():
+        return "is empty"
+    for ch, name in ID_FORBIDDEN.items():
+        if ch in value:
+            return f"holds {name} (ids are written to tab-separated, one-row-a-line files)"
+    return None

@@ -14,7 +14,14 @@ documents):
 * **LLM calls still to make**, per prompt: generation requests whose key the call store
   (``artifacts/llm/<prompt>/calls.jsonl``) does not hold yet, and an upper bound on judge
   calls (one per candidate asked for);
-* **hours**, from measured throughputs (:data:`THROUGHPUTS`, or the rates passed in).
+* **hours**, from measured throughputs (:data:`THROUGHPUTS`, or the rates passed in);
+* **inputs**, what the stages will need from outside the pipeline, each checked now: the
+  organic source (``data.path``) and MathNet-Retrieve (``data.retrieve``), evaluation folders
+  that no stage builds, the base model (resolved as the stages resolve it, nothing
+  downloads), the LLM servers (one TCP connection each, at most ``engine.connect_timeout_s``)
+  and their API-key variables (set or not; the key itself is never read out), and the Ray
+  head (``engine.address``). The params schema (``recipematch params --check``) checks values
+  only; this is where a path or an address that will fail at run time shows up first.
 
 Counts are exact where the stage outputs they depend on exist (``artifacts/``, ``metrics/``);
 otherwise they are estimates and say so (``basis``).
@@ -292,7 +299,80 @@ def build_plan(p, root: Path, *, train_examples_per_s: float | None = None,
                 "hours": None if not llm_calls_per_s or total_calls is None else total_calls / llm_calls_per_s / 3600},
     }
     return {"data": data, "training": train, "evaluations": evals, "llm": llm, "hours": hours,
-            "devices": {"train": p.train.device, "evaluate": p.evaluate.device}}
+            "devices": {"train": p.train.device, "evaluate": p.evaluate.device}, "inputs": inputs_plan(p, root)}
+
+
+def _probe_url(url: str, timeout_s: float) -> tuple[str, str]:
+    """``(status, detail)`` for an http(s) server URL: one TCP connection to its host and port."""
+    import socket
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(url)
+        host, port = parts.hostname, parts.port or (443 if parts.scheme == "https" else 80)
+    except ValueError as e:
+        return "bad", f"not a URL ({e})"
+    if parts.scheme not in ("http", "https") or not host:
+        return "bad", "not an http(s) URL with a host"
+    try:
+        with socket.create_connection((host, port), timeout=timeout_s):
+            return "ok", f"{host}:{port} answers"
+    except OSError as e:
+        return "missing", f"{host}:{port}: {e.strerror or e} (start the server, or fix the URL)"
+
+
+def inputs_plan(p, root: Path) -> list[dict[str, str]]:
+    """Every input the stages read from outside the pipeline, checked now (module docstring).
+
+    Returns:
+        one ``{"input", "value", "status", "detail"}`` per input; ``status`` is ``ok``,
+        ``missing`` (absent or not answering), ``bad`` (malformed) or ``unset`` (a key
+        variable that the environment lacks).
+    """
+    import os
+
+    from recipematch.engine import EngineError, check_address
+    from recipematch.pipeline.models import resolve_model
+
+    out: list[dict[str, str]] = []
+
+    def add(key: str, value: str, status: str, detail: str = "") -> None:
+        out.append({"input": key, "value": value, "status": status, "detail": detail})
+
+    def path(key: str, value: str, what: str) -> None:
+        exists = (root / value).exists()
+        add(key, value, "ok" if exists else "missing", what if exists else f"{what}: not found under {root}")
+
+    path("data.path", p.data.path, f"{p.data.source} source")
+    if p.data.retrieve:
+        path("data.retrieve", p.data.retrieve, "MathNet-Retrieve tiers")
+    for name, ev in p.evaluations.items():
+        if not ev.folder.startswith("artifacts/"):  # artifacts/ folders are built by the evalsets stage
+            path(f"evaluations.{name}.folder", ev.folder, "BEIR folder")
+    try:
+        add("train.model", p.train.model, "ok", resolve_model(p.train.model))
+    except RecipematchError as e:
+        add("train.model", p.train.model, "missing", str(e))
+    servers = []
+    if p.llm.backend == "openai":
+        servers += [("llm.base_url", p.llm.base_url, "llm.api_key_env", p.llm.api_key_env)]
+        if p.llm.judge_base_url:
+            servers += [("llm.judge_base_url", p.llm.judge_base_url, "llm.judge_api_key_env",
+                         p.llm.judge_api_key_env)]
+    if p.judge2.enabled and p.judge2.backend == "openai":
+        servers += [("judge2.base_url", p.judge2.base_url, "judge2.api_key_env", p.judge2.api_key_env)]
+    for key, url, key_env_key, key_env in servers:
+        add(key, url, *(_probe_url(url, p.engine.connect_timeout_s) if url else ("missing", "no URL set")))
+        if key_env:
+            add(key_env_key, key_env, "ok" if os.environ.get(key_env) else "unset",
+                "set" if os.environ.get(key_env) else "the variable is not set in this environment")
+    if p.engine.kind == "ray" and p.engine.address:
+        try:
+            check_address(p.engine.address, p.engine.connect_timeout_s)
+            add("engine.address", p.engine.address, "ok", "the Ray head answers")
+        except EngineError as e:
+            add("engine.address", p.engine.address, "missing", str(e))
+    return out
 
 
 def _n(v) -> str:
@@ -335,4 +415,8 @@ def format_plan(plan: dict[str, Any]) -> str:
               f"  encoding on {dev['evaluate']}: {_n(h['encode']['texts'])} texts -> {hrs(h['encode'])} "
               f"[{h['encode']['basis']}]",
               f"  LLM: at most {_n(h['llm']['calls_at_most'])} calls -> {hrs(h['llm'])} [{h['llm']['basis']}]"]
+    bad = [i for i in plan["inputs"] if i["status"] != "ok"]
+    lines += ["", f"inputs ({len(plan['inputs']) - len(bad)} of {len(plan['inputs'])} ready):"]
+    for i in plan["inputs"]:
+        lines.append(f"  [{i['status']}] {i['input']} = {i['value']}" + (f": {i['detail']}" if i["detail"] else ""))
     return "\n".join(lines)

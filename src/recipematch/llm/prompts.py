@@ -442,8 +442,12 @@ def load_custom_prompt(sidecar: str | Path) -> CustomPrompt:
         raise RecipematchError(f"prompt sidecar {sidecar} does not exist")
     try:
         spec = yaml.safe_load(sidecar.read_bytes().decode("utf-8"))
-    except (UnicodeDecodeError, yaml.YAMLError) as e:
-        raise RecipematchError(f"{sidecar}: not a readable YAML/JSON file: {e}"[:400]) from None
+    except UnicodeDecodeError as e:
+        raise RecipematchError(f"{sidecar}: not UTF-8 text ({e.reason} at byte {e.start})") from None
+    except yaml.YAMLError as e:
+        from recipematch.config import yaml_error_line
+
+        raise RecipematchError(yaml_error_line(sidecar, e)) from None
     if not isinstance(spec, Mapping):
         raise RecipematchError(f"{sidecar}: must hold a mapping (keys {sorted(_SIDECAR_KEYS)})")
     unknown = sorted(set(spec) - _SIDECAR_KEYS)
