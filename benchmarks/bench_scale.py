@@ -8,8 +8,10 @@ paper's corpus size (run by hand; issue "paper scale", item 5; not a test).
    and its growth exponent: the slope of log(time) against log(rows) (``numpy.polyfit``),
    1.0 = linear, 0.0 = flat. The training and encoding throughputs it measured are printed
    too (they feed the table in :mod:`recipematch.plan`).
-2. **Workers axis.** (arm, seed) fan-out over 1 and 2 workers runs through the engine hook
-   ``recipematch.engine`` when the branch has one; otherwise the bench says so.
+2. **Workers axis.** The train and evaluate stages of the arm at ``--workers-rows`` rows and
+   ``--workers-seeds`` seeds, the (arm, seed) units run one after another in the stage's
+   process, then as Ray tasks (:mod:`recipematch.engine`) on 1 and on 2 workers of one
+   thread each; prints each stage's wall time and the speed-up of 2 workers over 1.
 3. **Memory.** Exact dense search (:func:`recipematch.retrieval.dense.rank_of_gold`, queries
    in blocks) over ``--docs`` x ``--dim`` synthetic unit float32 embeddings in a fresh child
    process; prints the child's peak RSS (``VmHWM``: the whole process, the
@@ -17,6 +19,7 @@ paper's corpus size (run by hand; issue "paper scale", item 5; not a test).
    buffers; torch's own allocator is not traced, the RSS covers it), and whether the peak stays under ``--rss-limit-gb``.
 
     OMP_NUM_THREADS=1 python benchmarks/bench_scale.py --root /path/to/project --rows 40,120,240
+    python benchmarks/bench_scale.py --root . --skip-rows --skip-memory --workers-rows 120 --workers-seeds 2
     python benchmarks/bench_scale.py --memory-only --docs 117088 --dim 1024 --queries 512
 """
 
@@ -24,8 +27,8 @@ from __future__ import annotations
 
 import argparse
 import copy
-import importlib.util
 import json
+import logging
 import os
 import shutil
 import subprocess
@@ -192,12 +195,56 @@ def growth_exponents(results: list[dict], suffix: str = "_s", stages=STAGES) -> 
             if all(f"{s}{suffix}" in r for r in results)}
 
 
-def workers_axis() -> str:
-    if importlib.util.find_spec("recipematch.engine") is None:
-        return ("workers axis: not measured: this branch has no fan-out hook (recipematch.engine); "
-                "the engine helper's branch adds it")
-    return ("workers axis: recipematch.engine is present; wire its (arm, seed) runner here "
-            "(the hook's interface was not known when this bench was written)")
+def workers_axis(root: Path, work: Path, *, rows: int, seeds: int, arm: str, seq: int, epochs: int,
+                 evaluation: str, params: Path, evaluate_stage: bool = True) -> list[dict]:
+    """Wall time of the train (and evaluate) stage of one arm with ``seeds`` seeds, the
+    (arm, seed) units run (a) one after another in the stage's process (``engine.kind:
+    local``, torch on its default threads), (b) as Ray tasks on 1 worker and (c) on 2 workers
+    (``engine.num_cpus: 1``: each unit on one torch thread). Each engine starts from the same
+    cells (built once, not timed) in its own copy of the scratch project; Ray start-up is
+    timed apart from the stage. Returns one dict per engine."""
+    import ray
+
+    from recipematch import engine as engine_mod
+    from recipematch.config import EngineConfig, load_yaml
+    from recipematch.pipeline import cells, evaluate, train, validate
+    from recipematch.pipeline.door import Layout
+
+    base = load_yaml(params)
+    shared = work / "embeddings"
+    shared.mkdir(parents=True, exist_ok=True)
+    raw = _params(base, rows=rows, arm=arm, seq=seq, epochs=epochs, evaluation=evaluation)
+    raw["train"]["n_seeds"] = seeds
+    lay0 = Layout(_scratch(root, work / "workers_base", shared))
+    _run(cells, raw, lay0, arm)
+    _run(validate, raw, lay0, arm)
+    out = []
+    for name, eng in (("local (sequential)", None),
+                      ("ray, 1 worker", EngineConfig(kind="ray", workers=1, num_cpus=1)),
+                      ("ray, 2 workers", EngineConfig(kind="ray", workers=2, num_cpus=1))):
+        dest = work / ("workers_" + name.split(" ")[0].rstrip(",") + (f"_{eng.workers}" if eng else ""))
+        if dest.exists():
+            shutil.rmtree(dest)
+        shutil.copytree(lay0.root, dest, symlinks=True)
+        lay = Layout(dest)
+        row: dict = {"engine": name, "ray_start_s": 0.0}
+        if eng is not None:
+            t0 = time.perf_counter()
+            ray.init(num_cpus=eng.workers, include_dashboard=False, logging_level=logging.WARNING,
+                     runtime_env=engine_mod.same_code_env())
+            row["ray_start_s"] = round(time.perf_counter() - t0, 2)
+        try:
+            stages = [("train", train)] + ([("evaluate", evaluate)] if evaluate_stage else [])
+            for stage_name, module in stages:
+                t0 = time.perf_counter()
+                _run(module, raw, lay, arm, progress=False, engine=eng)
+                row[f"{stage_name}_s"] = round(time.perf_counter() - t0, 2)
+        finally:
+            if eng is not None:
+                ray.shutdown()
+        out.append(row)
+        print(json.dumps(row), flush=True)
+    return out
 
 
 def main(argv=None) -> int:
@@ -210,7 +257,7 @@ def main(argv=None) -> int:
                     help="leave the evaluate stage out (its cost does not depend on rows)")
     ap.add_argument("--prior", type=Path, default=None,
                     help="JSON lines this bench printed for other rows values, merged into the table")
-    ap.add_argument("--arm", default="reference")
+    ap.add_argument("--arm", default="recipe", help="an arm the project's specs stage wrote (params arms)")
     ap.add_argument("--max-seq-length", type=int, default=64, help="training tokens per text")
     ap.add_argument("--epochs", type=int, default=1)
     ap.add_argument("--evaluation", default="easy", help="the one declared evaluation scored")
@@ -218,6 +265,10 @@ def main(argv=None) -> int:
     ap.add_argument("--dim", type=int, default=1024)
     ap.add_argument("--queries", type=int, default=512)
     ap.add_argument("--rss-limit-gb", type=float, default=2.0)
+    ap.add_argument("--workers-rows", type=int, default=120, help="rows of the workers axis")
+    ap.add_argument("--workers-seeds", type=int, default=2, help="seeds (units) of the workers axis")
+    ap.add_argument("--skip-rows", action="store_true", help="leave the rows axis out")
+    ap.add_argument("--skip-workers", action="store_true", help="leave the workers axis out")
     ap.add_argument("--memory-only", action="store_true")
     ap.add_argument("--skip-memory", action="store_true")
     ap.add_argument("--memory-child", nargs=4, type=int, metavar=("DOCS", "DIM", "QUERIES", "SEED"),
@@ -231,7 +282,7 @@ def main(argv=None) -> int:
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     status = 0
-    if not args.memory_only:
+    if not args.memory_only and not args.skip_rows:
         rows_list = [int(x) for x in args.rows.split(",")]
         t0 = time.perf_counter()
         results = rows_axis(args.root.resolve(), args.work.resolve(), rows_list, arm=args.arm,
@@ -267,7 +318,24 @@ def main(argv=None) -> int:
             docs_c = [r["eval_texts"] / r["evaluate_cpu_s"] for r in scored]
             print(f"scoring throughput (encode + rank, {scored[0]['eval_texts']} texts): {min(docs_s):.1f}-"
                   f"{max(docs_s):.1f} texts/s wall ({min(docs_c):.1f}-{max(docs_c):.1f} per CPU second)")
-        print(workers_axis())
+    if not args.memory_only and not args.skip_workers:
+        t0 = time.perf_counter()
+        wres = workers_axis(args.root.resolve(), args.work.resolve(), rows=args.workers_rows,
+                            seeds=args.workers_seeds, arm=args.arm, seq=args.max_seq_length, epochs=args.epochs,
+                            evaluation=args.evaluation, params=args.params or args.root / "params.yaml",
+                            evaluate_stage=not args.no_evaluate)
+        wst = [s for s in ("train", "evaluate") if all(f"{s}_s" in r for r in wres)]
+        one = next(r for r in wres if r["engine"] == "ray, 1 worker")
+        loc = next(r for r in wres if r["engine"].startswith("local"))
+        print(f"\nworkers axis: arm {args.arm}, {args.workers_rows} rows, {args.workers_seeds} seeds as units; "
+              f"total {time.perf_counter() - t0:.0f} s")
+        print("| engine | ray start s | " + " | ".join(f"{s} wall s" for s in wst)
+              + " | " + " | ".join(f"{s} speed-up vs 1 worker (vs local)" for s in wst) + " |")
+        print("|---|---|" + "---|" * (2 * len(wst)))
+        for r in wres:
+            print(f"| {r['engine']} | {r['ray_start_s']:.1f} | " + " | ".join(f"{r[f'{s}_s']:.1f}" for s in wst)
+                  + " | " + " | ".join(f"{one[f'{s}_s'] / r[f'{s}_s']:.2f} ({loc[f'{s}_s'] / r[f'{s}_s']:.2f})"
+                                       for s in wst) + " |")
     if not args.skip_memory:
         m = memory_check(args.docs, args.dim, args.queries)
         gb = m["peak_rss_bytes"] / 2**30
