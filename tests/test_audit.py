@@ -11,9 +11,11 @@ import os
 import random
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -510,7 +512,7 @@ def test_a_boolean_source_id_is_refused_as_the_corpus_stage_would(tmp_path):
     inp = write_inputs(tmp_path)
     with open(inp["sources"], "a") as f:
         f.write(json.dumps({"id": True, "text": "Prove that 2 + 2 = 4."}) + "\n")
-    with pytest.raises(RecipematchError, match="needs an 'id'"):
+    with pytest.raises(RecipematchError, match="the id must be a non-empty string or an integer, got bool"):
         _init(tmp_path, inp, tmp_path / "wd")
 
 
@@ -532,7 +534,7 @@ def test_a_real_set_that_is_the_benchmark_is_refused(tmp_path):
     inp = write_inputs(tmp_path)
     shutil.copytree(inp["benchmark"], tmp_path / "bench-copy")
     for real in (inp["benchmark"], tmp_path / "bench-copy"):
-        with pytest.raises(RecipematchError, match="same queries and golds as --benchmark"):
+        with pytest.raises(RecipematchError, match=r"12 of its 12 queries are queries of --benchmark"):
             _init(tmp_path, inp, tmp_path / "wd", real=real)
         assert not (tmp_path / "wd").exists()
 
@@ -553,3 +555,122 @@ def test_a_benchmark_id_with_a_tab_is_refused_with_its_line(tmp_path):
         f.write(json.dumps({"_id": "x\ty", "title": "", "text": "a document"}) + "\n")
     with pytest.raises(RecipematchError, match=r"corpus.jsonl:\d+: _id 'x\\ty' holds a tab"):
         _init(tmp_path, inp, tmp_path / "wd")
+
+
+def _replay(root: Path, sources: Path, bad_line: str | None = None) -> Path:
+    """Released D1/D4 rows for the first ten pool sources (a bad line appended to D1 when given)."""
+    ids = [json.loads(x)["id"] for x in sources.read_text().splitlines()][:10]
+    root.mkdir()
+    for fname, n_neg in (("pairs_d1_recipe.jsonl", 3), ("pairs_d4_unrelated.jsonl", 0)):
+        rows = [json.dumps({"source_id": s, "positive_text": f"rewrite of {s}",
+                            "negatives": [{"text": f"miss {k} of {s}"} for k in range(n_neg)]}) for s in ids]
+        if bad_line and fname.startswith("pairs_d1"):
+            rows.append(bad_line)
+        (root / fname).write_text("\n".join(rows) + "\n")
+    return root
+
+
+def test_released_rows_are_checked_row_by_row(tmp_path):
+    inp = write_inputs(tmp_path)
+    kw = dict(base_url="", model=None)
+    ok = _init(tmp_path, inp, tmp_path / "wd", replay=_replay(tmp_path / "rp", inp["sources"]), **kw)
+    assert ok["recipe"] == "d1_recipe"
+    for name, line, match in (("nopos", '{"source_id": "s001", "negatives": []}', r"pairs_d1_recipe.jsonl:11: .*positive_text"),
+                              ("negs", '{"source_id": "s001", "positive_text": "x", "negatives": "nope"}',
+                               r"pairs_d1_recipe.jsonl:11: .*negatives"),
+                              ("list", '[1, 2]', r"pairs_d1_recipe.jsonl:11: .*expected an object"),
+                              ("unknown", '{"source_id": "zzz", "positive_text": "x", "negatives": []}',
+                               r"pairs_d1_recipe.jsonl:11: 1 of 11 rows name a source id not in --sources \(first: 'zzz'\)")):
+        with pytest.raises(RecipematchError, match=match):
+            _init(tmp_path, inp, tmp_path / f"wd-{name}", replay=_replay(tmp_path / f"rp-{name}", inp["sources"], line),
+                  **kw)
+        assert not (tmp_path / f"wd-{name}").exists()
+
+
+def test_a_real_set_sharing_queries_or_breaking_its_rule_is_refused(tmp_path):
+    inp = write_inputs(tmp_path)
+    b = inp["benchmark"]
+    # the benchmark's queries in another order and under other ids, plus one query of its own
+    lines = b.joinpath("queries.jsonl").read_text().splitlines()
+    renamed = [json.dumps({"_id": "x" + json.loads(x)["_id"], "text": json.loads(x)["text"]}) for x in reversed(lines)]
+    real = tmp_path / "renamed"
+    (real / "qrels").mkdir(parents=True)
+    shutil.copy(b / "corpus.jsonl", real / "corpus.jsonl")
+    (real / "queries.jsonl").write_text("\n".join(renamed[:2]) + "\n")
+    (real / "qrels" / "test.tsv").write_text("".join(f"{json.loads(x)['_id']}\tg000\t1\n" for x in renamed[:2]))
+    with pytest.raises(RecipematchError, match=r"2 of its 2 queries are queries of --benchmark"):
+        _init(tmp_path, inp, tmp_path / "wd", real=real)
+    with pytest.raises(RecipematchError, match="lang"):  # the real fixture has no metadata.lang
+        _init(tmp_path, inp, tmp_path / "wd", real=inp["real"], real_rule="crosslingual_strict")
+    with pytest.raises(RecipematchError, match="--real-rule crosslingual_strict without --real"):
+        _init(tmp_path, inp, tmp_path / "wd", real_rule="crosslingual_strict")
+    with pytest.raises(RecipematchError, match="that folder is --real already"):
+        _init(tmp_path, inp, tmp_path / "wd", real=inp["real"], also={"r2": (inp["real"], "plain")})
+    assert not (tmp_path / "wd").exists()
+
+
+def test_a_key_given_as_the_variable_name_is_not_echoed(tmp_path):
+    inp = write_inputs(tmp_path)
+    with pytest.raises(RecipematchError) as e:
+        _init(tmp_path, inp, tmp_path / "wd", api_key_env="sk-SECRET-123")
+    assert "sk-SECRET" not in str(e.value) and "NAME of an environment variable" in str(e.value)
+
+
+@pytest.mark.parametrize("url,why", [("http://[::1/v1", "not a valid URL"), ("http://h:abc/v1", "not a valid URL"),
+                                     ("http://h/v1?key=sk-1", "query"), (" http://h/v1", "whitespace"),
+                                     ("http://h:0/v1", "port 0")])
+def test_a_malformed_server_url_is_one_clear_line(tmp_path, url, why):
+    inp = write_inputs(tmp_path)
+    with pytest.raises(RecipematchError, match=why) as e:
+        _init(tmp_path, inp, tmp_path / "wd", base_url=url)
+    assert "sk-1" not in str(e.value)
+
+
+def test_only_the_beir_files_are_copied_and_links_are_not_followed(tmp_path):
+    inp = write_inputs(tmp_path)
+    b = inp["benchmark"]
+    (b / "loop").symlink_to("..")
+    (b / "dangling").symlink_to(tmp_path / "nowhere")
+    os.mkfifo(b / "fifo")
+    (b / "notes.bin").write_bytes(b"\0" * 1000)
+    _init(tmp_path, inp, tmp_path / "wd")
+    copied = sorted(str(p.relative_to(tmp_path / "wd" / "data" / "benchmark"))
+                    for p in (tmp_path / "wd" / "data" / "benchmark").rglob("*") if p.is_file())
+    assert copied == ["corpus.jsonl", "qrels/test.tsv", "queries.jsonl"]
+
+
+def test_a_workdir_that_is_a_link_and_a_gold_with_its_query_id_are_refused(tmp_path):
+    inp = write_inputs(tmp_path)
+    (tmp_path / "wdlink").symlink_to(tmp_path / "nowhere")
+    with pytest.raises(RecipematchError, match="is a link or a file"):
+        _init(tmp_path, inp, tmp_path / "wdlink")
+    b = inp["benchmark"]
+    with open(b / "corpus.jsonl", "a") as f:
+        f.write(json.dumps({"_id": "b005", "title": "", "text": "the gold of b005 under its query's id"}) + "\n")
+    with open(b / "qrels" / "test.tsv", "a") as f:
+        f.write("b005\tb005\t1\n")
+    with pytest.raises(RecipematchError, match=r"1 of 12 queries have a gold with the query's own id \(first: 'b005'\)"):
+        _init(tmp_path, inp, tmp_path / "wd")
+
+
+def test_sigterm_while_writing_leaves_nothing(tmp_path):
+    """A `timeout` or `kill` (SIGTERM) during the copy cleans up as Ctrl-C does."""
+    inp = write_inputs(tmp_path)
+    with open(inp["benchmark"] / "corpus.jsonl", "a") as f:  # a large corpus: the copy takes a moment
+        for i in range(200_000):
+            f.write(json.dumps({"_id": f"pad{i}", "title": "", "text": "padding document " * 20}) + "\n")
+    code = (f"import sys; sys.path.insert(0, {str(Path(__file__).parent)!r}); from pathlib import Path; "
+            f"from recipematch.audit import init_audit; "
+            f"init_audit(Path({str(tmp_path / 'wd')!r}), benchmark=Path({str(inp['benchmark'])!r}), recipe='d1_recipe', "
+            f"sources=Path({str(inp['sources'])!r}), base_url='http://127.0.0.1:9/v1', model='m', "
+            f"template=Path({str(inp['template'])!r}), git=False)")
+    env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
+    proc = subprocess.Popen([sys.executable, "-c", code], env=env)
+    deadline = time.monotonic() + 120
+    while not (tmp_path / "wd" / "data").exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    proc.send_signal(signal.SIGTERM)
+    proc.wait(timeout=60)
+    if proc.returncode == 0:
+        pytest.skip("init finished before the signal arrived")
+    assert not (tmp_path / "wd").exists()

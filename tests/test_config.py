@@ -1,4 +1,5 @@
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -160,3 +161,23 @@ def test_a_yaml_syntax_error_is_one_line_with_its_position(tmp_path):
     msg = str(e.value)
     assert "\n" not in msg
     assert msg.startswith(f"{p}:3:10: not valid YAML: ")
+
+
+@pytest.mark.parametrize("key,url,why", [
+    ("llm.base_url", "http://u:sk-URLPW@127.0.0.1:9/v1", "user:password"),
+    ("llm.base_url", "http://127.0.0.1:9/v1?api_key=sk-Q", "query"),
+    ("llm.judge_base_url", "ftp://h/v1", "http"),
+    ("judge2.base_url", "http://[::1/v1", "not a valid URL"),
+    ("llm.base_url", "http://h:99999/v1", "not a valid URL"),
+])
+def test_server_urls_are_checked_without_echoing_credentials(key, url, why):
+    import copy
+
+    from recipematch.config import load_yaml, parse_params
+
+    raw = copy.deepcopy(load_yaml(Path(__file__).resolve().parents[1] / "params-paper.yaml"))
+    section, name = key.split(".")
+    raw[section][name] = url
+    with pytest.raises(RecipematchError, match=why) as e:
+        parse_params(raw)
+    assert str(e.value).startswith(key) and "sk-" not in str(e.value)

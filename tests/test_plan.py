@@ -205,3 +205,22 @@ def test_require_inputs_exits_1_naming_what_is_missing():
     assert "[missing] data.path = sources/mathnet" in r.stdout
     r = _cli("--require-inputs")  # the embedded default has everything (data/ pulled)
     assert r.returncode == 0, r.stderr
+
+
+def test_a_file_where_a_folder_is_read_is_not_ready(tmp_path):
+    raw = load_yaml_paper()
+    raw["data"].update(path="params.yaml", retrieve="params.yaml")  # mathnet and the tiers are folders
+    raw["evaluations"]["mine"] = {**raw["evaluations"]["easy"], "folder": "src"}  # a folder without corpus.jsonl
+    (tmp_path / "params.yaml").write_text("x: 1\n")
+    (tmp_path / "src").mkdir()
+    inputs = {i["input"]: i for i in build_plan(parse_params(raw), tmp_path)["inputs"]}
+    assert inputs["data.path"]["status"] == "bad" and "expected a folder" in inputs["data.path"]["detail"]
+    assert inputs["data.retrieve"]["status"] == "bad"
+    assert inputs["evaluations.mine.folder"]["status"] == "bad" and "corpus.jsonl" in inputs[
+        "evaluations.mine.folder"]["detail"]
+
+
+def load_yaml_paper() -> dict:
+    from recipematch.config import load_yaml
+
+    return load_yaml(REPO / "params-paper.yaml")

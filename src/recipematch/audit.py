@@ -64,6 +64,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 from collections.abc import Mapping
@@ -117,6 +118,11 @@ def check_benchmark(folder: Path, name: str = "benchmark") -> dict[str, int]:
 
     bset = load_set(folder, "plain", name=name)
     golds = sum(1 for q in bset.query_ids for s in bset.qrels.get(q, {}).values() if s > 0)
+    self_gold = [q for q in bset.query_ids if q in {d for d, s in bset.qrels.get(q, {}).items() if s > 0}]
+    if self_gold:
+        raise RecipematchError(f"{folder}: {len(self_gold)} of {len(bset.query_ids)} queries have a gold with the "
+                               f"query's own id (first: {self_gold[0]!r}); a query's own id is masked from its "
+                               "ranking, so give the gold documents ids of their own")
     return {"queries": len(bset.query_ids), "documents": len(bset.corpus), "golds": golds}
 
 
@@ -140,16 +146,23 @@ def read_sources(path: Path) -> dict[str, str]:
         RecipematchError: a line that is not a JSON object with a non-empty id and text
             (file:line), or a repeated id.
     """
-    from recipematch.io import id_problem, read_jsonl_strict
+    from recipematch.io import id_problem, iter_jsonl_strict
 
     out: dict[str, str] = {}
-    for i, rec in enumerate(read_jsonl_strict(path), 1):
-        sid = rec.get("id", rec.get("_id")) if isinstance(rec, dict) else None
-        text = rec.get("text") if isinstance(rec, dict) else None
-        if isinstance(sid, bool) or not isinstance(sid, (str, int)) or str(sid) == "":
+    for i, rec in iter_jsonl_strict(path):
+        if not isinstance(rec, dict):
+            raise RecipematchError(f"{path}:{i}: expected a JSON object {{\"id\": ..., \"text\": ...}}, "
+                                   f"got {type(rec).__name__}")
+        if "id" not in rec and "_id" not in rec:
             raise RecipematchError(f"{path}:{i}: each line needs an 'id' (or '_id')")
+        sid = rec.get("id", rec.get("_id"))
+        text = rec.get("text")
+        if isinstance(sid, bool) or not isinstance(sid, (str, int)) or str(sid) == "":
+            raise RecipematchError(f"{path}:{i}: the id must be a non-empty string or an integer, got "
+                                   f"{type(sid).__name__} {sid!r:.40}")
         if not isinstance(text, str) or not text.strip():
-            raise RecipematchError(f"{path}:{i}: source {sid!r} has no 'text'")
+            raise RecipematchError(f"{path}:{i}: source {sid!r} needs a non-empty string 'text', got "
+                                   f"{type(text).__name__}")
         sid = str(sid)
         if why := id_problem(sid):
             raise RecipematchError(f"{path}:{i}: source id {sid!r} {why}")
@@ -376,12 +389,24 @@ def audit_dvc_yaml(params: Mapping[str, Any]) -> dict[str, Any]:
 
 # --------------------------------------------------------------------------- init
 
-def _copy_tree(src: Path, dst: Path) -> None:
-    if src.is_dir():
-        shutil.copytree(src, dst)
-    else:
-        dst.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(src, dst)
+#: the files of a BEIR folder an audit reads (split ``test``); nothing else is copied
+BEIR_FILES = ("corpus.jsonl", "queries.jsonl", "qrels/test.tsv", "qrels/test.jsonl")
+
+
+def _copy_beir(src: Path, dst: Path) -> None:
+    """Copy the BEIR files of ``src`` (:data:`BEIR_FILES` that exist, symlinked files read
+    through) into ``dst``; other files and links in the folder are left behind (a link loop, a
+    FIFO or an unrelated blob is never followed or tracked)."""
+    for rel in BEIR_FILES:
+        f = src / rel
+        if f.is_file():
+            (dst / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(f, dst / rel)
+
+
+def _copy_file(src: Path, dst: Path) -> None:
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(src, dst)
 
 
 def _copy_sidecar(sidecar: Path, dest: Path) -> Path:
@@ -402,9 +427,13 @@ def _copy_sidecar(sidecar: Path, dest: Path) -> Path:
 
 
 def _run(cmd: list[str], cwd: Path) -> None:
-    r = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True)
+    try:
+        r = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True)
+    except FileNotFoundError:
+        raise RecipematchError(f"`{cmd[0]}` is not installed or not on PATH (audit init runs git and dvc)") from None
     if r.returncode != 0:
-        raise RecipematchError(f"`{' '.join(cmd)}` failed in {cwd}: {(r.stderr or r.stdout).strip()[:400]}")
+        why = (r.stderr or r.stdout).strip()[:400] or f"exit code {r.returncode}, no message"
+        raise RecipematchError(f"`{' '.join(cmd)}` failed in {cwd}: {why}")
 
 
 def _dvc() -> str:
@@ -450,8 +479,13 @@ def init_audit(workdir: Path, *, benchmark: Path, recipe: str, sources: Path, co
             ``base_url`` and ``replay``, or a failing git/dvc command.
     """
     workdir = Path(workdir)
+    if workdir.is_symlink() or (workdir.exists() and not workdir.is_dir()):
+        raise RecipematchError(f"{workdir} is a link or a file: give a new folder")
     if workdir.exists() and any(workdir.iterdir()):
         raise RecipematchError(f"{workdir} is not empty: give a new folder")
+    for flag, path in (("--sources", sources), ("--benchmark", benchmark)):
+        if not Path(path).exists():
+            raise RecipematchError(f"{flag} {path} does not exist")
     if bool(base_url) == bool(replay):
         raise RecipematchError("give either --base-url (with --model) or --replay RECORDINGS, not both or neither")
     if base_url and not model:
@@ -462,20 +496,30 @@ def init_audit(workdir: Path, *, benchmark: Path, recipe: str, sources: Path, co
     _check_workdir_apart(workdir, [benchmark, sources, real, replay, *(f for f, _ in (also or {}).values())])
     if base_url:
         _check_base_url(base_url)
-    if api_key_env and api_key_env not in os.environ:
-        raise RecipematchError(f"--api-key-env {api_key_env}: no such environment variable here; set it first "
-                               f"(only its name is written, the key is read at request time)")
+    if api_key_env and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]{0,199}", api_key_env):
+        raise RecipematchError("--api-key-env must be the NAME of an environment variable (letters, digits, _), "
+                               "never the key itself (not repeated here)")
+    if api_key_env and not os.environ.get(api_key_env):
+        raise RecipematchError(f"--api-key-env {api_key_env}: no such environment variable here, or it is empty; "
+                               f"set it first (only its name is written, the key is read at request time)")
+    if model is not None and (not model.strip() or any(c.isspace() or not c.isprintable() for c in model)):
+        raise RecipematchError(f"--model {model!r}: give the model name the server serves (no spaces or "
+                               "control characters)")
     if replay is not None and control != "d4_restatement":
         raise RecipematchError(f"--replay holds D1 and D4 rows only: --control {control} needs a server (--base-url)")
     if base_model:
         from recipematch.pipeline.models import resolve_model
 
         resolve_model(base_model, key="--base-model")
+    from recipematch.config import field_table
+
     tpl = template_params(template or default_template())
     bench = check_benchmark(Path(benchmark))
     real_counts = check_benchmark(Path(real), name="real") if real is not None else None
     if real is not None:
-        _check_real_apart(Path(real), Path(benchmark))
+        _check_real_apart(Path(real), Path(benchmark), real_rule)
+    elif real_rule != "plain":
+        raise RecipematchError(f"--real-rule {real_rule} without --real: give the generator-free set it scores")
     also = dict(also or {})
     for name, (folder, rule) in also.items():
         if name in ("benchmark", "real"):
@@ -483,8 +527,14 @@ def init_audit(workdir: Path, *, benchmark: Path, recipe: str, sources: Path, co
         from recipematch.benchmarks_data import load_set
 
         load_set(Path(folder), rule, name=name)
+        for flag, other in (("--benchmark", benchmark), ("--real", real)):
+            if other is not None and Path(folder).resolve() == Path(other).resolve():
+                raise RecipematchError(f"--also {name}={folder}: that folder is {flag} already")
     recipe_name, sidecar = check_recipe(recipe)
     rows_eff = rows if rows is not None else int(tpl["budget"]["rows"])
+    bound = next(r for r in field_table() if r["key"] == "budget.rows")
+    if not (bound["min"] <= rows_eff <= bound["max"]):
+        raise RecipematchError(f"--rows {rows_eff}: budget.rows must be in [{bound['min']}, {bound['max']:,}]")
     src_counts = check_sources(Path(sources), Path(benchmark), rows=rows_eff,
                                dev_fraction=float(tpl["budget"]["dev_fraction"]))
     if replay is not None:
@@ -500,6 +550,14 @@ def init_audit(workdir: Path, *, benchmark: Path, recipe: str, sources: Path, co
                           also={n: f"{ALSO_DIR}/{n}:{rule}" for n, (_, rule) in also.items()})
     created = not workdir.exists()
     workdir.mkdir(parents=True, exist_ok=True)
+    import signal
+    import threading
+
+    def _terminated(signum, frame):  # SIGTERM (timeout, kill): clean up as for Ctrl-C
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    main_thread = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _terminated) if main_thread else None
     try:
         return _write_project(workdir, benchmark=benchmark, sources=sources, real=real, also=also, sidecar=sidecar,
                               replay=replay, params=params, git=git, bench=bench, real_counts=real_counts,
@@ -511,19 +569,22 @@ def init_audit(workdir: Path, *, benchmark: Path, recipe: str, sources: Path, co
         if created:
             workdir.rmdir()
         raise
+    finally:
+        if main_thread:
+            signal.signal(signal.SIGTERM, previous)
 
 
 def _write_project(workdir: Path, *, benchmark, sources, real, also, sidecar, replay, params, git, bench,
                    real_counts, src_counts, recipe_name) -> dict[str, Any]:
     """Copy the checked inputs into ``workdir`` and write its params, dvc.yaml and git/DVC state."""
-    _copy_tree(Path(benchmark), workdir / BENCHMARK_DIR)
-    _copy_tree(Path(sources), workdir / SOURCES_FILE)
+    _copy_beir(Path(benchmark), workdir / BENCHMARK_DIR)
+    _copy_file(Path(sources), workdir / SOURCES_FILE)
     tracked = [BENCHMARK_DIR, SOURCES_FILE]
     if real is not None:
-        _copy_tree(Path(real), workdir / REAL_DIR)
+        _copy_beir(Path(real), workdir / REAL_DIR)
         tracked.append(REAL_DIR)
     for name, (folder, _) in also.items():
-        _copy_tree(Path(folder), workdir / ALSO_DIR / name)
+        _copy_beir(Path(folder), workdir / ALSO_DIR / name)
         tracked.append(f"{ALSO_DIR}/{name}")
     if sidecar is not None:
         copy = _copy_sidecar(sidecar, workdir / RECIPE_DIR)
@@ -546,7 +607,7 @@ def _write_project(workdir: Path, *, benchmark, sources, real, also, sidecar, re
                                         encoding="utf-8")
     if git:
         _run(["git", "init", "-q"], workdir)
-        _run([_dvc(), "init", "-q"], workdir)
+        _run([_dvc(), "init"], workdir)
         _run([_dvc(), "config", "core.analytics", "false"], workdir)
         _run([_dvc(), "add", "-q", *tracked], workdir)
     return {"workdir": str(workdir), "benchmark": bench, "real": real_counts, "sources": src_counts,
@@ -700,46 +761,55 @@ def _check_workdir_apart(workdir: Path, inputs: list) -> None:
             raise RecipematchError(f"WORKDIR {workdir} and the input {inp} overlap: give a folder outside every input")
 
 
-def _check_real_apart(real: Path, benchmark: Path) -> None:
-    """The generator-free set must not be the benchmark itself (same scored queries and
-    golds): the difference in differences would then be zero by construction."""
+def _check_real_apart(real: Path, benchmark: Path, real_rule: str) -> None:
+    """The generator-free set is read under its own rule and must share no query with the
+    benchmark (same text after the v2 normalisation of paper Appendix B, whatever the ids or
+    order): a shared query counts on both sides of the difference in differences and pulls it
+    towards zero."""
     from recipematch.benchmarks_data import load_set
+    from recipematch.gates import norm_v2
 
-    def key(folder: Path, name: str) -> tuple:
-        b = load_set(folder, "plain", name=name)
-        return tuple((b.queries[q], tuple(sorted(d for d, s in b.qrels.get(q, {}).items() if s > 0)))
-                     for q in b.query_ids)
-
-    if real.resolve() == benchmark.resolve() or key(real, "real") == key(benchmark, "benchmark"):
-        raise RecipematchError(f"--real {real} holds the same queries and golds as --benchmark {benchmark}: give a "
-                               "generator-free set (real duplicates, human-written pairs), or leave --real out")
+    rset = load_set(real, real_rule, name="real")
+    bset = load_set(benchmark, "plain", name="benchmark")
+    bq = {norm_v2(bset.queries[q]) for q in bset.query_ids}
+    shared = sum(1 for q in rset.query_ids if norm_v2(rset.queries[q]) in bq)
+    if real.resolve() == benchmark.resolve() or shared:
+        raise RecipematchError(f"--real {real}: {shared or len(rset.query_ids)} of its {len(rset.query_ids)} queries "
+                               f"are queries of --benchmark {benchmark} (same text): the generator-free set must be "
+                               "disjoint from the benchmark (real duplicates, human-written pairs), or leave --real out")
 
 
 def _check_base_url(url: str) -> None:
-    """An http(s) URL with a host and no user:password part (a credential never lands in params)."""
-    from urllib.parse import urlsplit
+    """An http(s) URL with a host and no credential part (:func:`recipematch.config.server_url_problem`)."""
+    from recipematch.config import server_url_problem
 
-    u = urlsplit(url)
-    if u.scheme not in ("http", "https") or not u.hostname:
-        raise RecipematchError(f"--base-url {url!r}: give an http(s) URL with a host, e.g. http://127.0.0.1:8000/v1")
-    if u.username or u.password:
-        raise RecipematchError("--base-url carries a user:password part: put the key in an environment variable "
-                               "and name it with --api-key-env (the URL is written to params.yaml)")
+    if why := server_url_problem(url):
+        raise RecipematchError(f"--base-url {why}")
 
 
 def _check_replay_rows(replay: Path, sources: Path) -> None:
-    """Every released row replayed must name a source of the pool (the recordings are keyed by
-    source id); a file that is not JSON lines is named with its line."""
-    from recipematch.io import read_jsonl_strict
+    """Every released row replayed must be well formed (:func:`recipematch.llm.recordings.release_row`,
+    the recordings stage's own check) and name a source of the pool (the recordings are keyed
+    by source id); the first bad row is named with its file and line."""
+    from recipematch.io import iter_jsonl_strict
+    from recipematch.llm.recordings import release_row
     from recipematch.pipeline.inputs import RELEASE_FILES
 
     pool = read_sources(sources)  # already checked by check_sources: one reader of the pool
     for fname in RELEASE_FILES.values():
-        rows = read_jsonl_strict(replay / fname)
-        ids = [str(r.get("source_id")) if isinstance(r, dict) else None for r in rows]
-        if not rows:
+        n = unknown = 0
+        first = None
+        for lineno, row in iter_jsonl_strict(replay / fname):
+            try:
+                sid = release_row(n, row)[0]
+            except ValueError as e:
+                raise RecipematchError(f"--replay {replay / fname}:{lineno}: {e}") from None
+            n += 1
+            if sid not in pool:
+                unknown += 1
+                first = first or (lineno, sid)
+        if not n:
             raise RecipematchError(f"--replay {replay / fname}: no released rows")
-        unknown = [i for i in ids if i not in pool]
         if unknown:
-            raise RecipematchError(f"--replay {replay / fname}: {len(unknown)} of {len(ids)} rows name a source id "
-                                   f"not in --sources (first: {unknown[0]!r}); replay needs the rows of this pool")
+            raise RecipematchError(f"--replay {replay / fname}:{first[0]}: {unknown} of {n} rows name a source id not "
+                                   f"in --sources (first: {first[1]!r}); replay needs the rows of this pool")

@@ -151,6 +151,7 @@ def audit_init(workdir: Path, benchmark: Path, recipe: str, sources: Path, base_
     import json
 
     from recipematch.audit import init_audit
+    from recipematch.config import EVAL_RULES_ALLOWED
     from recipematch.pipeline.door import run_guarded
 
     extra = {}
@@ -158,8 +159,11 @@ def audit_init(workdir: Path, benchmark: Path, recipe: str, sources: Path, base_
         name, sep, rest = item.partition("=")
         if not sep or not name or not rest:
             raise click.BadParameter(f"{item!r}: expected NAME=FOLDER[:RULE]", param_hint="--also")
-        folder, _, rule = rest.rpartition(":")
-        if rule not in ("plain", "crosslingual_strict", "samelang"):
+        folder, colon, rule = rest.rpartition(":")
+        if rule not in EVAL_RULES_ALLOWED:
+            if colon and not Path(rest).exists() and Path(folder).exists():
+                raise click.BadParameter(f"{item!r}: unknown rule {rule!r} (one of {', '.join(EVAL_RULES_ALLOWED)})",
+                                         param_hint="--also")
             folder, rule = rest, "plain"
         if name in extra:
             raise click.BadParameter(f"{name!r} is given twice", param_hint="--also")

@@ -73,6 +73,36 @@ _Loader.add_implicit_resolver("tag:yaml.org,2002:float", _FLOAT_12, list("-+0123
 _Loader.add_constructor("tag:yaml.org,2002:int", _Loader.construct_yaml_int)
 
 
+def server_url_problem(url: str) -> str | None:
+    """Why ``url`` cannot be an LLM server's base URL, or None when it can: an http(s) URL
+    with a host, a port in 1-65535 if one is given, no whitespace, no ``user:password@`` part
+    and no query or fragment (a key must come from an environment variable named by
+    ``api_key_env``, never from params, which DVC, MLflow and the report copy).
+
+    Returns:
+        ``None``, or a short reason that does not repeat the URL's credential parts.
+    """
+    from urllib.parse import urlsplit
+
+    if url != url.strip() or any(c.isspace() for c in url):
+        return "holds whitespace"
+    try:
+        u = urlsplit(url)
+        port = u.port
+    except ValueError as e:
+        return f"is not a valid URL ({str(e).split(':')[0]})"
+    if u.scheme not in ("http", "https") or not u.hostname:
+        return "must be an http(s) URL with a host, e.g. http://127.0.0.1:8000/v1"
+    if u.username is not None or u.password is not None:
+        return ("carries a user:password part: put the key in an environment variable and give its name in "
+                "api_key_env")
+    if u.query or u.fragment or "?" in url or "#" in url:
+        return "carries a query or fragment (a key there would be copied into params, logs and MLflow)"
+    if port == 0:
+        return "has port 0"
+    return None
+
+
 def yaml_error_line(path: str | Path, err: Exception) -> str:
     """One line for a YAML syntax error: ``FILE:LINE:COLUMN: not valid YAML: PROBLEM (CONTEXT)``
     (PyYAML's own message spans several lines and quotes the text back).
@@ -634,6 +664,10 @@ def _cross_checks(p: Params) -> None:
         raise RecipematchError(f"llm.prompts must be distinct names from {list(LLM_PROMPTS)}; got {list(p.llm.prompts)}")
     if p.llm.backend == "openai" and not p.llm.base_url:
         raise RecipematchError("llm.base_url: backend openai needs the server's URL (e.g. http://127.0.0.1:8000/v1)")
+    for key, url in (("llm.base_url", p.llm.base_url), ("llm.judge_base_url", p.llm.judge_base_url),
+                     ("judge2.base_url", p.judge2.base_url)):
+        if url and (why := server_url_problem(url)):
+            raise RecipematchError(f"{key} {why}")
     if 1 not in p.evaluate.ks:
         raise RecipematchError(f"evaluate.ks must be cut-offs >= 1 including 1 (the report's R@1), got {list(p.evaluate.ks)}")
     if not p.evaluations:

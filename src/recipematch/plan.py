@@ -326,8 +326,9 @@ def inputs_plan(p, root: Path) -> list[dict[str, str]]:
 
     Returns:
         one ``{"input", "value", "status", "detail"}`` per input; ``status`` is ``ok``,
-        ``missing`` (absent or not answering), ``bad`` (malformed) or ``unset`` (a key
-        variable that the environment lacks).
+        ``missing`` (absent or not answering), ``bad`` (malformed, or a file where a folder is
+        read) or ``unset`` (a key variable that the environment lacks). URLs are listed without
+        any credential part (params refuse one anyway).
     """
     import os
 
@@ -339,16 +340,26 @@ def inputs_plan(p, root: Path) -> list[dict[str, str]]:
     def add(key: str, value: str, status: str, detail: str = "") -> None:
         out.append({"input": key, "value": value, "status": status, "detail": detail})
 
-    def path(key: str, value: str, what: str) -> None:
-        exists = (root / value).exists()
-        add(key, value, "ok" if exists else "missing", what if exists else f"{what}: not found under {root}")
+    def path(key: str, value: str, what: str, kind: str, inside: tuple[str, ...] = ()) -> None:
+        """``kind``: ``file`` or ``dir``; ``inside``: files a folder must hold (any one of them)."""
+        f = root / value
+        if not f.exists():
+            add(key, value, "missing", f"{what}: not found under {root}")
+        elif kind == "file" and not f.is_file():
+            add(key, value, "bad", f"{what}: expected a file, found a folder")
+        elif kind == "dir" and not f.is_dir():
+            add(key, value, "bad", f"{what}: expected a folder, found a file")
+        elif inside and not any((f / x).exists() for x in inside):
+            add(key, value, "bad", f"{what}: the folder holds none of {', '.join(inside)}")
+        else:
+            add(key, value, "ok", what)
 
-    path("data.path", p.data.path, f"{p.data.source} source")
+    path("data.path", p.data.path, f"{p.data.source} source", "dir" if p.data.source == "mathnet" else "file")
     if p.data.retrieve:
-        path("data.retrieve", p.data.retrieve, "MathNet-Retrieve tiers")
+        path("data.retrieve", p.data.retrieve, "MathNet-Retrieve tiers", "dir")
     for name, ev in p.evaluations.items():
         if not ev.folder.startswith("artifacts/"):  # artifacts/ folders are built by the evalsets stage
-            path(f"evaluations.{name}.folder", ev.folder, "BEIR folder")
+            path(f"evaluations.{name}.folder", ev.folder, "BEIR folder", "dir", ("corpus.jsonl",))
     try:
         add("train.model", p.train.model, "ok", resolve_model(p.train.model))
     except RecipematchError as e:

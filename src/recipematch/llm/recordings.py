@@ -128,7 +128,7 @@ def load_corpus_texts(path: str | Path) -> dict[str, str]:
     return out
 
 
-def _release_row(i: int, row: Any) -> tuple[str, str, list[str]]:
+def release_row(i: int, row: Any) -> tuple[str, str, list[str]]:
     """``(source_id, positive, near-miss texts)`` of release row ``i`` (0-based position in
     the input); raises :class:`ValueError` naming the row and the field at fault."""
     if not isinstance(row, Mapping):
@@ -210,7 +210,7 @@ def build_recordings(
     judge_records: dict[tuple[str, str], dict[str, Any]] = {}
     seen_sources: set[str] = set()
     for i, row in enumerate(release_rows):
-        sid, positive, negatives = _release_row(i, row)
+        sid, positive, negatives = release_row(i, row)
         if sid in seen_sources:
             raise ValueError(f"release row {i}: source id {sid!r} appears twice in the release rows")
         seen_sources.add(sid)
