@@ -674,3 +674,23 @@ def test_sigterm_while_writing_leaves_nothing(tmp_path):
     if proc.returncode == 0:
         pytest.skip("init finished before the signal arrived")
     assert not (tmp_path / "wd").exists()
+
+
+def test_sidecar_mistakes_get_their_own_message(tmp_path):
+    inp = write_inputs(tmp_path)
+    for user, match in (("../x.txt", "no absolute path, no '..'"), ("/etc/hostname", "no absolute path"),
+                        (".", "a folder")):
+        (tmp_path / "mine.prompt.yaml").write_text(yaml.safe_dump({
+            "user": user, "slots": ["problem"], "answer": {"positives": {"key": "v"}, "near_misses": {"key": "m"}}}))
+        with pytest.raises(RecipematchError, match=match):
+            _init(tmp_path, inp, tmp_path / "wd", recipe=str(tmp_path / "mine.prompt.yaml"))
+    _write_sidecar(tmp_path, "Rewrite:\n{problem}\n", ["problem"])
+    text = (tmp_path / "mine.prompt.yaml").read_text()
+    (tmp_path / "mine.prompt.yaml").write_text(text + "slots: [problem]\n")  # a key given twice
+    with pytest.raises(RecipematchError, match="duplicate key 'slots'"):
+        _init(tmp_path, inp, tmp_path / "wd", recipe=str(tmp_path / "mine.prompt.yaml"))
+    with pytest.raises(RecipematchError, match="is a folder"):
+        _init(tmp_path, inp, tmp_path / "wd", recipe=str(tmp_path))
+    with pytest.raises(RecipematchError, match="the shipped recipe is d1_recipe"):
+        _init(tmp_path, inp, tmp_path / "wd", recipe="d4_restatement")
+    assert not (tmp_path / "wd").exists()

@@ -216,6 +216,11 @@ def check_recipe(recipe: str) -> tuple[str, Path | None]:
     """
     if recipe == "d1_recipe":
         return "d1_recipe", None
+    from recipematch.rules import LLM_PROMPTS
+
+    if recipe in LLM_PROMPTS and not Path(recipe).exists():
+        raise RecipematchError(f"--recipe {recipe}: the shipped recipe is d1_recipe (the paper's); another shipped "
+                               "prompt is a control (--control), and a recipe of your own is a *.prompt.yaml sidecar")
     from recipematch.llm.prompts import load_custom_prompt
 
     path = Path(recipe)
@@ -413,7 +418,9 @@ def _copy_sidecar(sidecar: Path, dest: Path) -> Path:
     """Copy a prompt sidecar and the text files it names into ``dest``; returns the copy."""
     import yaml
 
-    spec = yaml.safe_load(sidecar.read_bytes().decode("utf-8"))
+    from recipematch.config import yaml_loader
+
+    spec = yaml.load(sidecar.read_bytes().decode("utf-8"), Loader=yaml_loader())  # noqa: S506 - a SafeLoader
     dest.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(sidecar, dest / sidecar.name)
     for key in ("system", "user"):

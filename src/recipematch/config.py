@@ -103,6 +103,12 @@ def server_url_problem(url: str) -> str | None:
     return None
 
 
+def yaml_loader() -> type:
+    """The project's YAML loader (a SafeLoader: YAML 1.2 scalars, a repeated key refused), for
+    every YAML file a user writes (params, prompt sidecars)."""
+    return _Loader
+
+
 def yaml_error_line(path: str | Path, err: Exception) -> str:
     """One line for a YAML syntax error: ``FILE:LINE:COLUMN: not valid YAML: PROBLEM (CONTEXT)``
     (PyYAML's own message spans several lines and quotes the text back).

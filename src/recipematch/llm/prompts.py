@@ -408,7 +408,12 @@ def _item_list(spec: Any, where: str) -> tuple[str, tuple[str, ...]]:
 def _read_prompt_file(sidecar: Path, key: str, rel: Any) -> str:
     if not isinstance(rel, str) or not rel:
         raise RecipematchError(f"{sidecar}: key {key!r} must be a file name, got {rel!r:.80}")
+    if Path(rel).is_absolute() or ".." in Path(rel).parts:
+        raise RecipematchError(f"{sidecar}: key {key!r} must name a file next to the sidecar (no absolute path, "
+                               f"no '..'), got {rel!r:.80}")
     path = (sidecar.parent / rel)
+    if path.is_dir():
+        raise RecipematchError(f"{sidecar}: key {key!r} names {path}, a folder (give the prompt text file)")
     if not path.is_file():
         raise RecipematchError(f"{sidecar}: key {key!r} names {path}, which does not exist")
     try:
@@ -438,10 +443,14 @@ def load_custom_prompt(sidecar: str | Path) -> CustomPrompt:
     from recipematch.llm.parsing import PromptSchema
 
     sidecar = Path(sidecar)
+    if sidecar.is_dir():
+        raise RecipematchError(f"prompt sidecar {sidecar} is a folder: give the *.prompt.yaml file")
     if not sidecar.is_file():
         raise RecipematchError(f"prompt sidecar {sidecar} does not exist")
+    from recipematch.config import yaml_loader
+
     try:
-        spec = yaml.safe_load(sidecar.read_bytes().decode("utf-8"))
+        spec = yaml.load(sidecar.read_bytes().decode("utf-8"), Loader=yaml_loader())  # noqa: S506 - a SafeLoader
     except UnicodeDecodeError as e:
         raise RecipematchError(f"{sidecar}: not UTF-8 text ({e.reason} at byte {e.start})") from None
     except yaml.YAMLError as e:
