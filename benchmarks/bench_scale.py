@@ -254,7 +254,8 @@ def main(argv=None) -> int:
     ap.add_argument("--params", type=Path, default=None, help="params file (default: ROOT/params.yaml)")
     ap.add_argument("--rows", default="40,120,240")
     ap.add_argument("--no-evaluate", action="store_true",
-                    help="leave the evaluate stage out (its cost does not depend on rows)")
+                    help="leave the evaluate stage out of the rows axis (its cost does not depend on rows)")
+    ap.add_argument("--workers-train-only", action="store_true", help="leave evaluate out of the workers axis")
     ap.add_argument("--prior", type=Path, default=None,
                     help="JSON lines this bench printed for other rows values, merged into the table")
     ap.add_argument("--arm", default="recipe", help="an arm the project's specs stage wrote (params arms)")
@@ -323,7 +324,7 @@ def main(argv=None) -> int:
         wres = workers_axis(args.root.resolve(), args.work.resolve(), rows=args.workers_rows,
                             seeds=args.workers_seeds, arm=args.arm, seq=args.max_seq_length, epochs=args.epochs,
                             evaluation=args.evaluation, params=args.params or args.root / "params.yaml",
-                            evaluate_stage=not args.no_evaluate)
+                            evaluate_stage=not args.workers_train_only)
         wst = [s for s in ("train", "evaluate") if all(f"{s}_s" in r for r in wres)]
         one = next(r for r in wres if r["engine"] == "ray, 1 worker")
         loc = next(r for r in wres if r["engine"].startswith("local"))
