@@ -156,6 +156,12 @@ def rows_axis(root: Path, work: Path, rows_list: list[int], *, arm: str, seq: in
             shutil.copytree(src_cache, shared)  # a copy: the project's cache is not written
         else:
             shared.mkdir(parents=True)
+    # warm-up, not timed: the gates' embedding cache is filled once (the first row value would
+    # otherwise pay for every evaluation text's embedding and flatten the growth exponents)
+    warm = Layout(_scratch(root, work / "rows_warmup", shared))
+    raw0 = _params(base, rows=min(rows_list), arm=arm, seq=seq, epochs=epochs, evaluation=evaluation)
+    _run(cells, raw0, warm, arm)
+    _run(validate, raw0, warm, arm)
     out = []
     for rows in rows_list:
         lay = Layout(_scratch(root, work / f"rows_{rows}", shared))
