@@ -149,21 +149,14 @@ def rows_axis(root: Path, work: Path, rows_list: list[int], *, arm: str, seq: in
 
     base = load_yaml(params)  # read once: the project's params may change while the bench runs
 
-    shared = work / "embeddings"
-    if not shared.exists():
-        src_cache = root / "cache" / "embeddings"
-        if src_cache.is_dir():
-            shutil.copytree(src_cache, shared)  # a copy: the project's cache is not written
-        else:
-            shared.mkdir(parents=True)
-    # warm-up, not timed: the gates' embedding cache is filled once (the first row value would
-    # otherwise pay for every evaluation text's embedding and flatten the growth exponents)
-    warm = Layout(_scratch(root, work / "rows_warmup", shared))
-    raw0 = _params(base, rows=min(rows_list), arm=arm, seq=seq, epochs=epochs, evaluation=evaluation)
-    _run(cells, raw0, warm, arm)
-    _run(validate, raw0, warm, arm)
     out = []
     for rows in rows_list:
+        # each row value starts from a cold embedding cache, as a fresh clone's stages do (a
+        # cache shared across values would let the first pay for the texts the others reuse)
+        shared = work / f"embeddings_rows_{rows}"
+        if shared.exists():
+            shutil.rmtree(shared)
+        shared.mkdir(parents=True)
         lay = Layout(_scratch(root, work / f"rows_{rows}", shared))
         raw = _params(base, rows=rows, arm=arm, seq=seq, epochs=epochs, evaluation=evaluation)
         times = {}
