@@ -225,6 +225,10 @@ def workers_axis(root: Path, work: Path, *, rows: int, seeds: int, arm: str, seq
         if dest.exists():
             shutil.rmtree(dest)
         shutil.copytree(lay0.root, dest, symlinks=True)
+        # its own copy of the embedding cache as the cells left it: the engines train identical
+        # models, so a shared cache would let the later engines' evaluate read the first's vectors
+        (dest / "cache" / "embeddings").unlink()
+        shutil.copytree(shared, dest / "cache" / "embeddings")
         lay = Layout(dest)
         row: dict = {"engine": name, "ray_start_s": 0.0}
         if eng is not None:
