@@ -12,10 +12,6 @@ import sys
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
-
-import recipematch.retrieval as retrieval
-from recipematch.eval_cli import evaluate
 
 FIX = Path(__file__).parent / "fixtures" / "beir" / "crosslingual_mini"
 SRC = Path(__file__).resolve().parents[1] / "src"
@@ -29,24 +25,8 @@ def bench(tmp_path):
     return dst
 
 
-@pytest.fixture
-def no_model(monkeypatch):
-    """Any attempt to load a model fails the test."""
-    def boom(*a, **k):
-        raise AssertionError("a model was loaded")
-    monkeypatch.setattr(retrieval, "SentenceTransformerEncoder", boom)
-
-
-def run(*args):
-    return CliRunner().invoke(evaluate, [str(a) for a in args])
-
-
-def _one_line_error(res, *needles):
-    assert res.exit_code == 2, res.output
-    out = res.output.strip()
-    assert "\n" not in out and out.startswith("Error: ") and "Traceback" not in out, out
-    for n in needles:
-        assert n in out, out
+sys.path.insert(0, str(Path(__file__).parent))
+from test_eval_cli import _one_line_error, no_model, run  # noqa: E402,F401 - shared with the main evaluate tests
 
 
 def _snapshot(root: Path) -> dict[str, bytes]:
