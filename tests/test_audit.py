@@ -694,3 +694,56 @@ def test_sidecar_mistakes_get_their_own_message(tmp_path):
     with pytest.raises(RecipematchError, match="the shipped recipe is d1_recipe"):
         _init(tmp_path, inp, tmp_path / "wd", recipe="d4_restatement")
     assert not (tmp_path / "wd").exists()
+
+
+def test_released_rows_pass_the_recordings_build_at_init(tmp_path):
+    """What init accepts, the recordings stage accepts: near-misses in D4 rows (a prompt that
+    writes none) and a repeated source are refused at init, not after `dvc repro` starts."""
+    inp = write_inputs(tmp_path)
+    rp = _replay(tmp_path / "rp", inp["sources"])
+    d4 = rp / "pairs_d4_unrelated.jsonl"
+    rows = [json.loads(x) for x in d4.read_text().splitlines()]
+    rows[0]["negatives"] = [{"text": "a near-miss D4 never writes"}]
+    d4.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    with pytest.raises(RecipematchError, match=r"pairs_d4_unrelated.jsonl: release row 0 .*near-misses but n_neg=0"):
+        _init(tmp_path, inp, tmp_path / "wd", replay=rp, base_url="", model=None)
+    rp2 = _replay(tmp_path / "rp2", inp["sources"], '{"source_id": "s000", "positive_text": "again", "negatives": []}')
+    with pytest.raises(RecipematchError, match="appears twice"):
+        _init(tmp_path, inp, tmp_path / "wd", replay=rp2, base_url="", model=None)
+    assert not (tmp_path / "wd").exists()
+
+
+def test_pool_ids_are_read_as_the_corpus_stage_reads_them(tmp_path):
+    inp = write_inputs(tmp_path)
+    with open(inp["sources"], "a") as f:
+        f.write(json.dumps({"id": " s001 ", "text": "the same id once stripped"}) + "\n")
+    with pytest.raises(RecipematchError, match=r"source id 's001' appears twice"):
+        _init(tmp_path, inp, tmp_path / "wd")
+    fifo = tmp_path / "pool.fifo"
+    os.mkfifo(fifo)  # nothing writes to it: reading would hang
+    with pytest.raises(RecipematchError, match="give a regular JSONL file"):
+        _init(tmp_path, inp, tmp_path / "wd", sources=fifo)
+
+
+def test_url_typos_and_passwords_parsed_as_ports(tmp_path):
+    inp = write_inputs(tmp_path)
+    with pytest.raises(RecipematchError, match="malformed host name"):
+        _init(tmp_path, inp, tmp_path / "wd", base_url="http://api..example.com/v1")
+    for url in ("http://admin:s3cr3t/pw@host/v1", "http://admin:hunter2#x@host/v1"):
+        with pytest.raises(RecipematchError, match="user:password") as e:
+            _init(tmp_path, inp, tmp_path / "wd", base_url=url)
+        assert "s3cr3t" not in str(e.value) and "hunter2" not in str(e.value)
+    ok = _init(tmp_path, inp, tmp_path / "wd6", base_url="http://[::1]:8000/v1")  # IPv6 stays valid
+    assert ok["recipe"] == "d1_recipe"
+
+
+def test_an_also_set_gets_the_benchmark_checks(tmp_path):
+    inp = write_inputs(tmp_path)
+    sg = tmp_path / "selfgold"
+    shutil.copytree(inp["real"], sg)
+    with open(sg / "corpus.jsonl", "a") as f:
+        f.write(json.dumps({"_id": "r003", "title": "", "text": "gold filed under its query id"}) + "\n")
+    with open(sg / "qrels" / "test.tsv", "a") as f:
+        f.write("r003\tr003\t1\n")
+    with pytest.raises(RecipematchError, match="query's own id"):
+        _init(tmp_path, inp, tmp_path / "wd", also={"x": (sg, "plain")})

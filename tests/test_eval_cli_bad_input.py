@@ -42,10 +42,11 @@ def _snapshot(root: Path) -> dict[str, bytes]:
     ("--out", "new_summary.json"),          # a new file inside the folder is refused too
     ("--per-query", "qrels/new.parquet"),
     ("--out", "."),                          # the folder itself
+    ("--cache-dir", "cache"),                # the embedding cache too
 ])
 def test_output_inside_the_benchmark_is_refused_and_nothing_written(bench, tmp_path, flag, rel):
     before = _snapshot(bench)
-    args = ["--out", tmp_path / "res.json"] if flag == "--per-query" else []
+    args = ["--out", tmp_path / "res.json"] if flag in ("--per-query", "--cache-dir") else []
     res = run(bench, "--model", "bm25", flag, bench / rel, *args)
     _one_line_error(res, flag, "inside the input FOLDER")
     assert _snapshot(bench) == before

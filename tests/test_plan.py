@@ -224,3 +224,28 @@ def load_yaml_paper() -> dict:
     from recipematch.config import load_yaml
 
     return load_yaml(REPO / "params-paper.yaml")
+
+
+def test_a_beir_folder_lacking_queries_or_qrels_and_a_missing_sidecar_are_not_ready(tmp_path):
+    raw = load_yaml_paper()
+    raw["evaluations"]["mine"] = {**raw["evaluations"]["easy"], "folder": "mine"}
+    raw["llm"]["recipe_prompt"] = "recipe/mine.prompt.yaml"
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "corpus.jsonl").write_text('{"_id": "d1", "text": "x"}\n')
+    inputs = {i["input"]: i for i in build_plan(parse_params(raw), tmp_path)["inputs"]}
+    assert inputs["evaluations.mine.folder"]["status"] == "bad"
+    assert "queries.jsonl" in inputs["evaluations.mine.folder"]["detail"]
+    assert inputs["llm.recipe_prompt"]["status"] == "missing"
+    (tmp_path / "mine" / "queries.jsonl").write_text('{"_id": "q1", "text": "y"}\n')
+    (tmp_path / "mine" / "qrels").mkdir()
+    (tmp_path / "mine" / "qrels" / "test.jsonl").write_text('{"query-id": "q1", "corpus-id": "d1", "score": 1}\n')
+    inputs = {i["input"]: i for i in build_plan(parse_params(raw), tmp_path)["inputs"]}
+    assert inputs["evaluations.mine.folder"]["status"] == "ok"
+
+
+def test_replayed_release_rows_are_inputs(tmp_path):
+    p = load_params(REPO / "params.yaml")
+    with_rows = {i["input"]: i["status"] for i in build_plan(p, REPO)["inputs"]}
+    assert with_rows["release rows (d1_recipe)"] == "ok"  # data/ is pulled in CI
+    without = {i["input"]: i["status"] for i in build_plan(p, tmp_path)["inputs"]}
+    assert without["release rows (d1_recipe)"] == without["release rows (d4_restatement)"] == "missing"

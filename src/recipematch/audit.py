@@ -104,8 +104,8 @@ def control_positives(prompt: str) -> str:
 
 # --------------------------------------------------------------------------- input checks
 
-def check_benchmark(folder: Path, name: str = "benchmark") -> dict[str, int]:
-    """Read a BEIR folder as recipematch's evaluate stages will (plain rule).
+def check_benchmark(folder: Path, name: str = "benchmark", rule: str = "plain") -> dict[str, int]:
+    """Read a BEIR folder as recipematch's evaluate stages will (under ``rule``).
 
     Returns:
         ``{"queries": scored queries, "documents": corpus size, "golds": positive qrels}``.
@@ -116,7 +116,7 @@ def check_benchmark(folder: Path, name: str = "benchmark") -> dict[str, int]:
     """
     from recipematch.benchmarks_data import load_set
 
-    bset = load_set(folder, "plain", name=name)
+    bset = load_set(folder, rule, name=name)
     golds = sum(1 for q in bset.query_ids for s in bset.qrels.get(q, {}).values() if s > 0)
     self_gold = [q for q in bset.query_ids if q in {d for d, s in bset.qrels.get(q, {}).items() if s > 0}]
     if self_gold:
@@ -163,7 +163,7 @@ def read_sources(path: Path) -> dict[str, str]:
         if not isinstance(text, str) or not text.strip():
             raise RecipematchError(f"{path}:{i}: source {sid!r} needs a non-empty string 'text', got "
                                    f"{type(text).__name__}")
-        sid = str(sid)
+        sid = str(sid).strip()  # as the corpus stage reads it
         if why := id_problem(sid):
             raise RecipematchError(f"{path}:{i}: source id {sid!r} {why}")
         if sid in out:
@@ -493,6 +493,8 @@ def init_audit(workdir: Path, *, benchmark: Path, recipe: str, sources: Path, co
     for flag, path in (("--sources", sources), ("--benchmark", benchmark)):
         if not Path(path).exists():
             raise RecipematchError(f"{flag} {path} does not exist")
+    if not Path(sources).is_file():
+        raise RecipematchError(f"--sources {sources}: give a regular JSONL file (not a folder, pipe or device)")
     if bool(base_url) == bool(replay):
         raise RecipematchError("give either --base-url (with --model) or --replay RECORDINGS, not both or neither")
     if base_url and not model:
@@ -531,9 +533,7 @@ def init_audit(workdir: Path, *, benchmark: Path, recipe: str, sources: Path, co
     for name, (folder, rule) in also.items():
         if name in ("benchmark", "real"):
             raise RecipematchError(f"--also {name}=...: the names benchmark and real are taken")
-        from recipematch.benchmarks_data import load_set
-
-        load_set(Path(folder), rule, name=name)
+        check_benchmark(Path(folder), name=name, rule=rule)
         for flag, other in (("--benchmark", benchmark), ("--real", real)):
             if other is not None and Path(folder).resolve() == Path(other).resolve():
                 raise RecipematchError(f"--also {name}={folder}: that folder is {flag} already")
@@ -550,7 +550,7 @@ def init_audit(workdir: Path, *, benchmark: Path, recipe: str, sources: Path, co
         missing = [f for f in RELEASE_FILES.values() if not (Path(replay) / f).is_file()]
         if missing:
             raise RecipematchError(f"--replay {replay}: missing {missing} (released rows the recordings are built from)")
-        _check_replay_rows(Path(replay), Path(sources))
+        _check_replay_rows(Path(replay), Path(sources), tpl["llm"])
     params = audit_params(tpl, control=control, recipe_sidecar="", backend="replay" if replay else "openai",
                           base_url=base_url or "", model=model, api_key_env=api_key_env, real=real is not None,
                           base_model=base_model, seeds=seeds, rows=rows, real_rule=real_rule,
@@ -794,13 +794,17 @@ def _check_base_url(url: str) -> None:
         raise RecipematchError(f"--base-url {why}")
 
 
-def _check_replay_rows(replay: Path, sources: Path) -> None:
-    """Every released row replayed must be well formed (:func:`recipematch.llm.recordings.release_row`,
-    the recordings stage's own check) and name a source of the pool (the recordings are keyed
-    by source id); the first bad row is named with its file and line."""
+def _check_replay_rows(replay: Path, sources: Path, llm: Mapping[str, Any]) -> None:
+    """Every released row replayed must be well formed (:func:`recipematch.llm.recordings.release_row`)
+    and name a source of the pool (the recordings are keyed by source id), the first bad row
+    named with its file and line; then the recordings stage's whole build
+    (:func:`recipematch.llm.recordings.build_recordings`: repeated sources, near-miss counts
+    per prompt, a text both positive and near-miss) runs on them with the template's ``llm``
+    settings, so what init accepts the stage accepts."""
     from recipematch.io import iter_jsonl_strict
-    from recipematch.llm.recordings import release_row
+    from recipematch.llm.recordings import build_recordings, release_row
     from recipematch.pipeline.inputs import RELEASE_FILES
+    from recipematch.rules import negatives_for_prompt
 
     pool = read_sources(sources)  # already checked by check_sources: one reader of the pool
     for fname in RELEASE_FILES.values():
@@ -820,3 +824,10 @@ def _check_replay_rows(replay: Path, sources: Path) -> None:
         if unknown:
             raise RecipematchError(f"--replay {replay / fname}:{first[0]}: {unknown} of {n} rows name a source id not "
                                    f"in --sources (first: {first[1]!r}); replay needs the rows of this pool")
+    for prompt, fname in RELEASE_FILES.items():
+        try:
+            build_recordings([row for _, row in iter_jsonl_strict(replay / fname)], pool, prompt,
+                             n_pos=int(llm["n_pos"]), n_neg=negatives_for_prompt(prompt, int(llm["n_neg"])),
+                             model_id=str(llm["model_id"]), judge_model_id=str(llm["judge_model_id"]))
+        except ValueError as e:
+            raise RecipematchError(f"--replay {replay / fname}: {e}") from None

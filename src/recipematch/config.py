@@ -84,18 +84,28 @@ def server_url_problem(url: str) -> str | None:
     """
     from urllib.parse import urlsplit
 
-    if url != url.strip() or any(c.isspace() for c in url):
-        return "holds whitespace"
+    if url != url.strip() or any(c.isspace() or not c.isprintable() for c in url):
+        return "holds whitespace or a control character"
     try:
         u = urlsplit(url)
+    except ValueError:
+        return "is not a valid URL (check the host and the brackets of an IPv6 address)"
+    # credentials first: a password holding '/', '#' or '?' is parsed as a port, and a port
+    # error must not quote it
+    if "@" in url:  # a password holding '/' or '#' moves its '@' out of the parsed host part
+        return ("carries an '@' (a user:password part?): put the key in an environment variable and give its "
+                "name in api_key_env")
+    try:
         port = u.port
-    except ValueError as e:
-        return f"is not a valid URL ({str(e).split(':')[0]})"
+    except ValueError:
+        return "is not a valid URL (the port must be a number in 1-65535)"
     if u.scheme not in ("http", "https") or not u.hostname:
         return "must be an http(s) URL with a host, e.g. http://127.0.0.1:8000/v1"
-    if u.username is not None or u.password is not None:
-        return ("carries a user:password part: put the key in an environment variable and give its name in "
-                "api_key_env")
+    if ":" not in u.hostname:  # a name or IPv4 address (an IPv6 literal holds ':')
+        try:
+            u.hostname.encode("idna")
+        except UnicodeError:
+            return "has a malformed host name (an empty or over-long label, e.g. 'a..b')"
     if u.query or u.fragment or "?" in url or "#" in url:
         return "carries a query or fragment (a key there would be copied into params, logs and MLflow)"
     if port == 0:

@@ -333,7 +333,7 @@ def _evaluate(folder, model, rule, self_mask, ks_text, out, split, per_query_out
     if per_query_out is not None and Path(per_query_out).resolve() == Path(out).resolve():
         raise RecipematchError(f"--per-query and --out name the same file {out}")
     bset = load_set(folder, rule, split=split)  # every data check, before any model
-    outputs = {"--out": out, "--per-query": per_query_out}
+    outputs = {"--out": out, "--per-query": per_query_out, "--cache-dir": cache_dir}
     check_outputs_outside(outputs, {"FOLDER": folder})  # before any model, long before writing
     resolved = resolve_model(model)
     if resolved != BM25_NAME:

@@ -317,6 +317,8 @@ def _probe_url(url: str, timeout_s: float) -> tuple[str, str]:
     try:
         with socket.create_connection((host, port), timeout=timeout_s):
             return "ok", f"{host}:{port} answers"
+    except UnicodeError:
+        return "bad", f"{host}: malformed host name"
     except OSError as e:
         return "missing", f"{host}:{port}: {e.strerror or e} (start the server, or fix the URL)"
 
@@ -349,8 +351,8 @@ def inputs_plan(p, root: Path) -> list[dict[str, str]]:
             add(key, value, "bad", f"{what}: expected a file, found a folder")
         elif kind == "dir" and not f.is_dir():
             add(key, value, "bad", f"{what}: expected a folder, found a file")
-        elif inside and not any((f / x).exists() for x in inside):
-            add(key, value, "bad", f"{what}: the folder holds none of {', '.join(inside)}")
+        elif inside and not all(any((f / x).is_file() for x in alt.split("|")) for alt in inside):
+            add(key, value, "bad", f"{what}: the folder lacks {', '.join(inside)} ('|': either)")
         else:
             add(key, value, "ok", what)
 
@@ -359,7 +361,17 @@ def inputs_plan(p, root: Path) -> list[dict[str, str]]:
         path("data.retrieve", p.data.retrieve, "MathNet-Retrieve tiers", "dir")
     for name, ev in p.evaluations.items():
         if not ev.folder.startswith("artifacts/"):  # artifacts/ folders are built by the evalsets stage
-            path(f"evaluations.{name}.folder", ev.folder, "BEIR folder", "dir", ("corpus.jsonl",))
+            path(f"evaluations.{name}.folder", ev.folder, "BEIR folder", "dir",
+                 ("corpus.jsonl", "queries.jsonl", "qrels/test.tsv|qrels/test.jsonl"))
+    if p.llm.recipe_prompt:
+        path("llm.recipe_prompt", p.llm.recipe_prompt, "recipe prompt sidecar", "file")
+    if p.llm.backend == "replay":
+        from recipematch.pipeline.inputs import RELEASE_FILES
+
+        for prompt in p.llm.prompts:
+            if prompt in RELEASE_FILES:
+                path(f"release rows ({prompt})", f"data/peer_release/{RELEASE_FILES[prompt]}",
+                     "released rows the recordings stage replays", "file")
     try:
         add("train.model", p.train.model, "ok", resolve_model(p.train.model))
     except RecipematchError as e:
