@@ -109,7 +109,7 @@ def plan_cmd(params_path: Path, root: Path, as_json: bool, train_examples_per_s:
     not_ready = [i["input"] for i in plan["inputs"] if i["status"] != "ok"]
     if require_inputs and not_ready:
         click.echo(f"recipematch: not ready: {', '.join(not_ready)}", err=True)
-        raise SystemExit(1)
+        click.get_current_context().exit(1)
 
 
 @main.group("audit")
