@@ -111,6 +111,7 @@ def test_model_folder_without_config_is_refused_before_loading(no_model, bench, 
     (tmp_path / "empty").mkdir()
     res = run(bench, "--model", tmp_path / "empty", "--out", tmp_path / "o.json")
     _one_line_error(res, "--model", "empty", "no modules.json or config.json")
+    assert res.exit_code == 2 and not (tmp_path / "o.json").exists()
 
 
 def test_model_folder_that_sentence_transformers_cannot_load(bench, tmp_path):

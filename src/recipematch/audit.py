@@ -64,7 +64,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import subprocess
 from collections.abc import Mapping
@@ -505,7 +504,9 @@ def init_audit(workdir: Path, *, benchmark: Path, recipe: str, sources: Path, co
     _check_workdir_apart(workdir, [benchmark, sources, real, replay, *(f for f, _ in (also or {}).values())])
     if base_url:
         _check_base_url(base_url)
-    if api_key_env and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]{0,199}", api_key_env):
+    from recipematch.config import ENV_VAR_NAME
+
+    if api_key_env and not ENV_VAR_NAME.fullmatch(api_key_env):
         raise RecipematchError("--api-key-env must be the NAME of an environment variable (letters, digits, _), "
                                "never the key itself (not repeated here)")
     if api_key_env and not os.environ.get(api_key_env):

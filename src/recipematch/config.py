@@ -73,6 +73,11 @@ _Loader.add_implicit_resolver("tag:yaml.org,2002:float", _FLOAT_12, list("-+0123
 _Loader.add_constructor("tag:yaml.org,2002:int", _Loader.construct_yaml_int)
 
 
+#: what ``*api_key_env`` keys and ``--api-key-env`` may hold: the NAME of an environment
+#: variable (letters, digits, _), never a key (which would then land in params, DVC and MLflow)
+ENV_VAR_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,199}")
+
+
 def server_url_problem(url: str) -> str | None:
     """Why ``url`` cannot be an LLM server's base URL, or None when it can: an http(s) URL
     with a host, a port in 1-65535 if one is given, no whitespace, no ``user:password@`` part
@@ -531,7 +536,7 @@ class Judge2Config:
         if self.enabled and self.backend == "openai" and not self.base_url:
             raise RecipematchError("judge2.base_url: backend openai needs the second judge's server URL "
                                    "(e.g. http://127.0.0.1:8001/v1)")
-        if self.api_key_env and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]{0,199}", self.api_key_env):
+        if self.api_key_env and not ENV_VAR_NAME.fullmatch(self.api_key_env):
             raise RecipematchError("judge2.api_key_env must be the NAME of an environment variable "
                                    "(letters, digits, _), never the key itself")
 
@@ -672,7 +677,7 @@ def _cross_checks(p: Params) -> None:
     if len(set(p.evaluate.ks)) != len(p.evaluate.ks):
         raise RecipematchError(f"evaluate.ks lists a cut-off twice: {list(p.evaluate.ks)}")
     for key, name in (("llm.api_key_env", p.llm.api_key_env), ("llm.judge_api_key_env", p.llm.judge_api_key_env)):
-        if name and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]{0,199}", name):
+        if name and not ENV_VAR_NAME.fullmatch(name):
             raise RecipematchError(f"{key} must be the NAME of an environment variable (letters, digits, _), "
                                    f"never the key itself")
     bad = [x for x in p.llm.prompts if x not in LLM_PROMPTS]
