@@ -181,3 +181,29 @@ def test_server_urls_are_checked_without_echoing_credentials(key, url, why):
     with pytest.raises(RecipematchError, match=why) as e:
         parse_params(raw)
     assert str(e.value).startswith(key) and "sk-" not in str(e.value)
+
+
+@pytest.mark.parametrize("override, match", [
+    ({"positives": "d5"}, r"arms\[cell\] \(positives/negatives/negatives_volume\): no input for positives=d5 of "
+                          r"cell d5xnone: pair file 'd5_survey' .*add d5_survey to llm\.prompts"),
+    ({"negatives": "unrelated"}, r"no input for negatives=unrelated .*'unrelated_negatives'"),
+    ({"arms": ["verified", "d2_own"]}, r"arms\[d2_own\]: no input for positives=d2 .*'d2_paraphrase'"),
+])
+def test_an_arm_the_configuration_cannot_build_stops_before_any_model_loads(tmp_path, override, match):
+    """A cell whose LLM pair file no declared prompt writes is refused by the first stages that
+    read the arms (specs, backtranslate: neither loads a model), naming the arm, the field and
+    the missing file; nothing is written."""
+    from recipematch.config import check_arm_inputs, parse_params
+    from recipematch.pipeline import backtranslate, specs
+    from recipematch.pipeline.door import Layout
+
+    raw = load_yaml(Path(__file__).resolve().parents[1] / "params.yaml")
+    bad = parse_params({**raw, **override})
+    with pytest.raises(RecipematchError, match=match):
+        check_arm_inputs(bad)
+    lay = Layout(tmp_path)
+    for mod in (specs, backtranslate):
+        with pytest.raises(RecipematchError, match=match):
+            mod.run(bad.view(mod.PARAMS), lay)
+    assert not any(tmp_path.rglob("*.json"))
+    check_arm_inputs(parse_params(raw))  # the shipped default builds every arm it declares

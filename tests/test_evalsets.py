@@ -1,5 +1,6 @@
-"""Easy and hard LLM-built tiers (paper Section 3, Table 1) as BEIR folders, on hand-made rows;
-ranks worked out by hand with a one-hot encoder."""
+"""LLM-built tiers shaped like MathNet-Retrieve's (paper Sections 1 and 3, Table 1: one corpus,
+the same queries, tiers differing only in the gold) and the gold-only diagnostic, as BEIR
+folders, on hand-made rows; ranks worked out by hand with a one-hot encoder."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import pytest
 
 from recipematch.benchmarks_data import load_plain
 from recipematch.errors import RecipematchError
-from recipematch.evalsets import build_llm_tier, build_tier, choose_heldout, write_tiers
+from recipematch.evalsets import build_gold_only, build_tiers, choose_heldout, write_tiers
 from recipematch.scoring import score
 
 CORPUS = [{"doc_id": "p1", "title": "", "text": "A B"},
@@ -18,6 +19,9 @@ CORPUS = [{"doc_id": "p1", "title": "", "text": "A B"},
 D1 = [{"source_id": "p1", "positive_text": "A B D", "negatives": [{"text": "A B"}, {"text": "B"}]},
       {"source_id": "p2", "positive_text": "C D", "negatives": []},
       {"source_id": "p4", "positive_text": "E", "negatives": [{"text": "F"}]}]
+D4 = [{"source_id": "p1", "positive_text": "B D", "negatives": []},
+      {"source_id": "p2", "positive_text": "C F", "negatives": []}]
+RW = {"d1": D1, "d4": D4}
 
 
 class OneHot:
@@ -32,62 +36,82 @@ class OneHot:
         return out / np.linalg.norm(out, axis=1, keepdims=True)
 
 
-def test_easy_tier_has_golds_and_no_near_misses():
-    docs, queries, qrels, meta = build_tier(CORPUS, D1, ["p2", "p1"], "easy")
+def test_tiers_share_one_corpus_with_every_rewrite_and_near_miss():
+    docs, tiers = build_tiers(CORPUS, RW, ["p2", "p1"])
+    assert list(docs) == ["p1", "p2", "p3", "p4", "d1-pos-p1", "d1-neg-p1-0", "d1-neg-p1-1", "d4-pos-p1",
+                          "d1-pos-p2", "d4-pos-p2"]
+    assert list(tiers) == ["tier_d1", "tier_d4"]
+    q1, r1, m1 = tiers["tier_d1"]
+    q4, r4, m4 = tiers["tier_d4"]
+    assert q1 == q4 == {"p1": "A B", "p2": "C"}  # the same queries: the held-out source's own text
+    assert r1 == {"p1": {"d1-pos-p1": 1}, "p2": {"d1-pos-p2": 1}}
+    assert r4 == {"p1": {"d4-pos-p1": 1}, "p2": {"d4-pos-p2": 1}}
+    # near-misses are the benchmark's (D1) in both tiers; the other rewrite is equivalent, not gold
+    assert m1["p1"] == {"tier": "tier_d1", "gold": "d1", "near_miss_ids": ["d1-neg-p1-0", "d1-neg-p1-1"],
+                        "equivalent_ids": ["d4-pos-p1"]}
+    assert m4["p1"]["near_miss_ids"] == ["d1-neg-p1-0", "d1-neg-p1-1"] and m4["p1"]["equivalent_ids"] == ["d1-pos-p1"]
+    assert m1["p2"]["near_miss_ids"] == []
+
+
+def test_gold_only_diagnostic_has_no_near_misses_and_no_other_rewrite():
+    docs, queries, qrels, meta = build_gold_only(CORPUS, D1, ["p2", "p1"])
     assert list(docs) == ["p1", "p2", "p3", "p4", "d1-pos-p1", "d1-pos-p2"]
-    assert queries == {"p1": "A B", "p2": "C"}  # the held-out source's own text, sorted ids
     assert qrels == {"p1": {"d1-pos-p1": 1}, "p2": {"d1-pos-p2": 1}}
-    assert meta == {"p1": {"tier": "easy"}, "p2": {"tier": "easy"}}
-
-
-def test_hard_tier_adds_the_same_queries_near_misses():
-    docs, queries, qrels, meta = build_tier(CORPUS, D1, ["p1", "p2"], "hard")
-    assert list(docs) == ["p1", "p2", "p3", "p4", "d1-pos-p1", "d1-neg-p1-0", "d1-neg-p1-1",
-                          "d1-pos-p2"]
-    assert meta["p1"]["near_miss_ids"] == ["d1-neg-p1-0", "d1-neg-p1-1"]
-    assert meta["p2"]["near_miss_ids"] == []
-    assert build_llm_tier(CORPUS, D1, ["p1", "p2"]) == (docs, queries, qrels)
+    assert meta == {"p1": {"tier": "gold_only", "gold": "d1"}, "p2": {"tier": "gold_only", "gold": "d1"}}
 
 
 def test_write_tiers_then_score_by_hand(tmp_path):
-    counts = write_tiers(tmp_path, CORPUS, D1, ["p1", "p2"])
-    assert counts == {"n_queries": 2, "easy.n_docs": 6, "hard.n_docs": 8,
-                      "hard.n_near_misses": 2, "hard.n_queries_without_near_misses": 1}
-    write_tiers(tmp_path / "again", CORPUS, D1, ["p2", "p1"])
-    for tier in ("easy", "hard"):
+    counts = write_tiers(tmp_path, CORPUS, RW, ["p1", "p2"])
+    assert counts == {"n_queries": 2, "n_docs": 10, "n_near_misses": 2,
+                      "n_queries_without_near_misses": 1, "n_equivalent_docs": 2,
+                      "gold_only.n_docs": 6}
+    write_tiers(tmp_path / "again", CORPUS, RW, ["p2", "p1"])
+    for tier in ("tier_d1", "tier_d4", "gold_only"):
         for f in ("corpus.jsonl", "queries.jsonl", "qrels/test.tsv"):
             assert (tmp_path / tier / f).read_bytes() == (tmp_path / "again" / tier / f).read_bytes()
-    easy, hard = load_plain(tmp_path / "easy"), load_plain(tmp_path / "hard")
-    assert easy.near_misses == {} and hard.near_misses == {"p1": ["d1-neg-p1-0", "d1-neg-p1-1"]}
-    # easy: p1 "A B" (own entry masked): gold "A B D" .816, p3 "A" .707 below -> 0;
-    #       p2 "C": gold "C D" .707, nothing else shares C -> 0
-    s, pq = score(easy, OneHot(), ks=(1, 5))
+    assert (tmp_path / "tier_d1" / "corpus.jsonl").read_bytes() == (tmp_path / "tier_d4" / "corpus.jsonl").read_bytes()
+    t1, t4, g = (load_plain(tmp_path / t) for t in ("tier_d1", "tier_d4", "gold_only"))
+    assert g.near_misses == {} and t1.near_misses == {"p1": ["d1-neg-p1-0", "d1-neg-p1-1"]}
+    # gold_only: p1 "A B" (own entry masked): gold "A B D" .816, p3 "A" .707 below -> 0;
+    #            p2 "C": gold "C D" .707, nothing else shares C -> 0
+    s, pq = score(g, OneHot(), ks=(1, 5))
     assert pq["rank"].tolist() == [0, 0] and s["R@1"] == 100.0
-    # hard: p1's near-miss "A B" scores 1.0 above the gold .816 -> 1; p2 unchanged -> 0
-    s, pq = score(hard, OneHot(), ks=(1, 5))
-    assert pq["rank"].tolist() == [1, 0] and (s["R@1"], s["R@5"]) == (50.0, 100.0)
-    assert s["near_miss"]["n_wins"] == 0 and s["near_miss"]["n_without_near_misses"] == 1
+    # tier_d1: p1's near-miss "A B" scores 1.0 above the gold .816 -> 1;
+    #          p2 "C": gold "C D" .707 ties the D4 rewrite "C F" .707 (an equivalent, not gold)
+    s, pq = score(t1, OneHot(), ks=(1, 5))
+    assert pq["rank"].tolist()[0] == 1 and s["near_miss"]["n_without_near_misses"] == 1
+    # tier_d4: p1 "A B": near-miss "A B" 1.0, "A B D" .816 (equivalent), then gold "B D" .5
+    #          and near-miss "B" .707 and p3 "A" .707 above it -> rank 4
+    s, pq = score(t4, OneHot(), ks=(1, 5))
+    assert pq["rank"].tolist()[0] == 4 and s["R@5"] >= 50.0
 
 
-@pytest.mark.parametrize("heldout, tier, match", [
-    (["p9"], "easy", "'p9' is not in the corpus"),
-    (["p3"], "hard", "'p3' has no recorded D1 rewrite"),
-    (["p1"], "medium", "tier must be one of"),
+@pytest.mark.parametrize("heldout, match", [
+    (["p9"], "'p9' is not in the corpus"),
+    (["p3"], "'p3' has no recorded D1 rewrite"),
+    (["p4"], "'p4' has no recorded D4 rewrite"),
 ])
-def test_tier_refuses_bad_input(heldout, tier, match):
+def test_tiers_refuse_bad_input(heldout, match):
     with pytest.raises(RecipematchError, match=match):
-        build_tier(CORPUS, D1, heldout, tier)
+        build_tiers(CORPUS, RW, heldout)
+
+
+def test_tiers_need_both_rewrites():
+    with pytest.raises(RecipematchError, match=r"missing \['d4'\]"):
+        build_tiers(CORPUS, {"d1": D1}, ["p1"])
 
 
 def test_tier_refuses_a_release_row_without_source_id():
     with pytest.raises(RecipematchError, match=r"D1 release row 1 .*'source_id'"):
-        build_tier(CORPUS, [D1[0], {"positive_text": "x"}], ["p1"], "easy")
+        build_tiers(CORPUS, {"d1": [D1[0], {"positive_text": "x"}], "d4": D4}, ["p1"])
 
 
 def test_tier_refuses_a_document_id_clash():
-    corpus = [*CORPUS, {"doc_id": "d1-pos-p1", "title": "", "text": "Z"}]
+    corpus = [*CORPUS, {"doc_id": "d4-pos-p1", "title": "", "text": "Z"}]
     with pytest.raises(RecipematchError, match="already a corpus id"):
-        build_tier(corpus, D1, ["p1"], "easy")
+        build_tiers(corpus, RW, ["p1"])
+    with pytest.raises(RecipematchError, match="already a corpus id"):
+        build_gold_only([*CORPUS, {"doc_id": "d1-pos-p1", "title": "", "text": "Z"}], D1, ["p1"])
 
 
 def test_choose_heldout_is_seeded_and_bounded():

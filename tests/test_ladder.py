@@ -273,8 +273,12 @@ def tiny(tmp_path_factory):
     (root / "data" / "peer_release").mkdir(parents=True)
     for f in MINI.glob("*.jsonl"):
         shutil.copy(f, root / "data" / "peer_release" / f.name)
-    shutil.copytree(MINI / "crosslingual_eval", root / "data" / "peer_release" / "crosslingual_eval")
+    for sub in ("crosslingual_eval", "samelang_eval"):
+        shutil.copytree(MINI / sub, root / "data" / "peer_release" / sub)
     raw = _params(arms=["recipe", "d2_own", "d3_own"], contrasts=[])
+    # the prompts are declared (their llm stages are not run here): the specs stage checks that
+    # every arm's pair file is built in this configuration
+    raw["llm"] = {**raw["llm"], "prompts": [*raw["llm"]["prompts"], "d2_paraphrase", "d3_style"]}
     raw["evalsets"] = {"seed": 7, "n_heldout": 5, "corpus_docs": 0}
     raw["budget"] = {"rows": 4, "dev_fraction": 0.05, "max_rows_per_source": 1, "shared_sources": []}
     raw["train"] = {**raw["train"], "n_seeds": 1, "max_seq_length": 32}

@@ -51,10 +51,14 @@ PARAMS = {
     "evaluate": {"ks": [1, 5, 10], "max_seq_length": 48, "batch_size": 64, "device": "cpu", "bm25_k1": 1.5,
                  "bm25_b": 0.75},
     "evaluations": {
-        "easy": {"folder": "artifacts/evalsets/easy", "rule": "plain", "role": "benchmark", "label": "easy tier",
-                 "report_ks": [1]},
-        "hard": {"folder": "artifacts/evalsets/hard", "rule": "plain", "role": "benchmark", "label": "hard tier",
-                 "report_ks": [1, 5]},
+        "tier_d1": {"folder": "artifacts/evalsets/tier_d1", "rule": "plain", "role": "benchmark", "label": "D1 tier",
+                    "report_ks": [1, 5]},
+        "tier_d4": {"folder": "artifacts/evalsets/tier_d4", "rule": "plain", "role": "benchmark", "label": "D4 tier",
+                    "report_ks": [1], "in_family_for": ["d4"]},
+        "gold_only": {"folder": "artifacts/evalsets/gold_only", "rule": "plain", "role": "diagnostic",
+                      "label": "gold-only diagnostic", "report_ks": [1]},
+        "samelang": {"folder": "artifacts/evalsets/samelang", "rule": "samelang", "role": "real",
+                     "label": "same-language", "report_ks": [1]},
         "crosslingual": {"folder": "artifacts/evalsets/crosslingual", "rule": "crosslingual_strict", "role": "real",
                          "label": "cross-language strict", "report_ks": [1]},
         "probe": {"folder": "artifacts/evalsets/probe", "rule": "plain", "role": "in_family",
@@ -62,7 +66,7 @@ PARAMS = {
     },
     "stats": {"n_boot": 200, "seed": 0, "paired_seeds": False},
     "style": {"train_prompt": "d1_recipe", "score_prompts": ["d1_recipe", "d4_restatement"], "test_fraction": 0.3,
-              "seed": 42, "n_boot": 200, "level": 0.95, "C": 1.0, "max_iter": 1000, "tracking_set": "easy",
+              "seed": 42, "n_boot": 200, "level": 0.95, "C": 1.0, "max_iter": 1000, "tracking_set": "tier_d1",
               "tracking_queries": 2000, "top_k": 10},
     "mlflow": {"tracking_uri": "sqlite:///mlflow.db", "experiment": "e2e"},
     "data": {"source": "sample", "path": "data/peer_release/corpus.jsonl"},
@@ -99,7 +103,8 @@ def _root(tmp: Path) -> Layout:
     (tmp / "data" / "peer_release").mkdir(parents=True)
     for f in FIX.glob("*.jsonl"):
         shutil.copy(f, tmp / "data" / "peer_release" / f.name)
-    shutil.copytree(FIX / "crosslingual_eval", tmp / "data" / "peer_release" / "crosslingual_eval")
+    for sub in ("crosslingual_eval", "samelang_eval"):
+        shutil.copytree(FIX / sub, tmp / "data" / "peer_release" / sub)
     return stages.Layout(tmp)
 
 
@@ -194,7 +199,7 @@ def test_training_logs_one_mlflow_run_per_arm_seed_with_hashes(pipeline):
         assert run.data.tags["pair_file_sha256"] == sha256_file(lay.cells(arm) / f"seed_{seed}.jsonl")
         assert run.data.tags["gate_list_sha256"] == sha256_file(lay.gates / "exclusion_v2.json")
         assert run.data.tags["checkpoint_sha256"] == rec["checkpoint_sha256"]
-        assert {"easy.R_at_1", "hard.R_at_1", "crosslingual.R_at_1", "probe.R_at_1"} <= set(run.data.metrics)
+        assert {"tier_d1.R_at_1", "tier_d4.R_at_1", "gold_only.R_at_1", "samelang.R_at_1", "crosslingual.R_at_1", "probe.R_at_1"} <= set(run.data.metrics)
         assert run.info.status == "FINISHED"
 
 
@@ -210,22 +215,25 @@ def test_evaluation_is_self_masked_and_ranks_saved(pipeline):
         assert all(v["self_mask"] for s in per.values() for v in s.values())
         # recall is monotone in k and a percentage
         m = read_json(lay.metrics / "eval" / f"{a}.json")
-        for t in ("easy", "hard"):
+        for t in ("tier_d1", "tier_d4", "gold_only"):
             assert 0 <= m[f"{t}.R@1.mean"] <= m[f"{t}.R@5.mean"] <= m[f"{t}.R@10.mean"] <= 100
-        assert m["easy.n_queries"] == 5 and m["hard.n_queries"] == 5 and m["probe.n_queries"] == 5
+        assert m["tier_d1.n_queries"] == 5 and m["tier_d4.n_queries"] == 5 and m["probe.n_queries"] == 5
         assert m["crosslingual.n_queries"] == 4 and m["crosslingual.slice.lang=es.n"] == 1
 
 
 def test_stats_and_report(pipeline):
     params, lay, stats, report = pipeline
-    g = stats["gaps"]["recipe-verified.easy.R@1"]
+    g = stats["gaps"]["recipe-verified.tier_d1.R@1"]
     assert g["low"] <= g["estimate"] <= g["high"]
     assert stats["gaps"]["recipe-verified.crosslingual.R@1"]["scheme"] == "cluster"
-    r = stats["arms"]["recipe"]["easy.R@1"]
+    r = stats["arms"]["recipe"]["tier_d1.R@1"]
     assert len(r["per_seed"]) == 2
-    assert {"recipe-verified.easy-crosslingual.R@1", "recipe-verified.hard-crosslingual.R@1"} <= set(stats["did"])
+    assert {"recipe-verified.tier_d1-crosslingual.R@1", "recipe-verified.tier_d4-crosslingual.R@1",
+            "recipe-verified.tier_d1-samelang.R@1"} <= set(stats["did"])
+    assert not any("gold_only" in k for k in stats["did"])  # a diagnostic never enters a DiD
     text = Path(report).read_text()
-    assert "| easy tier R@1 (benchmark) |" in text and "DiD easy tier − cross-language strict R@1" in text
+    assert "| D1 tier R@1 (benchmark) |" in text and "DiD D1 tier − cross-language strict R@1" in text
+    assert "| gold-only diagnostic R@1 (diagnostic) |" in text
     assert "| near-miss probe R@1 (in-family) |" in text and " †" in text  # the verified arm's in-family score
     assert "| d1_recipe | " in text and "style tracking ρ" in text
     assert (lay.reports / "figure1.png").stat().st_size > 1000

@@ -103,7 +103,8 @@ def built(tmp_path_factory):
     rel.mkdir(parents=True)
     for f in MINI.glob("*.jsonl"):
         shutil.copy(f, rel / f.name)
-    shutil.copytree(MINI / "crosslingual_eval", rel / "crosslingual_eval")
+    for sub in ("crosslingual_eval", "samelang_eval"):
+        shutil.copytree(MINI / sub, rel / sub)
     raw = copy.deepcopy(PARAMS)
     raw["llm"].update(backend="openai", base_url="http://127.0.0.1:9/v1")
     lay = Layout(root)

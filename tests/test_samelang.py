@@ -90,6 +90,7 @@ def test_stats_stage_reports_the_slices_of_a_declared_samelang_set(tmp_path):
         "easy": {"folder": "x/easy", "rule": "plain", "role": "benchmark", "label": "easy", "report_ks": [1]},
         "samelang": {"folder": "x/samelang", "rule": "samelang", "role": "real", "label": "same-language",
                      "report_ks": [1]}}
+    p["style"] = {**p["style"], "tracking_set": "easy"}
     lay = Layout(tmp_path)
     f = _frames()
     _, easy = score(load_set(FIX, "plain", name="easy"), OneHot(), ks=(1, 5))

@@ -35,7 +35,8 @@ def _project(tmp: Path) -> Layout:
     rel.mkdir(parents=True)
     for f in MINI.glob("*.jsonl"):
         shutil.copy(f, rel / f.name)
-    shutil.copytree(MINI / "crosslingual_eval", rel / "crosslingual_eval")
+    for sub in ("crosslingual_eval", "samelang_eval"):
+        shutil.copytree(MINI / sub, rel / sub)
     return Layout(tmp)
 
 

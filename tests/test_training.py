@@ -172,3 +172,38 @@ def test_save_checkpoint_replaces_the_folder_and_writes_no_model_card(tiny_model
     assert not list((tmp_path / "a").rglob("README.md"))
     reloaded = SentenceTransformer(str(tmp_path / "b"), device="cpu")
     assert (reloaded.encode(["anchor w1"]) == model.encode(["anchor w1"])).all()
+
+
+def test_contrastive_loss_is_plain_at_a_full_mini_batch_and_equals_the_cached_one(tiny_model):
+    """Gradient caching buys memory only when the mini-batch is smaller than the batch; at a
+    full mini-batch the plain loss is used, and both give the same loss and gradient on one
+    fixed batch (dropout off)."""
+    import dataclasses
+
+    import torch
+    from sentence_transformers import SentenceTransformer
+    from sentence_transformers.losses import CachedMultipleNegativesRankingLoss, MultipleNegativesRankingLoss
+
+    from recipematch.training import contrastive_loss
+
+    model = SentenceTransformer(str(tiny_model), device="cpu")
+    model.eval()
+    cfg = _cfg()
+    assert isinstance(contrastive_loss(model, cfg), MultipleNegativesRankingLoss)
+    small = dataclasses.replace(cfg, mini_batch_size=2)
+    assert isinstance(contrastive_loss(model, small), CachedMultipleNegativesRankingLoss)
+    rows = _rows()[:4]
+    cols = [[r["anchor"] for r in rows], [r["positive"] for r in rows], [r["negatives"][0]["text"] for r in rows]]
+
+    def loss_and_grad(loss_fn):
+        model.zero_grad()
+        feats = [model.tokenize(c) for c in cols]
+        value = loss_fn(feats, torch.empty(0))
+        value.backward()
+        return float(value), torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None])
+
+    plain_l, plain_g = loss_and_grad(contrastive_loss(model, cfg))
+    cached_l, cached_g = loss_and_grad(contrastive_loss(model, small))
+    assert plain_l == pytest.approx(cached_l, abs=1e-5)
+    assert torch.linalg.norm(plain_g - cached_g) <= 1e-4 * torch.linalg.norm(plain_g)
+    assert torch.linalg.norm(plain_g) > 0  # the batch trains something

@@ -448,18 +448,34 @@ _SAMELANG_SLICES = ("primary", "leaked", "exact")
 
 
 def _samelang_slice(meta: Mapping, qid: str, src: str) -> str:
+    """A same-language query's slice (paper Appendix A, Table 5): ``metadata.slice`` when
+    given; else the release's flags: ``exact_text_cluster`` true -> ``exact`` (near
+    byte-identical reprints, a ceiling check), else ``clean_of_training`` true -> ``primary``,
+    false -> ``leaked``; the older ``exact_text`` / ``leaked`` flags are read the same way.
+
+    Raises:
+        RecipematchError: naming the file, the query and the missing or malformed field.
+    """
     if "slice" in meta:
         s = meta["slice"]
         if s not in _SAMELANG_SLICES:
             raise RecipematchError(f"{src}: query {qid!r}: metadata.slice must be one of "
-                                   f"{_SAMELANG_SLICES}, got {s!r}")
+                                   f"{_SAMELANG_SLICES}, got {str(s)[:40]!r}")
         return s
+    if "exact_text_cluster" in meta or "clean_of_training" in meta:
+        for key in ("exact_text_cluster", "clean_of_training"):
+            if not isinstance(meta.get(key), bool):
+                raise RecipematchError(f"{src}: query {qid!r}: metadata.{key} must be true or false "
+                                       f"(the slice flags of paper Table 5), got {str(meta.get(key))[:40]!r}")
+        if meta["exact_text_cluster"]:
+            return "exact"
+        return "primary" if meta["clean_of_training"] else "leaked"
     if "exact_text" in meta or "leaked" in meta:
         if meta.get("exact_text"):
             return "exact"
         return "leaked" if meta.get("leaked") else "primary"
-    raise RecipematchError(f"{src}: query {qid!r}: metadata needs 'slice' or "
-                           "'exact_text'/'leaked'")
+    raise RecipematchError(f"{src}: query {qid!r}: metadata lacks the slice flags (paper Table 5): "
+                           "'exact_text_cluster' and 'clean_of_training', or 'slice'")
 
 
 def load_samelang(folder: str | os.PathLike, *, split: str = "test",
@@ -576,9 +592,11 @@ def _release_qrels(path: Path) -> dict[str, dict[str, int]]:
 
 
 def build_crosslingual_folder(release: str | os.PathLike, out: str | os.PathLike, *,
-                              corpus_rows: Sequence[Mapping] | None = None) -> dict[str, int]:
+                              corpus_rows: Sequence[Mapping] | None = None,
+                              subdir: str = "crosslingual_eval") -> dict[str, int]:
     """Write the searched cross-language BEIR folder from the peer release (paper Section 3,
-    Appendix A).
+    Appendix A); with ``subdir="samelang_eval"`` the same-language reprint set (Appendix A,
+    Table 5), released in the same shape and searched the same way.
 
     With ``corpus_rows`` (the corpus stage's rows ``{doc_id, title, text}``, e.g. the full
     MathNet corpus) those rows replace ``release/corpus.jsonl`` as the searched corpus, as the
@@ -586,7 +604,7 @@ def build_crosslingual_folder(release: str | os.PathLike, out: str | os.PathLike
     then carry the same text after :func:`recipematch.corpus.normalise_text`.
 
     Reads ``release/corpus.jsonl`` (the corpus sample) and, under
-    ``release/crosslingual_eval/``, ``gold_corpus.jsonl``, ``queries.jsonl`` and
+    ``release/<subdir>/``, ``gold_corpus.jsonl``, ``queries.jsonl`` and
     ``qrels/test.tsv``. The corpus written is the sample, then the gold rows not in it, then
     the query rows not yet present (each query is a corpus problem whose own entry is masked
     at search time); queries and qrels are written as released, with their metadata. Same
@@ -601,7 +619,7 @@ def build_crosslingual_folder(release: str | os.PathLike, out: str | os.PathLike
             two different texts, or a qrels row naming a query or gold that no file holds.
     """
     release = Path(release)
-    cl = release / "crosslingual_eval"
+    cl = release / subdir
     if corpus_rows is None:
         sample = _release_rows(release / "corpus.jsonl", ("_id", "text"))
         sample_path = release / "corpus.jsonl"

@@ -46,7 +46,7 @@ import numpy as np
 from recipematch.gates import ExclusionList, NgramGate
 from recipematch.pairs import n_examples, sort_rows
 
-from recipematch.rules import NAMED_ARMS, NEGATIVES, POSITIVES, VOLUMES, CellSpec  # noqa: F401 (re-exported)
+from recipematch.rules import NAMED_ARMS, NEGATIVES, POSITIVES, VOLUMES, CellSpec, missing_input_message  # noqa: F401 (re-exported)
 
 
 class MissingInput(RuntimeError):
@@ -83,7 +83,7 @@ def assemble_cell(spec: CellSpec, pair_files: Mapping[str, Sequence[Mapping[str,
     """
     for key in spec.inputs():
         if key not in pair_files:
-            raise MissingInput(_missing_message(spec, key))
+            raise MissingInput(missing_input_message(spec, key))
     pos = _by_source(pair_files[POSITIVES[spec.positives]])
     counts = {"sources_in": len(pos), "no_partner": 0, "rows_out": 0}
     neg_key = spec.negatives_key
@@ -116,26 +116,6 @@ def assemble_cell(spec: CellSpec, pair_files: Mapping[str, Sequence[Mapping[str,
     rows = sort_rows(rows)
     counts["rows_out"] = len(rows)
     return rows, counts
-
-
-def _missing_message(spec: CellSpec, key: str) -> str:
-    """Which part of the cell needs pair file ``key``, and who writes that file."""
-    if key == POSITIVES[spec.positives]:
-        which, val = "positives", spec.positives
-    elif key == spec.negatives_key:
-        which, val = "negatives", spec.negatives
-    else:
-        which, val = "volume", spec.volume
-    from recipematch.rules import LLM_PROMPTS
-
-    if key in LLM_PROMPTS:
-        how = f"the llm stage of prompt '{key}' writes it: add {key} to llm.prompts (replay needs its recordings)"
-    elif key in ("bt", "bt3"):
-        how = "the back-translation stage writes it"
-    else:
-        how = "the verified (computer-algebra) stage writes it"
-    return (f"no input for {which}={val} of cell {spec.name}: pair file '{key}' (artifacts/pairs/{key}.jsonl) "
-            f"is not built in this configuration; {how}")
 
 
 def apply_gates(rows: Sequence[Mapping[str, Any]], exclusion: ExclusionList, ngram: NgramGate,

@@ -60,7 +60,9 @@ def params_cmd(check_path: Path | None) -> None:
     from recipematch.pipeline.door import check_params_file, run_guarded
 
     if check_path is not None:
-        run_guarded(lambda: check_params_file(check_path), debug=False)
+        from recipematch.config import check_arm_inputs
+
+        run_guarded(lambda: check_arm_inputs(check_params_file(check_path)), debug=False)
         click.echo(f"{check_path}: valid")
         return
     for row in field_table():

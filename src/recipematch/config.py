@@ -458,7 +458,7 @@ class EvaluateConfig:
 
 
 EVAL_RULES_ALLOWED = ("plain", "crosslingual_strict", "samelang")
-EVAL_ROLES_ALLOWED = ("benchmark", "real", "in_family")
+EVAL_ROLES_ALLOWED = ("benchmark", "real", "in_family", "diagnostic")
 
 
 @dataclass(frozen=True)
@@ -468,7 +468,8 @@ class EvaluationConfig:
     folder: str = _spec("BEIR folder, relative to the project root (a stage output or a DVC-tracked folder)",
                         min=1, max_len=2000)
     rule: str = _spec("scoring rule", choices=EVAL_RULES_ALLOWED)
-    role: str = _spec("benchmark (LLM-built), real (no generator) or in_family (an arm's own generator)",
+    role: str = _spec("benchmark (LLM-built), real (no generator), in_family (an arm's own generator) or "
+                      "diagnostic (not a paper set: scored and reported apart, never in a DiD)",
                       choices=EVAL_ROLES_ALLOWED)
     label: str = _spec("the report's row label", min=1, max_len=200)
     report_ks: tuple[int, ...] = _spec("cut-offs the report shows for this set", min=1, max=10_000)
@@ -739,6 +740,34 @@ def _cross_checks(p: Params) -> None:
                                    f"(DVC hashes it as a dependency), got {value!r}")
     if any(ord(c) < 32 for c in p.mlflow.experiment):
         raise RecipematchError("mlflow.experiment must not contain control characters")
+
+
+def check_arm_inputs(p) -> None:
+    """Every declared arm (``cell`` = ``positives`` x ``negatives`` x ``negatives_volume``) reads
+    only LLM pair files this configuration builds (a prompt in ``llm.prompts``; paper Tables
+    9, 11-12). Called by the first stages that read the arms (``specs``, ``backtranslate``)
+    and by ``recipematch params --check``, so a cell the sample cannot build
+    (``-S positives=d5``) stops with one line naming the arm, the field and the missing file
+    before any model loads. Back-translated and computer-algebra files are always built (the
+    ``bt``/``bt3`` cells stop in their cells stage when no translation model is present).
+
+    Args:
+        p: parsed params, or a view holding ``arms``, ``positives``, ``negatives``,
+            ``negatives_volume`` and ``llm``.
+
+    Raises:
+        RecipematchError: ``arms[<arm>]: no input for <field>=<value> of cell ...``.
+    """
+    from recipematch.rules import LLM_PROMPTS, NAMED_ARMS, CellSpec, missing_input_message
+
+    for arm in p.arms:
+        spec = CellSpec(p.positives, p.negatives, p.negatives_volume) if arm == "cell" else NAMED_ARMS.get(arm)
+        if spec is None:
+            continue  # an unknown arm name is reported by its own check
+        for key in spec.inputs():
+            if key in LLM_PROMPTS and key not in p.llm.prompts:
+                where = ("arms[cell] (positives/negatives/negatives_volume)" if arm == "cell" else f"arms[{arm}]")
+                raise RecipematchError(f"{where}: {missing_input_message(spec, key)}")
 
 
 def _check_contrasts(p: Params) -> None:

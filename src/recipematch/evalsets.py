@@ -1,21 +1,31 @@
 """The LLM-built tiers and the near-miss probe of the embedded default, as BEIR folders.
 
-(a) **Easy and hard tiers** in the benchmark's own shape (MathNet-Retrieve; paper Section 3,
-    Table 1): the query is a held-out source problem under its corpus id (its own corpus
-    entry is masked at search time), the gold is that source's recorded D1 rewrite
-    (``d1-pos-<id>``). *Easy*: the corpus is the whole corpus plus the golds, no
-    near-misses. *Hard*: the same queries, with each source's recorded D1 near-misses
-    (``d1-neg-<id>-<i>``) added as distractors and listed in the query's
-    ``metadata.near_miss_ids``. Nothing is subsampled: callers pass the whole corpus
-    (:func:`write_tiers`).
+(a) **Tiers shaped like MathNet-Retrieve** (paper Sections 1 and 3, Table 1). In
+    MathNet-Retrieve every tier searches *one* corpus and asks the same queries; the tiers
+    differ only in which LLM rewrite of the query counts as the gold. The corpus holds, for
+    every query, every rewrite of it and its near-misses (small edits that change the
+    problem). Here, for every held-out source: the query is the source problem under its
+    corpus id (its own entry is masked at search time); the shared corpus is the whole corpus
+    plus, per held-out source (sorted), its recorded D1 rewrite (``d1-pos-<id>``), its D1
+    near-misses (``d1-neg-<id>-<i>``) and its recorded D4 restatement (``d4-pos-<id>``).
+    ``tier_d1`` (the headline benchmark tier): gold = the D1 rewrite (the benchmark's own
+    prompt, Appendix F); ``tier_d4``: gold = the D4 restatement (a prompt unrelated to the
+    benchmark; in-family for arms whose positives are D4). In each tier the other rewrite is
+    an equivalent document that is *not* the gold, as the other tiers' golds are in
+    MathNet-Retrieve; each query's metadata lists ``near_miss_ids`` and ``equivalent_ids``.
+    ``gold_only`` is a diagnostic, not a tier of the paper: corpus + the D1 golds, no
+    near-misses and no other rewrite (what an earlier default called "easy"); it never
+    enters Table 1's benchmark rows or the DiD. Nothing is subsampled: callers pass the whole
+    corpus (:func:`write_tiers`).
 (b) **Near-miss probe** (generator-free; paper Table 6): the query is the probe item's
     source problem, the gold its computer-algebra positive (``cp-pos-<id>``, the released
     qrels' naming) and its counterexampled near-misses (``cp-neg-<id>-<i>``) are
     distractors; ranked against corpus + probe documents, and against probe documents alone.
 
-Held-out sources (:func:`choose_heldout`) are drawn with a seed from the sources that have a
-recorded D1 rewrite; no arm may train on them (the gates stage excludes them). Bad input
-raises :class:`recipematch.errors.RecipematchError` naming the row and field.
+Held-out sources (:func:`choose_heldout`) are drawn with a seed from the sources that have
+both a recorded D1 rewrite and a recorded D4 restatement, so both tiers ask the same
+queries; no arm may train on them (the gates stage excludes them). Bad input raises
+:class:`recipematch.errors.RecipematchError` naming the row and field.
 """
 
 from __future__ import annotations
@@ -29,7 +39,14 @@ import numpy as np
 
 from recipematch.errors import RecipematchError
 
-TIERS = ("easy", "hard")
+#: tier -> the recorded rewrite that is its gold (MathNet-Retrieve: the tiers share the corpus
+#: and the queries and differ only in the gold; paper Section 3). The first is the headline.
+TIER_GOLDS: dict[str, str] = {"tier_d1": "d1", "tier_d4": "d4"}
+#: rewrites whose near-misses go into the shared corpus (the benchmark's own, Appendix F)
+NEAR_MISS_SOURCE = "d1"
+#: the diagnostic set: corpus + D1 golds only (not a paper tier; never in Table 1's benchmark rows)
+GOLD_ONLY = "gold_only"
+TIERS = (*TIER_GOLDS, GOLD_ONLY)
 
 
 def choose_heldout(candidates: Sequence[str], n: int, *, seed: int) -> list[str]:
@@ -106,95 +123,128 @@ def _unique_rows(rows: Sequence[Mapping[str, Any]], what: str, required: tuple[s
     return out
 
 
-def build_tier(corpus_rows: Sequence[Mapping[str, Any]], d1_rows: Sequence[Mapping[str, Any]],
-               heldout: Sequence[str], tier: str) -> tuple[dict, dict, dict, dict]:
-    """One LLM-built tier (module docstring (a)) in memory.
+def _doc_id(rewrite: str, sid: str) -> str:
+    return f"{rewrite}-pos-{sid}"
+
+
+def build_tiers(corpus_rows: Sequence[Mapping[str, Any]], rewrites: Mapping[str, Sequence[Mapping[str, Any]]],
+                heldout: Sequence[str]) -> tuple[dict, dict[str, tuple[dict, dict, dict]]]:
+    """The shared corpus and every tier of module docstring (a), in memory.
 
     Args:
         corpus_rows: the searched corpus problems ``{doc_id, title?, text}`` (the whole
             corpus: the paper subsamples nothing).
-        d1_rows: recorded D1 answers ``{source_id, positive_text, negatives:[{text}]}``.
-        heldout: the held-out source ids; each must be a corpus id with a D1 row.
-        tier: ``"easy"`` (no near-misses) or ``"hard"`` (each source's D1 near-misses added
-            as distractors and listed in ``metadata.near_miss_ids``).
+        rewrites: recorded answers per rewrite, ``{"d1": rows, "d4": rows}``, each row
+            ``{source_id, positive_text, negatives:[{text}]}``; the near-misses come from the
+            ``"d1"`` rows only (:data:`NEAR_MISS_SOURCE`).
+        heldout: the held-out source ids; each must be a corpus id with a row in every
+            rewrite of :data:`TIER_GOLDS`.
 
     Returns:
-        ``(docs, queries, qrels, query_meta)`` in a fixed order: corpus rows as given, then
-        per held-out source (sorted) its gold and, in the hard tier, its near-misses.
+        ``(docs, tiers)``: ``docs`` is the shared corpus of the tiers (corpus rows as given,
+        then per held-out source, sorted, its D1 rewrite, its D1 near-misses and its D4
+        restatement); ``tiers`` maps each tier of :data:`TIER_GOLDS` to ``(queries, qrels,
+        query_meta)``. The :data:`GOLD_ONLY` diagnostic is built by :func:`write_tiers`.
 
     Raises:
-        RecipematchError: an unknown tier, a held-out id missing from the corpus or from
-            ``d1_rows``, malformed D1 rows, or a tier document id already in the corpus.
+        RecipematchError: a held-out id missing from the corpus or from a rewrite's rows,
+            malformed rows, or a tier document id already in the corpus.
     """
-    if tier not in TIERS:
-        raise RecipematchError(f"tier must be one of {TIERS}, got {tier!r}")
     docs = _corpus_docs(corpus_rows)
-    by_src = _unique_rows(d1_rows, "D1 release", ("source_id", "positive_text"))
-    queries, qrels, meta = {}, {}, {}
+    missing_rw = [g for g in TIER_GOLDS.values() if g not in rewrites]
+    if missing_rw:
+        raise RecipematchError(f"tiers need the recorded rewrites {sorted(TIER_GOLDS.values())}; "
+                               f"missing {missing_rw}")
+    by_rw = {g: _unique_rows(rewrites[g], f"{g.upper()} release", ("source_id", "positive_text"))
+             for g in TIER_GOLDS.values()}
 
     def add(did: str, text: str) -> None:
         if did in docs:
             raise RecipematchError(f"tier document id {did!r} is already a corpus id")
         docs[did] = {"title": "", "text": text}
 
+    near: dict[str, list[str]] = {}
+    order = sorted(set(heldout))
+    for sid in order:
+        if sid not in docs:
+            raise RecipematchError(f"held-out source {sid!r} is not in the corpus")
+        for g, rows in by_rw.items():
+            if sid not in rows:
+                raise RecipematchError(f"held-out source {sid!r} has no recorded {g.upper()} rewrite")
+        add(_doc_id(NEAR_MISS_SOURCE, sid), by_rw[NEAR_MISS_SOURCE][sid]["positive_text"])
+        near[sid] = []
+        for i, n in enumerate(by_rw[NEAR_MISS_SOURCE][sid].get("negatives") or []):
+            add(f"{NEAR_MISS_SOURCE}-neg-{sid}-{i}", n["text"])
+            near[sid].append(f"{NEAR_MISS_SOURCE}-neg-{sid}-{i}")
+        for g in by_rw:
+            if g != NEAR_MISS_SOURCE:
+                add(_doc_id(g, sid), by_rw[g][sid]["positive_text"])
+    tiers: dict[str, tuple[dict, dict, dict]] = {}
+    for tier, gold_rw in TIER_GOLDS.items():
+        queries, qrels, meta = {}, {}, {}
+        for sid in order:
+            queries[sid] = docs[sid]["text"]
+            qrels[sid] = {_doc_id(gold_rw, sid): 1}
+            meta[sid] = {"tier": tier, "gold": gold_rw, "near_miss_ids": list(near[sid]),
+                         "equivalent_ids": [_doc_id(g, sid) for g in by_rw if g != gold_rw]}
+        tiers[tier] = (queries, qrels, meta)
+    return docs, tiers
+
+
+def build_gold_only(corpus_rows: Sequence[Mapping[str, Any]], d1_rows: Sequence[Mapping[str, Any]],
+                    heldout: Sequence[str]) -> tuple[dict, dict, dict, dict]:
+    """The :data:`GOLD_ONLY` diagnostic (module docstring (a)): corpus + each held-out
+    source's D1 rewrite, no near-misses, no other rewrite. ``(docs, queries, qrels, meta)``.
+
+    Raises:
+        RecipematchError: as :func:`build_tiers`.
+    """
+    docs = _corpus_docs(corpus_rows)
+    by_src = _unique_rows(d1_rows, "D1 release", ("source_id", "positive_text"))
+    queries, qrels, meta = {}, {}, {}
     for sid in sorted(set(heldout)):
         if sid not in docs:
             raise RecipematchError(f"held-out source {sid!r} is not in the corpus")
         if sid not in by_src:
             raise RecipematchError(f"held-out source {sid!r} has no recorded D1 rewrite")
-        r = by_src[sid]
+        gold = _doc_id("d1", sid)
+        if gold in docs:
+            raise RecipematchError(f"tier document id {gold!r} is already a corpus id")
+        docs[gold] = {"title": "", "text": by_src[sid]["positive_text"]}
         queries[sid] = docs[sid]["text"]
-        gold = f"d1-pos-{sid}"
-        add(gold, r["positive_text"])
         qrels[sid] = {gold: 1}
-        meta[sid] = {"tier": tier}
-        if tier == "hard":
-            near = []
-            for i, n in enumerate(r.get("negatives") or []):
-                add(f"d1-neg-{sid}-{i}", n["text"])
-                near.append(f"d1-neg-{sid}-{i}")
-            meta[sid]["near_miss_ids"] = near
+        meta[sid] = {"tier": GOLD_ONLY, "gold": "d1"}
     return docs, queries, qrels, meta
 
 
 def write_tiers(out: str | os.PathLike, corpus_rows: Sequence[Mapping[str, Any]],
-                d1_rows: Sequence[Mapping[str, Any]], heldout: Sequence[str]) -> dict[str, int]:
-    """Write ``out/easy`` and ``out/hard`` as BEIR folders (deterministic bytes; module
-    docstring (a)); read them with :func:`recipematch.benchmarks_data.load_plain`.
+                rewrites: Mapping[str, Sequence[Mapping[str, Any]]], heldout: Sequence[str]) -> dict[str, int]:
+    """Write ``out/<tier>`` for every tier of :data:`TIER_GOLDS` (one shared corpus) and
+    ``out/gold_only`` as BEIR folders (deterministic bytes; module docstring (a)); read them
+    with :func:`recipematch.benchmarks_data.load_plain`.
 
     Returns:
-        counts: ``n_queries``, ``easy.n_docs``, ``hard.n_docs``, ``hard.n_near_misses``,
-        ``hard.n_queries_without_near_misses``.
+        counts: ``n_queries``, ``n_docs`` (the shared corpus), ``n_near_misses``,
+        ``n_queries_without_near_misses``, ``n_equivalent_docs`` (rewrites that are
+        another tier's gold), ``gold_only.n_docs``.
 
     Raises:
-        RecipematchError: see :func:`build_tier`.
+        RecipematchError: see :func:`build_tiers`.
     """
     from recipematch.beir import write_beir
 
     out = Path(out)
-    counts: dict[str, int] = {}
-    for tier in TIERS:
-        docs, queries, qrels, meta = build_tier(corpus_rows, d1_rows, heldout, tier)
+    docs, tiers = build_tiers(corpus_rows, rewrites, heldout)
+    for tier, (queries, qrels, meta) in tiers.items():
         write_beir(out / tier, docs, queries, qrels, query_meta=meta)
-        counts["n_queries"] = len(queries)
-        counts[f"{tier}.n_docs"] = len(docs)
-        if tier == "hard":
-            counts["hard.n_near_misses"] = sum(len(m["near_miss_ids"]) for m in meta.values())
-            counts["hard.n_queries_without_near_misses"] = sum(
-                1 for m in meta.values() if not m["near_miss_ids"])
-    return counts
-
-
-def build_llm_tier(corpus_rows: Sequence[Mapping[str, Any]], d1_rows: Sequence[Mapping[str, Any]],
-                   heldout: Sequence[str]) -> Beir:
-    """The former mixed LLM-built tier: the hard tier's ``(docs, queries, qrels)`` (kept for
-    the current evalsets stage; new code uses :func:`build_tier` / :func:`write_tiers`).
-
-    Raises:
-        RecipematchError: see :func:`build_tier`.
-    """
-    docs, queries, qrels, _ = build_tier(corpus_rows, d1_rows, heldout, "hard")
-    return docs, queries, qrels
+    first = next(iter(tiers.values()))[2]
+    g_docs, g_queries, g_qrels, g_meta = build_gold_only(corpus_rows, rewrites[NEAR_MISS_SOURCE], heldout)
+    write_beir(out / GOLD_ONLY, g_docs, g_queries, g_qrels, query_meta=g_meta)
+    return {"n_queries": len(first), "n_docs": len(docs),
+            "n_near_misses": sum(len(m["near_miss_ids"]) for m in first.values()),
+            "n_queries_without_near_misses": sum(1 for m in first.values() if not m["near_miss_ids"]),
+            "n_equivalent_docs": sum(len(m["equivalent_ids"]) for m in first.values()),
+            "gold_only.n_docs": len(g_docs)}
 
 
 def build_probe(corpus_rows: Sequence[Mapping[str, Any]] | None, items: Sequence[Mapping[str, Any]]) -> Beir:

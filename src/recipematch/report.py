@@ -20,7 +20,7 @@ ARM_ORDER = ("base", "bm25", "verified", "reference", "recipe", "cell")
 #: colour = the arm's positives (paper Figure 1)
 COLOURS = {"cas": "tab:blue", "d4": "tab:green", "d1": "tab:red", "d5": "tab:orange", "bt": "tab:brown",
            "bt3": "tab:pink", "d2": "tab:olive", "d3": "tab:cyan"}
-ROLE_ORDER = ("benchmark", "real", "in_family")
+ROLE_ORDER = ("benchmark", "real", "in_family", "diagnostic")
 
 
 def _fmt(cell: Mapping[str, Any] | None, *, mark: str = "") -> str:

@@ -225,6 +225,8 @@ EVAL_ROLES = {
     "benchmark": "LLM-built: gold documents written by a generator under the benchmark's recipe",
     "real": "no generator wrote it (real duplicates, human-written pairs): the ability the benchmark claims",
     "in_family": "built by an arm's own generator (e.g. the CAS near-miss probe); not read as evidence",
+    "diagnostic": "not one of the paper's sets (e.g. the tier without near-misses): scored and reported "
+                  "below the others, never in Table 1's benchmark rows or a DiD",
 }
 #: Scoring rules (Section 3, Appendix A). ``plain``: rank of the best gold among all documents
 #: (own entry masked); ``crosslingual_strict``: only golds whose language tag differs from
@@ -236,3 +238,21 @@ def soup_label(arm: str, alpha: str) -> str:
     """The row name of an arm's WiSE-FT soup at ``alpha`` (Appendix E; the text DVC passes
     from ``train.soup_alphas``): ``recipe@soup0.5``."""
     return f"{arm}@soup{alpha}"
+
+
+def missing_input_message(spec: CellSpec, key: str) -> str:
+    """Which part of the cell needs pair file ``key``, and who writes that file."""
+    if key == POSITIVES[spec.positives]:
+        which, val = "positives", spec.positives
+    elif key == spec.negatives_key:
+        which, val = "negatives", spec.negatives
+    else:
+        which, val = "volume", spec.volume
+    if key in LLM_PROMPTS:
+        how = f"the llm stage of prompt '{key}' writes it: add {key} to llm.prompts (replay needs its recordings)"
+    elif key in ("bt", "bt3"):
+        how = "the back-translation stage writes it"
+    else:
+        how = "the verified (computer-algebra) stage writes it"
+    return (f"no input for {which}={val} of cell {spec.name}: pair file '{key}' (artifacts/pairs/{key}.jsonl) "
+            f"is not built in this configuration; {how}")

@@ -1,7 +1,9 @@
 """Contrastive training of one (arm, seed) (the paper: Section 3, Eq. 1 and Table 2).
 
-``SentenceTransformerTrainer`` with ``CachedMultipleNegativesRankingLoss`` (scale 20,
-gradient caching with a mini-batch), the ``NO_DUPLICATES`` batch sampler (never two examples
+``SentenceTransformerTrainer`` with the in-batch contrastive loss of Eq. 1 at scale 20:
+``CachedMultipleNegativesRankingLoss`` (gradient caching) when the mini-batch is smaller than
+the batch, else plain ``MultipleNegativesRankingLoss`` (:func:`contrastive_loss`: the same
+loss and gradient without the cache's extra forward pass), the ``NO_DUPLICATES`` batch sampler (never two examples
 sharing any text in one batch), warm-up, ``drop_last``, the dev split scored every
 ``eval_steps`` steps by triplet accuracy on up to ``max_dev_triplets`` dev triplets and the
 best checkpoint restored at the end.
@@ -355,6 +357,23 @@ def _sort_adapter_config(path: Path) -> None:
     path.write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n", encoding="utf-8")
 
 
+
+def contrastive_loss(model, cfg):
+    """The in-batch contrastive loss of paper Eq. 1 (Section 3, Appendix A) at ``cfg.scale``.
+
+    Gradient caching (``CachedMultipleNegativesRankingLoss``) buys memory only when
+    ``cfg.mini_batch_size`` < ``cfg.batch_size``; at or above the batch it computes the same
+    loss and gradient as plain ``MultipleNegativesRankingLoss`` with an extra forward pass,
+    so the plain loss is used there (equal within float32 rounding, and faster: measured in
+    ``benchmarks/bench_train_speed.py``). The paper's setting (batch 256, mini-batch 16) keeps
+    the cache.
+    """
+    from sentence_transformers.losses import CachedMultipleNegativesRankingLoss, MultipleNegativesRankingLoss
+
+    if cfg.mini_batch_size >= cfg.batch_size:
+        return MultipleNegativesRankingLoss(model, scale=cfg.scale)
+    return CachedMultipleNegativesRankingLoss(model, scale=cfg.scale, mini_batch_size=cfg.mini_batch_size)
+
 def train_one(rows: Sequence[Mapping[str, Any]], *, base_model: str, out_dir: Path, seed: int, cfg: TrainSettings,
               progress: bool = True, work_dir: Path | None = None) -> dict[str, Any]:
     """Train one checkpoint and save it to ``out_dir``.
@@ -382,7 +401,6 @@ def train_one(rows: Sequence[Mapping[str, Any]], *, base_model: str, out_dir: Pa
     from datasets import Dataset, DatasetDict
     from sentence_transformers import SentenceTransformer, SentenceTransformerTrainer, SentenceTransformerTrainingArguments
     from sentence_transformers.evaluation import TripletEvaluator
-    from sentence_transformers.losses import CachedMultipleNegativesRankingLoss
     from sentence_transformers.training_args import BatchSamplers
     from transformers.trainer_callback import TrainerCallback
     from transformers.utils import logging as hf_logging
@@ -416,7 +434,7 @@ def train_one(rows: Sequence[Mapping[str, Any]], *, base_model: str, out_dir: Pa
     model.max_seq_length = cfg.max_seq_length
     if cfg.lora is not None:
         add_lora(model, cfg.lora)
-    loss = CachedMultipleNegativesRankingLoss(model, scale=cfg.scale, mini_batch_size=cfg.mini_batch_size)
+    loss = contrastive_loss(model, cfg)
     evaluator = TripletEvaluator(dev["anchor"], dev["positive"], dev["negative"], name="dev", batch_size=cfg.batch_size,
                                  write_csv=False)
     before = evaluator(model)

@@ -31,7 +31,7 @@ from recipematch.io import write_json, write_jsonl
 from recipematch.pipeline.door import Layout, check_device, progress_option, stage, write_run_record
 from recipematch.pipeline.pair_sources import BT_HOPS, bt_dir
 
-PARAMS = ("arms", "positives", "negatives", "negatives_volume", "gates.active", "backtranslate")
+PARAMS = ("arms", "positives", "negatives", "negatives_volume", "llm.prompts", "gates.active", "backtranslate")
 
 
 def needed_keys(p) -> list[str]:
@@ -82,6 +82,9 @@ def _finish(lay: Layout, status: dict, metrics: dict) -> dict:
 
 def run(p, lay: Layout, *, progress: bool = True) -> dict:
     """Stage 4e: back-translated positives (1 and 3 hops) for the arms that read them."""
+    from recipematch.config import check_arm_inputs
+
+    check_arm_inputs(p)  # a cell the configuration cannot build stops here, naming its missing file
     cfg = p.backtranslate
     _check_languages(cfg)
     need = needed_keys(p)

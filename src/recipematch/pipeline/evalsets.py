@@ -1,11 +1,15 @@
 """Stage ``evalsets``: hold out evaluation sources and write the embedded default's evaluation
 sets as BEIR folders (paper Section 3, Table 1, Table 6, Appendix A):
 
-* ``easy`` / ``hard``: held-out source → its recorded D1 rewrite; the hard tier adds the D1
-  near-misses as distractors; the searched corpus is the whole corpus plus the tier's
-  documents (``evalsets.corpus_docs`` = 0);
+* ``tier_d1`` / ``tier_d4``: tiers shaped like MathNet-Retrieve's: one shared corpus (the
+  whole corpus plus, per held-out source, its D1 rewrite, its D1 near-misses and its D4
+  restatement; ``evalsets.corpus_docs`` = 0), the same queries, the gold the D1 rewrite
+  (the headline tier) or the D4 restatement; ``gold_only``: the diagnostic without
+  near-misses (:mod:`recipematch.evalsets`);
 * ``crosslingual``: the paper's real cross-language reprints (sample corpus ∪ golds ∪ query
   rows, 3,245 documents);
+* ``samelang``: the same-language reprints (Appendix A, Table 5), searched the same way,
+  written when the release holds ``samelang_eval/``;
 * ``probe`` / ``probe_only``: the generator-free near-miss probe;
 * ``mathnet_retrieve/<tier>``: when ``data.retrieve`` names a local MathNet-Retrieve copy,
   each of its tiers (easy, medium, hard; 117,088 documents at full size), read with the
@@ -38,7 +42,7 @@ DATA_DEPS: tuple[str, ...] = ("${data.retrieve}",)
 def run(p, lay: Layout) -> dict:
     """Stage 2: hold out evaluation sources; write the tiers, the cross-language set and the probe."""
     from recipematch.beir import write_beir
-    from recipematch.benchmarks_data import build_crosslingual_folder, write_mathnet_retrieve
+    from recipematch.benchmarks_data import build_crosslingual_folder, load_samelang, write_mathnet_retrieve
     from recipematch.pipeline.deps import require_declared_dep
     from recipematch.evalsets import build_probe, choose_heldout, sample_search_corpus, write_tiers
 
@@ -56,18 +60,28 @@ def run(p, lay: Layout) -> dict:
     corpus = corpus_rows(lay)
     ids = {r["doc_id"] for r in corpus}
     d1 = read_jsonl_strict(lay.release / RELEASE_FILES["d1_recipe"])
+    d4 = read_jsonl_strict(lay.release / RELEASE_FILES["d4_restatement"])
     probe = read_jsonl_strict(lay.release / "probe_sample.jsonl")
-    candidates = sorted({r["source_id"] for r in d1 if isinstance(r, dict) and r.get("source_id") in ids})
+
+    def sources(rows):
+        return {r["source_id"] for r in rows if isinstance(r, dict) and r.get("source_id") in ids}
+
+    # both tiers ask the same queries (MathNet-Retrieve, Section 3): a held-out source has both rewrites
+    candidates = sorted(sources(d1) & sources(d4))
     if cfg.n_heldout > len(candidates):
         raise RecipematchError(f"evalsets.n_heldout={cfg.n_heldout} exceeds the {len(candidates)} corpus sources "
-                               f"with a recorded D1 rewrite; lower it")
+                               f"with a recorded D1 rewrite and D4 restatement; lower it")
     heldout = choose_heldout(candidates, cfg.n_heldout, seed=cfg.seed)
     out = lay.evalsets
     search = sample_search_corpus(corpus, cfg.corpus_docs, seed=cfg.seed,
                                   must_include=[*heldout, *(q["source_id"] for q in probe)])
-    tiers = write_tiers(out, search, d1, heldout)
-    xl = build_crosslingual_folder(lay.release, out / "crosslingual",
-                                   corpus_rows=None if p.data.source == "sample" else corpus)
+    tiers = write_tiers(out, search, {"d1": d1, "d4": d4}, heldout)
+    full = None if p.data.source == "sample" else corpus
+    xl = build_crosslingual_folder(lay.release, out / "crosslingual", corpus_rows=full)
+    sl = {}
+    if (lay.release / "samelang_eval").is_dir():
+        sl = build_crosslingual_folder(lay.release, out / "samelang", corpus_rows=full, subdir="samelang_eval")
+        load_samelang(out / "samelang")  # its slice flags are checked here, before any model loads
     mr = write_mathnet_retrieve(lay.root / retrieve, out / "mathnet_retrieve") if retrieve else {}
     write_beir(out / "probe", *build_probe(search, probe))
     write_beir(out / "probe_only", *build_probe(None, probe))
@@ -75,11 +89,15 @@ def run(p, lay: Layout) -> dict:
     counts = {"heldout_sources": len(heldout), "search_corpus_docs": len(search),
               **{f"tiers.{k}": v for k, v in tiers.items()},
               **{f"crosslingual.{k}": v for k, v in xl.items()},
+              **{f"samelang.{k}": v for k, v in sl.items()},
               "probe.queries": len(probe), "probe.negatives": sum(len(q["negatives"]) for q in probe),
               **{f"mathnet_retrieve.{k}": v for k, v in mr.items()}}
     write_json(lay.metrics / "evalsets.json", counts)
     inputs = {"corpus": lay.corpus / "corpus.parquet", "d1": lay.release / RELEASE_FILES["d1_recipe"],
+              "d4": lay.release / RELEASE_FILES["d4_restatement"],
               "probe": lay.release / "probe_sample.jsonl", "crosslingual": lay.release / "crosslingual_eval"}
+    if sl:
+        inputs["samelang"] = lay.release / "samelang_eval"
     config = asdict(cfg)
     if retrieve or p.data.source != "sample":
         # the default's run record keeps its earlier bytes; a full-data run records its sources

@@ -8,7 +8,7 @@ from recipematch.errors import RecipematchError
 from recipematch.io import write_json
 from recipematch.pipeline.door import Layout, stage
 
-PARAMS = ("arms", "positives", "negatives", "negatives_volume")
+PARAMS = ("arms", "positives", "negatives", "negatives_volume", "llm.prompts")
 
 
 def arm_spec(p, arm: str):
@@ -29,7 +29,15 @@ def arm_spec(p, arm: str):
 
 def run(p, lay: Layout) -> dict:
     """Stage 5a: write one cell spec per arm (``artifacts/specs/<arm>.json``), so that changing
-    the cell under test changes only ``cell.json`` and DVC reruns only that arm's stages."""
+    the cell under test changes only ``cell.json`` and DVC reruns only that arm's stages.
+
+    Raises:
+        RecipematchError: an arm whose LLM pair file this configuration does not build
+            (:func:`recipematch.config.check_arm_inputs`), before anything is written.
+    """
+    from recipematch.config import check_arm_inputs
+
+    check_arm_inputs(p)
     out = {}
     for a in p.arms:
         spec = arm_spec(p, a)

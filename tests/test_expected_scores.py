@@ -1,0 +1,36 @@
+"""The committed metrics reproduce the expected scores of the default (tests/expected/default.yaml,
+as pyserini's 2cr files): every Table 1 number within its tolerance, none missing either way."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+_spec = importlib.util.spec_from_file_location("expected_scores", ROOT / "scripts" / "expected_scores.py")
+es = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(es)
+
+
+def test_committed_metrics_match_the_expected_scores():
+    stats = json.loads((ROOT / "metrics" / "stats.json").read_text())
+    record = yaml.safe_load((ROOT / "tests" / "expected" / "default.yaml").read_text())
+    assert record["scores"], "the record holds no number"
+    assert es.check(stats, record) == []
+
+
+def test_check_flags_a_moved_a_missing_and_an_unrecorded_number():
+    stats = {"evaluations": {"t": {"report_ks": [1]}}, "arms": {"base": {"t.R@1": {"mean": 10.0}}},
+             "gaps": {}, "did": {}}
+    record = {"scores": es.headline(stats)}
+    assert es.check(stats, record) == []
+    moved = json.loads(json.dumps(stats))
+    moved["arms"]["base"]["t.R@1"]["mean"] = 10.5
+    assert es.check(moved, record) == ["arms/base/t.R@1/mean: 10.5 vs expected 10.0 ± 0.01"]
+    assert es.check({**stats, "arms": {"base": {}}}, record) == ["arms/base/t.R@1/mean: missing from metrics"]
+    extra = json.loads(json.dumps(stats))
+    extra["arms"]["recipe"] = {"t.R@1": {"mean": 3.0}}
+    assert es.check(extra, record) == ["arms/recipe/t.R@1/mean: not in the record"]
