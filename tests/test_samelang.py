@@ -124,3 +124,46 @@ def test_stats_stage_reports_the_slices_of_a_declared_samelang_set(tmp_path):
     row = next(line for line in text.splitlines() if line.startswith("| recipe |"))
     assert row.startswith("| recipe | 100.00 ± 0.00 | 100.00 ± 0.00 | 100.00 ± 0.00 | 100.00 ± 0.00 | +50.00 [")
     assert next(line for line in text.splitlines() if line.startswith("| base |")).endswith("| 100.00 |  |")
+
+
+def _release_with_samelang(tmp_path, edit):
+    """The mini release's same-language set, with ``edit(metadata)`` applied to its first query."""
+    import json
+    import shutil
+
+    mini = Path(__file__).parent / "fixtures" / "mini_release"
+    rel = tmp_path / "release"
+    shutil.copytree(mini, rel)
+    path = rel / "samelang_eval" / "queries.jsonl"
+    rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+    edit(rows[0]["metadata"])
+    path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
+    return rel
+
+
+def test_the_released_flags_give_table_5s_slices(tmp_path):
+    from recipematch.benchmarks_data import build_crosslingual_folder, load_samelang
+
+    rel = _release_with_samelang(tmp_path, lambda m: None)
+    counts = build_crosslingual_folder(rel, tmp_path / "sl", subdir="samelang_eval")
+    assert counts["n_queries"] == 6 and counts["n_qrels_rows"] == 6 and counts["n_gold_docs_added"] == 0
+    b = load_samelang(tmp_path / "sl")
+    got = {k: sorted(q for q, on in zip(b.query_ids, v) if on) for k, v in b.slices.items()}
+    assert got == {"primary": ["00ad", "00ak"], "english": ["00ad", "00ak"], "leaked": ["01ly", "01m8"],
+                   "exact": ["00as", "00ay"]}
+    assert len(set(b.clusters.tolist())) == 3
+
+
+@pytest.mark.parametrize("edit, match", [
+    (lambda m: (m.pop("exact_text_cluster"), m.pop("clean_of_training")),
+     r"query '00ad': metadata lacks the slice flags \(paper Table 5\)"),
+    (lambda m: m.update(clean_of_training="yes"), r"query '00ad': metadata.clean_of_training must be true or false"),
+])
+def test_a_queries_file_without_the_slice_flags_is_refused_naming_the_query(tmp_path, edit, match):
+    from recipematch.benchmarks_data import build_crosslingual_folder, load_samelang
+    from recipematch.errors import RecipematchError
+
+    rel = _release_with_samelang(tmp_path, edit)
+    build_crosslingual_folder(rel, tmp_path / "sl", subdir="samelang_eval")
+    with pytest.raises(RecipematchError, match=r"set 'samelang': .*queries\.jsonl: " + match):
+        load_samelang(tmp_path / "sl")
