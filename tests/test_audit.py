@@ -416,8 +416,9 @@ def test_unreachable_server_names_the_url(tmp_path):
 
 
 #: the main project's stage outputs an audit of the embedded default copies in (README)
-EMBEDDED = {"data/benchmark": "artifacts/evalsets/easy", "data/real": "artifacts/evalsets/crosslingual",
-            "data/also/hard": "artifacts/evalsets/hard", "data/also/probe": "artifacts/evalsets/probe"}
+EMBEDDED = {"data/benchmark": "artifacts/evalsets/tier_d1", "data/real": "artifacts/evalsets/crosslingual",
+            "data/also/tier_d4": "artifacts/evalsets/tier_d4", "data/also/gold_only": "artifacts/evalsets/gold_only",
+            "data/also/samelang": "artifacts/evalsets/samelang", "data/also/probe": "artifacts/evalsets/probe"}
 
 
 def test_the_embedded_default_is_one_audit_configuration():
@@ -426,8 +427,8 @@ def test_the_embedded_default_is_one_audit_configuration():
     negatives_volume=full`), is one audit configuration: every stage that builds pairs,
     cells, models and ranks reads exactly the same params in both projects, once the
     audit's folders are mapped to the main outputs they were copied from (`--benchmark
-    artifacts/evalsets/easy --real artifacts/evalsets/crosslingual --also hard=… --also
-    probe=…`, sources = the sample corpus). Only the corpus stage's source key (a copy of the
+    artifacts/evalsets/tier_d1 --real artifacts/evalsets/crosslingual --also tier_d4=… --also
+    gold_only=… --also samelang=…:samelang --also probe=…`, sources = the sample corpus). Only the corpus stage's source key (a copy of the
     same file) and the evalsets stage (which the audit does not need: its sets come in as
     folders) differ. By determinism the two runs then give the same per-query ranks, so the
     same recipe − control gap."""
@@ -446,7 +447,8 @@ def test_the_embedded_default_is_one_audit_configuration():
     a = audit_params(main, control="d4_restatement", recipe_sidecar="", backend="replay", base_url="", model=None,
                      api_key_env="", real=True, base_model=None, seeds=None, rows=None,
                      real_rule=main["evaluations"]["crosslingual"]["rule"],
-                     also={"hard": "data/also/hard:plain", "probe": "data/also/probe:plain"})
+                     also={"tier_d4": "data/also/tier_d4:plain", "gold_only": "data/also/gold_only:plain",
+                           "samelang": "data/also/samelang:samelang", "probe": "data/also/probe:plain"})
     pa, pm = parse_params(a), parse_params(main_exp)
 
     def sets(p):
@@ -462,7 +464,7 @@ def test_the_embedded_default_is_one_audit_configuration():
     assert (pa.evalsets.n_heldout, pm.evalsets.n_heldout) == (0, main["evalsets"]["n_heldout"])
     doc = audit_dvc_yaml(a)
     assert "recordings" in doc["stages"] and "artifacts/recordings" in doc["stages"]["llm"]["deps"]
-    assert {"data/also/hard", "data/also/probe", "data/benchmark", "data/real"} <= set(
+    assert {"data/also/tier_d4", "data/also/probe", "data/benchmark", "data/real"} <= set(
         doc["stages"]["evaluate"]["deps"])
 
 
