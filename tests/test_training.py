@@ -207,3 +207,28 @@ def test_contrastive_loss_is_plain_at_a_full_mini_batch_and_equals_the_cached_on
     assert plain_l == pytest.approx(cached_l, abs=1e-5)
     assert torch.linalg.norm(plain_g - cached_g) <= 1e-4 * torch.linalg.norm(plain_g)
     assert torch.linalg.norm(plain_g) > 0  # the batch trains something
+
+
+def _pair_rows():
+    return [{**r, "negatives": []} for r in _rows()]
+
+
+def test_a_batch_of_one_pair_is_refused_before_training(tiny_model, tmp_path):
+    """Issue 24: batch_size 1 on pairs-only rows gives one candidate per in-batch softmax
+    (loss and gradient exactly 0); it is refused before the model loads."""
+    import dataclasses
+
+    cfg = dataclasses.replace(_cfg(), batch_size=1, mini_batch_size=1)
+    with pytest.raises(ValueError, match="one candidate"):
+        train_one(_pair_rows(), base_model=str(tiny_model), out_dir=tmp_path / "m", seed=0, cfg=cfg, progress=False)
+    assert not (tmp_path / "m").exists()
+
+
+def test_a_run_whose_weights_did_not_move_fails(tiny_model, tmp_path):
+    """A training run that changes no weight (here: learning rate 0) is not recorded as trained."""
+    import dataclasses
+
+    cfg = dataclasses.replace(_cfg(), lr=0.0)
+    with pytest.raises(ValueError, match="no weight moved"):
+        train_one(_rows(), base_model=str(tiny_model), out_dir=tmp_path / "m", seed=0, cfg=cfg, progress=False)
+    assert not (tmp_path / "m").exists()

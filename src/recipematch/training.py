@@ -358,6 +358,18 @@ def _sort_adapter_config(path: Path) -> None:
 
 
 
+def _weights_digest(model) -> str:
+    """SHA-256 over every trainable parameter's bytes (a training run must move at least one)."""
+    import hashlib
+
+    h = hashlib.sha256()
+    for name, prm in model.named_parameters():
+        if prm.requires_grad:
+            h.update(name.encode())
+            h.update(prm.detach().cpu().contiguous().numpy().tobytes())
+    return h.hexdigest()
+
+
 def contrastive_loss(model, cfg):
     """The in-batch contrastive loss of paper Eq. 1 (Section 3, Appendix A) at ``cfg.scale``.
 
@@ -420,6 +432,10 @@ def train_one(rows: Sequence[Mapping[str, Any]], *, base_model: str, out_dir: Pa
     n_train = sum(len(d) for d in datasets.values())
     if n_train < cfg.batch_size:
         raise ValueError(f"{n_train} training examples, fewer than one batch of {cfg.batch_size}: raise budget.rows or lower train.batch_size")
+    if "pairs" in datasets and cfg.batch_size < 2:
+        # Eq. 1's in-batch softmax over one candidate is constant: loss and gradient are exactly 0
+        raise ValueError(f"train.batch_size={cfg.batch_size} with (anchor, positive) pairs gives each anchor one "
+                         "candidate: the in-batch loss is constant and nothing trains; use train.batch_size >= 2")
     dev = with_instruction(dev_triplets(dev_rows, seed=seed, limit=cfg.max_dev_triplets, fallback=train_rows),
                            cfg.query_instruction)
     if not dev["anchor"]:
@@ -472,7 +488,11 @@ def train_one(rows: Sequence[Mapping[str, Any]], *, base_model: str, out_dir: Pa
             loss={k: loss for k in datasets} if len(datasets) > 1 else loss, evaluator=evaluator,
             callbacks=[_History()],
         )
+        before_w = _weights_digest(model)
         result = trainer.train()
+        if _weights_digest(model) == before_w:
+            raise ValueError(f"training ran {int(result.global_step)} steps but no weight moved (loss "
+                             f"{float(result.training_loss):.3g}); the checkpoint would be the base model")
         best = evaluator(model)
         save_checkpoint(model, out_dir)
     finally:
