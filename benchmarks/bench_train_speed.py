@@ -95,6 +95,14 @@ def _preprocess(model):
     return getattr(model, "preprocess", None) or model.tokenize
 
 
+def _sampler_class():
+    try:
+        from sentence_transformers.base.sampler import NoDuplicatesBatchSampler
+    except ImportError:  # sentence-transformers < 6 (training.py's import path)
+        from sentence_transformers.sampler import NoDuplicatesBatchSampler
+    return NoDuplicatesBatchSampler
+
+
 def _make_loss(kind: str, model, scale: float, mini_batch_size: int):
     from sentence_transformers.sentence_transformer.losses import (CachedMultipleNegativesRankingLoss,
                                                                    MultipleNegativesRankingLoss)
@@ -102,6 +110,72 @@ def _make_loss(kind: str, model, scale: float, mini_batch_size: int):
     if kind == "cached":
         return CachedMultipleNegativesRankingLoss(model, scale=scale, mini_batch_size=mini_batch_size)
     return MultipleNegativesRankingLoss(model, scale=scale)
+
+
+def loop_speed(dataset, base: str, settings, a) -> dict:
+    """examples/s of every setting in one round-robin torch loop: each step, every setting takes
+    the same ``NO_DUPLICATES`` batch in turn (the starting setting rotates), so a load that
+    comes and goes from other processes hits all settings alike. Each step is what the
+    trainer's step does: tokenise the three columns (the collator), the loss forward (under
+    ``torch.autocast('cpu', dtype=torch.bfloat16)`` for a bf16 setting), backward, gradient
+    clipping at 1.0, fused AdamW (the trainer's defaults: betas 0.9/0.999, eps 1e-8, no weight
+    decay) and the linear warm-up/decay schedule."""
+    import torch
+    from transformers import get_linear_schedule_with_warmup
+
+    NoDuplicatesBatchSampler = _sampler_class()
+    total = a.warmup + a.steps
+    sampler = NoDuplicatesBatchSampler(dataset, batch_size=a.batch_size, drop_last=True,
+                                       generator=torch.Generator(), seed=a.seed)
+    batches: list[list[int]] = []
+    while len(batches) < total:
+        batches += [list(map(int, b)) for b in sampler]
+    batches = batches[:total]
+    runs = []
+    for name, kind, threads, bf16 in settings:
+        model = _new_model(base, a.max_seq_length, a.seed)
+        model.train()
+        opt = torch.optim.AdamW(model.parameters(), lr=a.lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0,
+                                fused=True)
+        sched = get_linear_schedule_with_warmup(opt, math.ceil(a.warmup_ratio * total), total)
+        runs.append({"name": name, "kind": kind, "threads": threads, "bf16": bf16, "model": model, "opt": opt,
+                     "sched": sched, "loss_fn": _make_loss(kind, model, a.scale, a.mini_batch_size),
+                     "times": [], "losses": [], "dtypes": set()})
+        lin = next(m for m in model.modules() if isinstance(m, torch.nn.Linear))
+        r = runs[-1]
+        r["hook"] = lin.register_forward_hook(lambda mod, inp, out, r=r: r["dtypes"].add(str(out.dtype).replace("torch.", "")))
+    loads = []
+    for step, idx in enumerate(batches):
+        batch = dataset.select(idx)
+        cols = [list(batch[c]) for c in ("anchor", "positive", "negative")]
+        loads.append(os.getloadavg()[0])
+        for k in range(len(runs)):
+            r = runs[(step + k) % len(runs)]
+            torch.set_num_threads(r["threads"])
+            model = r["model"]
+            t0 = time.perf_counter()
+            feats = [_preprocess(model)(c) for c in cols]
+            ctx = torch.autocast("cpu", dtype=torch.bfloat16) if r["bf16"] else torch.autocast("cpu", enabled=False)
+            with ctx:
+                val = r["loss_fn"](feats, None)
+            val.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            r["opt"].step()
+            r["sched"].step()
+            r["opt"].zero_grad(set_to_none=True)
+            r["times"].append(time.perf_counter() - t0)
+            r["losses"].append(float(val.detach()))
+    out = {}
+    for r in runs:
+        r["hook"].remove()
+        t = r["times"][a.warmup:]
+        out[r["name"]] = {"loss": r["kind"], "threads": r["threads"], "bf16": r["bf16"], "steps": a.steps,
+                          "batch_size": a.batch_size, "seconds": sum(t), "examples_per_s": a.steps * a.batch_size / sum(t),
+                          "median_step_s": statistics.median(t), "min_step_s": min(t), "max_step_s": max(t),
+                          "warmup_step_s": r["times"][: a.warmup], "linear_output_dtypes": sorted(r["dtypes"]),
+                          "train_losses": r["losses"], "loadavg_1min_after": loads[-1]}
+    out["_loadavg_1min_per_step"] = loads
+    return out
 
 
 def train_speed(dataset, base: str, *, kind: str, threads: int, bf16: bool, a) -> dict:
@@ -187,10 +261,7 @@ def _diff(l1, g1, l2, g2) -> dict:
 def equivalence(dataset, base: str, a) -> dict:
     """cached vs plain and bf16-plain vs fp32-plain, one fixed batch, dropout off."""
     import torch
-    try:
-        from sentence_transformers.base.sampler import NoDuplicatesBatchSampler
-    except ImportError:  # sentence-transformers < 6 (training.py's import path)
-        from sentence_transformers.sampler import NoDuplicatesBatchSampler
+    NoDuplicatesBatchSampler = _sampler_class()
 
     torch.set_num_threads(a.threads)
     sampler = NoDuplicatesBatchSampler(dataset, batch_size=a.batch_size, drop_last=True,
@@ -281,8 +352,9 @@ def _fmt_table(res: dict) -> str:
     out = []
     tr = res.get("train", {})
     if tr:
-        out.append("training (SentenceTransformerTrainer, NO_DUPLICATES, batch %d, seq %d, lr %g; %d steps after %d warm-up)"
-                   % (res["args"]["batch_size"], res["args"]["max_seq_length"], res["args"]["lr"], res["args"]["steps"],
+        how = ("round-robin torch loop" if res["args"]["mode"] == "loop" else "SentenceTransformerTrainer, one run each")
+        out.append("training (%s, NO_DUPLICATES, batch %d, seq %d, lr %g; %d steps after %d warm-up)"
+                   % (how, res["args"]["batch_size"], res["args"]["max_seq_length"], res["args"]["lr"], res["args"]["steps"],
                       res["args"]["warmup"]))
         out.append(f"  {'setting':<34} {'ex/s':>7} {'median step s':>14} {'vs cached':>10} {'load1':>6}  linear dtype")
         ref = tr.get("cached_fp32_t%d" % res["args"]["threads"], {}).get("examples_per_s")
@@ -335,7 +407,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data", type=Path, default=DATA, help="the peer release folder (corpus.jsonl, pairs_d1_recipe.jsonl)")
     ap.add_argument("--rows", type=int, default=120, help="D1 rows the triplets are built from")
-    ap.add_argument("--steps", type=int, default=6, help="timed optimisation steps per setting (6 keeps a run near 6 minutes on 2 shared cores)")
+    ap.add_argument("--steps", type=int, default=8, help="timed optimisation steps per setting")
     ap.add_argument("--warmup", type=int, default=1, help="untimed steps before them")
     ap.add_argument("--batch-size", type=int, default=16)
     ap.add_argument("--mini-batch-size", type=int, default=16)
@@ -349,6 +421,9 @@ def main(argv=None) -> int:
     ap.add_argument("--encode-batch", type=int, default=64)
     ap.add_argument("--encode-repeats", type=int, default=2)
     ap.add_argument("--matmul-repeats", type=int, default=20)
+    ap.add_argument("--mode", choices=("loop", "trainer"), default="loop",
+                    help="loop: one round-robin torch loop over the settings (robust to load from other processes); "
+                         "trainer: one SentenceTransformerTrainer run per setting, one after another")
     ap.add_argument("--skip-bf16", action="store_true")
     ap.add_argument("--skip-threads", action="store_true", help="skip the 1-thread plain run")
     ap.add_argument("--skip-train", action="store_true", help="only the equivalence, encoding and matmul parts")
@@ -391,10 +466,14 @@ def main(argv=None) -> int:
         if not a.skip_threads and a.threads != 1:
             settings.append(("plain_fp32_t1", "plain", 1, False))
         res["train"] = {}
-        for name, kind, threads, bf16 in settings:
-            r = train_speed(dataset, base, kind=kind, threads=threads, bf16=bf16, a=a)
-            res["train"][name] = r
-            print(f"{name}: {r['examples_per_s']:.2f} ex/s ({r['seconds']:.1f} s for {a.steps} steps)", flush=True)
+        if a.mode == "loop":
+            res["train"] = loop_speed(dataset, base, settings, a)
+            res["loadavg_1min_per_step"] = res["train"].pop("_loadavg_1min_per_step")
+        else:
+            for name, kind, threads, bf16 in settings:
+                r = train_speed(dataset, base, kind=kind, threads=threads, bf16=bf16, a=a)
+                res["train"][name] = r
+                print(f"{name}: {r['examples_per_s']:.2f} ex/s ({r['seconds']:.1f} s for {a.steps} steps)", flush=True)
         tr = res["train"]
         c, p = tr["cached_fp32_t%d" % a.threads], tr["plain_fp32_t%d" % a.threads]
         res["train_loss_history_max_abs_diff_cached_vs_plain"] = max(

@@ -12,6 +12,7 @@ and 95% interval on every set and every DiD (points), each with a tolerance. The
 from __future__ import annotations
 
 import json
+import math
 import sys
 from pathlib import Path
 
@@ -25,8 +26,30 @@ TOL_SCORE = 0.01
 TOL_GAP = 0.05
 
 
+class BadStats(ValueError):
+    """metrics/stats.json does not have the shape the stats stage writes."""
+
+
+def _num(v, where: str) -> float:
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+        raise BadStats(f"{where}: expected a finite number, got {str(v)[:40]!r}")
+    return float(v)
+
+
 def headline(stats: dict) -> list[dict]:
-    """Every number of the report's Table 1: ``{"path": [...], "value": float, "tol": float}``."""
+    """Every number of the report's Table 1: ``{"path": [...], "value": float, "tol": float}``.
+
+    Raises:
+        BadStats: a section, key or number the stats stage always writes is missing or not a
+            finite number.
+    """
+    try:
+        return _headline(stats)
+    except (KeyError, TypeError, AttributeError) as e:
+        raise BadStats(f"metrics/stats.json lacks a part the stats stage writes ({type(e).__name__}: {e})") from None
+
+
+def _headline(stats: dict) -> list[dict]:
     rows = []
     evals = stats["evaluations"]
     for arm in sorted(stats["arms"]):
@@ -34,15 +57,17 @@ def headline(stats: dict) -> list[dict]:
             for k in evals[name]["report_ks"]:
                 v = stats["arms"][arm].get(f"{name}.R@{k}")
                 if v is not None and v.get("mean") is not None:
-                    rows.append({"path": ["arms", arm, f"{name}.R@{k}", "mean"], "value": round(v["mean"], 4),
+                    where = f"arms/{arm}/{name}.R@{k}/mean"
+                    rows.append({"path": ["arms", arm, f"{name}.R@{k}", "mean"], "value": round(_num(v["mean"], where), 4),
                                  "tol": TOL_SCORE})
     for key in sorted(stats["gaps"]):
         for f in ("estimate", "low", "high"):
-            rows.append({"path": ["gaps", key, f], "value": round(stats["gaps"][key][f], 4), "tol": TOL_GAP})
+            rows.append({"path": ["gaps", key, f], "value": round(_num(stats["gaps"][key][f], f"gaps/{key}/{f}"), 4),
+                         "tol": TOL_GAP})
     for key in sorted(stats["did"]):
         for f in ("estimate", "low", "high"):
-            rows.append({"path": ["did", key, "did", f], "value": round(stats["did"][key]["did"][f], 4),
-                         "tol": TOL_GAP})
+            rows.append({"path": ["did", key, "did", f],
+                         "value": round(_num(stats["did"][key]["did"][f], f"did/{key}/did/{f}"), 4), "tol": TOL_GAP})
     return rows
 
 
@@ -67,9 +92,16 @@ def check(stats: dict, record: dict) -> list[str]:
         except KeyError:
             bad.append(f"{'/'.join(r['path'])}: missing from metrics")
             continue
-        if v is None or abs(float(v) - float(r["value"])) > float(r["tol"]):
+        try:
+            ok = abs(_num(v, "metrics") - _num(r["value"], "record")) <= _num(r["tol"], "record tolerance")
+        except BadStats:
+            ok = False  # a NaN, a string or a missing tolerance never passes
+        if not ok:
             bad.append(f"{'/'.join(r['path'])}: {v} vs expected {r['value']} ± {r['tol']}")
-    bad += [f"{'/'.join(r['path'])}: not in the record" for r in headline(stats) if tuple(r["path"]) not in have]
+    try:
+        bad += [f"{'/'.join(r['path'])}: not in the record" for r in headline(stats) if tuple(r["path"]) not in have]
+    except BadStats as e:
+        bad.append(str(e))
     return bad
 
 
@@ -77,7 +109,15 @@ def main(argv: list[str]) -> int:
     if len(argv) != 1 or argv[0] not in ("write", "check"):
         print(__doc__.strip(), file=sys.stderr)
         return 2
-    stats = json.loads(STATS.read_text())
+    try:
+        stats = json.loads(STATS.read_text())
+        if not isinstance(stats, dict):
+            raise BadStats(f"{STATS}: not a JSON object")
+        if argv[0] == "write":
+            rows = headline(stats)
+    except (OSError, ValueError) as e:  # a missing file, invalid JSON, BadStats
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     if argv[0] == "write":
         RECORD.parent.mkdir(parents=True, exist_ok=True)
         head = ("# Expected scores of the committed default (params.yaml), as `dvc repro` produced them in\n"
@@ -85,9 +125,9 @@ def main(argv: list[str]) -> int:
                 "# intervals). Written by `python scripts/expected_scores.py write`; checked by\n"
                 "# tests/test_expected_scores.py. A change of code or params that moves a number must\n"
                 "# rewrite this file in the same commit.\n")
-        RECORD.write_text(head + yaml.safe_dump({"source": "metrics/stats.json", "scores": headline(stats)},
+        RECORD.write_text(head + yaml.safe_dump({"source": "metrics/stats.json", "scores": rows},
                                                 sort_keys=False, width=200))
-        print(f"wrote {len(headline(stats))} numbers to {RECORD.relative_to(ROOT)}")
+        print(f"wrote {len(rows)} numbers to {RECORD.relative_to(ROOT)}")
         return 0
     bad = check(stats, yaml.safe_load(RECORD.read_text()))
     print("\n".join(bad) if bad else "all expected scores within tolerance")

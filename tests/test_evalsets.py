@@ -118,3 +118,79 @@ def test_choose_heldout_is_seeded_and_bounded():
     assert choose_heldout(["c", "a", "b", "d"], 2, seed=3) == choose_heldout(["d", "b", "a", "c"], 2, seed=3)
     with pytest.raises(RecipematchError, match="n_heldout"):
         choose_heldout(["a", "b"], 3, seed=0)
+
+
+# --------------------------------------------------------------------------- the evalsets stage
+
+import json  # noqa: E402
+import shutil  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+MINI = Path(__file__).parent / "fixtures" / "mini_release"
+
+
+def _stage_root(tmp_path, edit=None):
+    """A project root holding the mini release (``edit(release_folder)`` applied), its corpus
+    stage run; returns ``(params, layout)``."""
+    from recipematch.config import load_yaml, parse_params
+    from recipematch.pipeline import corpus as corpus_stage
+    from recipematch.pipeline.door import Layout
+
+    rel = tmp_path / "data" / "peer_release"
+    shutil.copytree(MINI, rel)
+    if edit:
+        edit(rel)
+    raw = load_yaml(Path(__file__).resolve().parents[1] / "params.yaml")
+    raw["evalsets"] = {"seed": 7, "n_heldout": 5, "corpus_docs": 0}
+    lay = Layout(tmp_path)
+    p = parse_params(raw)
+    corpus_stage.run(p.view(corpus_stage.PARAMS), lay)
+    return raw, lay
+
+
+def _run_evalsets(raw, lay):
+    from recipematch.config import parse_params
+    from recipematch.pipeline import evalsets as evalsets_stage
+
+    return evalsets_stage.run(parse_params(raw).view(evalsets_stage.PARAMS), lay)
+
+
+def _rewrite_first(path: Path, fn):
+    lines = path.read_text(encoding="utf-8").splitlines()
+    lines[0] = fn(lines[0])
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+def test_the_stage_writes_every_set_of_the_default(tmp_path):
+    raw, lay = _stage_root(tmp_path)
+    counts = _run_evalsets(raw, lay)
+    assert counts["tiers.n_queries"] == 5 and counts["samelang.n_queries"] == 6
+    for name in ("tier_d1", "tier_d4", "gold_only", "crosslingual", "samelang", "probe"):
+        assert (lay.evalsets / name / "qrels" / "test.tsv").is_file()
+
+
+@pytest.mark.parametrize("edit, match", [
+    (lambda rel: _rewrite_first(rel / "probe_sample.jsonl", lambda line: '"hello"'),
+     r"probe_sample\.jsonl row 0: not an object"),
+    (lambda rel: _rewrite_first(rel / "pairs_d1_recipe.jsonl",
+                                lambda line: json.dumps({**json.loads(line), "source_id": ["0004"]})),
+     r"pairs_d1_recipe\.jsonl row 0 .*'source_id' missing, empty or not text"),
+    (lambda rel: shutil.rmtree(rel / "samelang_eval"), r"samelang_eval is missing .*dvc pull data\.dvc"),
+    (lambda rel: _rewrite_first(rel / "samelang_eval" / "queries.jsonl", lambda line: json.dumps(
+        {**json.loads(line), "metadata": {k: v for k, v in json.loads(line)["metadata"].items()
+                                          if k not in ("exact_text_cluster", "clean_of_training")}},
+        ensure_ascii=False)),
+     r"query '00ad': metadata lacks the slice flags .*fix it in .*samelang_eval/queries\.jsonl"),
+])
+def test_the_stage_refuses_bad_release_files_before_writing_a_set(tmp_path, edit, match):
+    raw, lay = _stage_root(tmp_path, edit)
+    with pytest.raises(RecipematchError, match=match):
+        _run_evalsets(raw, lay)
+    assert not [f for f in lay.evalsets.rglob("*") if f.is_file()] if lay.evalsets.exists() else True
+
+
+def test_a_search_corpus_smaller_than_the_queries_is_a_params_error(tmp_path):
+    raw, lay = _stage_root(tmp_path)
+    raw["evalsets"]["corpus_docs"] = 3
+    with pytest.raises(RecipematchError, match=r"evalsets\.corpus_docs: n_docs=3 is smaller than"):
+        _run_evalsets(raw, lay)

@@ -34,3 +34,21 @@ def test_check_flags_a_moved_a_missing_and_an_unrecorded_number():
     extra = json.loads(json.dumps(stats))
     extra["arms"]["recipe"] = {"t.R@1": {"mean": 3.0}}
     assert es.check(extra, record) == ["arms/recipe/t.R@1/mean: not in the record"]
+
+
+def test_a_nan_or_a_malformed_stats_file_never_passes():
+    import math
+
+    import pytest
+
+    stats = {"evaluations": {"t": {"report_ks": [1]}}, "arms": {"base": {"t.R@1": {"mean": 10.0}}},
+             "gaps": {}, "did": {}}
+    record = {"scores": es.headline(stats)}
+    nan = json.loads(json.dumps(stats))
+    nan["arms"]["base"]["t.R@1"]["mean"] = math.nan
+    assert es.check(nan, record)[0].startswith("arms/base/t.R@1/mean: nan vs expected 10.0")
+    assert es.check(stats, {"scores": [{**record["scores"][0], "value": math.nan}]})  # a NaN record fails too
+    with pytest.raises(es.BadStats, match="finite number"):
+        es.headline(nan)  # `write` refuses to record it
+    broken = {k: v for k, v in stats.items() if k != "gaps"}
+    assert any("lacks a part the stats stage writes" in line for line in es.check(broken, record))

@@ -2,7 +2,7 @@
 at HEAD shows no stage whose code, data or params deps changed. Outputs that a fresh clone
 has not pulled (``deleted``, ``not in cache``) are expected and ignored; a dependency that is
 ``modified`` or ``new``, or a changed params key, means ``dvc.lock`` is stale and a fresh
-clone would rerun that stage."""
+clone would rerun that stage. Runs in CI from a fresh clone (after ``dvc pull data.dvc``)."""
 
 from __future__ import annotations
 
@@ -22,18 +22,41 @@ def _dvc() -> str:
     return str(exe) if exe.exists() else (shutil.which("dvc") or "dvc")
 
 
-def stale_deps(status: dict) -> dict[str, list[str]]:
-    """Per stage, the dependencies ``dvc status --json`` reports as changed in a way only a
-    stale lock explains: a code or data file ``modified`` or ``new``, or any params key."""
+#: top-level folders that only stage outputs live in (a fresh clone has none of them filled;
+#: ``models/`` holds a committed ``.gitkeep``, so DVC reads it as modified, not deleted)
+OUTPUT_ROOTS = ("artifacts", "models", "metrics", "reports", "cache", "dvc_plots")
+
+
+def stale_deps(status) -> dict[str, list[str]]:
+    """Per stage, what ``dvc status --json`` reports that only a stale lock explains: a
+    changed command, a code or data dependency ``modified``, ``new`` or ``deleted`` (stage
+    outputs under :data:`OUTPUT_ROOTS` are left out: a fresh clone has not built them), or any
+    params key. An entry of a shape DVC does not write is reported too, never skipped."""
     out: dict[str, list[str]] = {}
+    if not isinstance(status, dict):
+        return {"<status>": [f"not an object: {str(status)[:80]}"]}
     for stage, entries in status.items():
+        if not isinstance(entries, list):
+            out.setdefault(stage, []).append(f"unexpected entry {str(entries)[:80]}")
+            continue
         for entry in entries:
-            if not isinstance(entry, dict):
+            if entry == "changed command":
+                out.setdefault(stage, []).append("changed command")
                 continue
-            for path, state in (entry.get("changed deps") or {}).items():
+            if not isinstance(entry, dict):
+                if entry != "always changed":
+                    out.setdefault(stage, []).append(f"unexpected entry {str(entry)[:80]}")
+                continue
+            deps = entry.get("changed deps") or {}
+            if not isinstance(deps, dict):
+                out.setdefault(stage, []).append(f"unexpected changed deps {str(deps)[:80]}")
+                continue
+            for path, state in deps.items():
                 if isinstance(state, dict):  # a params file: {key: modified|new|deleted}
                     out.setdefault(stage, []).extend(f"{path}:{k} {v}" for k, v in state.items())
-                elif state in ("modified", "new"):
+                elif Path(path).parts[:1] and Path(path).parts[0] in OUTPUT_ROOTS:
+                    continue
+                elif state in ("modified", "new", "deleted") or not isinstance(state, str):
                     out.setdefault(stage, []).append(f"{path} {state}")
     return out
 
@@ -42,8 +65,14 @@ def test_stale_deps_reads_dvc_status_shapes():
     status = {"corpus": [{"changed deps": {"src/a.py": "modified", "artifacts/x": "deleted"}},
                          {"changed outs": {"artifacts/corpus": "not in cache"}}],
               "stats": [{"changed deps": {"params.yaml": {"arms": "modified"}}}],
+              "style": [{"changed deps": {"models": "modified", "src/gone.py": "deleted"}}],
+              "train": ["changed command"],
               "report": [{"changed outs": {"reports": "deleted"}}], "odd": ["always changed"]}
-    assert stale_deps(status) == {"corpus": ["src/a.py modified"], "stats": ["params.yaml:arms modified"]}
+    assert stale_deps(status) == {"corpus": ["src/a.py modified"], "stats": ["params.yaml:arms modified"],
+                                  "style": ["src/gone.py deleted"], "train": ["changed command"]}
+    assert stale_deps({"x": {"changed deps": {}}}) == {"x": ["unexpected entry {'changed deps': {}}"]}
+    assert stale_deps({"x": [{"changed deps": ["a"]}]}) == {"x": ["unexpected changed deps ['a']"]}
+    assert stale_deps([]) == {"<status>": ["not an object: []"]}
 
 
 def test_committed_lock_matches_committed_code_and_params():

@@ -375,11 +375,14 @@ def _crosslingual_tags(ds: BeirDataset, ids: Sequence[str], name: str
 
 
 def _clusters(ds: BeirDataset, ids: Sequence[str], name: str) -> np.ndarray:
-    missing = [q for q in ids if "cluster_id" not in (ds.query_meta.get(q) or {})]
+    def bad(v) -> bool:  # a cluster id is a non-empty string or an integer (None would merge queries)
+        return not ((isinstance(v, str) and v.strip()) or (isinstance(v, int) and not isinstance(v, bool)))
+
+    missing = [q for q in ids if bad((ds.query_meta.get(q) or {}).get("cluster_id"))]
     if missing:
         raise RecipematchError(f"set {name!r}: {Path(ds.folder) / 'queries.jsonl'}: query "
-                               f"{missing[0]!r} lacks metadata.cluster_id ({len(missing)} such "
-                               "queries)")
+                               f"{missing[0]!r} lacks metadata.cluster_id (missing, null or not a string/integer; "
+                               f"{len(missing)} such queries)")
     return np.asarray([str(ds.query_meta[q]["cluster_id"]) for q in ids], dtype=object)
 
 
@@ -471,6 +474,10 @@ def _samelang_slice(meta: Mapping, qid: str, src: str) -> str:
             return "exact"
         return "primary" if meta["clean_of_training"] else "leaked"
     if "exact_text" in meta or "leaked" in meta:
+        for key in ("exact_text", "leaked"):
+            if key in meta and not isinstance(meta[key], bool):
+                raise RecipematchError(f"{src}: query {qid!r}: metadata.{key} must be true or false, "
+                                       f"got {str(meta[key])[:40]!r}")
         if meta.get("exact_text"):
             return "exact"
         return "leaked" if meta.get("leaked") else "primary"
@@ -496,7 +503,7 @@ def load_samelang(folder: str | os.PathLike, *, split: str = "test",
         raise RecipematchError(
             f"set {name!r}: folder {folder} does not exist: the same-language reprint set (paper Appendix A, "
             f"Table 5) is not in the shipped sample; put its BEIR folder there (corpus.jsonl, queries.jsonl with "
-            f"metadata lang, cluster_id and slice or exact_text/leaked, qrels/{split}.tsv) or drop the evaluation")
+            f"metadata lang, cluster_id and slice or exact_text_cluster/clean_of_training, qrels/{split}.tsv); for the default's set restore data/peer_release/samelang_eval (`dvc pull data.dvc`) and rerun the evalsets stage; or drop the evaluation")
     ds = _read_set(folder, split, name)
     ids = _scored_ids(ds)
     src = f"set {name!r}: {Path(ds.folder) / 'queries.jsonl'}"
@@ -667,6 +674,9 @@ def build_crosslingual_folder(release: str | os.PathLike, out: str | os.PathLike
             if d not in corpus:
                 raise RecipematchError(f"{qrels_path}: corpus-id {d!r} (query {q!r}) is in no "
                                        "corpus file")
+            if d == q:
+                raise RecipematchError(f"{qrels_path}: query {q!r} lists itself as a gold: its own corpus "
+                                       "entry is masked at search time, so that gold can never be retrieved")
     write_beir(out, corpus, queries, qrels, query_meta=meta)
     members = set(queries) | {d for per_q in qrels.values() for d, s in per_q.items() if s > 0}
     return {"n_docs": len(corpus), "n_sample_docs": added["sample"],

@@ -59,7 +59,7 @@ def choose_heldout(candidates: Sequence[str], n: int, *, seed: int) -> list[str]
     pool = sorted(set(candidates))
     if not 1 <= n <= len(pool):
         raise RecipematchError(f"n_heldout: cannot hold out {n} sources from {len(pool)} "
-                               "candidates (sources with a recorded D1 rewrite)")
+                               "candidates (sources with a recorded D1 rewrite and D4 restatement)")
     idx = np.random.default_rng(seed).choice(len(pool), size=n, replace=False)
     return sorted(pool[i] for i in idx)
 
@@ -125,6 +125,17 @@ def _unique_rows(rows: Sequence[Mapping[str, Any]], what: str, required: tuple[s
 
 def _doc_id(rewrite: str, sid: str) -> str:
     return f"{rewrite}-pos-{sid}"
+
+
+def check_release_rows(rows: Sequence[Mapping[str, Any]], what: str, required: tuple[str, ...]) -> None:
+    """Check released pair or probe rows before any folder is written: each an object with
+    non-empty string ``required`` fields and a list (or no) ``negatives`` of ``{"text": str}``,
+    no source id twice.
+
+    Raises:
+        RecipematchError: naming ``what``, the row (0-based index) and the field.
+    """
+    _unique_rows(rows, what, required)
 
 
 def build_tiers(corpus_rows: Sequence[Mapping[str, Any]], rewrites: Mapping[str, Sequence[Mapping[str, Any]]],

@@ -25,6 +25,7 @@ declares its own folders): only an empty held-out list is written.
 
 from __future__ import annotations
 
+import shutil
 from dataclasses import asdict
 
 from recipematch.errors import RecipematchError
@@ -44,7 +45,7 @@ def run(p, lay: Layout) -> dict:
     from recipematch.beir import write_beir
     from recipematch.benchmarks_data import build_crosslingual_folder, load_samelang, write_mathnet_retrieve
     from recipematch.pipeline.deps import require_declared_dep
-    from recipematch.evalsets import build_probe, choose_heldout, sample_search_corpus, write_tiers
+    from recipematch.evalsets import build_probe, check_release_rows, choose_heldout, sample_search_corpus, write_tiers
 
     cfg = p.evalsets
     retrieve = p.data.retrieve
@@ -62,9 +63,18 @@ def run(p, lay: Layout) -> dict:
     d1 = read_jsonl_strict(lay.release / RELEASE_FILES["d1_recipe"])
     d4 = read_jsonl_strict(lay.release / RELEASE_FILES["d4_restatement"])
     probe = read_jsonl_strict(lay.release / "probe_sample.jsonl")
+    # every release row is checked (one line naming the file, row and field) before anything is written
+    for rows, name in ((d1, "d1_recipe"), (d4, "d4_restatement")):
+        check_release_rows(rows, f"{RELEASE_FILES[name]}", ("source_id", "positive_text"))
+    check_release_rows(probe, "probe_sample.jsonl", ("source_id", "source_text", "positive_text"))
+    sl_release = lay.release / "samelang_eval"
+    if not sl_release.is_dir():
+        raise RecipematchError(f"{sl_release} is missing (or not a folder): the same-language reprint set "
+                               "(paper Appendix A, Table 5) is part of the release data; restore it with "
+                               "`dvc pull data.dvc`")
 
     def sources(rows):
-        return {r["source_id"] for r in rows if isinstance(r, dict) and r.get("source_id") in ids}
+        return {r["source_id"] for r in rows if r["source_id"] in ids}
 
     # both tiers ask the same queries (MathNet-Retrieve, Section 3): a held-out source has both rewrites
     candidates = sorted(sources(d1) & sources(d4))
@@ -73,15 +83,21 @@ def run(p, lay: Layout) -> dict:
                                f"with a recorded D1 rewrite and D4 restatement; lower it")
     heldout = choose_heldout(candidates, cfg.n_heldout, seed=cfg.seed)
     out = lay.evalsets
-    search = sample_search_corpus(corpus, cfg.corpus_docs, seed=cfg.seed,
-                                  must_include=[*heldout, *(q["source_id"] for q in probe)])
-    tiers = write_tiers(out, search, {"d1": d1, "d4": d4}, heldout)
     full = None if p.data.source == "sample" else corpus
+    # the same-language set first: its slice flags are checked before any other folder is written
+    sl = build_crosslingual_folder(lay.release, out / "samelang", corpus_rows=full, subdir="samelang_eval")
+    try:
+        load_samelang(out / "samelang")
+    except RecipematchError as e:
+        shutil.rmtree(out / "samelang", ignore_errors=True)
+        raise RecipematchError(f"{e} (fix it in {sl_release / 'queries.jsonl'}, the file this folder is built from)") from None
+    must = [*heldout, *(q["source_id"] for q in probe)]
+    try:
+        search = sample_search_corpus(corpus, cfg.corpus_docs, seed=cfg.seed, must_include=must)
+    except ValueError as e:
+        raise RecipematchError(f"evalsets.corpus_docs: {e}") from None
+    tiers = write_tiers(out, search, {"d1": d1, "d4": d4}, heldout)
     xl = build_crosslingual_folder(lay.release, out / "crosslingual", corpus_rows=full)
-    sl = {}
-    if (lay.release / "samelang_eval").is_dir():
-        sl = build_crosslingual_folder(lay.release, out / "samelang", corpus_rows=full, subdir="samelang_eval")
-        load_samelang(out / "samelang")  # its slice flags are checked here, before any model loads
     mr = write_mathnet_retrieve(lay.root / retrieve, out / "mathnet_retrieve") if retrieve else {}
     write_beir(out / "probe", *build_probe(search, probe))
     write_beir(out / "probe_only", *build_probe(None, probe))
@@ -90,14 +106,13 @@ def run(p, lay: Layout) -> dict:
               **{f"tiers.{k}": v for k, v in tiers.items()},
               **{f"crosslingual.{k}": v for k, v in xl.items()},
               **{f"samelang.{k}": v for k, v in sl.items()},
-              "probe.queries": len(probe), "probe.negatives": sum(len(q["negatives"]) for q in probe),
+              "probe.queries": len(probe), "probe.negatives": sum(len(q.get("negatives") or ()) for q in probe),
               **{f"mathnet_retrieve.{k}": v for k, v in mr.items()}}
     write_json(lay.metrics / "evalsets.json", counts)
     inputs = {"corpus": lay.corpus / "corpus.parquet", "d1": lay.release / RELEASE_FILES["d1_recipe"],
               "d4": lay.release / RELEASE_FILES["d4_restatement"],
               "probe": lay.release / "probe_sample.jsonl", "crosslingual": lay.release / "crosslingual_eval"}
-    if sl:
-        inputs["samelang"] = lay.release / "samelang_eval"
+    inputs["samelang"] = sl_release
     config = asdict(cfg)
     if retrieve or p.data.source != "sample":
         # the default's run record keeps its earlier bytes; a full-data run records its sources
