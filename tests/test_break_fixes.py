@@ -108,12 +108,12 @@ def test_unit_norm_is_required_of_cached_embeddings(tmp_path):
 @pytest.mark.parametrize("edit, needle", [
     (lambda p: p.update(arms=[]), "arms must be distinct names"),
     (lambda p: p["llm"].update(prompts=[]), "llm.prompts must be distinct names"),
-    (lambda p: p["evaluations"]["easy"].update(report_ks=[]), "report_ks: list at least one"),
+    (lambda p: p["evaluations"]["tier_d1"].update(report_ks=[]), "report_ks: list at least one"),
     (lambda p: p["evaluate"].update(ks=[1, 1, 5]), "lists a cut-off twice"),
     (lambda p: p["budget"].update(shared_sources=["recipe"]), "two or more distinct named arms"),
     (lambda p: p["llm"].update(api_key_env="sk-123 secret"), "must be the NAME of an environment variable"),
     (lambda p: p["mlflow"].update(tracking_uri="http://host port"), "must not contain blanks"),
-    (lambda p: p["evaluations"]["easy"].update(folder="."), "must be a folder inside the project"),
+    (lambda p: p["evaluations"]["tier_d1"].update(folder="."), "must be a folder inside the project"),
 ])
 def test_list_and_name_bounds(repo_root, edit, needle):
     import re

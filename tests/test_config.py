@@ -135,19 +135,19 @@ def test_load_params_names_the_file(tmp_path):
         load_params(tmp_path / "nope.yaml")
 
 
-def test_params_medium_is_the_default_with_every_usable_row_and_four_seeds(repo_root):
+def test_params_medium_is_the_default_with_more_epochs_seeds_and_the_reference(repo_root):
     """params-medium.yaml stays in step with params.yaml: it parses, and differs only in the
-    budget (rows) and the number of training seeds."""
+    epochs, the number of training seeds and the reference arm added."""
     from recipematch.config import check_params
 
     medium = load_yaml(repo_root / "params-medium.yaml")
     default = load_yaml(repo_root / "params.yaml")
     check_params(medium)
-    assert medium["budget"]["rows"] > default["budget"]["rows"]
-    assert medium["train"]["n_seeds"] == 4
-    for key in ("budget", "train"):
-        medium[key] = {k: v for k, v in medium[key].items() if k not in ("rows", "n_seeds")}
-        default[key] = {k: v for k, v in default[key].items() if k not in ("rows", "n_seeds")}
+    assert medium["train"]["n_seeds"] == 4 and medium["train"]["epochs"] > default["train"]["epochs"]
+    assert medium["arms"] == ["verified", "recipe", "reference", "cell"] and default["arms"] == ["verified", "recipe", "cell"]
+    for d in (medium, default):
+        d["train"] = {k: v for k, v in d["train"].items() if k not in ("epochs", "n_seeds")}
+        d.pop("arms")
     assert medium == default
 
 

@@ -211,7 +211,7 @@ def test_require_inputs_exits_1_naming_what_is_missing():
 def test_a_file_where_a_folder_is_read_is_not_ready(tmp_path):
     raw = load_yaml_paper()
     raw["data"].update(path="params.yaml", retrieve="params.yaml")  # mathnet and the tiers are folders
-    raw["evaluations"]["mine"] = {**raw["evaluations"]["easy"], "folder": "src"}  # a folder without corpus.jsonl
+    raw["evaluations"]["mine"] = {**raw["evaluations"]["tier_d1"], "folder": "src"}  # a folder without corpus.jsonl
     (tmp_path / "params.yaml").write_text("x: 1\n")
     (tmp_path / "src").mkdir()
     inputs = {i["input"]: i for i in build_plan(parse_params(raw), tmp_path)["inputs"]}
@@ -229,7 +229,7 @@ def load_yaml_paper() -> dict:
 
 def test_a_beir_folder_lacking_queries_or_qrels_and_a_missing_sidecar_are_not_ready(tmp_path):
     raw = load_yaml_paper()
-    raw["evaluations"]["mine"] = {**raw["evaluations"]["easy"], "folder": "mine"}
+    raw["evaluations"]["mine"] = {**raw["evaluations"]["tier_d1"], "folder": "mine"}
     raw["llm"]["recipe_prompt"] = "recipe/mine.prompt.yaml"
     (tmp_path / "mine").mkdir()
     (tmp_path / "mine" / "corpus.jsonl").write_text('{"_id": "d1", "text": "x"}\n')
