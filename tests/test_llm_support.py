@@ -172,11 +172,57 @@ class ChatServer:
                 self._send(h, 200, b'{"choices": [{"message": {"content": "x"')
             elif kind == "no_choices":
                 self._send(h, 200, b'{"object": "chat.completion"}')
+            elif kind in ("endless", "trickle", "huge", "gzip_bomb"):
+                self._stream(h, act)
+            elif kind == "echo_auth":  # a server that quotes the request's headers in its answer
+                self._send(h, 200, self._completion(f"headers: {h.headers.get('Authorization', '')}", "stop"))
             else:
                 raise AssertionError(kind)
         finally:
             with self._lock:
                 self.inflight -= 1
+
+    @staticmethod
+    def _stream(h: BaseHTTPRequestHandler, act: tuple) -> None:
+        """Bodies that must not be read whole: ``("endless",)`` a chunked body that never
+        ends; ``("trickle", n_bytes, interval_s)`` a Content-Length body sent one byte per
+        interval; ``("huge", n_bytes)`` one valid completion padded to n_bytes;
+        ``("gzip_bomb", n_bytes)`` a small gzip body that inflates to n_bytes."""
+        import gzip
+
+        kind = act[0]
+        try:
+            h.send_response(200)
+            h.send_header("Content-Type", "application/json")
+            if kind == "endless":
+                h.send_header("Transfer-Encoding", "chunked")
+                h.end_headers()
+                piece = b"x" * 65536
+                deadline = time.monotonic() + 60  # a test server never outlives its test for long
+                while time.monotonic() < deadline:
+                    h.wfile.write(b"%x\r\n%s\r\n" % (len(piece), piece))
+            elif kind == "trickle":
+                n, interval = act[1], act[2]
+                h.send_header("Content-Length", str(n))
+                h.end_headers()
+                for _ in range(n):
+                    h.wfile.write(b" ")
+                    h.wfile.flush()
+                    time.sleep(interval)
+            elif kind == "huge":
+                pad = " " * act[1]
+                body = ChatServer._completion("{}" + pad, "stop")
+                h.send_header("Content-Length", str(len(body)))
+                h.end_headers()
+                h.wfile.write(body)
+            else:
+                body = gzip.compress(b"{" + b" " * act[1] + b"}")
+                h.send_header("Content-Encoding", "gzip")
+                h.send_header("Content-Length", str(len(body)))
+                h.end_headers()
+                h.wfile.write(body)
+        except (BrokenPipeError, ConnectionResetError):  # the client stopped reading: what we want
+            pass
 
     @staticmethod
     def _completion(text: str, finish: str) -> bytes:

@@ -366,6 +366,12 @@ class LLMConfig:
     concurrency: int = _spec("requests in flight", default=8, min=1, max=1024)
     max_retries: int = _spec("retries per request", default=4, min=0, max=100)
     timeout_s: float = _spec("seconds per request", default=300.0, min=0.1, max=86_400.0, finite=True)
+    deadline_s: float = _spec("wall-clock seconds one call may take, retries and the whole answer included "
+                              "(a server trickling its answer is cut off here: failure 'timeout')",
+                              default=1800.0, min=1.0, max=604_800.0, finite=True)
+    max_response_bytes: int = _spec("largest answer body read, in bytes; a longer answer fails as 'too_large' "
+                                    "and none of it is stored", default=8 * 1024 * 1024, min=1024,
+                                    max=1024 * 1024 * 1024)
     recipe_prompt: str = _spec("sidecar (.prompt.yaml, relative to the project root) of a user's prompt that plays "
                                "the recipe's role in place of the shipped D1 ('' = D1): its pairs are the recipe "
                                "arm's positives and near-misses (an audit of a benchmark written under it)",
@@ -527,6 +533,12 @@ class Judge2Config:
     concurrency: int = _spec("requests in flight", default=8, min=1, max=1024)
     max_retries: int = _spec("retries per request", default=4, min=0, max=100)
     timeout_s: float = _spec("seconds per request", default=300.0, min=0.1, max=86_400.0, finite=True)
+    deadline_s: float = _spec("wall-clock seconds one call may take, retries and the whole answer included "
+                              "(a server trickling its answer is cut off here: failure 'timeout')",
+                              default=1800.0, min=1.0, max=604_800.0, finite=True)
+    max_response_bytes: int = _spec("largest answer body read, in bytes; a longer answer fails as 'too_large' "
+                                    "and none of it is stored", default=8 * 1024 * 1024, min=1024,
+                                    max=1024 * 1024 * 1024)
     cells: str = _spec("the keep set the cells read for LLM pair files: first (the first judge's) or both "
                        "(rows both judges accept; needs enabled: true)", choices=("first", "both"), default="first")
 

@@ -34,13 +34,15 @@ Error codes (``GenerationResult.error``): ``no_recorded_answer``,
 ``recorded_model_mismatch``, ``http_429_exhausted``, ``http_5xx_exhausted`` (``http_500_exhausted``,
 ``http_503_exhausted``, ...), ``http_<status>`` (other 4xx, not retried), ``timeout``,
 ``connection_error``, ``malformed_response``, ``empty_content``, ``backend_exception``,
-``model_mismatch``. The codes in :data:`RETRY_LATER_ERRORS` mean that no model answered
+``model_mismatch``, ``too_large`` (an answer body over the backend's ``max_response_bytes``:
+final; a ``timeout`` also covers a call that ran past its ``deadline_s``). The codes in :data:`RETRY_LATER_ERRORS` mean that no model answered
 (nothing was paid for): the pipeline sends such a request again on its next run.
 
 API keys: :class:`OpenAICompatibleBackend` reads its key from an environment variable whose
 *name* it is given (``api_key_env``); the key is kept in a private attribute, left out of
-``repr``, and replaced by ``[redacted]`` in every error text the backend produces, so it
-never reaches a result, the call store, a record or a log.
+``repr``, and replaced by ``[redacted]`` in every error text the backend produces and in
+every answer text (a server that echoes the request's ``Authorization`` header inside a 200
+answer), so it never reaches a result, the call store, a record or a log.
 """
 
 from __future__ import annotations
@@ -80,6 +82,25 @@ __all__ = [
 ]
 
 ResultCallback = Callable[[int, "GenerationResult"], None]
+
+#: default wall-clock limit of one call to an OpenAI-compatible server, retries included (s)
+DEFAULT_DEADLINE_S = 1800.0
+#: default cap on one answer body (bytes, after content decoding): an answer of
+#: ``max_tokens`` tokens is a few hundred kB at most, so 8 MiB only stops a runaway server
+DEFAULT_MAX_RESPONSE_BYTES = 8 * 1024 * 1024
+_READ_CHUNK = 64 * 1024
+
+
+class _BodyTooLarge(Exception):
+    pass
+
+
+class _DeadlinePassed(Exception):
+    pass
+
+
+class _Undecodable(Exception):
+    pass
 
 
 #: Error codes meaning no model produced an answer (transport faults, a server that refused
@@ -251,7 +272,8 @@ class GenerationResult:
     Exactly one of ``raw_text`` / ``error`` is not ``None``.
 
     Attributes:
-        raw_text: the model's answer text as received (never altered).
+        raw_text: the model's answer text as received; the one change ever made is an API
+            key a server echoed back, replaced by ``[redacted]``.
         error: failure code (see module docstring).
         origin: where the text came from: ``"live"`` for a model call, or the recording's
             origin for a replay (``"peer_release_post_judge"``, ``"implied_by_release"``, ...).
@@ -454,8 +476,16 @@ class OpenAICompatibleBackend(GenerationBackend):
             error or a malformed body. Other 4xx are not retried.
         backoff: base delay in seconds; retry ``k`` (0-based) waits ``backoff * 2**k``, or the
             server's ``Retry-After`` seconds when larger (capped at ``max_backoff``).
-        timeout_s: per-call read/connect time-out in seconds (> 0): a server that stalls
-            longer fails that attempt with ``timeout``.
+        timeout_s: per-read connect/read time-out in seconds (> 0): a server that sends
+            nothing for longer fails that attempt with ``timeout``.
+        deadline_s: wall-clock limit in seconds (> 0) for one call, every attempt, back-off
+            and byte of the body included: a server that trickles its answer (each read
+            inside ``timeout_s``) is cut off here and the call fails with ``timeout``; no
+            retry starts after it.
+        max_response_bytes: the most bytes (≥ 1024) of one answer body that are read, after
+            content decoding; the body is streamed and reading stops at the cap, so an
+            endless or huge answer never sits in memory or in the call store: the call fails
+            with ``too_large`` (final, not retried).
         max_backoff: longest wait between two attempts, in seconds.
         structured_output: send ``response_format={"type": "json_schema", ...}`` when the
             request carries a ``response_schema`` (servers such as vLLM honour it).
@@ -490,14 +520,19 @@ class OpenAICompatibleBackend(GenerationBackend):
         max_retries: int = 4,
         backoff: float = 1.0,
         timeout_s: float = 300.0,
+        deadline_s: float = DEFAULT_DEADLINE_S,
+        max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
         max_backoff: float = 60.0,
         structured_output: bool = False,
         sleep: Callable[[float], None] = time.sleep,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         import requests  # declared dependency of the environment (via transformers/mlflow)
 
         if concurrency < 1 or max_retries < 0 or backoff < 0 or timeout_s <= 0:
             raise ValueError("need concurrency >= 1, max_retries >= 0, backoff >= 0, timeout_s > 0")
+        if not deadline_s > 0 or not math.isfinite(deadline_s) or max_response_bytes < 1024:
+            raise ValueError("need a finite deadline_s > 0 and max_response_bytes >= 1024")
         if api_key is not None and api_key_env is not None:
             raise ValueError("give at most one of api_key and api_key_env")
         if not isinstance(base_url, str) or not re.match(r"https?://[^/\s]+", base_url.strip()):
@@ -516,8 +551,11 @@ class OpenAICompatibleBackend(GenerationBackend):
         self.backoff = backoff
         self.max_backoff = max_backoff
         self.timeout_s = timeout_s
+        self.deadline_s = float(deadline_s)
+        self.max_response_bytes = int(max_response_bytes)
         self.structured_output = structured_output
         self._sleep = sleep
+        self._clock = clock
         self._requests = requests
         self._local = threading.local()
         self._down = threading.Event()
@@ -593,7 +631,18 @@ class OpenAICompatibleBackend(GenerationBackend):
         detail = ""
         for attempt in range(self.max_retries + 1):
             try:
-                resp = self._session().get(url, headers=self._headers(), timeout=self.timeout_s)
+                t_end = self._clock() + min(self.deadline_s, self.timeout_s)
+                resp = self._session().get(url, headers=self._headers(), timeout=self.timeout_s, stream=True)
+                try:
+                    content = self._read_body(resp, t_end, self.max_response_bytes if resp.status_code == 200
+                                              else 4096)
+                finally:
+                    resp.close()
+            except _BodyTooLarge:
+                raise RecipematchError(f"LLM server {url} sent a model list over {self.max_response_bytes} "
+                                       f"bytes (max_response_bytes)") from None
+            except (_DeadlinePassed, _Undecodable) as e:
+                detail = f"{type(e).__name__.lstrip('_')}: no complete model list in time"
             except exc_t.RequestException as e:
                 detail = f"{type(e).__name__}: {e}"
             else:
@@ -602,7 +651,7 @@ class OpenAICompatibleBackend(GenerationBackend):
                     raise RecipematchError(f"LLM server {url} refused {key} (HTTP {resp.status_code})")
                 if resp.status_code == 200:
                     try:
-                        ids = [m["id"] for m in json.loads(resp.content.decode("utf-8"))["data"]]
+                        ids = [m["id"] for m in json.loads(content.decode("utf-8"))["data"]]
                     except (ValueError, KeyError, TypeError) as e:
                         raise RecipematchError(f"LLM server {url} sent an unreadable model list: "
                                                f"{type(e).__name__}") from None
@@ -612,7 +661,7 @@ class OpenAICompatibleBackend(GenerationBackend):
                     return ids
                 if resp.status_code != 429 and resp.status_code < 500:
                     raise RecipematchError(f"LLM server {url} answered HTTP {resp.status_code}: "
-                                           f"{self._scrub(resp.text[:200])}")
+                                           f"{self._scrub(content.decode('utf-8', errors='replace')[:200])}")
                 detail = f"HTTP {resp.status_code}"
             if attempt < self.max_retries:
                 self._sleep(self._delay(attempt, None))
@@ -630,39 +679,99 @@ class OpenAICompatibleBackend(GenerationBackend):
         data = json.dumps(self._body(req), ensure_ascii=False).encode("utf-8")
         exc_t = self._requests.exceptions
         last_error, detail = "connection_error", None
+        t_end = self._clock() + self.deadline_s
+        attempt = 0
         for attempt in range(self.max_retries + 1):
             retry_after = None
+            left = t_end - self._clock()
+            if left <= 0:
+                last_error, detail = "timeout", f"call deadline of {self.deadline_s:g} s passed"
+                break
+            resp = None
             try:
-                resp = self._session().post(self.url, data=data, headers=self._headers(), timeout=self.timeout_s)
+                wait = min(self.timeout_s, left)
+                resp = self._session().post(self.url, data=data, headers=self._headers(), timeout=(wait, wait),
+                                            stream=True)
+                status = resp.status_code
+                # an error status's text is only quoted (500 characters), so little of it is read
+                body = self._read_body(resp, t_end, self.max_response_bytes if status == 200 else 4096)
+            except _DeadlinePassed:
+                last_error, detail = "timeout", f"call deadline of {self.deadline_s:g} s passed while reading the answer"
+                break
+            except _Undecodable as e:
+                last_error, detail = "malformed_response", self._scrub(f"undecodable body: {e}"[:500])
+            except _BodyTooLarge:
+                return GenerationResult(None, "too_large", attempts=attempt + 1,
+                                        detail=f"answer body over max_response_bytes ({self.max_response_bytes} "
+                                               f"bytes); reading stopped there and nothing of it was kept")
             except exc_t.Timeout as e:
                 last_error, detail = "timeout", self._scrub(str(e))
             except exc_t.RequestException as e:
                 last_error, detail = "connection_error", self._scrub(f"{self.url}: {e}")
             else:
-                status = resp.status_code
+                text = body.decode("utf-8", errors="replace")
                 if status == 200:
-                    parsed = self._parse_body(resp.content)
+                    parsed = self._parse_body(body)
                     if isinstance(parsed, GenerationResult):
                         return GenerationResult(
-                            parsed.raw_text, parsed.error, attempts=attempt + 1,
+                            self._scrub(parsed.raw_text), parsed.error, attempts=attempt + 1,
                             finish_reason=parsed.finish_reason, detail=self._scrub(parsed.detail),
                         )
                     last_error, detail = "malformed_response", self._scrub(parsed)
                 elif status == 429 or status >= 500:
                     last_error = "http_429" if status == 429 else f"http_{status}"
-                    detail = self._scrub(resp.text[:500])
+                    detail = self._scrub(text[:500])
                     retry_after = resp.headers.get("Retry-After")
                 else:
                     return GenerationResult(None, f"http_{status}", attempts=attempt + 1,
-                                            detail=self._scrub(resp.text[:500]))
+                                            detail=self._scrub(text[:500]))
+            finally:
+                if resp is not None:
+                    resp.close()
             if attempt < self.max_retries:
                 if last_error == "connection_error" and self._down.is_set():
                     break
-                self._sleep(self._delay(attempt, retry_after))
+                pause = self._delay(attempt, retry_after)
+                if self._clock() + pause >= t_end:
+                    detail = f"{detail} (no retry: the call deadline of {self.deadline_s:g} s would pass)"
+                    break
+                self._sleep(pause)
         if last_error == "connection_error":
             self._down.set()
         code = f"{last_error}_exhausted" if last_error.startswith("http_") else last_error
         return GenerationResult(None, code, attempts=attempt + 1, detail=detail)
+
+    def _read_body(self, resp, t_end: float, cap: int) -> bytes:
+        """The body of a streamed ``resp``, decoded, read in pieces of whatever has arrived
+        (``read1``), so the deadline is checked between pieces even when a server trickles.
+
+        Raises:
+            _BodyTooLarge: more than ``cap`` bytes (only for a 200; an error body is cut at
+                ``cap`` silently, since only its first characters are quoted).
+            _DeadlinePassed: ``t_end`` passed before the body ended.
+        """
+        import urllib3.exceptions as urllib3_exc  # requests' own transport
+
+        raw = resp.raw
+        buf = bytearray()
+        while True:
+            if self._clock() > t_end:
+                raise _DeadlinePassed
+            try:
+                piece = raw.read1(_READ_CHUNK, decode_content=True)
+            except urllib3_exc.ReadTimeoutError as e:
+                raise self._requests.exceptions.ReadTimeout(str(e)) from None
+            except urllib3_exc.DecodeError as e:
+                raise _Undecodable(str(e)) from None
+            except (urllib3_exc.ProtocolError, OSError) as e:
+                raise self._requests.exceptions.ConnectionError(str(e)) from None
+            if not piece:
+                return bytes(buf)
+            buf += piece
+            if len(buf) > cap:
+                if resp.status_code == 200:
+                    raise _BodyTooLarge
+                return bytes(buf[:cap])
 
     @staticmethod
     def _parse_body(content: bytes) -> GenerationResult | str:

@@ -36,7 +36,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from recipematch.errors import RecipematchError
-from recipematch.llm.backends import OpenAICompatibleBackend, canonical_json
+from recipematch.llm.backends import (
+    DEFAULT_DEADLINE_S,
+    DEFAULT_MAX_RESPONSE_BYTES,
+    OpenAICompatibleBackend,
+    canonical_json,
+)
 
 __all__ = ["ServerSpec", "open_server", "vllm_serve_command"]
 
@@ -53,8 +58,12 @@ class ServerSpec:
         concurrency: calls in flight at once (≥ 1).
         max_retries: retries per call after the first attempt (≥ 0).
         backoff_s: base back-off in seconds (≥ 0); retry k waits ``backoff_s * 2**k``.
-        timeout_s: per-attempt time-out in seconds (> 0); a stalled call fails with
+        timeout_s: per-read time-out in seconds (> 0); a stalled call fails with
             ``timeout`` after its retries.
+        deadline_s: wall-clock limit of one call in seconds, retries and the whole answer
+            included (a trickling server fails with ``timeout`` here).
+        max_response_bytes: largest answer body read (bytes, ≥ 1024); a longer one fails
+            with ``too_large`` and is not stored.
         structured_output: ask the server for JSON-schema-constrained decoding.
         chat_template_kwargs: sent with every request of this server's role, e.g.
             ``{"enable_thinking": False}`` for Qwen3 (JSON values; part of each request's
@@ -68,6 +77,8 @@ class ServerSpec:
     max_retries: int = 4
     backoff_s: float = 1.0
     timeout_s: float = 300.0
+    deadline_s: float = DEFAULT_DEADLINE_S
+    max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES
     structured_output: bool = False
     chat_template_kwargs: Mapping[str, Any] | None = field(default=None)
 
@@ -93,7 +104,8 @@ class ServerSpec:
         name, never a key)."""
         return {"base_url": self.base_url, "model": self.model, "api_key_env": self.api_key_env,
                 "concurrency": self.concurrency, "max_retries": self.max_retries, "backoff_s": self.backoff_s,
-                "timeout_s": self.timeout_s, "structured_output": self.structured_output,
+                "timeout_s": self.timeout_s, "deadline_s": self.deadline_s,
+                "max_response_bytes": self.max_response_bytes, "structured_output": self.structured_output,
                 "chat_template_kwargs": None if self.chat_template_kwargs is None else dict(self.chat_template_kwargs)}
 
 
@@ -116,7 +128,7 @@ def open_server(spec: ServerSpec, *, probe: bool = False,
     backend = OpenAICompatibleBackend(
         spec.base_url, spec.model, api_key_env=spec.api_key_env or None, concurrency=spec.concurrency,
         max_retries=spec.max_retries, backoff=spec.backoff_s, timeout_s=spec.timeout_s,
-        structured_output=spec.structured_output, sleep=sleep)
+        deadline_s=spec.deadline_s, max_response_bytes=spec.max_response_bytes, structured_output=spec.structured_output, sleep=sleep)
     if probe:
         backend.probe()
     return backend

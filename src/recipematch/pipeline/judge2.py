@@ -71,7 +71,8 @@ def _backend(cfg, lay: Layout, prompt: str):
     from recipematch.llm.serving import ServerSpec, open_server
 
     spec = ServerSpec(cfg.base_url, cfg.model_id, api_key_env=cfg.api_key_env, concurrency=cfg.concurrency,
-                      max_retries=cfg.max_retries, timeout_s=cfg.timeout_s,
+                      max_retries=cfg.max_retries, timeout_s=cfg.timeout_s, deadline_s=cfg.deadline_s,
+                      max_response_bytes=cfg.max_response_bytes,
                       chat_template_kwargs=dict(cfg.chat_template_kwargs) or None)
     return open_server(spec, probe=True)
 

@@ -35,7 +35,8 @@ def _backends(cfg, lay: Layout):
 
     def spec(url: str, model: str, key_env: str) -> ServerSpec:
         return ServerSpec(url, model, api_key_env=key_env, concurrency=cfg.concurrency, max_retries=cfg.max_retries,
-                          timeout_s=cfg.timeout_s, chat_template_kwargs=dict(cfg.chat_template_kwargs) or None)
+                          timeout_s=cfg.timeout_s, deadline_s=cfg.deadline_s,
+                          max_response_bytes=cfg.max_response_bytes, chat_template_kwargs=dict(cfg.chat_template_kwargs) or None)
 
     gen = open_server(spec(cfg.base_url, cfg.model_id, cfg.api_key_env), probe=True)
     judge = open_server(spec(cfg.judge_base_url or cfg.base_url, cfg.judge_model_id,

@@ -1,0 +1,159 @@
+"""Reliability, round three: faults a breaker found that the code did not survive.
+
+Each test here failed before its fix. Item 1 runs against a local HTTP server on
+127.0.0.1 (tests/test_llm_support.ChatServer) and bounds itself in time and bytes.
+"""
+
+from __future__ import annotations
+
+import json
+import resource
+import time
+from pathlib import Path
+
+import pytest
+from test_llm_support import MODEL, SAMPLING, ChatServer
+
+from recipematch.llm.backends import GenerationRequest, OpenAICompatibleBackend, is_retry_later
+from recipematch.llm.parsing import json_schema_for
+from recipematch.llm.pipeline import run_llm_pairs
+from recipematch.llm.prompts import load_prompt
+
+D1 = load_prompt("d1_recipe")
+KEY = "sk-test-0123456789abcdef-secret"
+
+
+def request(text: str = "Solve x + 1 = 2.") -> GenerationRequest:
+    system, user = D1.render(n_pos=1, n_neg=3, problem=text)
+    return GenerationRequest("d1_recipe", D1.sha256, system, user, "s0", 0, SAMPLING, 42, MODEL,
+                             json_schema_for("d1_recipe", 1, 3))
+
+
+def backend(srv: ChatServer, **kw) -> OpenAICompatibleBackend:
+    args = dict(concurrency=1, max_retries=0, timeout_s=5.0, max_response_bytes=64 * 1024)
+    args.update(kw)
+    return OpenAICompatibleBackend(srv.base_url, MODEL, api_key=kw.pop("api_key", None) or KEY,
+                                   **{k: v for k, v in args.items() if k != "api_key"})
+
+
+def _max_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: kB
+
+
+# ------------------------------------------------------------------ item 1: unbounded LLM answers
+
+def test_an_endless_body_stops_at_the_cap_as_too_large() -> None:
+    """Before: the whole body was read into memory (2.8 GB in 9 s)."""
+    r = request()
+    with ChatServer() as srv:
+        srv.script(r.system, r.user, [("endless",)])
+        rss0 = _max_rss_mb()
+        t0 = time.monotonic()
+        res = backend(srv).generate([r])[0]
+        elapsed = time.monotonic() - t0
+    assert res.error == "too_large" and res.raw_text is None, res
+    assert "max_response_bytes" in res.detail
+    assert not is_retry_later("too_large")  # a runaway answer is final, not sent again
+    assert elapsed < 10
+    assert _max_rss_mb() - rss0 < 200  # the process did not grow with the body
+
+
+def test_a_gzip_bomb_is_capped_after_decoding() -> None:
+    r = request()
+    with ChatServer() as srv:
+        srv.script(r.system, r.user, [("gzip_bomb", 50_000_000)])  # ~50 kB on the wire, 50 MB inflated
+        res = backend(srv).generate([r])[0]
+    assert res.error == "too_large", res
+
+
+def test_a_trickling_server_is_cut_off_at_the_call_deadline() -> None:
+    """Before: 1 byte/s kept a call with a 3 s timeout alive for 41 s (each read came in time)."""
+    r = request()
+    with ChatServer() as srv:
+        srv.script(r.system, r.user, [("trickle", 400, 0.05)])  # 20 s for the whole body
+        t0 = time.monotonic()
+        res = backend(srv, timeout_s=3.0, deadline_s=1.5, max_retries=3, backoff=0.01).generate([r])[0]
+        elapsed = time.monotonic() - t0
+    assert res.error == "timeout" and "deadline" in res.detail, res
+    assert res.attempts == 1  # no retry starts after the deadline
+    assert elapsed < 4.0
+
+
+def test_retries_stop_at_the_call_deadline() -> None:
+    r = request()
+    with ChatServer() as srv:
+        srv.script(r.system, r.user, [("status", 503)])
+        t0 = time.monotonic()
+        res = backend(srv, max_retries=50, backoff=0.2, deadline_s=1.0).generate([r])[0]
+        elapsed = time.monotonic() - t0
+    assert res.error == "http_503_exhausted" and "deadline" in res.detail, res
+    assert 1 < res.attempts < 10 and elapsed < 2.5
+
+
+def test_an_answer_under_the_cap_still_arrives_whole() -> None:
+    r = request()
+    with ChatServer() as srv:
+        srv.script(r.system, r.user, [("huge", 40_000)])
+        res = backend(srv).generate([r])[0]
+    assert res.error is None and len(res.raw_text) == 40_002
+
+
+def test_two_huge_answers_leave_the_call_store_small(tmp_path: Path) -> None:
+    """Before: two 200 MB answers were stored (calls.jsonl 420 MB). Now a failure record
+    without text is stored for each, and the store stays far under one answer."""
+    texts = {"a": "Find x with 2x = 4.", "b": "Find y with 3y = 9."}
+    with ChatServer() as srv:
+        for sid, t in texts.items():
+            system, user = D1.render(n_pos=1, n_neg=3, problem=t)
+            srv.script(system, user, [("huge", 1_000_000)])
+        be = backend(srv, max_response_bytes=100_000)
+        rows, failures, counts = run_llm_pairs(sorted(texts.items()), prompt_name="d1_recipe", n_pos=1, n_neg=3,
+                                               backend=be, judge_backend=be, store_path=tmp_path / "calls.jsonl",
+                                               model_id=MODEL, judge_model_id=MODEL, sampling=SAMPLING, seed=42,
+                                               require_tags=False, progress=False)
+    assert rows == []
+    stored = [json.loads(x) for x in (tmp_path / "calls.jsonl").read_text().splitlines()]
+    assert [s["error"] for s in stored] == ["too_large", "too_large"]
+    assert all(s["raw_text"] is None for s in stored)
+    assert (tmp_path / "calls.jsonl").stat().st_size < 10_000
+    assert len(failures) == 2, failures
+
+
+def test_a_server_that_echoes_the_key_in_a_200_answer_does_not_put_it_in_the_store(tmp_path: Path) -> None:
+    """Before: only error texts were scrubbed; a 200 answer quoting the Authorization
+    header carried the key into raw_text and calls.jsonl."""
+    r = request()
+    with ChatServer() as srv:
+        srv.script(r.system, r.user, [("echo_auth",)])
+        res = backend(srv).generate([r])[0]
+        assert srv.headers[0]["Authorization"] == f"Bearer {KEY}"  # the key was really sent
+    assert res.error is None and KEY not in res.raw_text and "[redacted]" in res.raw_text
+    texts = {"a": "Find x with 2x = 4."}
+    system, user = D1.render(n_pos=1, n_neg=3, problem=texts["a"])
+    with ChatServer() as srv:
+        srv.script(system, user, [("echo_auth",)])
+        be = backend(srv)
+        run_llm_pairs(sorted(texts.items()), prompt_name="d1_recipe", n_pos=1, n_neg=3, backend=be,
+                      judge_backend=be, store_path=tmp_path / "calls.jsonl", model_id=MODEL, judge_model_id=MODEL,
+                      sampling=SAMPLING, seed=42, require_tags=False, progress=False)
+    data = (tmp_path / "calls.jsonl").read_text()
+    assert "[redacted]" in data and KEY not in data
+
+
+def test_the_limits_are_params_with_bounds() -> None:
+    import dataclasses
+
+    from recipematch.config import Judge2Config, LLMConfig, field_table
+
+    table = {r["key"]: r for r in field_table()}
+    for section, cls in (("llm", LLMConfig), ("judge2", Judge2Config)):
+        assert table[f"{section}.max_response_bytes"]["min"] == 1024
+        assert table[f"{section}.deadline_s"]["min"] > 0
+        defaults = {f.name: f.default for f in dataclasses.fields(cls)}
+        assert defaults["max_response_bytes"] == 8 * 1024 * 1024 and defaults["deadline_s"] == 1800.0
+
+
+@pytest.mark.parametrize("kw", [dict(deadline_s=0), dict(deadline_s=float("inf")), dict(max_response_bytes=10)])
+def test_the_backend_refuses_limits_that_bound_nothing(kw) -> None:
+    with pytest.raises(ValueError):
+        OpenAICompatibleBackend("http://127.0.0.1:9", MODEL, **kw)
