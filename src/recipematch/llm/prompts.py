@@ -61,7 +61,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from recipematch.errors import RecipematchError
+from recipematch.errors import RecipematchError, short_repr
 
 __all__ = [
     "DOCUMENTED_SLOTS",
@@ -387,18 +387,18 @@ _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 def _names(value: Any, where: str) -> tuple[str, ...]:
     if not isinstance(value, list) or not all(isinstance(v, str) and _IDENT.fullmatch(v) for v in value):
-        raise RecipematchError(f"{where} must be a list of field names (letters, digits, _), got {value!r:.120}")
+        raise RecipematchError(f"{where} must be a list of field names (letters, digits, _), got {short_repr(value, 120)}")
     if len(set(value)) != len(value):
-        raise RecipematchError(f"{where} names a field twice: {value!r:.120}")
+        raise RecipematchError(f"{where} names a field twice: {short_repr(value, 120)}")
     return tuple(value)
 
 
 def _item_list(spec: Any, where: str) -> tuple[str, tuple[str, ...]]:
     if not isinstance(spec, Mapping) or "key" not in spec or set(spec) - {"key", "fields"}:
-        raise RecipematchError(f"{where} must be a mapping {{key: <list name>, fields: [...]}}, got {spec!r:.120}")
+        raise RecipematchError(f"{where} must be a mapping {{key: <list name>, fields: [...]}}, got {short_repr(spec, 120)}")
     key = spec["key"]
     if not isinstance(key, str) or not _IDENT.fullmatch(key):
-        raise RecipematchError(f"{where}.key must be a field name, got {key!r:.80}")
+        raise RecipematchError(f"{where}.key must be a field name, got {short_repr(key, 80)}")
     fields = _names(spec.get("fields", []), f"{where}.fields")
     if "problem" in fields:
         raise RecipematchError(f"{where}.fields must not list 'problem' (every item has it)")
@@ -407,10 +407,10 @@ def _item_list(spec: Any, where: str) -> tuple[str, tuple[str, ...]]:
 
 def _read_prompt_file(sidecar: Path, key: str, rel: Any) -> str:
     if not isinstance(rel, str) or not rel:
-        raise RecipematchError(f"{sidecar}: key {key!r} must be a file name, got {rel!r:.80}")
+        raise RecipematchError(f"{sidecar}: key {key!r} must be a file name, got {short_repr(rel, 80)}")
     if Path(rel).is_absolute() or ".." in Path(rel).parts:
         raise RecipematchError(f"{sidecar}: key {key!r} must name a file next to the sidecar (no absolute path, "
-                               f"no '..'), got {rel!r:.80}")
+                               f"no '..'), got {short_repr(rel, 80)}")
     path = (sidecar.parent / rel)
     if path.is_dir():
         raise RecipematchError(f"{sidecar}: key {key!r} names {path}, a folder (give the prompt text file)")
@@ -420,6 +420,32 @@ def _read_prompt_file(sidecar: Path, key: str, rel: Any) -> str:
         return path.read_bytes().decode("utf-8")
     except UnicodeDecodeError as e:
         raise RecipematchError(f"{path}: not UTF-8 ({e.reason} at byte {e.start})") from None
+
+
+def load_custom_prompt_spec(sidecar: str | Path) -> Mapping[str, Any]:
+    """The mapping a prompt sidecar holds, read with the project's YAML loader (aliases
+    bounded: :func:`recipematch.config.load_yaml_text`); its keys are checked by
+    :func:`load_custom_prompt`.
+
+    Raises:
+        RecipematchError: the sidecar is a folder, missing, not UTF-8, not valid YAML, an
+            alias expansion past the bound, or not a mapping.
+    """
+    from recipematch.config import load_yaml_text
+
+    sidecar = Path(sidecar)
+    if sidecar.is_dir():
+        raise RecipematchError(f"prompt sidecar {sidecar} is a folder: give the *.prompt.yaml file")
+    if not sidecar.is_file():
+        raise RecipematchError(f"prompt sidecar {sidecar} does not exist")
+    try:
+        text = sidecar.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise RecipematchError(f"{sidecar}: not UTF-8 text ({e.reason} at byte {e.start})") from None
+    spec = load_yaml_text(text, sidecar)
+    if not isinstance(spec, Mapping):
+        raise RecipematchError(f"{sidecar}: must hold a mapping (keys {sorted(_SIDECAR_KEYS)})")
+    return spec
 
 
 def load_custom_prompt(sidecar: str | Path) -> CustomPrompt:
@@ -438,40 +464,23 @@ def load_custom_prompt(sidecar: str | Path) -> CustomPrompt:
     Returns:
         A :class:`CustomPrompt`. The texts are kept byte for byte.
     """
-    import yaml  # declared dependency (pyyaml)
-
     from recipematch.llm.parsing import PromptSchema
 
     sidecar = Path(sidecar)
-    if sidecar.is_dir():
-        raise RecipematchError(f"prompt sidecar {sidecar} is a folder: give the *.prompt.yaml file")
-    if not sidecar.is_file():
-        raise RecipematchError(f"prompt sidecar {sidecar} does not exist")
-    from recipematch.config import yaml_loader
-
-    try:
-        spec = yaml.load(sidecar.read_bytes().decode("utf-8"), Loader=yaml_loader())  # noqa: S506 - a SafeLoader
-    except UnicodeDecodeError as e:
-        raise RecipematchError(f"{sidecar}: not UTF-8 text ({e.reason} at byte {e.start})") from None
-    except yaml.YAMLError as e:
-        from recipematch.config import yaml_error_line
-
-        raise RecipematchError(yaml_error_line(sidecar, e)) from None
-    if not isinstance(spec, Mapping):
-        raise RecipematchError(f"{sidecar}: must hold a mapping (keys {sorted(_SIDECAR_KEYS)})")
+    spec = load_custom_prompt_spec(sidecar)
     unknown = sorted(set(spec) - _SIDECAR_KEYS)
     if unknown:
         raise RecipematchError(f"{sidecar}: unknown key(s) {unknown}; known: {sorted(_SIDECAR_KEYS)}")
     stem = sidecar.name.split(".prompt")[0] if ".prompt" in sidecar.name else sidecar.stem
     name = spec.get("name", stem)
     if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.-]*", name):
-        raise RecipematchError(f"{sidecar}: key 'name' must be a simple name, got {name!r:.80}")
+        raise RecipematchError(f"{sidecar}: key 'name' must be a simple name, got {short_repr(name, 80)}")
     shipped = {f.split(".")[0] for f in SHIPPED_FILE_SHA256} | {SPLIT_POSITIVES_NAME, SPLIT_NEAR_MISSES_NAME}
     if name in shipped:
         raise RecipematchError(f"{sidecar}: name {name!r} is a shipped prompt's; give your prompt its own name")
     role = spec.get("role", "generator")
     if role not in ("generator", "judge"):
-        raise RecipematchError(f"{sidecar}: key 'role' must be generator or judge, got {role!r:.40}")
+        raise RecipematchError(f"{sidecar}: key 'role' must be generator or judge, got {short_repr(role, 40)}")
     if "user" not in spec:
         raise RecipematchError(f"{sidecar}: key 'user' (the user-message file) is missing")
     user = _read_prompt_file(sidecar, "user", spec["user"])

@@ -38,6 +38,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from recipematch.errors import short_repr
 from recipematch.llm.parsing import schema_for
 from recipematch.llm.prompts import load_prompt
 
@@ -135,13 +136,13 @@ def release_row(i: int, row: Any) -> tuple[str, str, list[str]]:
         raise ValueError(f"release row {i}: expected an object, got {type(row).__name__}")
     sid = row.get("source_id")
     if not isinstance(sid, str) or not sid:
-        raise ValueError(f"release row {i}: field 'source_id' missing or not a non-empty string (got {sid!r:.80})")
+        raise ValueError(f"release row {i}: field 'source_id' missing or not a non-empty string (got {short_repr(sid, 80)})")
     where = f"release row {i} (source_id {sid!r})"
     if "positive_text" not in row:
         raise ValueError(f"{where}: missing field 'positive_text'")
     positive = row["positive_text"]
     if not isinstance(positive, str) or not positive.strip():
-        raise ValueError(f"{where}: field 'positive_text' is empty or not a string (got {positive!r:.80})")
+        raise ValueError(f"{where}: field 'positive_text' is empty or not a string (got {short_repr(positive, 80)})")
     negs = row.get("negatives", [])
     if not isinstance(negs, list):
         got = "null" if negs is None else type(negs).__name__
@@ -152,7 +153,7 @@ def release_row(i: int, row: Any) -> tuple[str, str, list[str]]:
             raise ValueError(f"{where}: negatives[{j}] is not an object with a 'text' field")
         t = n["text"]
         if not isinstance(t, str) or not t.strip():
-            raise ValueError(f"{where}: negatives[{j}].text is empty or not a string (got {t!r:.80})")
+            raise ValueError(f"{where}: negatives[{j}].text is empty or not a string (got {short_repr(t, 80)})")
         texts.append(t)
     return sid, positive, texts
 

@@ -150,10 +150,10 @@ def data_deps(root: Path, cmd: str) -> list[str]:
     declared = list(getattr(mod, "DATA_DEPS", ()))
     if not declared:
         return []
-    import yaml
+    from recipematch.config import load_yaml
 
     path = root / "params.yaml"
-    params = yaml.safe_load(path.read_text(encoding="utf-8")) if path.is_file() else {}
+    params = load_yaml(path) if path.is_file() else {}
     return [d for d in declared if _param_value(params or {}, _INTERP.match(d).group(1)) not in (None, "")]
 
 
