@@ -251,3 +251,74 @@ def test_error_messages_cut_a_huge_value_before_formatting_it() -> None:
     with pytest.raises(RecipematchError, match="train.model") as e:
         _build({"model": dag, "seed": 1, "n_seeds": 1}, TrainConfig, "train")
     assert time.monotonic() - t0 < 1 and len(str(e.value)) < 600
+
+
+# ------------------------------------------------------------------ item 4: self-masking on BEIR folders
+
+SEPARATE = Path(__file__).parent / "fixtures" / "beir" / "separate_ids"
+
+
+def _cli(tmp_path: Path, *flags: str):
+    from click.testing import CliRunner
+
+    from recipematch.eval_cli import evaluate
+
+    out = tmp_path / "res.json"
+    res = CliRunner().invoke(evaluate, [str(SEPARATE), "--model", "bm25", "--out", str(out), "--k", "1", *flags])
+    return res, (json.loads(out.read_text()) if out.exists() else None)
+
+
+def test_a_folder_numbering_queries_and_documents_apart_keeps_its_golds(tmp_path: Path) -> None:
+    """SciFact/NFCorpus number queries and documents from 1 each: query 1's "own entry" by
+    id is an unrelated document (here, its gold). Before: masked, R@1 0 with only a
+    Python warning. Now kept, counted, and said in one console line."""
+    res, s = _cli(tmp_path)
+    assert res.exit_code == 0, res.output
+    assert s["R@1"] == 100.0 and s["self_mask_rule"] == "id_and_text"
+    assert s["n_queries_self_masked"] == 0 and s["n_queries_id_match_not_masked"] == 3
+    assert s["n_queries_self_gold_removed"] == 0
+    assert "separate_ids: self-mask id_and_text: 0 queries' own corpus entries masked; 3 entries with a " \
+           "query's id but other text left in the ranking" in res.output
+
+
+def test_masking_by_id_alone_is_still_available_and_says_what_it_did(tmp_path: Path) -> None:
+    res, s = _cli(tmp_path, "--self-mask", "id")
+    assert res.exit_code == 0, res.output
+    assert s["R@1"] == 0.0 and s["n_queries_self_masked"] == 3 and s["n_queries_self_gold_removed"] == 3
+    assert "self-mask id: 3 queries' own corpus entries masked" in res.output
+    res, s = _cli(tmp_path, "--self-mask", "id", "--no-self-mask")
+    assert res.exit_code == 2 and "disagree" in res.output
+
+
+def test_the_papers_own_entry_is_still_masked() -> None:
+    """Where the query's row is in the corpus under its id (every set of the paper), the
+    default masks it: same id and the same text, whitespace aside, or with a title."""
+    from recipematch.retrieval.selfmask import own_entries
+
+    docs = [{"title": "", "text": "Solve  x+1=2.\n"}, {"title": "T", "text": "Find y."}, {"title": "", "text": "z"}]
+    own = own_entries(["a", "b", "c", "q"], ["Solve x+1=2.", "T Find y.", "other", "z"], ["a", "b", "c", "d"],
+                      docs + [{"text": "z"}], "id_and_text")
+    assert own.index.tolist() == [0, 1, -1, -1]
+    assert (own.n_masked, own.n_id_match_not_masked) == (2, 1)
+    assert own_entries(["a", "c"], ["x", "y"], ["a", "c"], docs[:1] + docs[2:], "id").index.tolist() == [0, 1]
+    assert own_entries(["a"], ["Solve x+1=2."], ["a"], docs[:1], "none").index.tolist() == [-1]
+    with pytest.raises(ValueError):
+        own_entries(["a"], ["x"], ["a"], docs[:1], "by_title")
+
+
+def test_an_evaluation_declares_its_rule_and_a_bad_one_is_refused(tmp_path: Path) -> None:
+    from recipematch.benchmarks_data import load_set
+    from recipematch.config import EvaluationConfig, _build
+    from recipematch.errors import RecipematchError
+    from recipematch.scoring import BM25, score
+
+    base = {"folder": "x", "rule": "plain", "role": "real", "label": "X", "report_ks": [1]}
+    assert _build(base, EvaluationConfig, "evaluations.x").self_mask == "id_and_text"
+    assert _build({**base, "self_mask": "id"}, EvaluationConfig, "evaluations.x").self_mask == "id"
+    with pytest.raises(RecipematchError, match="self_mask"):
+        _build({**base, "self_mask": "title"}, EvaluationConfig, "evaluations.x")
+    bset = load_set(SEPARATE, "plain", self_mask="id")
+    s, _ = score(bset, BM25, ks=(1,), bm25_k1=1.5, bm25_b=0.75)  # the set's rule, no argument
+    assert s["self_mask_rule"] == "id" and s["R@1"] == 0.0
+    with pytest.raises(RecipematchError, match="self-masking rule"):
+        load_set(SEPARATE, "plain", self_mask="both")

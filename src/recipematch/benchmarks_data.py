@@ -50,7 +50,7 @@ from recipematch.beir import (
     read_corpus,
     write_beir,
 )
-from recipematch.errors import RecipematchError
+from recipematch.errors import RecipematchError, short_repr
 from recipematch.io import BadLine, iter_jsonl
 
 __all__ = [
@@ -94,6 +94,9 @@ class BenchmarkSet:
         slices: named boolean masks aligned with ``query_ids``.
         near_misses: ``query_id -> near-miss doc ids`` (hard tier, probe), or empty.
         counts: what the loader saw, by name.
+        self_mask: which corpus entry is a query's own and masked, a rule of
+            :data:`recipematch.retrieval.selfmask.SELF_MASK_RULES` (default
+            ``"id_and_text"``; an evaluation declares it).
     """
 
     name: str
@@ -109,6 +112,7 @@ class BenchmarkSet:
     slices: dict[str, np.ndarray] = field(default_factory=dict)
     near_misses: dict[str, list[str]] = field(default_factory=dict)
     counts: dict[str, int] = field(default_factory=dict)
+    self_mask: str = "id_and_text"
 
 
 def member_ids(bset: BenchmarkSet) -> list[str]:
@@ -528,17 +532,26 @@ RULE_LOADERS: dict[str, Callable[..., BenchmarkSet]] = {
 
 
 def load_set(folder: str | os.PathLike, rule: str, *, split: str = "test",
-             name: str | None = None) -> BenchmarkSet:
+             name: str | None = None, self_mask: str = "id_and_text") -> BenchmarkSet:
     """Load and check a BEIR folder for a scoring rule (a key of :data:`RULE_LOADERS`);
-    every check runs here, before any model is loaded.
+    every check runs here, before any model is loaded. ``self_mask`` is the set's
+    self-masking rule (:mod:`recipematch.retrieval.selfmask`).
 
     Raises:
-        RecipematchError: an unknown rule, or any check of the rule's loader.
+        RecipematchError: an unknown rule or self-masking rule, or any check of the rule's loader.
     """
+    import dataclasses
+
+    from recipematch.rules import SELF_MASK_RULES
+
     if rule not in RULE_LOADERS:
         raise RecipematchError(f"set {name or Path(folder).name!r}: unknown rule {rule!r}; "
                                f"expected one of {sorted(RULE_LOADERS)}")
-    return RULE_LOADERS[rule](folder, split=split, name=name or Path(folder).name)
+    if self_mask not in SELF_MASK_RULES:
+        raise RecipematchError(f"set {name or Path(folder).name!r}: unknown self-masking rule {short_repr(self_mask, 40)}; "
+                               f"expected one of {list(SELF_MASK_RULES)}")
+    bset = RULE_LOADERS[rule](folder, split=split, name=name or Path(folder).name)
+    return dataclasses.replace(bset, self_mask=self_mask)
 
 
 # --------------------------------------------------------------------------- cross-language folder

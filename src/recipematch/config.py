@@ -32,6 +32,7 @@ from typing import Any, TypeVar
 import yaml
 
 from recipematch.errors import RecipematchError, short_repr
+from recipematch.rules import SELF_MASK_RULES
 
 _FLOAT_12 = re.compile(r"""^[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?$|^[-+]?\.(?:inf|Inf|INF)$|^\.(?:nan|NaN|NAN)$""", re.X)
 _INT_12 = re.compile(r"^[-+]?[0-9]+$|^0o[0-7]+$|^0x[0-9a-fA-F]+$")
@@ -562,6 +563,9 @@ class EvaluationConfig:
     report_ks: tuple[int, ...] = _spec("cut-offs the report shows for this set", min=1, max=10_000)
     in_family_for: tuple[str, ...] = _spec("positives generators whose arms this set is in-family for "
                                            "(e.g. [cas] for the CAS near-miss probe)", default=())
+    self_mask: str = _spec("which corpus entry is a query's own and masked: id_and_text (the entry with the "
+                           "query's id and text; an ordinary BEIR folder's unrelated id match stays), id, none",
+                           choices=SELF_MASK_RULES, default=SELF_MASK_RULES[0])
 
 
 @dataclass(frozen=True)

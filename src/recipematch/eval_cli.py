@@ -31,6 +31,7 @@ from pathlib import Path
 import click
 
 from recipematch.errors import RecipematchError
+from recipematch.rules import SELF_MASK_RULES
 
 __all__ = ["evaluate", "resolve_model", "check_device", "check_outputs_outside", "write_outputs",
            "OFFLINE_MINILM_NAMES", "BM25_NAME"]
@@ -282,8 +283,12 @@ def write_outputs(out: Path, summary: dict, per_query_out: Path | None = None,
               default="plain", show_default=True,
               help="Scoring rule: plain golds, strict cross-language golds (metadata.lang "
                    "and gold_langs), or same-language slices.")
+@click.option("--self-mask", "self_mask_rule", type=click.Choice(list(SELF_MASK_RULES)), default=None,
+              help="Which corpus entry is a query's own and masked: id_and_text (default: the entry with the "
+                   "query's id and text; in a BEIR folder that numbers queries and documents apart, an "
+                   "unrelated id match stays), id (by id alone), none.")
 @click.option("--no-self-mask", is_flag=True, default=False,
-              help="Do not mask each query's own corpus entry (default: masked).")
+              help="Mask nothing (the same as --self-mask none).")
 @click.option("--k", "ks_text", default="1,5,10", show_default=True,
               help="Comma-separated cut-offs.")
 @click.option("--out", "out", required=True, type=click.Path(path_type=Path),
@@ -304,15 +309,19 @@ def write_outputs(out: Path, summary: dict, per_query_out: Path | None = None,
               help="BM25 k1 (the paper's baseline: 1.5).")
 @click.option("--bm25-b", type=click.FloatRange(0, 1), default=0.75, show_default=True,
               help="BM25 b (the paper's baseline: 0.75).")
-def evaluate(folder: Path, model: str, rule: str, no_self_mask: bool, ks_text: str, out: Path,
+def evaluate(folder: Path, model: str, rule: str, self_mask_rule: str | None, no_self_mask: bool, ks_text: str,
+             out: Path,
              split: str, per_query_out: Path | None, cache_dir: Path | None,
              max_seq_length: int | None, batch_size: int, query_prompt: str | None,
              dtype: str, device: str, bm25_k1: float, bm25_b: float) -> None:
     """Score a model on the BEIR folder FOLDER under --rule: R@k in percent to --out."""
     verbose = bool(click.get_current_context().find_root().params.get("verbose", False))
+    if no_self_mask and self_mask_rule not in (None, "none"):
+        raise UserError(f"--no-self-mask and --self-mask {self_mask_rule} disagree; give one")
+    self_mask = "none" if no_self_mask else (self_mask_rule or SELF_MASK_RULES[0])  # the first is the default
     try:
         with _third_party_quiet(verbose):
-            _evaluate(folder, model, rule, not no_self_mask, ks_text, out, split, per_query_out,
+            _evaluate(folder, model, rule, self_mask, ks_text, out, split, per_query_out,
                       cache_dir, max_seq_length, batch_size, query_prompt, dtype, device,
                       bm25_k1, bm25_b)
     except RecipematchError as exc:
@@ -332,7 +341,7 @@ def _evaluate(folder, model, rule, self_mask, ks_text, out, split, per_query_out
     _check_split(split)
     if per_query_out is not None and Path(per_query_out).resolve() == Path(out).resolve():
         raise RecipematchError(f"--per-query and --out name the same file {out}")
-    bset = load_set(folder, rule, split=split)  # every data check, before any model
+    bset = load_set(folder, rule, split=split, self_mask=self_mask)  # every data check, before any model
     outputs = {"--out": out, "--per-query": per_query_out, "--cache-dir": cache_dir}
     check_outputs_outside(outputs, {"FOLDER": folder})  # before any model, long before writing
     resolved = resolve_model(model)
@@ -343,8 +352,7 @@ def _evaluate(folder, model, rule, self_mask, ks_text, out, split, per_query_out
     from recipematch.scoring import BM25, score
 
     if resolved == BM25_NAME:
-        summary, per_query = score(bset, BM25, ks=ks, self_mask=self_mask, bm25_k1=bm25_k1,
-                                   bm25_b=bm25_b)
+        summary, per_query = score(bset, BM25, ks=ks, bm25_k1=bm25_k1, bm25_b=bm25_b)
     else:
         from recipematch.retrieval import SentenceTransformerEncoder
 
@@ -357,11 +365,14 @@ def _evaluate(folder, model, rule, self_mask, ks_text, out, split, per_query_out
         except _load_errors() as exc:
             raise RecipematchError(f"--model {model!r}: cannot load a sentence-transformers "
                                    f"model from {resolved}: {_first_line(exc)}") from None
-        summary, per_query = score(bset, encoder, ks=ks, self_mask=self_mask,
-                                   cache_dir=cache_dir)
+        summary, per_query = score(bset, encoder, ks=ks, cache_dir=cache_dir)
     summary.update({"model_arg": model, "beir_dir": str(folder), "split": split})
     write_outputs(Path(out), summary, per_query_out, per_query)
     line = " ".join(f"R@{k}={summary[f'R@{k}']:.2f}" for k in ks)
+    from recipematch.retrieval.selfmask import describe_counts
+
+    click.echo(describe_counts(Path(folder).name, summary["self_mask_rule"], summary["n_queries_self_masked"],
+                               summary["n_queries_id_match_not_masked"]))
     click.echo(f"{line} n_queries={summary['n_queries']} n_docs={summary['n_docs']} "
                f"rule={rule} self_mask={self_mask} -> {out}")
 

@@ -232,6 +232,11 @@ EVAL_ROLES = {
 #: (own entry masked); ``crosslingual_strict``: only golds whose language tag differs from
 #: the query's count (``unknown`` counts as another language); a query without one is a miss.
 EVAL_RULES = ("plain", "crosslingual_strict")
+#: Which corpus entry is a query's own and masked (Section 3: "a query's own corpus entry is
+#: masked"): ``id_and_text`` (default) the entry with the query's id and the query's text;
+#: ``id`` the entry with the query's id; ``none`` nothing. Meanings in
+#: :mod:`recipematch.retrieval.selfmask`.
+SELF_MASK_RULES = ("id_and_text", "id", "none")
 
 
 def soup_label(arm: str, alpha: str) -> str:

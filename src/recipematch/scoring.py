@@ -51,7 +51,7 @@ def score(
     model: Encoder | str,
     *,
     ks: Sequence[int],
-    self_mask: bool = True,
+    self_mask: bool | str | None = None,
     cache_dir: str | os.PathLike | EmbeddingCache | None = None,
     bm25_k1: float | None = None,
     bm25_b: float | None = None,
@@ -63,7 +63,11 @@ def score(
         bset: a checked set (:func:`recipematch.benchmarks_data.load_set` or a loader).
         model: an :class:`recipematch.retrieval.Encoder`, or :data:`BM25`.
         ks: cut-offs, each >= 1 (the paper reports 1, 5, 10).
-        self_mask: mask each query's own corpus entry (the paper always does).
+        self_mask: which corpus entry is each query's own and masked (the paper always
+            masks it): ``None`` (default) the set's declared rule (``bset.self_mask``), or a
+            rule of :mod:`recipematch.retrieval.selfmask` (``True`` = ``"id_and_text"``,
+            ``False`` = ``"none"``). The summary says what was masked
+            (``self_mask_rule``, ``n_queries_self_masked``, ``n_queries_id_match_not_masked``).
         cache_dir: embedding cache (encoders only).
         bm25_k1, bm25_b: BM25 parameters; required when ``model`` is :data:`BM25` (the
             paper: 1.5 and 0.75).
@@ -83,6 +87,8 @@ def score(
     """
     qrels = scored_qrels(bset)
     ids = list(bset.query_ids)
+    if self_mask is None:
+        self_mask = bset.self_mask
     extra = {"benchmark": bset.name, "rule": bset.rule, "loader_counts": dict(bset.counts)}
     if isinstance(model, str):
         if model != BM25:

@@ -1,7 +1,8 @@
 """Stages ``evaluate@<arm>`` (and, through :mod:`.evaluate_base` / :mod:`.evaluate_bm25`, the
 untrained base model and the BM25 baseline): score every model on every evaluation declared
-in ``params.yaml`` ``evaluations``, each under its rule, the query's own corpus entry always
-masked (paper Section 3, Appendix A).
+in ``params.yaml`` ``evaluations``, each under its rule, the query's own corpus entry masked
+under the set's declared ``self_mask`` rule (paper Section 3, Appendix A; one console line per
+set says how many entries were masked and how many id matches were not).
 
 Writes, per evaluation, the per-query ranks (``artifacts/eval/<arm>/<evaluation>.parquet``:
 arm, seed, query_id, rank, hit@k, and ``cluster`` / ``slice_*`` columns where the set has
@@ -44,7 +45,7 @@ def load_evaluations(p, lay: Layout) -> dict:
         if not folder.is_dir():
             raise RecipematchError(f"evaluations.{name}.folder: {folder} does not exist "
                                    f"(run the stage that writes it, or `dvc pull` it)")
-        out[name] = load_set(folder, ev.rule, name=name)
+        out[name] = load_set(folder, ev.rule, name=name, self_mask=ev.self_mask)
     return out
 
 
@@ -56,21 +57,29 @@ def score_models(models: Sequence[tuple[str, Any, dict | None]], sets: Mapping[s
         ``(frames, per_model)``: per set a list of per-query frames; per seed label, per set
         ``{"R@k": .., "n_queries": .., "slices": {...}}`` (percent).
     """
+    from recipematch.retrieval.selfmask import describe_counts
     from recipematch.scoring import BM25, score
 
     frames: dict[str, list] = {n: [] for n in sets}
     per_model: dict[str, dict] = {}
+    told: set[str] = set()
     for seed_label, model, _rec in models:
         res = {}
-        for name, bset in sets.items():
+        for name, bset in sets.items():  # each set under its declared self-masking rule
             if model == BM25:
                 summary, per_query = score(bset, BM25, ks=ks, bm25_k1=bm25[0], bm25_b=bm25[1])
             else:
-                summary, per_query = score(bset, model, ks=ks, self_mask=True, cache_dir=lay.cache)
+                summary, per_query = score(bset, model, ks=ks, cache_dir=lay.cache)
+            if name not in told:  # the same for every model: said once per set
+                told.add(name)
+                log.info(describe_counts(name, summary["self_mask_rule"], summary["n_queries_self_masked"],
+                                         summary["n_queries_id_match_not_masked"]))
             frames[name].append(per_query.assign(arm=arm, seed=seed_label))
             r = {f"R@{k}": float(summary[f"R@{k}"]) for k in ks}
             r["n_queries"] = int(summary["n_queries"])
-            r["self_mask"] = True
+            r["self_mask"] = summary["self_mask_rule"]
+            r["n_self_masked"] = int(summary["n_queries_self_masked"])
+            r["n_id_match_not_masked"] = int(summary["n_queries_id_match_not_masked"])
             if summary.get("slices"):
                 r["slices"] = {s: {kk: (None if isinstance(v, float) and math.isnan(v) else v)
                                    for kk, v in d.items()} for s, d in summary["slices"].items()}
@@ -197,7 +206,7 @@ def _log_eval_to_mlflow(mcfg, lay: Layout, rec: Mapping[str, Any], arm: str, see
         run_id, _ = tracking.restore_run(c, exp_id, rec, run_name=f"{arm}-{rec.get('cell', arm)}-seed{seed}",
                                          tags=tags)
         c.log_batch(run_id, metrics=metrics)
-        c.set_tag(run_id, "self_mask", "true")
+        c.set_tag(run_id, "self_mask", ",".join(sorted(f"{t}={r['self_mask']}" for t, r in res.items())))
 
 
 main = stage("evaluate", PARAMS, arm_option, progress_option, runtime=RUNTIME)(run)

@@ -10,7 +10,8 @@ Every evaluation of the project goes through this package (the paper's evaluatio
   :func:`gold_beats_near_misses`);
 - :mod:`.results`: R@k, per-query tables and summaries (:func:`evaluate`,
   :func:`evaluate_embeddings`);
-- :mod:`.bm25`: the BM25 baseline (:func:`evaluate_bm25`, :func:`bm25_ranks`).
+- :mod:`.bm25`: the BM25 baseline (:func:`evaluate_bm25`, :func:`bm25_ranks`);
+- :mod:`.selfmask`: which corpus entry is a query's own (:func:`own_entries`, the rules).
 
 Every name is importable from ``recipematch.retrieval`` itself.
 
@@ -32,13 +33,16 @@ Rules, identical in every path (fresh encode, cached embeddings, any ``chunk_siz
   :func:`search_topk` orders equal scores by document id (ascending string order), again
   independent of the corpus's row order.
 - **Self-masking** (the paper, Section 3: a query's own corpus entry is masked) is an
-  explicit argument, written into every result: with ``self_mask=True`` the corpus entry
-  whose id equals the query id is removed from that query's ranking before ranks or top-k
-  are computed. If that entry is also listed as one of the query's golds, it is still
-  masked, dropped from the gold set and counted (``self_gold_removed``; the peer only
-  warned). Masking is by id only: a document with the query's exact text under another id
-  (a *text twin*, e.g. an exact reprint) is ranked like any document; if it is a gold it is
-  a hit, if not it competes. Their number is reported per query (``n_text_twins``, texts
+  explicit argument, written into every result: a rule of :mod:`.selfmask`. The default,
+  ``id_and_text``, removes the corpus entry whose id equals the query id *and* whose text is
+  the query's (whitespace-normalised) from that query's ranking before ranks or top-k are
+  computed; an id match with other text (ordinary BEIR folders number queries and documents
+  separately) stays in the ranking and is counted (``n_queries_id_match_not_masked``).
+  ``id`` masks by id alone, ``none`` masks nothing. If a masked entry is also listed as one
+  of the query's golds, it is dropped from the gold set and counted
+  (``self_gold_removed``; the peer only warned). A document with the query's exact text
+  under another id (a *text twin*, e.g. an exact reprint) is never masked; if it is a gold
+  it is a hit, if not it competes. Their number is reported per query (``n_text_twins``, texts
   compared after whitespace normalisation) so analyses can slice them out.
 - **No gold**: a query whose gold set is empty (after self-masking or a restriction such as
   the strict cross-language rule) gets rank :data:`NO_GOLD` (-1) and counts as a miss at
@@ -77,6 +81,7 @@ from recipematch.retrieval.encoders import (
     _dir_content_sha256,
     _l2_normalise,
 )
+from recipematch.retrieval.selfmask import DEFAULT_SELF_MASK, SELF_MASK_RULES, OwnEntries, own_entries
 from recipematch.retrieval.results import (
     _WS,
     TEXT_TWIN_RULE,
@@ -110,6 +115,10 @@ __all__ = [
     "bm25_ranks",
     "default_chunk_size",
     "BM25_TOKEN_PATTERN",
+    "SELF_MASK_RULES",
+    "DEFAULT_SELF_MASK",
+    "OwnEntries",
+    "own_entries",
 ]
 
 # re-exported for callers of the former single module (not part of the documented API)

@@ -13,11 +13,12 @@ from recipematch.beir import doc_text
 from recipematch.retrieval.dense import (
     RankDetails,
     _gold_index,
+    _mask_index,
     _ranks_from_blocks,
-    _self_index,
     default_chunk_size,
 )
 from recipematch.retrieval.results import _build_result, _eval_query_ids
+from recipematch.retrieval.selfmask import own_entries
 
 __all__ = ["BM25_TOKEN_PATTERN", "bm25_ranks", "evaluate_bm25"]
 
@@ -56,7 +57,7 @@ def bm25_ranks(
     qrels: Mapping[str, Mapping[str, int]],
     *,
     query_ids: Sequence[str],
-    self_mask: bool,
+    self_mask: bool | np.ndarray,
     k1: float = 1.5,
     b: float = 0.75,
     stopwords: str | None = None,
@@ -73,17 +74,15 @@ def bm25_ranks(
     queries show ``n_ties_at_gold = n_docs - n_gold`` and are easy to filter.
     """
     doc_ids = list(corpus)
-    self_idx = _self_index(query_ids, doc_ids)
-    gold = _gold_index(query_ids, doc_ids, qrels, self_idx if self_mask else
-                       np.full(len(query_ids), -1, dtype=np.int64))
+    self_idx = _mask_index(self_mask, query_ids, doc_ids)
+    gold = _gold_index(query_ids, doc_ids, qrels, self_idx)
     retriever, vocab = _bm25_index([doc_text(corpus[d]) for d in doc_ids], k1, b, stopwords)
     cs = chunk_size or min(256, default_chunk_size(len(doc_ids)))
     ranks, ties = _ranks_from_blocks(
         _bm25_blocks(retriever, vocab, [queries[q] for q in query_ids], len(doc_ids), cs,
-                     stopwords), len(query_ids), gold, self_idx, self_mask)
+                     stopwords), len(query_ids), gold, self_idx)
     return RankDetails(ranks=ranks, n_ties_at_gold=ties, n_gold=np.diff(gold.ptr),
-                       self_gold_removed=gold.self_gold_removed,
-                       self_masked=(self_idx >= 0) & self_mask)
+                       self_gold_removed=gold.self_gold_removed, self_masked=self_idx >= 0)
 
 
 def evaluate_bm25(
@@ -92,28 +91,30 @@ def evaluate_bm25(
     qrels: Mapping[str, Mapping[str, int]],
     *,
     ks: Sequence[int] = (1, 5, 10),
-    self_mask: bool = True,
+    self_mask: bool | str = True,
     query_meta: Mapping[str, Mapping] | None = None,
     query_ids: Sequence[str] | None = None,
     k1: float = 1.5,
     b: float = 0.75,
     stopwords: str | None = None,
 ) -> tuple[dict, pd.DataFrame]:
-    """The BM25 baseline through the same metric code as :func:`evaluate`."""
+    """The BM25 baseline through the same metric code as :func:`evaluate` (``self_mask``: a
+    rule of :mod:`recipematch.retrieval.selfmask`, ``True`` = its default)."""
     ids = _eval_query_ids(queries, qrels, query_ids)
     if not any(doc_text(d).strip() for d in corpus.values()):
         from recipematch.errors import RecipematchError
 
         raise RecipematchError("BM25: every corpus document is blank; there is nothing to index")
-    details = bm25_ranks(corpus, queries, qrels, query_ids=ids, self_mask=self_mask, k1=k1,
-                         b=b, stopwords=stopwords)
     doc_ids = list(corpus)
+    own = own_entries(ids, [queries[q] for q in ids], doc_ids, [corpus[d] for d in doc_ids], self_mask)
+    details = bm25_ranks(corpus, queries, qrels, query_ids=ids, self_mask=own.index, k1=k1,
+                         b=b, stopwords=stopwords)
     settings = {"model": "bm25s", "k1": k1, "b": b, "method": "lucene",
                 "stopwords": stopwords,
                 "tokenizer": f"bm25s.tokenize (lower, {BM25_TOKEN_PATTERN})"}
     return _build_result(ids, [queries[q] for q in ids], doc_ids,
                          [doc_text(corpus[d]) for d in doc_ids], details, ks=ks,
-                         self_mask=self_mask,
+                         self_mask=own,
                          model=json.dumps(settings, sort_keys=True), corpus=corpus,
                          queries=queries, qrels=qrels, query_meta=query_meta,
                          extra={"encoder": settings})

@@ -3,7 +3,10 @@
 Scores are inner products of unit float32 vectors (cosine). Rules (shared with BM25, see
 :mod:`recipematch.retrieval`): a query's rank is the number of non-masked documents scoring
 strictly above its best gold (the paper's rule, Section 3 and Appendix A); the gold wins
-ties; top-k lists order equal scores by ascending document id; self-masking is by id.
+ties; top-k lists order equal scores by ascending document id. ``self_mask`` is either a
+bool (``True``: mask the entry whose id equals the query's) or the own-entry index that
+:func:`recipematch.retrieval.selfmask.own_entries` computes under an evaluation's declared
+rule (the scoring entry points pass that).
 """
 
 from __future__ import annotations
@@ -47,6 +50,24 @@ def _self_index(query_ids: Sequence[str], doc_ids: Sequence[str]) -> np.ndarray:
         raise ValueError("doc_ids contain duplicates")
     return np.fromiter((pos.get(q, -1) for q in query_ids), dtype=np.int64,
                        count=len(query_ids))
+
+
+def _mask_index(self_mask: bool | np.ndarray, query_ids: Sequence[str], doc_ids: Sequence[str]) -> np.ndarray:
+    """(n_queries,) int64: the corpus index masked for each query, -1 for none.
+
+    Raises:
+        ValueError: an index array of the wrong shape or out of range, or duplicate doc ids.
+    """
+    if isinstance(self_mask, np.ndarray):
+        if len(set(doc_ids)) != len(doc_ids):
+            raise ValueError("doc_ids contain duplicates")
+        idx = np.asarray(self_mask, dtype=np.int64)
+        if idx.shape != (len(query_ids),) or (idx.size and (idx.min() < -1 or idx.max() >= len(doc_ids))):
+            raise ValueError(f"self_mask index must have shape ({len(query_ids)},) with values in "
+                             f"[-1, {len(doc_ids)}), got shape {idx.shape}")
+        return idx
+    idx = _self_index(query_ids, doc_ids)
+    return idx if self_mask else np.full(len(query_ids), -1, dtype=np.int64)
 
 
 @dataclass
@@ -104,19 +125,17 @@ class RankDetails:
 
 
 def _ranks_from_blocks(blocks: Iterator[tuple[int, int, torch.Tensor]], n_queries: int,
-                       gold: _GoldIndex, self_idx: np.ndarray, self_mask: bool
-                       ) -> tuple[np.ndarray, np.ndarray]:
-    """Ranks and tie counts from score blocks ``(start, stop, scores (stop-start, n_docs))``."""
+                       gold: _GoldIndex, self_idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Ranks and tie counts from score blocks ``(start, stop, scores (stop-start, n_docs))``;
+    ``self_idx`` (from :func:`_mask_index`) is masked in each row (-1: nothing)."""
     ranks = np.empty(n_queries, dtype=np.int64)
     ties = np.zeros(n_queries, dtype=np.int64)
     ptr = gold.ptr
     for start, stop, scores in blocks:
         c = stop - start
-        if self_mask:
-            rows = np.flatnonzero(self_idx[start:stop] >= 0)
-            if rows.size:
-                scores[torch.from_numpy(rows), torch.from_numpy(self_idx[start + rows])] = (
-                    -torch.inf)
+        rows = np.flatnonzero(self_idx[start:stop] >= 0)
+        if rows.size:
+            scores[torch.from_numpy(rows), torch.from_numpy(self_idx[start + rows])] = -torch.inf
         lo, hi = ptr[start], ptr[stop]
         g_rows = torch.from_numpy(np.repeat(np.arange(c), np.diff(ptr[start:stop + 1])))
         g_cols = torch.from_numpy(gold.doc_idx[lo:hi])
@@ -173,7 +192,7 @@ def rank_of_gold(
     doc_ids: Sequence[str],
     qrels: Mapping[str, Mapping[str, int]],
     *,
-    self_mask: bool,
+    self_mask: bool | np.ndarray,
     chunk_size: int | None = None,
     return_details: bool = False,
 ) -> np.ndarray | RankDetails:
@@ -185,7 +204,10 @@ def rank_of_gold(
         query_ids: ``n_queries`` ids, aligned with ``query_emb``.
         doc_ids: ``n_docs`` unique ids, aligned with ``doc_emb``.
         qrels: ``query_id -> {doc_id: score}``; golds are scores > 0.
-        self_mask: mask the corpus entry whose id equals the query id (required keyword).
+        self_mask: ``True``: mask the corpus entry whose id equals the query id; ``False``:
+            mask nothing; or an ``(n_queries,)`` int64 index of the entry to mask per query
+            (-1 = none), as :func:`recipematch.retrieval.selfmask.own_entries` gives it
+            (required keyword).
         chunk_size: queries per score block (default :func:`default_chunk_size`); the result
             does not depend on it.
         return_details: return a :class:`RankDetails` instead of the ranks alone.
@@ -204,17 +226,14 @@ def rank_of_gold(
         raise ValueError("embeddings and ids disagree in length")
     if q.shape[0] and q.shape[1] != d.shape[1]:
         raise ValueError(f"dimension mismatch: queries {q.shape[1]}, documents {d.shape[1]}")
-    self_idx = _self_index(query_ids, doc_ids)
-    gold = _gold_index(query_ids, doc_ids, qrels, self_idx if self_mask else
-                       np.full(len(query_ids), -1, dtype=np.int64))
+    self_idx = _mask_index(self_mask, query_ids, doc_ids)
+    gold = _gold_index(query_ids, doc_ids, qrels, self_idx)
     cs = chunk_size or default_chunk_size(len(doc_ids))
-    ranks, ties = _ranks_from_blocks(_embedding_blocks(q, d, cs), len(query_ids), gold,
-                                     self_idx, self_mask)
+    ranks, ties = _ranks_from_blocks(_embedding_blocks(q, d, cs), len(query_ids), gold, self_idx)
     if not return_details:
         return ranks
     return RankDetails(ranks=ranks, n_ties_at_gold=ties, n_gold=np.diff(gold.ptr),
-                       self_gold_removed=gold.self_gold_removed,
-                       self_masked=(self_idx >= 0) & self_mask)
+                       self_gold_removed=gold.self_gold_removed, self_masked=self_idx >= 0)
 
 
 def search_topk(
@@ -224,14 +243,14 @@ def search_topk(
     *,
     query_ids: Sequence[str],
     doc_ids: Sequence[str],
-    self_mask: bool,
+    self_mask: bool | np.ndarray,
     chunk_size: int | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Exact top-k by inner product, in memory-bounded query blocks.
 
     Equal scores are ordered by ascending document id (string order), so the output never
-    depends on the corpus's row order. With ``self_mask`` the query's own entry is removed
-    before the cut to k. Where fewer than k documents remain, the missing slots hold index
+    depends on the corpus's row order. ``self_mask`` (as in :func:`rank_of_gold`) names the
+    entry removed before the cut to k. Where fewer than k documents remain, the missing slots hold index
     -1 and score ``-inf``.
 
     Returns:
@@ -245,7 +264,7 @@ def search_topk(
     if q.shape[0] != len(query_ids) or d.shape[0] != len(doc_ids):
         raise ValueError("embeddings and ids disagree in length")
     n = d.shape[0]
-    self_idx = _self_index(query_ids, doc_ids)
+    self_idx = _mask_index(self_mask, query_ids, doc_ids)
     id_rank = np.empty(n, dtype=np.int64)
     id_rank[np.argsort(np.asarray(doc_ids, dtype=object), kind="stable")] = np.arange(n)
     nq = q.shape[0]
@@ -254,11 +273,9 @@ def search_topk(
     kk = min(k + 1, n)
     cs = chunk_size or default_chunk_size(n)
     for start, stop, scores in _embedding_blocks(q, d, cs):
-        if self_mask:
-            rows = np.flatnonzero(self_idx[start:stop] >= 0)
-            if rows.size:
-                scores[torch.from_numpy(rows), torch.from_numpy(self_idx[start + rows])] = (
-                    -torch.inf)
+        rows = np.flatnonzero(self_idx[start:stop] >= 0)
+        if rows.size:
+            scores[torch.from_numpy(rows), torch.from_numpy(self_idx[start + rows])] = -torch.inf
         if kk == 0:
             continue
         vals_t, idx_t = torch.topk(scores, kk, dim=1, largest=True, sorted=True)

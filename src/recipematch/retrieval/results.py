@@ -19,6 +19,7 @@ from recipematch.metrics import hits_at_k, recall_at_k, recall_by_group
 from recipematch.retrieval.cache import EmbeddingCache, encode_cached
 from recipematch.retrieval.dense import NO_GOLD, RankDetails, rank_of_gold
 from recipematch.retrieval.encoders import Encoder
+from recipematch.retrieval.selfmask import OwnEntries, own_entries
 
 __all__ = ["TIE_RULE", "TEXT_TWIN_RULE", "evaluate", "evaluate_embeddings"]
 
@@ -28,8 +29,8 @@ TIE_RULE = (
     "top-k lists order equal scores by ascending document id"
 )
 TEXT_TWIN_RULE = (
-    "self-masking is by id only; a document with the query's whitespace-normalised text "
-    "under another id is ranked like any document and counted in n_text_twins"
+    "self-masking never looks past the query's own id; a document with the query's "
+    "whitespace-normalised text under another id is ranked like any document and counted in n_text_twins"
 )
 
 
@@ -94,7 +95,7 @@ def _eval_query_ids(queries, qrels, query_ids):
 
 
 def _build_result(query_ids, query_texts, doc_ids, doc_texts, details: RankDetails, *, ks,
-                  self_mask, model, corpus, queries, qrels, query_meta, extra) -> tuple[
+                  self_mask: OwnEntries, model, corpus, queries, qrels, query_meta, extra) -> tuple[
                       dict, pd.DataFrame]:
     ks = tuple(int(k) for k in ks)
     ranks = details.ranks
@@ -116,7 +117,8 @@ def _build_result(query_ids, query_texts, doc_ids, doc_texts, details: RankDetai
         "n_queries": int(len(query_ids)),
         "n_docs": int(len(doc_ids)),
         "ks": list(ks),
-        "self_mask": bool(self_mask),
+        "self_mask": self_mask.rule != "none",
+        "self_mask_rule": self_mask.rule,
         "model": model,
         "corpus_sha256": corpus_sha256(corpus),
         "queries_sha256": queries_sha256({q: queries[q] for q in query_ids}),
@@ -126,6 +128,7 @@ def _build_result(query_ids, query_texts, doc_ids, doc_texts, details: RankDetai
         "n_queries_no_gold": int((ranks == NO_GOLD).sum()),
         "n_queries_with_ties_at_gold": int((details.n_ties_at_gold > 0).sum()),
         "n_queries_self_masked": int(details.self_masked.sum()),
+        "n_queries_id_match_not_masked": int(self_mask.n_id_match_not_masked),
         "n_queries_self_gold_removed": int(details.self_gold_removed.sum()),
         "n_queries_with_text_twin": int((twins > 0).sum()),
     })
@@ -145,7 +148,7 @@ def evaluate_embeddings(
     *,
     query_ids: Sequence[str],
     ks: Sequence[int] = (1, 5, 10),
-    self_mask: bool = True,
+    self_mask: bool | str = True,
     model: str = "",
     query_meta: Mapping[str, Mapping] | None = None,
     chunk_size: int | None = None,
@@ -154,11 +157,13 @@ def evaluate_embeddings(
     """:func:`evaluate` from precomputed embeddings (rows aligned with ``query_ids`` and
     with ``list(corpus)``)."""
     doc_ids = list(corpus)
+    own = own_entries(list(query_ids), [queries[q] for q in query_ids], doc_ids, [corpus[d] for d in doc_ids],
+                      self_mask)
     details = rank_of_gold(query_emb, doc_emb, query_ids, doc_ids, qrels,
-                           self_mask=self_mask, chunk_size=chunk_size, return_details=True)
+                           self_mask=own.index, chunk_size=chunk_size, return_details=True)
     return _build_result(list(query_ids), [queries[q] for q in query_ids], doc_ids,
                          [doc_text(corpus[d]) for d in doc_ids], details, ks=ks,
-                         self_mask=self_mask, model=model, corpus=corpus, queries=queries,
+                         self_mask=own, model=model, corpus=corpus, queries=queries,
                          qrels=qrels, query_meta=query_meta, extra=dict(extra or {}))
 
 
@@ -169,7 +174,7 @@ def evaluate(
     qrels: Mapping[str, Mapping[str, int]],
     *,
     ks: Sequence[int] = (1, 5, 10),
-    self_mask: bool = True,
+    self_mask: bool | str = True,
     cache_dir: str | os.PathLike | EmbeddingCache | None = None,
     query_meta: Mapping[str, Mapping] | None = None,
     query_ids: Sequence[str] | None = None,
@@ -184,7 +189,10 @@ def evaluate(
         queries: ``query_id -> text``.
         qrels: ``query_id -> {doc_id: score}``; golds are scores > 0.
         ks: cut-offs.
-        self_mask: mask each query's own corpus entry (module rules); written to the summary.
+        self_mask: which entry is each query's own and masked: a rule of
+            :mod:`recipematch.retrieval.selfmask` (``"id_and_text"``, ``"id"``, ``"none"``);
+            ``True`` is ``"id_and_text"``, ``False`` is ``"none"``. Written to the summary
+            (``self_mask_rule``, ``n_queries_self_masked``, ``n_queries_id_match_not_masked``).
         cache_dir: embedding cache directory (or :class:`EmbeddingCache`); ``None`` = none.
         query_meta: ``query_id -> metadata``; scalar fields become per-query columns and a
             ``domain`` field adds ``summary["per_domain"]``.
@@ -194,7 +202,7 @@ def evaluate(
 
     Returns:
         ``(summary, per_query)``. ``summary`` holds ``"R@k"`` in percent (0–100) for every k,
-        ``n_queries``, ``n_docs``, ``self_mask``, ``model`` (``encoder.cache_key``),
+        ``n_queries``, ``n_docs``, ``self_mask`` (bool), ``self_mask_rule``, ``model`` (``encoder.cache_key``),
         ``corpus_sha256``, ``queries_sha256``, ``qrels_sha256``, the tie and twin rules and
         their counts, ``encoder`` settings when the encoder has them, and ``per_domain``.
         ``per_query`` has columns ``query_id, rank, hit@k..., n_gold, n_ties_at_gold,

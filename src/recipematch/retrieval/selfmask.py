@@ -1,0 +1,133 @@
+"""Which corpus entry is a query's own, to be masked from its ranking (the paper, Section 3:
+"a query's own corpus entry is masked").
+
+The paper's sets put every query's row in the corpus under the query's id, so "own entry" and
+"entry with the query's id" coincide there. Ordinary BEIR folders (SciFact, NFCorpus) number
+queries and documents separately, so an id match there is an unrelated document, sometimes a
+gold. The rule is therefore declared, one of :data:`SELF_MASK_RULES`:
+
+- ``id_and_text`` (the default): mask the entry with the query's id only when its text,
+  whitespace-normalised, equals the query's (its ``text`` field or its embedded
+  ``title + text``). An id match with other text is ranked like any document and counted
+  (``n_id_match_not_masked``).
+- ``id``: mask the entry with the query's id whatever its text (a set whose own entries were
+  re-rendered, e.g. with a title).
+- ``none``: mask nothing.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from recipematch.errors import short_repr
+from recipematch.rules import SELF_MASK_RULES
+
+__all__ = ["SELF_MASK_RULES", "DEFAULT_SELF_MASK", "OwnEntries", "resolve_rule", "own_entries", "describe_counts"]
+
+#: the rule a set gets unless its evaluation declares another (``evaluations.<name>.self_mask``)
+DEFAULT_SELF_MASK = SELF_MASK_RULES[0]
+
+_WS = re.compile(r"\s+")
+
+
+def _norm(t: str) -> str:
+    return _WS.sub(" ", t).strip()
+
+
+def resolve_rule(self_mask: bool | str) -> str:
+    """The rule name for a ``self_mask`` argument: ``True`` is :data:`DEFAULT_SELF_MASK`,
+    ``False`` is ``"none"``, a rule name is itself.
+
+    Raises:
+        ValueError: any other value.
+    """
+    if self_mask is True:
+        return DEFAULT_SELF_MASK
+    if self_mask is False:
+        return "none"
+    if isinstance(self_mask, str) and self_mask in SELF_MASK_RULES:
+        return self_mask
+    raise ValueError(f"self_mask must be true, false or one of {list(SELF_MASK_RULES)}, got {short_repr(self_mask, 60)}")
+
+
+@dataclass(frozen=True)
+class OwnEntries:
+    """The own entry of each query under one rule.
+
+    Attributes:
+        index: ``(n_queries,)`` int64 index into the corpus of the entry to mask, -1 for none.
+        rule: the rule applied.
+        n_masked: queries with an entry masked.
+        n_id_match_not_masked: queries whose id names a corpus entry that was not masked
+            because its text differs (``id_and_text`` only; 0 otherwise).
+    """
+
+    index: np.ndarray
+    rule: str
+    n_masked: int
+    n_id_match_not_masked: int
+
+    def describe(self, name: str = "") -> str:
+        """One console line: what was masked and why (:func:`describe_counts`)."""
+        return describe_counts(name, self.rule, self.n_masked, self.n_id_match_not_masked)
+
+
+def describe_counts(name: str, rule: str, n_masked: int, n_id_match_not_masked: int) -> str:
+    """One console line for a set's self-masking, from the counts an evaluation summary
+    holds (``self_mask_rule``, ``n_queries_self_masked``, ``n_queries_id_match_not_masked``)."""
+    head = f"{name}: " if name else ""
+    if rule == "none":
+        return f"{head}self-mask none: no corpus entry masked"
+    line = f"{head}self-mask {rule}: {n_masked} queries' own corpus entries masked"
+    if rule == "id_and_text":
+        line += (f"; {n_id_match_not_masked} entries with a query's id but other text left in the ranking"
+                 if n_id_match_not_masked else "; every id match held the query's text")
+    return line
+
+
+def own_entries(
+    query_ids: Sequence[str],
+    query_texts: Sequence[str],
+    doc_ids: Sequence[str],
+    docs: Sequence[Mapping],
+    rule: str,
+) -> OwnEntries:
+    """Each query's own corpus entry under ``rule`` (module docstring).
+
+    Args:
+        query_ids, query_texts: aligned, ``n_queries`` each.
+        doc_ids: ``n_docs`` unique ids, aligned with ``docs``.
+        docs: BEIR corpus rows (``{"title": .., "text": ..}``).
+        rule: one of :data:`SELF_MASK_RULES`.
+
+    Raises:
+        ValueError: an unknown rule, lengths that disagree, or duplicate doc ids.
+    """
+    from recipematch.beir import doc_text
+
+    rule = resolve_rule(rule)
+    if len(query_ids) != len(query_texts) or len(doc_ids) != len(docs):
+        raise ValueError("ids and texts disagree in length")
+    pos = {d: i for i, d in enumerate(doc_ids)}
+    if len(pos) != len(doc_ids):
+        raise ValueError("doc_ids contain duplicates")
+    index = np.full(len(query_ids), -1, dtype=np.int64)
+    mismatched = 0
+    if rule != "none":
+        for i, (qid, qt) in enumerate(zip(query_ids, query_texts)):
+            j = pos.get(qid, -1)
+            if j < 0:
+                continue
+            if rule == "id":
+                index[i] = j
+                continue
+            row, q = docs[j], _norm(qt)
+            if q == _norm(row.get("text") or "") or q == _norm(doc_text(row)):
+                index[i] = j
+            else:
+                mismatched += 1
+    return OwnEntries(index, rule, int((index >= 0).sum()), mismatched)
