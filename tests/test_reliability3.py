@@ -20,6 +20,7 @@ from recipematch.llm.pipeline import run_llm_pairs
 from recipematch.llm.prompts import load_prompt
 
 D1 = load_prompt("d1_recipe")
+REPO = Path(__file__).resolve().parents[1]
 KEY = "sk-test-0123456789abcdef-secret"
 
 
@@ -322,3 +323,126 @@ def test_an_evaluation_declares_its_rule_and_a_bad_one_is_refused(tmp_path: Path
     assert s["self_mask_rule"] == "id" and s["R@1"] == 0.0
     with pytest.raises(RecipematchError, match="self-masking rule"):
         load_set(SEPARATE, "plain", self_mask="both")
+
+
+# ------------------------------------------------------------------ item 5: valid-looking params that crashed
+
+
+def _packaged_minilm() -> str:
+    from recipematch.pipeline.models import resolve_model
+
+    return resolve_model("all-MiniLM-L6-v2")
+
+
+@pytest.mark.parametrize("key", ["evaluate.max_seq_length", "train.max_seq_length"])
+def test_params_check_refuses_a_length_past_the_models_positions(tmp_path: Path, key: str) -> None:
+    """The paper encodes at 1,024 tokens; the packaged MiniLM has 512 positions. Before:
+    ``params --check`` said valid and scoring crashed with a raw RuntimeError (611 vs 512)."""
+    import yaml
+    from click.testing import CliRunner
+
+    from recipematch.cli import main
+
+    raw = yaml.safe_load((REPO / "params.yaml").read_text(encoding="utf-8"))
+    section, field = key.split(".")
+    raw[section][field] = 1024
+    f = tmp_path / "params.yaml"
+    f.write_text(yaml.safe_dump(raw, sort_keys=False), encoding="utf-8")
+    res = CliRunner().invoke(main, ["params", "--check", str(f)])
+    assert res.exit_code == 2, res.output
+    assert f"{key}: 1024 is longer than model {raw['train']['model']} can take (512 positions)" in res.output
+    assert "Traceback" not in res.output and len(res.output.strip().splitlines()) == 1
+    raw[section][field] = 512
+    f.write_text(yaml.safe_dump(raw, sort_keys=False), encoding="utf-8")
+    assert CliRunner().invoke(main, ["params", "--check", str(f)]).exit_code == 0
+
+
+def test_loading_an_encoder_past_its_positions_is_one_line() -> None:
+    from recipematch.errors import RecipematchError
+    from recipematch.retrieval import SentenceTransformerEncoder
+    from recipematch.retrieval.encoders import folder_position_limit
+
+    path = _packaged_minilm()
+    assert folder_position_limit(path) == 512
+    with pytest.raises(RecipematchError, match=r"max_seq_length 1024 is longer than model .* \(512 positions\)"):
+        SentenceTransformerEncoder(path, max_seq_length=1024)
+    assert SentenceTransformerEncoder(path, max_seq_length=512).model.max_seq_length == 512
+
+
+def test_folder_limit_reads_the_transformer_module_and_the_smaller_of_two_limits(tmp_path: Path) -> None:
+    from recipematch.retrieval.encoders import folder_position_limit
+
+    (tmp_path / "0_T").mkdir()
+    (tmp_path / "modules.json").write_text(json.dumps([{"path": "0_T", "type": "sentence_transformers.models.Transformer"}]))
+    (tmp_path / "0_T" / "config.json").write_text(json.dumps({"max_position_embeddings": 514}))
+    (tmp_path / "0_T" / "tokenizer_config.json").write_text(json.dumps({"model_max_length": 512}))
+    assert folder_position_limit(tmp_path) == 512  # RoBERTa: 514 positions, 512 usable
+    (tmp_path / "0_T" / "tokenizer_config.json").write_text(json.dumps({"model_max_length": 10**30}))
+    assert folder_position_limit(tmp_path) == 514  # "no limit" from the tokenizer is ignored
+    (tmp_path / "modules.json").write_text(json.dumps([{"path": "../..", "type": "x.Transformer"}]))
+    assert folder_position_limit(tmp_path) is None  # a module path leaving the folder is not read
+    (tmp_path / "modules.json").write_text("{not json")
+    assert folder_position_limit(tmp_path) is None
+
+
+def test_evaluate_cli_past_the_positions_is_one_line(tmp_path: Path) -> None:
+    res, s = _cli_model(tmp_path, _packaged_minilm(), "--max-seq-length", "1024")
+    assert res.exit_code == 2 and s is None
+    assert "(512 positions)" in res.output and "Traceback" not in res.output
+
+
+def _cli_model(tmp_path: Path, model: str, *flags: str):
+    from click.testing import CliRunner
+
+    from recipematch.eval_cli import evaluate
+
+    out = tmp_path / "res.json"
+    res = CliRunner().invoke(evaluate, [str(SEPARATE), "--model", model, "--out", str(out), "--k", "1", *flags])
+    return res, (json.loads(out.read_text()) if out.exists() else None)
+
+
+def test_a_nan_checkpoint_is_one_line_naming_the_model_and_caches_nothing(tmp_path: Path) -> None:
+    """A diverged training run leaves NaN weights. Before: a raw traceback from deep in the
+    ranking (or NaN scores). Now one line naming the model; nothing enters the cache."""
+    import torch
+    from sentence_transformers import SentenceTransformer
+
+    model = SentenceTransformer(_packaged_minilm(), device="cpu")
+    with torch.no_grad():
+        next(model.parameters()).fill_(float("nan"))
+    broken = tmp_path / "diverged-ckpt"
+    model.save(str(broken))
+    cache = tmp_path / "cache"
+    res, s = _cli_model(tmp_path, str(broken), "--cache-dir", str(cache))
+    assert res.exit_code == 2 and s is None, res.output
+    assert "model diverged-ckpt gave non-finite (NaN or inf) embeddings" in res.output
+    assert "Traceback" not in res.output
+    assert not list(cache.glob("*.npy"))
+
+
+def test_encode_cached_refuses_non_finite_rows_from_any_encoder(tmp_path: Path) -> None:
+    import numpy as np
+
+    from recipematch.errors import RecipematchError
+    from recipematch.retrieval import encode_cached
+
+    class Enc:
+        cache_key = json.dumps({"model": "stub-7"})
+
+        def encode(self, texts):
+            out = np.ones((len(texts), 3), dtype=np.float32)
+            out[1, 2] = np.inf
+            return out
+
+    with pytest.raises(RecipematchError, match=r"model stub-7 gave non-finite .* for 1 of 3 document texts \(first: row 1\)"):
+        encode_cached(Enc(), ["a", "b", "c"], tmp_path)
+    assert not list(tmp_path.iterdir())
+
+
+def test_an_uncreatable_cache_dir_is_one_line(tmp_path: Path) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("x")
+    res, s = _cli_model(tmp_path, _packaged_minilm(), "--cache-dir", str(blocker / "cache"))
+    assert res.exit_code == 2 and s is None, res.output
+    assert f"embedding cache folder {blocker / 'cache'} cannot be created" in res.output
+    assert "Traceback" not in res.output

@@ -61,8 +61,14 @@ def params_cmd(check_path: Path | None) -> None:
 
     if check_path is not None:
         from recipematch.config import check_arm_inputs
+        from recipematch.pipeline.models import check_lengths
 
-        run_guarded(lambda: check_arm_inputs(check_params_file(check_path)), debug=False)
+        def check() -> None:
+            p = check_params_file(check_path)
+            check_arm_inputs(p)
+            check_lengths(p)
+
+        run_guarded(check, debug=False)
         click.echo(f"{check_path}: valid")
         return
     for row in field_table():

@@ -901,13 +901,23 @@ def parse_params(raw: Mapping[str, Any]) -> Params:
     return p
 
 
+def load_params_raw(path: str | Path) -> dict[str, Any]:
+    """Read ``params.yaml`` as a plain mapping, unchecked (for tools that inspect which keys
+    are set, such as the ``dvc.yaml`` deps check); stages read it through :func:`load_params`.
+
+    Raises:
+        RecipematchError: as :func:`load_yaml`.
+    """
+    return load_yaml(path)
+
+
 def load_params(path: str | Path) -> Params:
     """Read and check ``params.yaml`` (the one place it is opened).
 
     Raises:
         RecipematchError: the message starts with the file's path and names the key.
     """
-    raw = load_yaml(path)
+    raw = load_params_raw(path)
     try:
         return parse_params(raw)
     except RecipematchError as e:

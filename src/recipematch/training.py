@@ -417,6 +417,8 @@ def train_one(rows: Sequence[Mapping[str, Any]], *, base_model: str, out_dir: Pa
     from transformers.trainer_callback import TrainerCallback
     from transformers.utils import logging as hf_logging
 
+    from recipematch.retrieval.encoders import set_max_seq_length
+
     hf_logging.set_verbosity_error()
     torch.manual_seed(seed)
     train_rows = [r for r in rows if r.get("split") == "train"]
@@ -447,7 +449,7 @@ def train_one(rows: Sequence[Mapping[str, Any]], *, base_model: str, out_dir: Pa
                          f"repeated text ({sampler_reports}); too few distinct anchors: raise budget.rows, lower "
                          "train.batch_size or cap budget.max_rows_per_source")
     model = SentenceTransformer(base_model, device=cfg.device)
-    model.max_seq_length = cfg.max_seq_length
+    set_max_seq_length(model, cfg.max_seq_length, base_model)
     if cfg.lora is not None:
         add_lora(model, cfg.lora)
     loss = contrastive_loss(model, cfg)

@@ -150,10 +150,10 @@ def data_deps(root: Path, cmd: str) -> list[str]:
     declared = list(getattr(mod, "DATA_DEPS", ()))
     if not declared:
         return []
-    from recipematch.config import load_yaml
+    from recipematch.config import load_params_raw
 
     path = root / "params.yaml"
-    params = load_yaml(path) if path.is_file() else {}
+    params = load_params_raw(path) if path.is_file() else {}
     return [d for d in declared if _param_value(params or {}, _INTERP.match(d).group(1)) not in (None, "")]
 
 

@@ -50,6 +50,32 @@ def resolve_model(name: str, key: str = "train.model") -> str:
                                f"Hugging Face cache (nothing is downloaded at run time)") from None
 
 
+def check_lengths(p) -> None:
+    """Refuse ``evaluate.max_seq_length`` or ``train.max_seq_length`` longer than the base
+    model ``train.model`` can take (its positions, read from the model folder's JSON files:
+    :func:`recipematch.retrieval.encoders.folder_position_limit`). The paper encodes at 1,024
+    tokens (Appendix A) with a base that has the positions; the packaged MiniLM has 512.
+    A model that cannot be resolved here is left to the stage that loads it (and to
+    ``recipematch plan``).
+
+    Raises:
+        RecipematchError: naming the key, the value, the model and its limit.
+    """
+    from recipematch.retrieval.encoders import folder_position_limit
+
+    try:
+        path = resolve_model(p.train.model)
+    except RecipematchError:
+        return
+    limit = folder_position_limit(path)
+    if limit is None:
+        return
+    for key, n in (("evaluate.max_seq_length", p.evaluate.max_seq_length), ("train.max_seq_length", p.train.max_seq_length)):
+        if n > limit:
+            raise RecipematchError(f"{key}: {n} is longer than model {p.train.model} can take ({limit} positions); "
+                                   f"set it to at most {limit}")
+
+
 def encoder(model: str, *, max_seq_length: int, batch_size: int, device: str, dtype: str, query_prompt: str = ""):
     """A memoised sentence-transformers encoder of ``model`` (a resolved path), encoding in
     ``dtype`` (``float32`` or ``bfloat16``; the paper evaluates in bf16, Appendix A); a

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
+from recipematch.errors import RecipematchError
 from recipematch.io import sha256_text, sha256_texts
 from recipematch.retrieval.encoders import Encoder, _l2_normalise
 
@@ -44,7 +45,11 @@ class EmbeddingCache:
 
     def __init__(self, cache_dir: str | os.PathLike) -> None:
         self.cache_dir = Path(cache_dir)
-        self.cache_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            self.cache_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise RecipematchError(f"embedding cache folder {self.cache_dir} cannot be created: "
+                                   f"{e.strerror or e}; pass another --cache-dir") from None
         self.hits = 0
         self.misses = 0
         self.corrupt = 0
@@ -110,12 +115,27 @@ class EmbeddingCache:
                 raise
 
 
+def _encoder_name(encoder: Encoder) -> str:
+    """The model name an encoder's ``cache_key`` records (its JSON ``model`` field), else its
+    class name: for messages."""
+    try:
+        name = json.loads(encoder.cache_key).get("model")
+    except (AttributeError, TypeError, ValueError):
+        name = None
+    return str(name) if name else type(encoder).__name__
+
+
 def _call_encoder(encoder: Encoder, texts: list[str], role: str) -> np.ndarray:
     fn = getattr(encoder, "encode_queries", None) if role == "query" else None
     emb = fn(texts) if fn is not None else encoder.encode(texts)
     emb = np.asarray(emb)
     if emb.ndim != 2 or emb.shape[0] != len(texts):
         raise ValueError(f"encoder returned shape {emb.shape} for {len(texts)} texts")
+    bad = ~np.isfinite(emb).all(axis=1)
+    if bad.any():
+        raise RecipematchError(f"model {_encoder_name(encoder)} gave non-finite (NaN or inf) embeddings for {int(bad.sum())} of "
+                               f"{len(texts)} {role} texts (first: row {int(np.flatnonzero(bad)[0])}); the "
+                               "checkpoint is broken (a diverged training run?): retrain or remove it")
     return _l2_normalise(emb)
 
 

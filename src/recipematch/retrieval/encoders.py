@@ -55,6 +55,78 @@ def _dir_content_sha256(path: Path) -> str:
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
+def _smaller_limit(max_positions, model_max_length) -> int | None:
+    """The one rule for how many tokens a model takes per text: the smaller of its
+    transformer's ``max_position_embeddings`` and its tokenizer's ``model_max_length``
+    (RoBERTa-style models reserve positions for padding, which the tokenizer's limit accounts
+    for; transformers writes ~1e30 for "no limit", ignored); ``None`` when neither is stated."""
+    limits = [n for n in (max_positions,) if isinstance(n, int) and not isinstance(n, bool) and n > 0]
+    if isinstance(model_max_length, int) and not isinstance(model_max_length, bool) and 0 < model_max_length < 10**7:
+        limits.append(model_max_length)
+    return min(limits) if limits else None
+
+
+def position_limit(model) -> int | None:
+    """The most tokens a loaded sentence-transformers ``model`` can take per text, as far as
+    the loaded model still tells: its transformer's ``max_position_embeddings`` (loading
+    overwrites the tokenizer's own limit with ``max_seq_length``, so prefer
+    :func:`folder_position_limit` where the folder is at hand), or ``None``."""
+    first = model[0] if len(model) else None
+    cfg = getattr(getattr(first, "auto_model", None), "config", None)
+    return _smaller_limit(getattr(cfg, "max_position_embeddings", None), None)
+
+
+def folder_position_limit(path: str | os.PathLike) -> int | None:
+    """:func:`position_limit` of a sentence-transformers model folder read from its JSON files
+    alone (the Transformer module's ``config.json`` and ``tokenizer_config.json``, located
+    through ``modules.json``), without loading weights: for checking params before a run.
+    ``None`` when the folder does not state a limit or its files cannot be read."""
+    root = Path(path)
+    sub = ""
+    try:
+        modules = json.loads((root / "modules.json").read_text(encoding="utf-8"))
+        for m in modules if isinstance(modules, list) else []:
+            if isinstance(m, dict) and str(m.get("type", "")).endswith("Transformer"):
+                sub = str(m.get("path") or "")
+                break
+    except (OSError, ValueError):
+        pass
+    base = (root / sub).resolve()
+    if root.resolve() not in (base, *base.parents):
+        return None  # a module path that leaves the folder is not read
+
+    def field(name: str, key: str):
+        try:
+            value = json.loads((base / name).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None
+        return value.get(key) if isinstance(value, dict) else None
+
+    return _smaller_limit(field("config.json", "max_position_embeddings"),
+                          field("tokenizer_config.json", "model_max_length"))
+
+
+def set_max_seq_length(model, n: int, source: str | os.PathLike) -> None:
+    """Set ``model.max_seq_length = n`` after checking it against the positions of the model
+    loaded from ``source`` (:func:`folder_position_limit` of the folder, else
+    :func:`position_limit` of the loaded model).
+
+    Raises:
+        RecipematchError: ``n`` is longer than the model's positions, naming ``source`` (before:
+            a raw ``RuntimeError`` about tensor sizes in the middle of encoding or training).
+    """
+    from recipematch.errors import RecipematchError
+
+    limit = folder_position_limit(source) if Path(source).is_dir() else None
+    if limit is None:
+        limit = position_limit(model)
+    if limit is not None and n > limit:
+        raise RecipematchError(f"max_seq_length {n} is longer than model {source} can take ({limit} positions); "
+                               f"set evaluate.max_seq_length / train.max_seq_length (or --max-seq-length) to at most "
+                               f"{limit}")
+    model.max_seq_length = n
+
+
 class SentenceTransformerEncoder:
     """A sentence-transformers model behind the :class:`Encoder` protocol.
 
@@ -104,7 +176,7 @@ class SentenceTransformerEncoder:
         path = Path(model_name_or_path)
         self.model = SentenceTransformer(str(model_name_or_path), device=device)
         if max_seq_length is not None:
-            self.model.max_seq_length = max_seq_length
+            set_max_seq_length(self.model, max_seq_length, model_name_or_path)
         if dtype != "float32":
             self.model.to(_DTYPES[dtype])
         if revision is None:
