@@ -446,3 +446,113 @@ def test_an_uncreatable_cache_dir_is_one_line(tmp_path: Path) -> None:
     assert res.exit_code == 2 and s is None, res.output
     assert f"embedding cache folder {blocker / 'cache'} cannot be created" in res.output
     assert "Traceback" not in res.output
+
+
+# ------------------------------------------------------------------ item 6: metric history, lost runs, long params
+
+
+def _store(tmp_path: Path):
+    from recipematch import tracking
+
+    return tracking.open_store(f"sqlite:///{tmp_path / 'mlflow.db'}", "t")
+
+
+def _history(c, run_id: str, key: str) -> list[tuple[int, float]]:
+    return sorted((int(h.step), float(h.value)) for h in c.get_metric_history(run_id, key))
+
+
+def test_a_rerun_evaluation_appends_nothing_and_a_changed_score_is_flagged(tmp_path: Path) -> None:
+    """Before: every evaluate rerun appended another step-0 value and a change was not flagged."""
+    from types import SimpleNamespace
+
+    from recipematch import tracking
+    from recipematch.pipeline.door import Layout
+    from recipematch.pipeline.evaluate import _log_eval_to_mlflow
+
+    mcfg = SimpleNamespace(tracking_uri="sqlite:///mlflow.db", experiment="t")
+    rec = {"run_key": "k" * 64, "seed": 13, "cell": "d1xrecipe", "config": {"epochs": 1}}
+    res = {"tier": {"R@1": 40.0, "R@10": 90.0, "self_mask": "id_and_text"}}
+    for _ in range(2):
+        _log_eval_to_mlflow(mcfg, Layout(tmp_path), rec, "recipe", "13", res)
+    c, exp_id = tracking.open_store(f"sqlite:///{tmp_path / 'mlflow.db'}", "t")
+    run_id = tracking.find_run(c, exp_id, rec["run_key"])
+    assert _history(c, run_id, "tier.R_at_1") == [(0, 40.0)]
+    assert c.get_run(run_id).data.params["train.epochs"] == "1"  # re-created whole, params included
+    _log_eval_to_mlflow(mcfg, Layout(tmp_path), rec, "recipe", "13", {"tier": {**res["tier"], "R@1": 45.0}})
+    run = c.get_run(run_id)
+    assert _history(c, run_id, "tier.R_at_1") == [(0, 40.0), (1, 45.0)]
+    assert run.data.metrics["tier.R_at_1"] == 45.0  # the latest value is the newest score
+    assert run.data.tags["metric_changed.tier.R_at_1"] == "step 0: 40.0, step 1: 45.0"
+    assert _history(c, run_id, "tier.R_at_10") == [(0, 90.0)]
+
+
+def test_keep_mode_still_keeps_the_stored_value_and_a_bad_mode_is_refused(tmp_path: Path) -> None:
+    from mlflow.entities import Metric
+
+    from recipematch import tracking
+
+    c, exp_id = _store(tmp_path)
+    run_id, _ = tracking.find_or_create_run(c, exp_id, "rk", "r", {})
+    assert tracking.log_metrics_once(c, run_id, [Metric("loss", 1.0, 0, 0)])["logged"] == 1
+    out = tracking.log_metrics_once(c, run_id, [Metric("loss", 2.0, 0, 0)])
+    assert out == {"logged": 0, "kept": 1, "differs": 1} and _history(c, run_id, "loss") == [(0, 1.0)]
+    with pytest.raises(ValueError, match="keep"):
+        tracking.log_metrics_once(c, run_id, [], changed="replace")
+
+
+def test_a_param_change_past_mlflows_6000_characters_is_a_change(tmp_path: Path) -> None:
+    from recipematch import tracking
+
+    c, exp_id = _store(tmp_path)
+    run_id, _ = tracking.find_or_create_run(c, exp_id, "rk", "r", {})
+    a, b = "x" * 7000 + "a", "x" * 7000 + "b"
+    assert len(tracking.param_value(a)) == 6000 and tracking.param_value(a) != tracking.param_value(b)
+    assert tracking.param_value("short") == "short"
+    assert tracking.log_params_safe(c, run_id, {"llm.prompt": a})["logged"] == 1
+    assert tracking.log_params_safe(c, run_id, {"llm.prompt": a})["unchanged"] == 1
+    assert tracking.log_params_safe(c, run_id, {"llm.prompt": b})["changed"] == 1
+    tag = c.get_run(run_id).data.tags["param_changed.llm.prompt"]
+    assert len(tag) <= tracking.MAX_TAG_CHARS and tag.endswith("]") and "7001 chars" in tag
+
+
+def test_runs_restore_recreates_lost_runs_from_what_dvc_keeps(tmp_path: Path) -> None:
+    """Before: after mlflow.db was moved aside, ``dvc repro`` restored no runs (nothing reran),
+    while the README said rerun. Now ``recipematch runs restore`` does it, and twice adds nothing."""
+    import shutil
+
+    from click.testing import CliRunner
+
+    from recipematch import tracking
+    from recipematch.cli import main
+
+    shutil.copy(REPO / "params.yaml", tmp_path / "params.yaml")
+    arm = tmp_path / "models" / "recipe"
+    arm.mkdir(parents=True)
+    recs = {s: {"run_key": f"{s:064d}", "seed": s, "cell": "d1xrecipe", "train_loss": 0.5, "dev_accuracy_best": 0.9,
+                "checkpoint_sha256": "c" * 64, "config": {"epochs": 1}} for s in (13, 14)}
+    for s, rec in recs.items():
+        (arm / f"seed_{s}.json").write_text(json.dumps(rec))
+    ev = tmp_path / "artifacts" / "eval" / "recipe"
+    ev.mkdir(parents=True)
+    (ev / "per_seed.json").write_text(json.dumps({"13": {"tier": {"R@1": 40.0, "n_queries": 5}}}))
+    soup = tmp_path / "artifacts" / "soups" / "soup@recipe-0.5"
+    soup.mkdir(parents=True)
+    (soup / "seed_13.json").write_text(json.dumps({
+        "run_key": "s" * 64, "seed": 13, "arm": "recipe", "label": "soup@recipe-0.5", "alpha": 0.5, "kind": "full",
+        "base_model": "m", "query_instruction": "", "checkpoint_sha256": "a" * 64,
+        "finetuned_checkpoint_sha256": "b" * 64}))
+    res = CliRunner().invoke(main, ["runs", "restore", "--root", str(tmp_path)])
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.output.strip().splitlines()[-1]) == {"runs": 3, "restored": 3, "scores_logged": 1,
+                                                               "without_scores": 2}
+    c, exp_id = tracking.open_store(f"sqlite:///{tmp_path / 'mlflow.db'}", "recipematch")
+    r13 = c.get_run(tracking.find_run(c, exp_id, recs[13]["run_key"]))
+    assert r13.data.metrics["tier.R_at_1"] == 40.0 and r13.data.metrics["train_loss"] == 0.5
+    assert r13.data.tags["restored_from_record"] == "true" and r13.data.params["train.epochs"] == "1"
+    assert c.get_run(tracking.find_run(c, exp_id, "s" * 64)).data.params["soup.alpha"] == "0.5"
+    res = CliRunner().invoke(main, ["runs", "restore", "--root", str(tmp_path)])
+    assert json.loads(res.output.strip().splitlines()[-1])["restored"] == 0
+    assert _history(c, r13.info.run_id, "tier.R_at_1") == [(0, 40.0)]
+    (arm / "seed_14.json").write_text(json.dumps({**recs[14], "run_key": ""}))
+    res = CliRunner().invoke(main, ["runs", "restore", "--root", str(tmp_path)])
+    assert res.exit_code == 2 and "seed_14.json: no 'run_key'" in res.output

@@ -120,6 +120,32 @@ def plan_cmd(params_path: Path, root: Path, as_json: bool, train_examples_per_s:
         click.get_current_context().exit(1)
 
 
+@main.group("runs")
+def runs_group() -> None:
+    """The project's MLflow runs (one per trained arm and seed, and per soup seed)."""
+
+
+@runs_group.command("restore")
+@click.option("--params", "params_path", type=click.Path(dir_okay=False, path_type=Path), default=Path("params.yaml"),
+              show_default=True, help="Parameters file (relative to --root).")
+@click.option("--root", type=click.Path(file_okay=False, path_type=Path), default=Path("."), show_default=True,
+              help="Project root.")
+def runs_restore_cmd(params_path: Path, root: Path) -> None:
+    """Re-create the MLflow runs from the seed records and per-seed scores DVC keeps (after
+    moving a broken mlflow.db aside: dvc repro reruns nothing, since no dep changed). Trains
+    and scores nothing; runs the store already holds get nothing twice. The training-loss
+    history is not in the records and is not restored."""
+    import json
+
+    from recipematch.pipeline.door import open_params, run_guarded
+    from recipematch.pipeline.runs import restore
+
+    def go():
+        return restore(*open_params(params_path, root, ("arms", "mlflow")))
+
+    click.echo(json.dumps(run_guarded(go, debug=False), sort_keys=True))
+
+
 @main.group("audit")
 def audit_group() -> None:
     """Audit your own LLM-built benchmark: its recipe-sensitivity number (`audit init`, then `dvc repro`)."""

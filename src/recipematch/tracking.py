@@ -18,7 +18,12 @@ Rules:
   one run; :func:`log_params_safe` logs new keys, skips equal values and records a changed
   value as a ``param_changed.<key>`` tag.
 - **Metric history is written once.** Retraining a seed under the same run key reuses its
-  run; :func:`log_metrics_once` does not append a ``(key, step)`` the run already holds.
+  run; :func:`log_metrics_once` does not append a ``(key, step)`` the run already holds. A
+  score that changed on a rerun (an edited evaluation, same checkpoint) is appended at the
+  next step and tagged ``metric_changed.<key>`` (``changed="supersede"``).
+- **A long param is compared whole.** MLflow keeps 6,000 characters of a param value; a
+  longer one is stored cut with the SHA-256 of the whole value at its end
+  (:func:`param_value`), so a change past the cut is still seen as a change.
 - **Lost runs are restored.** :func:`restore_run` finds the run of a seed record by its key,
   or re-creates it from the record (hashes as tags, summary metrics, ``restored_from_record``).
 """
@@ -44,6 +49,9 @@ RECORD_TAGS = ("pair_file_sha256", "gate_list_sha256", "checkpoint_sha256")
 
 _SQLITE_MAGIC = b"SQLite format 3\x00"
 _MAX_BATCH = 1000  # MLflow's limit of metrics per log_batch call
+#: MLflow's limits on a param's and a tag's value (``mlflow.utils.validation``), characters.
+MAX_PARAM_CHARS = 6000
+MAX_TAG_CHARS = 5000  # MLflow 2.x allows 8,000; 5,000 keeps older servers working
 
 
 class TrackingStoreError(RecipematchError):
@@ -189,8 +197,22 @@ def find_or_create_run(c, exp_id: str, run_key: str, run_name: str, tags: Mappin
     return run.info.run_id, False
 
 
+def param_value(value: Any, limit: int = MAX_PARAM_CHARS) -> str:
+    """``str(value)`` as an MLflow param: unchanged up to ``limit`` characters; longer, cut
+    and ended with ``…[<n> chars, sha256 <hex>]`` (the whole value's hash), still ``limit``
+    characters long, so two values differing anywhere store differently."""
+    sv = str(value)
+    if len(sv) <= limit:
+        return sv
+    from recipematch.io import sha256_text
+
+    tail = f"…[{len(sv)} chars, sha256 {sha256_text(sv)}]"
+    return sv[:limit - len(tail)] + tail
+
+
 def log_params_safe(c, run_id: str, params: Mapping[str, Any]) -> dict[str, int]:
-    """Log params without ever raising on a changed value (see module docstring).
+    """Log params without ever raising on a changed value (see module docstring); values over
+    MLflow's limit go through :func:`param_value`.
 
     Returns:
         counts ``{"logged", "unchanged", "changed"}``.
@@ -201,14 +223,14 @@ def log_params_safe(c, run_id: str, params: Mapping[str, Any]) -> dict[str, int]
 
     new = []
     for k, v in params.items():
-        sv = str(v)[:6000]
+        sv = param_value(v)
         if k not in existing:
             new.append(Param(k, sv))
             out["logged"] += 1
         elif existing[k] == sv:
             out["unchanged"] += 1
         else:
-            c.set_tag(run_id, f"param_changed.{k}", sv[:5000])
+            c.set_tag(run_id, f"param_changed.{k}", param_value(v, MAX_TAG_CHARS))
             out["changed"] += 1
     if new:
         c.log_batch(run_id, params=new)
@@ -219,19 +241,30 @@ def _same(a: float, b: float) -> bool:
     return a == b or (math.isnan(a) and math.isnan(b))
 
 
-def log_metrics_once(c, run_id: str, metrics: Sequence[Any]) -> dict[str, int]:
-    """Log ``mlflow.entities.Metric`` objects, skipping every ``(key, step)`` the run already
-    holds (and repeats within ``metrics``), so retraining under the same run key never
-    appends a second history.
+def log_metrics_once(c, run_id: str, metrics: Sequence[Any], *, changed: str = "keep") -> dict[str, int]:
+    """Log ``mlflow.entities.Metric`` objects without appending what the run already holds.
 
-    A skipped metric whose value differs from the stored one is counted as ``differs`` and
-    flagged with the tag ``metric_differs.<key>`` (the stored value is kept; same run key
-    means same inputs, settings and code, so a difference is non-determinism, shown, not
-    hidden).
+    ``changed="keep"`` (training: same run key means same inputs, settings and code): every
+    ``(key, step)`` the run already holds, or that repeats within ``metrics``, is skipped; a
+    skipped value that differs from the stored one is counted as ``differs`` and flagged with
+    the tag ``metric_differs.<key>`` (the stored value kept: a difference is non-determinism,
+    shown, not hidden).
+
+    ``changed="supersede"`` (scores: an evaluation can change under the same checkpoint): a
+    value equal to the key's latest stored value is skipped (``kept``); a different one is
+    appended at the step after the latest and flagged ``metric_changed.<key>`` (``differs``),
+    so the run's latest value is the newest score and its history the scores over reruns.
 
     Returns:
         counts ``{"logged", "kept", "differs"}``.
+
+    Raises:
+        ValueError: ``changed`` is neither ``"keep"`` nor ``"supersede"``.
     """
+    if changed not in ("keep", "supersede"):
+        raise ValueError(f"changed must be 'keep' or 'supersede', got {changed!r}")
+    from mlflow.entities import Metric
+
     have: dict[str, dict[int, float]] = {}
     for key in dict.fromkeys(m.key for m in metrics):
         have[key] = {int(h.step): float(h.value) for h in c.get_metric_history(run_id, key)}
@@ -239,14 +272,24 @@ def log_metrics_once(c, run_id: str, metrics: Sequence[Any]) -> dict[str, int]:
     todo = []
     for m in metrics:
         stored = have[m.key]
-        if int(m.step) in stored:
+        value = float(m.value)
+        if changed == "supersede" and stored:
+            last = max(stored)
+            old = stored[last]
+            if _same(old, value):
+                out["kept"] += 1
+                continue
+            out["differs"] += 1
+            c.set_tag(run_id, f"metric_changed.{m.key}", f"step {last}: {old!r}, step {last + 1}: {value!r}")
+            m = Metric(m.key, value, m.timestamp, last + 1)
+        elif int(m.step) in stored:
             out["kept"] += 1
             old = stored[int(m.step)]
-            if not _same(old, float(m.value)):
+            if not _same(old, value):
                 out["differs"] += 1
-                c.set_tag(run_id, f"metric_differs.{m.key}", f"step {m.step}: kept {old!r}, new {float(m.value)!r}")
+                c.set_tag(run_id, f"metric_differs.{m.key}", f"step {m.step}: kept {old!r}, new {value!r}")
             continue
-        stored[int(m.step)] = float(m.value)
+        stored[int(m.step)] = value
         todo.append(m)
         out["logged"] += 1
     for i in range(0, len(todo), _MAX_BATCH):

@@ -189,23 +189,20 @@ def run(p, lay: Layout, arm: str, *, progress: bool = True, engine=None) -> dict
 def _log_eval_to_mlflow(mcfg, lay: Layout, rec: Mapping[str, Any], arm: str, seed: str,
                         res: Mapping[str, Mapping[str, Any]]) -> None:
     """Mirror the scores to the seed's MLflow run, found by the record's run key (re-created
-    from the record when the tracking store lost it; the record itself is never rewritten)."""
+    from the record when the tracking store lost it; the record itself is never rewritten). A
+    score equal to the stored one is not appended again; one that changed (an edited
+    evaluation scored with the same checkpoint) is logged at the next step and tagged
+    ``metric_changed.<key>`` (:func:`recipematch.tracking.log_metrics_once`)."""
     import time as _time
 
-    from mlflow.entities import Metric
-
     from recipematch import tracking
+    from recipematch.pipeline.runs import score_metrics, trained_run
 
     c, exp_id = tracking.open_store(mlflow_uri(mcfg.tracking_uri, lay), mcfg.experiment,
                                     artifact_location=mlflow_artifacts(lay))
-    tags = {"arm": arm, "seed": seed, **({"cell": rec["cell"]} if "cell" in rec else {})}
-    now = int(_time.time() * 1000)
-    metrics = [Metric(f"{t}.{k.replace('@', '_at_')}", float(v), now, 0)
-               for t, r in res.items() for k, v in r.items() if k.startswith("R@")]
     with tracking.store_lock(mlflow_uri(mcfg.tracking_uri, lay)):  # one writer at a time (parallel stages)
-        run_id, _ = tracking.restore_run(c, exp_id, rec, run_name=f"{arm}-{rec.get('cell', arm)}-seed{seed}",
-                                         tags=tags)
-        c.log_batch(run_id, metrics=metrics)
+        run_id, _ = trained_run(c, exp_id, arm, {"seed": seed, **rec})
+        tracking.log_metrics_once(c, run_id, score_metrics(res, int(_time.time() * 1000)), changed="supersede")
         c.set_tag(run_id, "self_mask", ",".join(sorted(f"{t}={r['self_mask']}" for t, r in res.items())))
 
 

@@ -16,6 +16,9 @@ from __future__ import annotations
 import logging
 import math
 
+from collections.abc import Mapping
+from typing import Any
+
 import click
 
 from recipematch.errors import RecipematchError
@@ -83,29 +86,38 @@ def run(p, lay: Layout, arm: str, alpha: str) -> dict:
     return write_results(lay, label, frames, per_model, ks=p.evaluate.ks)
 
 
-def _log_to_mlflow(mcfg, lay: Layout, rec: dict, res: dict) -> None:
-    """One MLflow run per (soup, seed), found again by its run key; scores logged once."""
-    import time as _time
-
-    from mlflow.entities import Metric
-
+def soup_run(c, exp_id: str, rec: Mapping[str, Any]) -> tuple[str, bool]:
+    """The run of one (soup, seed) (``rec``: its ``artifacts/soups/<label>/seed_N.json``), found
+    by its run key or created with its params and checkpoint hashes. Returns
+    ``(run_id, created)``."""
     from recipematch import tracking
 
-    c, exp_id = tracking.open_store(mlflow_uri(mcfg.tracking_uri, lay), mcfg.experiment,
-                                    artifact_location=mlflow_artifacts(lay))
     seed = str(rec["seed"])
-    run_id, _ = tracking.find_or_create_run(c, exp_id, rec["run_key"], f"{rec['label']}-seed{seed}",
-                                            {"arm": rec["label"], "seed": seed, "soup_of": rec["arm"]})
+    run_id, found = tracking.find_or_create_run(c, exp_id, rec["run_key"], f"{rec['label']}-seed{seed}",
+                                                {"arm": rec["label"], "seed": seed, "soup_of": rec["arm"]})
     tracking.log_params_safe(c, run_id, {"arm": rec["label"], "soup_of": rec["arm"], "seed": rec["seed"],
                                          "soup.alpha": rec["alpha"], "soup.kind": rec["kind"],
                                          "train.model": rec["base_model"],
                                          "train.query_instruction": rec["query_instruction"]})
     c.set_tag(run_id, "checkpoint_sha256", rec["checkpoint_sha256"])
     c.set_tag(run_id, "finetuned_checkpoint_sha256", rec["finetuned_checkpoint_sha256"])
-    now = int(_time.time() * 1000)
-    tracking.log_metrics_once(c, run_id, [Metric(f"{t}.{k.replace('@', '_at_')}", float(v), now, 0)
-                                          for t, r in res.items() for k, v in r.items() if k.startswith("R@")])
-    c.set_terminated(run_id, status="FINISHED")
+    return run_id, not found
+
+
+def _log_to_mlflow(mcfg, lay: Layout, rec: dict, res: dict) -> None:
+    """One MLflow run per (soup, seed), found again by its run key; a score that changed since
+    the last run (an edited evaluation) is logged at the next step and tagged."""
+    import time as _time
+
+    from recipematch import tracking
+    from recipematch.pipeline.runs import score_metrics
+
+    c, exp_id = tracking.open_store(mlflow_uri(mcfg.tracking_uri, lay), mcfg.experiment,
+                                    artifact_location=mlflow_artifacts(lay))
+    with tracking.store_lock(mlflow_uri(mcfg.tracking_uri, lay)):
+        run_id, _ = soup_run(c, exp_id, rec)
+        tracking.log_metrics_once(c, run_id, score_metrics(res, int(_time.time() * 1000)), changed="supersede")
+        c.set_terminated(run_id, status="FINISHED")
 
 
 main = stage("soup", PARAMS, arm_option, alpha_option)(run)

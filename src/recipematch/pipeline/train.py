@@ -28,6 +28,7 @@ from recipematch.pipeline.inputs import (
     train_seeds,
 )
 from recipematch.pipeline.models import contamination_gate, resolve_model
+from recipematch.pipeline.runs import trained_run
 
 log = logging.getLogger("recipematch")
 
@@ -118,10 +119,7 @@ def run(p, lay: Layout, arm: str, *, progress: bool = True, engine=None) -> dict
                 log.info("train[%s] seed %d: finished earlier (run key %s), skipped", arm, s, run_key[:12])
                 # a lost tracking store gets the run back from the record; the record is not rewritten
                 with writing():
-                    tracking.restore_run(c, exp_id, rec, run_name=f"{arm}-{spec.name}-seed{s}",
-                                         tags={"arm": arm, "cell": spec.name, "seed": str(s)},
-                                         params={"arm": arm, "cell": spec.name, "seed": s,
-                                                 **{f"train.{k}": v for k, v in rec.get("config", {}).items()}})
+                    trained_run(c, exp_id, arm, {"seed": s, "cell": spec.name, **rec})
                 summary[str(s)] = _summary(rec)
                 continue
         rows = read_pair_file(pair_path)

@@ -1,0 +1,103 @@
+"""The MLflow runs of a project, re-created from what DVC keeps (``recipematch runs restore``).
+
+MLflow's store is not a DVC output: moving a broken ``mlflow.db`` aside and running
+``dvc repro`` reruns nothing, since no dep changed. The seed records
+(``models/<arm>/seed_N.json``, ``artifacts/soups/<label>/seed_N.json``) and the per-seed
+scores (``artifacts/eval/<arm>/per_seed.json``) hold everything a run showed except the
+training-loss history: this module writes them back, one run per (arm, seed), found by its run
+key, so a rerun adds nothing twice.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from recipematch.errors import RecipematchError
+from recipematch.io import read_json
+from recipematch.pipeline.door import Layout
+from recipematch.pipeline.inputs import mlflow_artifacts, mlflow_uri
+
+log = logging.getLogger("recipematch")
+
+_SEED_FILE = re.compile(r"^seed_(\d+)\.json$")
+
+
+def trained_run(c, exp_id: str, arm: str, rec: Mapping[str, Any]) -> tuple[str, bool]:
+    """The run of one trained seed (``rec``: its ``models/<arm>/seed_N.json``), re-created
+    with its tags and ``train.*`` params when the store lost it. Returns ``(run_id, restored)``."""
+    from recipematch import tracking
+
+    seed, cell = str(rec.get("seed")), rec.get("cell", arm)
+    return tracking.restore_run(c, exp_id, rec, run_name=f"{arm}-{cell}-seed{seed}",
+                                tags={"arm": arm, "cell": cell, "seed": seed},
+                                params={"arm": arm, "cell": cell, "seed": rec.get("seed"),
+                                        **{f"train.{k}": v for k, v in (rec.get("config") or {}).items()}})
+
+
+def score_metrics(res: Mapping[str, Mapping[str, Any]], now: int) -> list:
+    """MLflow metrics of one seed's scores: ``<evaluation>.R_at_<k>`` at step 0."""
+    from mlflow.entities import Metric
+
+    return [Metric(f"{t}.{k.replace('@', '_at_')}", float(v), now, 0)
+            for t, r in res.items() for k, v in r.items() if k.startswith("R@")]
+
+
+def _seed_records(folder) -> list[tuple[int, dict]]:
+    out = []
+    for f in sorted(folder.glob("seed_*.json")):
+        m = _SEED_FILE.match(f.name)
+        if m:
+            out.append((int(m.group(1)), read_json(f)))
+    return sorted(out)
+
+
+def restore(p, lay: Layout) -> dict[str, int]:
+    """Re-create every trained arm's and soup's runs (:func:`trained_run`, and soups by their
+    run key) and log their scores from ``per_seed.json`` where the evaluate stage wrote one.
+    Scores are logged with ``changed="supersede"`` (:func:`recipematch.tracking.log_metrics_once`):
+    nothing the store holds is appended again.
+
+    Returns:
+        counts ``{"runs", "restored", "scores_logged", "without_scores"}``.
+
+    Raises:
+        RecipematchError: a seed record without a run key (naming its file).
+    """
+    import time
+
+    from recipematch import tracking
+    from recipematch.pipeline.soup import soup_run
+
+    uri = mlflow_uri(p.mlflow.tracking_uri, lay)
+    c, exp_id = tracking.open_store(uri, p.mlflow.experiment, artifact_location=mlflow_artifacts(lay))
+    out = {"runs": 0, "restored": 0, "scores_logged": 0, "without_scores": 0}
+    groups = [(arm, lay.models(arm), "trained") for arm in p.arms]
+    soups = lay.p("artifacts", "soups")
+    groups += [(d.name, d, "soup") for d in sorted(soups.iterdir()) if d.is_dir()] if soups.is_dir() else []
+    now = int(time.time() * 1000)
+    with tracking.store_lock(uri):
+        for label, folder, kind in groups:
+            per_seed_path = lay.eval_dir(label) / "per_seed.json"
+            per_seed = read_json(per_seed_path) if per_seed_path.is_file() else {}
+            for seed, rec in _seed_records(folder) if folder.is_dir() else []:
+                if not rec.get("run_key"):
+                    raise RecipematchError(f"{folder / f'seed_{seed}.json'}: no 'run_key'; rerun its stage")
+                if kind == "trained":
+                    run_id, restored = trained_run(c, exp_id, label, rec)
+                else:
+                    run_id, restored = soup_run(c, exp_id, rec)
+                out["runs"] += 1
+                out["restored"] += int(restored)
+                res = per_seed.get(str(seed))
+                if res is None:
+                    out["without_scores"] += 1
+                    continue
+                counts = tracking.log_metrics_once(c, run_id, score_metrics(res, now), changed="supersede")
+                out["scores_logged"] += counts["logged"]
+                c.set_terminated(run_id, status="FINISHED")
+    log.info("runs restore: %d runs (%d re-created), %d scores logged, %d runs without scores yet",
+             out["runs"], out["restored"], out["scores_logged"], out["without_scores"])
+    return out
