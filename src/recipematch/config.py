@@ -218,12 +218,12 @@ def load_yaml_text(text: str, where: str | Path, *, limit: int = MAX_YAML_EXPANS
         loader.dispose()
 
 
-def load_yaml(path: str | Path) -> dict[str, Any]:
-    """Read a YAML mapping with YAML 1.2 scalars and bounded aliases (:func:`load_yaml_text`).
+def load_yaml_file(path: str | Path) -> Any:
+    """Read one YAML document from a UTF-8 file through :func:`load_yaml_text` (any top-level value).
 
     Raises:
-        RecipematchError: the file is missing, not valid YAML or UTF-8, repeats a key,
-            expands past :data:`MAX_YAML_EXPANSION`, or is not a mapping.
+        RecipematchError: the file is missing or a folder, not UTF-8, not valid YAML, repeats a key,
+            or expands past :data:`MAX_YAML_EXPANSION`.
     """
     try:
         raw = Path(path).read_bytes()
@@ -235,7 +235,17 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as e:
         raise RecipematchError(f"{path}: not UTF-8 text ({e.reason} at byte {e.start})") from None
-    data = load_yaml_text(text, path)
+    return load_yaml_text(text, path)
+
+
+def load_yaml(path: str | Path) -> dict[str, Any]:
+    """Read a YAML mapping with YAML 1.2 scalars and bounded aliases (:func:`load_yaml_file`).
+
+    Raises:
+        RecipematchError: the file is missing, not valid YAML or UTF-8, repeats a key,
+            expands past :data:`MAX_YAML_EXPANSION`, or is not a mapping.
+    """
+    data = load_yaml_file(path)
     if not isinstance(data, dict):
         raise RecipematchError(f"{path}: top level must be a mapping, got {type(data).__name__}")
     return data
@@ -255,6 +265,19 @@ def _spec(help: str, *, min: float | None = None, max: float | None = None, choi
     if default is dataclasses.MISSING:
         return field(metadata=md)
     return field(default=default, metadata=md)
+
+
+def _deadline_spec() -> Any:
+    """The total wall-clock bound of one LLM call (generator and second judge alike)."""
+    return _spec("wall-clock seconds one call may take, retries and the whole answer included "
+                 "(a server trickling its answer is cut off here: failure 'timeout')",
+                 default=1800.0, min=1.0, max=604_800.0, finite=True)
+
+
+def _max_response_spec() -> Any:
+    """The body-size cap of one LLM answer (generator and second judge alike)."""
+    return _spec("largest answer body read, in bytes; a longer answer fails as 'too_large' "
+                 "and none of it is stored", default=8 * 1024 * 1024, min=1024, max=1024 * 1024 * 1024)
 
 
 def _coerce(value: Any, tp: Any, where: str) -> Any:
@@ -448,12 +471,8 @@ class LLMConfig:
     concurrency: int = _spec("requests in flight", default=8, min=1, max=1024)
     max_retries: int = _spec("retries per request", default=4, min=0, max=100)
     timeout_s: float = _spec("seconds per request", default=300.0, min=0.1, max=86_400.0, finite=True)
-    deadline_s: float = _spec("wall-clock seconds one call may take, retries and the whole answer included "
-                              "(a server trickling its answer is cut off here: failure 'timeout')",
-                              default=1800.0, min=1.0, max=604_800.0, finite=True)
-    max_response_bytes: int = _spec("largest answer body read, in bytes; a longer answer fails as 'too_large' "
-                                    "and none of it is stored", default=8 * 1024 * 1024, min=1024,
-                                    max=1024 * 1024 * 1024)
+    deadline_s: float = _deadline_spec()
+    max_response_bytes: int = _max_response_spec()
     recipe_prompt: str = _spec("sidecar (.prompt.yaml, relative to the project root) of a user's prompt that plays "
                                "the recipe's role in place of the shipped D1 ('' = D1): its pairs are the recipe "
                                "arm's positives and near-misses (an audit of a benchmark written under it)",
@@ -618,12 +637,8 @@ class Judge2Config:
     concurrency: int = _spec("requests in flight", default=8, min=1, max=1024)
     max_retries: int = _spec("retries per request", default=4, min=0, max=100)
     timeout_s: float = _spec("seconds per request", default=300.0, min=0.1, max=86_400.0, finite=True)
-    deadline_s: float = _spec("wall-clock seconds one call may take, retries and the whole answer included "
-                              "(a server trickling its answer is cut off here: failure 'timeout')",
-                              default=1800.0, min=1.0, max=604_800.0, finite=True)
-    max_response_bytes: int = _spec("largest answer body read, in bytes; a longer answer fails as 'too_large' "
-                                    "and none of it is stored", default=8 * 1024 * 1024, min=1024,
-                                    max=1024 * 1024 * 1024)
+    deadline_s: float = _deadline_spec()
+    max_response_bytes: int = _max_response_spec()
     cells: str = _spec("the keep set the cells read for LLM pair files: first (the first judge's) or both "
                        "(rows both judges accept; needs enabled: true)", choices=("first", "both"), default="first")
 

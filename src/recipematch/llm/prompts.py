@@ -431,18 +431,14 @@ def load_custom_prompt_spec(sidecar: str | Path) -> Mapping[str, Any]:
         RecipematchError: the sidecar is a folder, missing, not UTF-8, not valid YAML, an
             alias expansion past the bound, or not a mapping.
     """
-    from recipematch.config import load_yaml_text
+    from recipematch.config import load_yaml_file
 
     sidecar = Path(sidecar)
     if sidecar.is_dir():
         raise RecipematchError(f"prompt sidecar {sidecar} is a folder: give the *.prompt.yaml file")
     if not sidecar.is_file():
         raise RecipematchError(f"prompt sidecar {sidecar} does not exist")
-    try:
-        text = sidecar.read_bytes().decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise RecipematchError(f"{sidecar}: not UTF-8 text ({e.reason} at byte {e.start})") from None
-    spec = load_yaml_text(text, sidecar)
+    spec = load_yaml_file(sidecar)
     if not isinstance(spec, Mapping):
         raise RecipematchError(f"{sidecar}: must hold a mapping (keys {sorted(_SIDECAR_KEYS)})")
     return spec
