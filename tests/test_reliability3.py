@@ -369,20 +369,40 @@ def test_loading_an_encoder_past_its_positions_is_one_line() -> None:
     assert SentenceTransformerEncoder(path, max_seq_length=512).model.max_seq_length == 512
 
 
-def test_folder_limit_reads_the_transformer_module_and_the_smaller_of_two_limits(tmp_path: Path) -> None:
+def test_folder_limit_reads_the_transformer_modules_positions(tmp_path: Path) -> None:
     from recipematch.retrieval.encoders import folder_position_limit
 
     (tmp_path / "0_T").mkdir()
     (tmp_path / "modules.json").write_text(json.dumps([{"path": "0_T", "type": "sentence_transformers.models.Transformer"}]))
-    (tmp_path / "0_T" / "config.json").write_text(json.dumps({"max_position_embeddings": 514}))
-    (tmp_path / "0_T" / "tokenizer_config.json").write_text(json.dumps({"model_max_length": 512}))
+    cfg = tmp_path / "0_T" / "config.json"
+    cfg.write_text(json.dumps({"model_type": "roberta", "max_position_embeddings": 514, "pad_token_id": 1}))
     assert folder_position_limit(tmp_path) == 512  # RoBERTa: 514 positions, 512 usable
-    (tmp_path / "0_T" / "tokenizer_config.json").write_text(json.dumps({"model_max_length": 10**30}))
-    assert folder_position_limit(tmp_path) == 514  # "no limit" from the tokenizer is ignored
+    cfg.write_text(json.dumps({"model_type": "bert", "max_position_embeddings": 512, "pad_token_id": 0}))
+    # a checkpoint trained at 128 tokens writes 128 into its tokenizer config: not the model's limit
+    (tmp_path / "0_T" / "tokenizer_config.json").write_text(json.dumps({"model_max_length": 128}))
+    assert folder_position_limit(tmp_path) == 512
+    for bad in ({"max_position_embeddings": True}, {"max_position_embeddings": -3}, {"max_position_embeddings": "512"},
+                {"model_type": "roberta", "max_position_embeddings": 2}, []):
+        cfg.write_text(json.dumps(bad))
+        assert folder_position_limit(tmp_path) is None, bad
     (tmp_path / "modules.json").write_text(json.dumps([{"path": "../..", "type": "x.Transformer"}]))
     assert folder_position_limit(tmp_path) is None  # a module path leaving the folder is not read
     (tmp_path / "modules.json").write_text("{not json")
     assert folder_position_limit(tmp_path) is None
+
+
+def test_a_checkpoint_trained_shorter_is_scored_at_the_evaluation_length(tmp_path: Path) -> None:
+    """Training at train.max_seq_length < evaluate.max_seq_length (the paper: 256 vs 1,024 is the
+    usual shape) leaves the tokenizer's model_max_length at the training length; scoring at the
+    evaluation length must still load (found by the audit's end-to-end test)."""
+    from recipematch.retrieval import SentenceTransformerEncoder
+
+    short = SentenceTransformerEncoder(_packaged_minilm(), max_seq_length=32).model
+    short.save(str(tmp_path / "ckpt"))  # as training saves a checkpoint
+    assert json.loads((tmp_path / "ckpt" / "tokenizer_config.json").read_text())["model_max_length"] == 32
+    enc = SentenceTransformerEncoder(str(tmp_path / "ckpt"), max_seq_length=300)
+    assert enc.model.max_seq_length == 300
+    assert enc.encode(["x " * 400]).shape[0] == 1  # 300 tokens really pass through the 512 positions
 
 
 def test_evaluate_cli_past_the_positions_is_one_line(tmp_path: Path) -> None:

@@ -12,7 +12,8 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Protocol, runtime_checkable
+from collections.abc import Mapping
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 import torch
@@ -55,32 +56,44 @@ def _dir_content_sha256(path: Path) -> str:
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
-def _smaller_limit(max_positions, model_max_length) -> int | None:
-    """The one rule for how many tokens a model takes per text: the smaller of its
-    transformer's ``max_position_embeddings`` and its tokenizer's ``model_max_length``
-    (RoBERTa-style models reserve positions for padding, which the tokenizer's limit accounts
-    for; transformers writes ~1e30 for "no limit", ignored); ``None`` when neither is stated."""
-    limits = [n for n in (max_positions,) if isinstance(n, int) and not isinstance(n, bool) and n > 0]
-    if isinstance(model_max_length, int) and not isinstance(model_max_length, bool) and 0 < model_max_length < 10**7:
-        limits.append(model_max_length)
-    return min(limits) if limits else None
+#: Model types whose position ids start after the padding index (``padding_idx + 1``, as
+#: RoBERTa does), so ``max_position_embeddings - pad_token_id - 1`` positions are usable.
+OFFSET_POSITION_TYPES = frozenset({"roberta", "xlm-roberta", "xlm-roberta-xl", "camembert", "mpnet", "longformer",
+                                   "data2vec-text", "roberta-prelayernorm", "xmod", "ibert"})
+
+
+def usable_positions(config: Mapping[str, Any] | None) -> int | None:
+    """The one rule for how many tokens a transformer takes per text: its
+    ``max_position_embeddings``, less ``pad_token_id + 1`` for the model types of
+    :data:`OFFSET_POSITION_TYPES` (RoBERTa: 514 positions, 512 usable); ``None`` when the
+    config states no positive integer. The tokenizer's ``model_max_length`` is not read: a
+    checkpoint saved after training at ``train.max_seq_length`` writes that length there, which
+    is no limit of the model's."""
+    if not isinstance(config, Mapping):
+        return None
+    n = config.get("max_position_embeddings")
+    if not isinstance(n, int) or isinstance(n, bool) or n <= 0:
+        return None
+    if config.get("model_type") in OFFSET_POSITION_TYPES:
+        pad = config.get("pad_token_id")
+        pad = pad if isinstance(pad, int) and not isinstance(pad, bool) and 0 <= pad < n else 1
+        n -= pad + 1
+    return n if n > 0 else None
 
 
 def position_limit(model) -> int | None:
-    """The most tokens a loaded sentence-transformers ``model`` can take per text, as far as
-    the loaded model still tells: its transformer's ``max_position_embeddings`` (loading
-    overwrites the tokenizer's own limit with ``max_seq_length``, so prefer
-    :func:`folder_position_limit` where the folder is at hand), or ``None``."""
+    """The most tokens a loaded sentence-transformers ``model`` can take per text
+    (:func:`usable_positions` of its transformer's config), or ``None``."""
     first = model[0] if len(model) else None
     cfg = getattr(getattr(first, "auto_model", None), "config", None)
-    return _smaller_limit(getattr(cfg, "max_position_embeddings", None), None)
+    return usable_positions(cfg.to_dict()) if hasattr(cfg, "to_dict") else None
 
 
 def folder_position_limit(path: str | os.PathLike) -> int | None:
     """:func:`position_limit` of a sentence-transformers model folder read from its JSON files
-    alone (the Transformer module's ``config.json`` and ``tokenizer_config.json``, located
-    through ``modules.json``), without loading weights: for checking params before a run.
-    ``None`` when the folder does not state a limit or its files cannot be read."""
+    alone (the Transformer module's ``config.json``, located through ``modules.json``), without
+    loading weights: for checking params before a run. ``None`` when the folder does not state
+    a limit or its files cannot be read."""
     root = Path(path)
     sub = ""
     try:
@@ -94,16 +107,11 @@ def folder_position_limit(path: str | os.PathLike) -> int | None:
     base = (root / sub).resolve()
     if root.resolve() not in (base, *base.parents):
         return None  # a module path that leaves the folder is not read
-
-    def field(name: str, key: str):
-        try:
-            value = json.loads((base / name).read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            return None
-        return value.get(key) if isinstance(value, dict) else None
-
-    return _smaller_limit(field("config.json", "max_position_embeddings"),
-                          field("tokenizer_config.json", "model_max_length"))
+    try:
+        config = json.loads((base / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return usable_positions(config)
 
 
 def set_max_seq_length(model, n: int, source: str | os.PathLike) -> None:
