@@ -141,6 +141,131 @@ def test_a_server_that_echoes_the_key_in_a_200_answer_does_not_put_it_in_the_sto
     assert "[redacted]" in data and KEY not in data
 
 
+class RawServer:
+    """A TCP server on 127.0.0.1 that answers every connection with ``handler(sock)``: for
+    faults no HTTP library will send (trickled headers, endless 1xx answers, endless trailers)."""
+
+    def __init__(self, handler) -> None:
+        import socket
+        import threading
+
+        self.handler = handler
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(8)
+        self.sock.settimeout(0.2)
+        self.base_url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+
+    def _serve(self) -> None:
+        import threading
+
+        while not self.stop.is_set():
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                continue
+            threading.Thread(target=self._one, args=(conn,), daemon=True).start()
+
+    def _one(self, conn) -> None:
+        conn.settimeout(1.0)
+        try:
+            conn.recv(65536)  # the request (small here)
+            self.handler(conn, self.stop)
+        except OSError:
+            pass
+        finally:
+            conn.close()
+
+    def __enter__(self) -> RawServer:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop.set()
+        self.thread.join(timeout=2)
+        self.sock.close()
+
+
+def _header_trickle(conn, stop) -> None:
+    conn.sendall(b"HTTP/1.1 200 OK\r\nX-Pad: ")
+    while not stop.is_set():
+        conn.sendall(b"a")
+        time.sleep(0.1)
+
+
+def _continue_flood(conn, stop) -> None:
+    while not stop.is_set():
+        conn.sendall(b"HTTP/1.1 100 Continue\r\n\r\n")
+        time.sleep(0.01)
+
+
+def _trailer_flood(conn, stop) -> None:
+    conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
+                 b"5\r\nhello\r\n0\r\n")
+    while not stop.is_set():
+        conn.sendall(b"X-T: 1\r\n")
+        time.sleep(0.05)
+
+
+def _deflate_nothing(conn, stop) -> None:
+    # a deflate stream of empty stored blocks: bytes keep coming, nothing ever decodes
+    conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Encoding: deflate\r\nContent-Length: 100000000\r\n\r\n"
+                 b"\x78\x01")
+    while not stop.is_set():
+        conn.sendall(b"\x00\x00\x00\xff\xff" * 20)
+        time.sleep(0.02)
+
+
+@pytest.mark.parametrize("fault", [_header_trickle, _continue_flood, _trailer_flood, _deflate_nothing],
+                         ids=lambda f: f.__name__.strip("_"))
+def test_the_deadline_holds_whatever_the_server_sends(fault) -> None:
+    """Breaker, round two: the deadline was checked only between body reads, so a server that
+    trickled its headers, sent endless 100 Continue answers or trailers, or a body that never
+    decoded held the call for as long as it kept sending. The watchdog cuts the sockets."""
+    r = request()
+    with RawServer(fault) as srv:
+        be = OpenAICompatibleBackend(srv.base_url, MODEL, concurrency=1, max_retries=2, timeout_s=3.0,
+                                     deadline_s=1.5, backoff=0.01)
+        t0 = time.monotonic()
+        res = be.generate([r])[0]
+        elapsed = time.monotonic() - t0
+    assert res.error == "timeout" and "deadline" in res.detail, res
+    assert elapsed < 3.5, elapsed
+
+
+def test_a_probe_is_bounded_too() -> None:
+    from recipematch.llm.backends import ServerUnreachableError
+
+    with RawServer(_header_trickle) as srv:
+        be = OpenAICompatibleBackend(srv.base_url, MODEL, max_retries=0, timeout_s=1.0, deadline_s=30)
+        t0 = time.monotonic()
+        with pytest.raises(ServerUnreachableError, match="no complete model list"):
+            be.probe()
+        assert time.monotonic() - t0 < 3.0
+
+
+def test_the_key_is_not_stored_through_finish_reason_or_a_cut() -> None:
+    """Breaker, round two: finish_reason was stored unscrubbed, and an error text was cut
+    before it was scrubbed, leaving the key's first characters at the cut."""
+    body = json.dumps({"choices": [{"message": {"content": "{}"}, "finish_reason": f"stop {KEY}"}]}).encode()
+
+    def answer(conn, stop) -> None:
+        conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n"
+                     b"Connection: close\r\n\r\n%s" % (len(body), body))
+
+    with RawServer(answer) as srv:
+        res = OpenAICompatibleBackend(srv.base_url, MODEL, api_key=KEY, max_retries=0).generate([request()])[0]
+    assert res.error is None and res.finish_reason is not None, res
+    assert KEY[:4] not in res.finish_reason and "[redacted]" in res.finish_reason
+    be = OpenAICompatibleBackend("http://127.0.0.1:9", MODEL, api_key=KEY)
+    for pad in range(480, 501):  # the key straddles the 500-character cut at every offset
+        cut = be._scrub("x" * pad + KEY + " tail", 500)
+        assert KEY[:4] not in cut and len(cut) <= 500 + len("[redacted]"), (pad, cut)
+    assert be._scrub("abc", 500) == "abc" and be._scrub(None) is None
+
+
 def test_the_limits_are_params_with_bounds() -> None:
     import dataclasses
 

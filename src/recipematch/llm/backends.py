@@ -62,6 +62,7 @@ from typing import Any
 
 from recipematch.errors import RecipematchError, short_repr
 from recipematch.io import canonical_json, sha256_text
+from recipematch.llm.watchdog import CallWatchdog
 
 __all__ = [
     "GenerationRequest",
@@ -564,11 +565,23 @@ class OpenAICompatibleBackend(GenerationBackend):
         key = "none" if self.__key is None else (f"from ${self.api_key_env}" if self.api_key_env else "given")
         return f"OpenAICompatibleBackend(url={self.url!r}, model={self.model!r}, api_key={key})"
 
-    def _scrub(self, text: str | None) -> str | None:
-        """``text`` with the API key replaced by ``[redacted]`` (error texts may echo it)."""
-        if text is None or not self.__key:
+    def _scrub(self, text: str | None, limit: int | None = None) -> str | None:
+        """``text`` with the API key replaced by ``[redacted]`` (error texts and answers may echo
+        it), then cut to ``limit`` characters; a piece of the key (4 characters or more) left at
+        the cut is redacted too."""
+        if text is None:
+            return None
+        key = self.__key
+        if key:
+            text = text.replace(key, "[redacted]")
+        if limit is None or len(text) <= limit:
             return text
-        return text.replace(self.__key, "[redacted]")
+        text = text[:limit]
+        if key:
+            for n in range(min(len(key) - 1, len(text)), 3, -1):
+                if text.endswith(key[:n]):
+                    return text[:-n] + "[redacted]"
+        return text
 
     def _headers(self) -> dict[str, str]:
         headers = {"Content-Type": "application/json"}
@@ -579,9 +592,18 @@ class OpenAICompatibleBackend(GenerationBackend):
     def _session(self):
         s = getattr(self._local, "session", None)
         if s is None:
-            s = self._requests.Session()
+            from recipematch.llm.watchdog import watched_session
+
+            s = watched_session()
             self._local.session = s
         return s
+
+    def _drop_session(self) -> None:
+        """Forget this thread's session (after a watchdog cut its sockets, none is reused)."""
+        s = getattr(self._local, "session", None)
+        self._local.session = None
+        if s is not None:
+            s.close()
 
     def _body(self, req: GenerationRequest) -> dict[str, Any]:
         messages = [{"role": "user", "content": req.user}]
@@ -630,14 +652,22 @@ class OpenAICompatibleBackend(GenerationBackend):
         exc_t = self._requests.exceptions
         detail = ""
         for attempt in range(self.max_retries + 1):
+            bound = min(self.deadline_s, self.timeout_s)
+            watchdog = CallWatchdog(bound)
             try:
-                t_end = self._clock() + min(self.deadline_s, self.timeout_s)
-                resp = self._session().get(url, headers=self._headers(), timeout=self.timeout_s, stream=True)
-                try:
-                    content = self._read_body(resp, t_end, self.max_response_bytes if resp.status_code == 200
-                                              else 4096)
-                finally:
-                    resp.close()
+                t_end = self._clock() + bound
+                with watchdog:
+                    resp = self._session().get(url, headers=self._headers(), timeout=self.timeout_s, stream=True)
+                    try:
+                        content = self._read_body(resp, t_end, self.max_response_bytes if resp.status_code == 200
+                                                  else 4096)
+                        if watchdog.fired:
+                            raise _DeadlinePassed
+                    finally:
+                        resp.close()
+            except (exc_t.RequestException, _Undecodable) if watchdog.fired else ():
+                detail = f"no complete model list within {bound:g} s"
+                self._drop_session()
             except _BodyTooLarge:
                 raise RecipematchError(f"LLM server {url} sent a model list over {self.max_response_bytes} "
                                        f"bytes (max_response_bytes)") from None
@@ -661,12 +691,12 @@ class OpenAICompatibleBackend(GenerationBackend):
                     return ids
                 if resp.status_code != 429 and resp.status_code < 500:
                     raise RecipematchError(f"LLM server {url} answered HTTP {resp.status_code}: "
-                                           f"{self._scrub(content.decode('utf-8', errors='replace')[:200])}")
+                                           f"{self._scrub(content.decode('utf-8', errors='replace'), 200)}")
                 detail = f"HTTP {resp.status_code}"
             if attempt < self.max_retries:
                 self._sleep(self._delay(attempt, None))
         raise ServerUnreachableError(f"cannot reach the LLM server at {url} after {self.max_retries + 1} "
-                                     f"attempt(s): {self._scrub(detail)[:300]}")
+                                     f"attempt(s): {self._scrub(detail, 300)}")
 
     def _call(self, req: GenerationRequest) -> GenerationResult:
         if req.model_id != self.model:
@@ -688,18 +718,27 @@ class OpenAICompatibleBackend(GenerationBackend):
                 last_error, detail = "timeout", f"call deadline of {self.deadline_s:g} s passed"
                 break
             resp = None
+            watchdog = CallWatchdog(left)
             try:
                 wait = min(self.timeout_s, left)
-                resp = self._session().post(self.url, data=data, headers=self._headers(), timeout=(wait, wait),
-                                            stream=True)
-                status = resp.status_code
-                # an error status's text is only quoted (500 characters), so little of it is read
-                body = self._read_body(resp, t_end, self.max_response_bytes if status == 200 else 4096)
+                with watchdog:  # cuts the sockets at t_end: headers and body alike are bounded
+                    resp = self._session().post(self.url, data=data, headers=self._headers(),
+                                                timeout=(wait, wait), stream=True)
+                    status = resp.status_code
+                    # an error status's text is only quoted (500 characters), so little of it is read
+                    body = self._read_body(resp, t_end, self.max_response_bytes if status == 200 else 4096)
+                    if watchdog.fired:  # a cut connection can end as a short, well-formed read
+                        raise _DeadlinePassed
             except _DeadlinePassed:
                 last_error, detail = "timeout", f"call deadline of {self.deadline_s:g} s passed while reading the answer"
                 break
+            # (the except expression is evaluated when an exception arrives: only a cut call is a timeout)
+            except (exc_t.RequestException, _Undecodable) if watchdog.fired else ():
+                last_error, detail = "timeout", (f"call deadline of {self.deadline_s:g} s passed before the server's "
+                                                 f"answer ended")
+                break
             except _Undecodable as e:
-                last_error, detail = "malformed_response", self._scrub(f"undecodable body: {e}"[:500])
+                last_error, detail = "malformed_response", self._scrub(f"undecodable body: {e}", 500)
             except _BodyTooLarge:
                 return GenerationResult(None, "too_large", attempts=attempt + 1,
                                         detail=f"answer body over max_response_bytes ({self.max_response_bytes} "
@@ -715,19 +754,21 @@ class OpenAICompatibleBackend(GenerationBackend):
                     if isinstance(parsed, GenerationResult):
                         return GenerationResult(
                             self._scrub(parsed.raw_text), parsed.error, attempts=attempt + 1,
-                            finish_reason=parsed.finish_reason, detail=self._scrub(parsed.detail),
+                            finish_reason=self._scrub(parsed.finish_reason, 64), detail=self._scrub(parsed.detail),
                         )
-                    last_error, detail = "malformed_response", self._scrub(parsed)
+                    last_error, detail = "malformed_response", self._scrub(parsed, 500)
                 elif status == 429 or status >= 500:
                     last_error = "http_429" if status == 429 else f"http_{status}"
-                    detail = self._scrub(text[:500])
+                    detail = self._scrub(text, 500)
                     retry_after = resp.headers.get("Retry-After")
                 else:
                     return GenerationResult(None, f"http_{status}", attempts=attempt + 1,
-                                            detail=self._scrub(text[:500]))
+                                            detail=self._scrub(text, 500))
             finally:
                 if resp is not None:
                     resp.close()
+                if watchdog.fired:
+                    self._drop_session()
             if attempt < self.max_retries:
                 if last_error == "connection_error" and self._down.is_set():
                     break
@@ -782,7 +823,7 @@ class OpenAICompatibleBackend(GenerationBackend):
             text = choice["message"]["content"]
             finish = choice.get("finish_reason")
         except (ValueError, KeyError, IndexError, TypeError, AttributeError) as e:
-            return f"malformed response body: {type(e).__name__}: {e}"[:500]
+            return f"malformed response body: {type(e).__name__}: {e}"  # the caller scrubs and cuts it
         if text is None or not isinstance(text, str):
             return GenerationResult(None, "empty_content", finish_reason=finish if isinstance(finish, str) else None)
         return GenerationResult(text, None, finish_reason=finish if isinstance(finish, str) else None)
@@ -823,7 +864,7 @@ class OpenAICompatibleBackend(GenerationBackend):
         try:
             return self._call(req)
         except Exception as e:  # a bug must not lose the other answers of the batch
-            return GenerationResult(None, "backend_exception", detail=self._scrub(f"{type(e).__name__}: {e}"[:500]))
+            return GenerationResult(None, "backend_exception", detail=self._scrub(f"{type(e).__name__}: {e}", 500))
 
 
 _VLLM_MISSING = (
