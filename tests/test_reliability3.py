@@ -349,6 +349,31 @@ def test_the_yaml_loader_bounds_expansion_and_refuses_recursion() -> None:
         load_yaml_text("a: " + "[" * 20_000 + "]" * 20_000 + "\n", "deep.yaml")
 
 
+def test_a_control_character_or_a_huge_file_is_one_line_and_fast(tmp_path: Path) -> None:
+    """Breaker, round two: a control character raised PyYAML's ReaderError as a traceback (the
+    reader checks the text while the loader is built); a 2.4 MB flat list took 70 s and
+    884 MB before the expansion bound was measured."""
+    import subprocess
+    import sys
+
+    from recipematch.config import MAX_YAML_CHARS, load_yaml_text
+    from recipematch.errors import RecipematchError
+
+    text = (REPO / "params.yaml").read_text(encoding="utf-8")
+    bell = tmp_path / "bell.yaml"
+    bell.write_text('x: "\x07bell"\n' + text, encoding="utf-8")
+    out = subprocess.run([sys.executable, "-m", "recipematch.cli", "params", "--check", str(bell)],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr
+    assert "bell.yaml" in out.stderr and "unacceptable character #x0007" in out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1
+    t0 = time.monotonic()
+    with pytest.raises(RecipematchError, match="MAX_YAML_CHARS"):
+        load_yaml_text("a: [" + "1," * 1_200_000 + "1]\n", "flat.yaml")
+    assert time.monotonic() - t0 < 1
+    assert len(text) < MAX_YAML_CHARS // 10  # the bound leaves the shipped params far inside it
+
+
 def test_a_prompt_sidecar_alias_bomb_is_refused(tmp_path: Path) -> None:
     """Before: the same bomb in a sidecar hung ``audit init`` at 2.2 GB."""
     from recipematch.errors import RecipematchError

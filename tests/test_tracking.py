@@ -159,3 +159,43 @@ def test_evaluate_after_a_lost_store_logs_to_a_restored_run_and_rewrites_no_reco
     assert run.data.metrics["probe.R_at_1"] == 50.0
     written = sorted(p.name for p in tmp_path.rglob("*"))
     assert set(written) - set(before) <= {"mlflow.db", "mlflow.db.lock"}
+
+
+def test_a_bad_record_is_one_line_and_writes_nothing(tmp_path):
+    """Breaker, round two: a record with a non-numeric summary or a param name MLflow refuses
+    raised raw ValueError/MlflowException after the run was created; every later restore then
+    skipped the half-written run."""
+    c = tracking.client(f"sqlite:///{tmp_path / 'new.db'}")
+    exp = tracking.experiment_id(c, "t")
+    with pytest.raises(RecipematchError, match=r"seed_14.json: train_loss: 'abc' is not a finite number"):
+        tracking.restore_run(c, exp, {**_record(), "train_loss": "abc"}, run_name="r", tags={},
+                             where="seed_14.json")
+    with pytest.raises(RecipematchError, match="param name 'bad key!@#'"):
+        tracking.restore_run(c, exp, _record(), run_name="r", tags={}, params={"bad key!@#": 1})
+    with pytest.raises(RecipematchError, match="run_key"):
+        tracking.restore_run(c, exp, _record("rk' OR 1=1"), run_name="r", tags={})
+    assert c.search_runs([exp]) == []
+
+
+def test_a_restore_cut_short_is_completed_by_the_next(tmp_path):
+    c = tracking.client(f"sqlite:///{tmp_path / 'new.db'}")
+    exp = tracking.experiment_id(c, "t")
+    # what a restore killed right after creating the run leaves behind
+    run_id, _ = tracking.find_or_create_run(c, exp, "rk-1", "recipe-seed42", {})
+    c.set_tag(run_id, "restored_from_record", "partial")
+    again, restored = tracking.restore_run(c, exp, _record(), run_name="recipe-seed42", tags={}, params={"seed": 42})
+    assert (again, restored) == (run_id, True)
+    run = c.get_run(run_id)
+    assert run.data.tags["restored_from_record"] == "true" and run.data.params["seed"] == "42"
+    assert run.data.metrics["train_loss"] == 1.2 and run.info.status == "FINISHED"
+    assert tracking.restore_run(c, exp, _record(), run_name="recipe-seed42", tags={}) == (run_id, False)
+    assert len(c.search_runs([exp])) == 1
+
+
+@pytest.mark.parametrize("res", [{"tier": {"R@1": None}}, {"tier": {"R@1": "n/a"}}, {"tier": {"R@1": float("nan")}},
+                                 {"tier": [1]}, [1]])
+def test_scores_that_are_not_numbers_are_one_line(res):
+    from recipematch.pipeline.runs import score_metrics
+
+    with pytest.raises(RecipematchError, match="per_seed.json seed 14"):
+        score_metrics(res, 0, "per_seed.json seed 14")

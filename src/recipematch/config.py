@@ -145,6 +145,11 @@ def yaml_error_line(path: str | Path, err: Exception) -> str:
 #: nested levels of nine aliases expand to 387 million nodes from 300 bytes of text.
 MAX_YAML_EXPANSION = 2_000_000
 
+#: The largest YAML text read, in characters (params files are ~10,000; a prompt sidecar a
+#: few thousand): a longer text is refused before parsing, since the parser builds a node
+#: per item before the expansion bound is measured (a 2.4 MB flat list: 70 s, 884 MB).
+MAX_YAML_CHARS = 262_144
+
 
 def _yaml_children(node: yaml.Node) -> list[yaml.Node]:
     if isinstance(node, yaml.SequenceNode):
@@ -200,10 +205,17 @@ def load_yaml_text(text: str, where: str | Path, *, limit: int = MAX_YAML_EXPANS
         The value (``None`` for an empty document).
 
     Raises:
-        RecipematchError: not valid YAML (``FILE:LINE:COLUMN``), more than one document, a
-            repeated key, nesting too deep to parse, or an alias expansion past ``limit``.
+        RecipematchError: longer than :data:`MAX_YAML_CHARS`, a character YAML does not allow,
+            not valid YAML (``FILE:LINE:COLUMN``), more than one document, a repeated key,
+            nesting too deep to parse, or an alias expansion past ``limit``.
     """
-    loader = _Loader(text.lstrip("\ufeff"))
+    if len(text) > MAX_YAML_CHARS:
+        raise RecipematchError(f"{where}: {len(text):,} characters of YAML, more than the {MAX_YAML_CHARS:,} a params "
+                               f"file or prompt sidecar may hold (MAX_YAML_CHARS)")
+    try:
+        loader = _Loader(text.lstrip("\ufeff"))  # the reader checks characters here: inside the try
+    except yaml.YAMLError as e:
+        raise RecipematchError(yaml_error_line(where, e)) from None
     try:
         node = loader.get_single_node()
         if node is None:

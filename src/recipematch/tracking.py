@@ -32,13 +32,14 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import sqlite3
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from recipematch.errors import RecipematchError
+from recipematch.errors import RecipematchError, short_repr
 
 RUN_KEY_TAG = "recipematch.run_key"
 
@@ -297,37 +298,62 @@ def log_metrics_once(c, run_id: str, metrics: Sequence[Any], *, changed: str = "
     return out
 
 
+#: A run key as the stages write it (a SHA-256 hex digest; letters, digits, _ . - allowed):
+#: nothing that could end the quoted search filter it is matched by.
+_RUN_KEY = re.compile(r"^[\w.\-]{1,128}$")
+#: MLflow's rule for a param or tag name (``mlflow.utils.validation``): letters, digits,
+#: ``_ - . /`` and spaces.
+_MLFLOW_NAME = re.compile(r"^[\w\-. /]{1,250}$")
+
+
+def _finite(value: Any, what: str) -> float:
+    """``value`` as a finite float, or a one-line error naming ``what``."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise RecipematchError(f"{what}: {short_repr(value, 60)} is not a finite number")
+    return float(value)
+
+
 def restore_run(c, exp_id: str, record: Mapping[str, Any], *, run_name: str, tags: Mapping[str, str],
-                params: Mapping[str, Any] | None = None) -> tuple[str, bool]:
+                params: Mapping[str, Any] | None = None, where: str = "seed record") -> tuple[str, bool]:
     """The run of a seed record (found by ``record["run_key"]``), re-created from the record
     when the tracking store lost it. Never writes any file. Returns ``(run_id, restored)``.
 
     A re-created run gets the record's hashes (:data:`RECORD_TAGS`) as tags, its summary
     numbers (:data:`RECORD_METRICS`) as step-0 metrics, ``params`` and the tag
-    ``restored_from_record=true``, and is marked FINISHED.
+    ``restored_from_record``: ``partial`` while it is being written, ``true`` once all of it
+    is, so a restore cut short is completed by the next one. Everything is checked before
+    anything is written.
 
     Raises:
-        RecipematchError: the record has no ``run_key``.
+        RecipematchError: the record (``where``) has no well-formed ``run_key``, a summary
+            number that is not a finite number, or a param name MLflow cannot store.
     """
     import time
 
     from mlflow.entities import Metric
 
     run_key = record.get("run_key")
-    if not run_key:
-        raise RecipematchError(f"seed record for run {run_name!r} has no 'run_key'; retrain it")
+    if not isinstance(run_key, str) or not _RUN_KEY.match(run_key):
+        raise RecipematchError(f"{where}: 'run_key' {short_repr(run_key, 80)} is not a run key (letters, digits, _ . -); retrain it")
+    values = {k: _finite(record[k], f"{where}: {k}") for k in RECORD_METRICS if k in record}
+    bad = [k for k in (params or {}) if not isinstance(k, str) or not _MLFLOW_NAME.match(k)]
+    if bad:
+        raise RecipematchError(f"{where}: param name {short_repr(bad[0], 80)} cannot be stored by MLflow "
+                               f"(letters, digits, _ - . / and spaces)")
     run_id = find_run(c, exp_id, run_key)
-    if run_id is not None:
+    if run_id is not None and c.get_run(run_id).data.tags.get("restored_from_record") != "partial":
         return run_id, False
-    run_id, _ = find_or_create_run(c, exp_id, run_key, run_name, tags)
+    if run_id is None:
+        run_id, _ = find_or_create_run(c, exp_id, run_key, run_name, tags)
+        c.set_tag(run_id, "restored_from_record", "partial")
     for k in RECORD_TAGS:
         if k in record:
-            c.set_tag(run_id, k, str(record[k]))
-    c.set_tag(run_id, "restored_from_record", "true")
+            c.set_tag(run_id, k, param_value(record[k], MAX_TAG_CHARS))
     if params:
         log_params_safe(c, run_id, params)
     now = int(time.time() * 1000)
-    log_metrics_once(c, run_id, [Metric(k, float(record[k]), now, 0) for k in RECORD_METRICS if k in record])
+    log_metrics_once(c, run_id, [Metric(k, v, now, 0) for k, v in values.items()])
+    c.set_tag(run_id, "restored_from_record", "true")
     c.set_terminated(run_id, status="FINISHED")
     return run_id, True
 

@@ -25,24 +25,33 @@ log = logging.getLogger("recipematch")
 _SEED_FILE = re.compile(r"^seed_(\d+)\.json$")
 
 
-def trained_run(c, exp_id: str, arm: str, rec: Mapping[str, Any]) -> tuple[str, bool]:
+def trained_run(c, exp_id: str, arm: str, rec: Mapping[str, Any], where: str = "seed record") -> tuple[str, bool]:
     """The run of one trained seed (``rec``: its ``models/<arm>/seed_N.json``), re-created
     with its tags and ``train.*`` params when the store lost it. Returns ``(run_id, restored)``."""
     from recipematch import tracking
 
     seed, cell = str(rec.get("seed")), rec.get("cell", arm)
     return tracking.restore_run(c, exp_id, rec, run_name=f"{arm}-{cell}-seed{seed}",
-                                tags={"arm": arm, "cell": cell, "seed": seed},
+                                tags={"arm": arm, "cell": cell, "seed": seed}, where=where,
                                 params={"arm": arm, "cell": cell, "seed": rec.get("seed"),
                                         **{f"train.{k}": v for k, v in (rec.get("config") or {}).items()}})
 
 
-def score_metrics(res: Mapping[str, Mapping[str, Any]], now: int) -> list:
-    """MLflow metrics of one seed's scores: ``<evaluation>.R_at_<k>`` at step 0."""
+def score_metrics(res: Mapping[str, Mapping[str, Any]], now: int, where: str = "scores") -> list:
+    """MLflow metrics of one seed's scores: ``<evaluation>.R_at_<k>`` at step 0.
+
+    Raises:
+        RecipematchError: ``res`` is not ``{evaluation: {"R@k": number}}`` or a score is not
+            a finite number (naming ``where``, the evaluation and the key).
+    """
     from mlflow.entities import Metric
 
-    return [Metric(f"{t}.{k.replace('@', '_at_')}", float(v), now, 0)
-            for t, r in res.items() for k, v in r.items() if k.startswith("R@")]
+    from recipematch.tracking import _finite
+
+    if not isinstance(res, Mapping) or not all(isinstance(r, Mapping) for r in res.values()):
+        raise RecipematchError(f"{where}: expected {{evaluation: {{'R@k': score}}}}")
+    return [Metric(f"{t}.{k.replace('@', '_at_')}", _finite(v, f"{where}: {t} {k}"), now, 0)
+            for t, r in res.items() for k, v in r.items() if str(k).startswith("R@")]
 
 
 def _seed_records(folder) -> list[tuple[int, dict]]:
@@ -69,7 +78,7 @@ def restore(p, lay: Layout) -> dict[str, int]:
     import time
 
     from recipematch import tracking
-    from recipematch.pipeline.soup import soup_run
+    from recipematch.pipeline.soup import SOUP_RECORD_KEYS, soup_run
 
     uri = mlflow_uri(p.mlflow.tracking_uri, lay)
     c, exp_id = tracking.open_store(uri, p.mlflow.experiment, artifact_location=mlflow_artifacts(lay))
@@ -83,19 +92,25 @@ def restore(p, lay: Layout) -> dict[str, int]:
             per_seed_path = lay.eval_dir(label) / "per_seed.json"
             per_seed = read_json(per_seed_path) if per_seed_path.is_file() else {}
             for seed, rec in _seed_records(folder) if folder.is_dir() else []:
-                if not rec.get("run_key"):
-                    raise RecipematchError(f"{folder / f'seed_{seed}.json'}: no 'run_key'; rerun its stage")
+                where = folder / f"seed_{seed}.json"
+                if not isinstance(rec, Mapping) or not rec.get("run_key"):
+                    raise RecipematchError(f"{where}: no 'run_key'; rerun its stage")
+                res = per_seed.get(str(seed)) if isinstance(per_seed, Mapping) else None
+                # scores checked before any run is written: a bad file leaves the store as it was
+                metrics = None if res is None else score_metrics(res, now, f"{per_seed_path} seed {seed}")
                 if kind == "trained":
-                    run_id, restored = trained_run(c, exp_id, label, rec)
+                    run_id, restored = trained_run(c, exp_id, label, rec, where=str(where))
                 else:
+                    missing = [k for k in SOUP_RECORD_KEYS if k not in rec]
+                    if missing:
+                        raise RecipematchError(f"{where}: lacks {missing}; rerun its soup stage")
                     run_id, restored = soup_run(c, exp_id, rec)
                 out["runs"] += 1
                 out["restored"] += int(restored)
-                res = per_seed.get(str(seed))
-                if res is None:
+                if metrics is None:
                     out["without_scores"] += 1
                     continue
-                counts = tracking.log_metrics_once(c, run_id, score_metrics(res, now), changed="supersede")
+                counts = tracking.log_metrics_once(c, run_id, metrics, changed="supersede")
                 out["scores_logged"] += counts["logged"]
                 c.set_terminated(run_id, status="FINISHED")
     log.info("runs restore: %d runs (%d re-created), %d scores logged, %d runs without scores yet",

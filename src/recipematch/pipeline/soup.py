@@ -86,6 +86,11 @@ def run(p, lay: Layout, arm: str, alpha: str) -> dict:
     return write_results(lay, label, frames, per_model, ks=p.evaluate.ks)
 
 
+#: What :func:`soup_run` reads from a soup's seed record.
+SOUP_RECORD_KEYS = ("seed", "label", "arm", "alpha", "kind", "base_model", "query_instruction", "run_key",
+                    "checkpoint_sha256", "finetuned_checkpoint_sha256")
+
+
 def soup_run(c, exp_id: str, rec: Mapping[str, Any]) -> tuple[str, bool]:
     """The run of one (soup, seed) (``rec``: its ``artifacts/soups/<label>/seed_N.json``), found
     by its run key or created with its params and checkpoint hashes. Returns
