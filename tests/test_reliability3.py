@@ -726,3 +726,30 @@ def test_runs_restore_recreates_lost_runs_from_what_dvc_keeps(tmp_path: Path) ->
     (arm / "seed_14.json").write_text(json.dumps({**recs[14], "run_key": ""}))
     res = CliRunner().invoke(main, ["runs", "restore", "--root", str(tmp_path)])
     assert res.exit_code == 2 and "seed_14.json: no 'run_key'" in res.output
+
+
+@pytest.mark.parametrize("edit", [("  chat_template_kwargs: {k: !!set {a, b}}\n", "not a JSON value"),
+                                  ("  chat_template_kwargs: {k: 2020-01-01}\n", "not a JSON value"),
+                                  ("  chat_template_kwargs: {1: x}\n", "not text"),
+                                  ('  query_instruction: "a\\ud800b"\n', "lone surrogate")])
+def test_params_check_refuses_values_that_would_fail_later(tmp_path: Path, edit) -> None:
+    """Breaker, round two: these passed ``params --check`` and failed in a request or in
+    MLflow ("surrogates not allowed")."""
+    from click.testing import CliRunner
+
+    from recipematch.cli import main
+
+    line, message = edit
+    text = (REPO / "params.yaml").read_text(encoding="utf-8")
+    if "chat_template" in line:
+        assert "\nllm:\n" in text
+        text = text.replace("\nllm:\n", "\nllm:\n" + line, 1)
+    else:
+        old = '\n  query_instruction: ""'
+        assert old in text
+        text = text.replace(old, "\n" + line.rstrip("\n"), 1)
+    p = tmp_path / "params.yaml"
+    p.write_text(text, encoding="utf-8")
+    res = CliRunner().invoke(main, ["params", "--check", str(p)])
+    assert res.exit_code == 2 and message in res.output, res.output
+    assert "Traceback" not in res.output

@@ -323,6 +323,7 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:
             if bad:
                 raise RecipematchError(f"{where}: names must be text, got {short_repr(bad[0], 120)}")
             return {k: _build(v, args[1], f"{where}.{k}") for k, v in value.items()}
+        _check_json(value, where)  # a free mapping is sent or hashed as JSON (chat_template_kwargs)
         return dict(value)
     if dataclasses.is_dataclass(tp):
         return _build(value, tp, where)
@@ -345,8 +346,47 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:
     if tp is str:
         if not isinstance(value, str):
             raise RecipematchError(f"{where}: expected a string, got {short_repr(value, 120)}")
+        _check_text(value, where)
         return value
     return value
+
+
+def _check_text(value: str, where: str) -> None:
+    """Refuse a string that is not valid Unicode text (a lone surrogate from a ``\\ud800``
+    escape: no file, prompt or MLflow param can hold it)."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise RecipematchError(f"{where}: holds a lone surrogate (U+{ord(value[e.start]):04X} at character "
+                               f"{e.start}), not text") from None
+
+
+def _check_json(value: Any, where: str, depth: int = 0) -> None:
+    """Refuse what JSON cannot carry: YAML sets, dates, binary, non-text keys, non-finite
+    numbers, lone surrogates."""
+    if depth > 100:
+        raise RecipematchError(f"{where}: nested more than 100 levels")
+    if value is None or isinstance(value, bool) or isinstance(value, int):
+        return
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise RecipematchError(f"{where}: {value} is not a JSON number")
+        return
+    if isinstance(value, str):
+        _check_text(value, where)
+        return
+    if isinstance(value, (list, tuple)):
+        for i, v in enumerate(value):
+            _check_json(v, f"{where}[{i}]", depth + 1)
+        return
+    if isinstance(value, Mapping):
+        for k, v in value.items():
+            if not isinstance(k, str):
+                raise RecipematchError(f"{where}: key {short_repr(k, 60)} is not text (JSON keys are)")
+            _check_text(k, where)
+            _check_json(v, f"{where}.{k}", depth + 1)
+        return
+    raise RecipematchError(f"{where}: a {type(value).__name__} ({short_repr(value, 60)}) is not a JSON value")
 
 
 def _check_value(v: Any, md: Mapping[str, Any], where: str) -> None:
