@@ -232,3 +232,44 @@ def test_a_run_whose_weights_did_not_move_fails(tiny_model, tmp_path):
     with pytest.raises(ValueError, match="no weight moved"):
         train_one(_rows(), base_model=str(tiny_model), out_dir=tmp_path / "m", seed=0, cfg=cfg, progress=False)
     assert not (tmp_path / "m").exists()
+
+
+
+def test_a_run_that_moves_the_weights_by_rounding_only_fails(tiny_model, tmp_path):
+    """Breaker, round two: train.lr 1e-9 passed the bit-exact check (largest change 1.9e-9)."""
+    import dataclasses
+
+    cfg = dataclasses.replace(_cfg(), lr=1e-9)
+    with pytest.raises(ValueError, match=r"the weights moved by .* \(relative\), under 1e-06"):
+        train_one(_rows(), base_model=str(tiny_model), out_dir=tmp_path / "m", seed=0, cfg=cfg, progress=False)
+    assert not (tmp_path / "m").exists()
+
+
+def test_a_negative_equal_to_its_positive_at_batch_one_is_refused(tiny_model, tmp_path):
+    """Breaker, round two: two slots, one distinct candidate, passed the slot count."""
+    import dataclasses
+
+    rows = [{**r, "negatives": [{"text": r["positive"]}]} if r.get("split") == "train" else r for r in _rows()]
+    cfg = dataclasses.replace(_cfg(), batch_size=1, mini_batch_size=1)
+    with pytest.raises(ValueError, match="identical to the positive"):
+        train_one(rows, base_model=str(tiny_model), out_dir=tmp_path / "m", seed=0, cfg=cfg, progress=False)
+
+
+def test_relative_weight_change_measures_the_trainable_weights():
+    import torch
+
+    from recipematch.training import _trainable_snapshot, relative_weight_change
+
+    m = torch.nn.Linear(3, 2)
+    frozen = torch.nn.Linear(3, 2)
+    frozen.weight.requires_grad_(False)
+    frozen.bias.requires_grad_(False)
+    model = torch.nn.Sequential(m, frozen)
+    snap = _trainable_snapshot(model)
+    assert relative_weight_change(model, snap) == 0.0
+    with torch.no_grad():
+        frozen.weight += 1.0  # a frozen layer does not count
+        assert relative_weight_change(model, snap) == 0.0
+        m.weight.mul_(2.0)
+        m.bias.mul_(2.0)
+    assert relative_weight_change(model, snap) == pytest.approx(1.0)

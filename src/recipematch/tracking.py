@@ -44,7 +44,8 @@ from recipematch.errors import RecipematchError, short_repr
 RUN_KEY_TAG = "recipematch.run_key"
 
 #: The summary numbers of a seed record that a restored run gets back as step-0 metrics.
-RECORD_METRICS = ("dev_accuracy_before", "dev_accuracy_best", "train_loss", "train_examples")
+RECORD_METRICS = ("dev_accuracy_before", "dev_accuracy_best", "train_loss", "relative_weight_change",
+                  "train_examples")
 #: The hashes of a seed record that a restored run gets back as tags.
 RECORD_TAGS = ("pair_file_sha256", "gate_list_sha256", "checkpoint_sha256")
 

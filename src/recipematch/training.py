@@ -358,16 +358,31 @@ def _sort_adapter_config(path: Path) -> None:
 
 
 
-def _weights_digest(model) -> str:
-    """SHA-256 over every trainable parameter's bytes (a training run must move at least one)."""
-    import hashlib
+#: The least relative change ||w_after - w_before|| / ||w_before|| over the trainable weights
+#: for a run to count as trained: below one part in a million the checkpoint is the base
+#: model in all but rounding (a breaker's train.lr 1e-9 run changed no weight by more than
+#: 1.9e-9). Each run records its own change (``relative_weight_change`` in its seed record).
+MIN_RELATIVE_WEIGHT_CHANGE = 1e-6
 
-    h = hashlib.sha256()
-    for name, prm in model.named_parameters():
-        if prm.requires_grad:
-            h.update(name.encode())
-            h.update(prm.detach().cpu().contiguous().numpy().tobytes())
-    return h.hexdigest()
+
+def _trainable_snapshot(model) -> list:
+    """Copies of every trainable parameter (same device and dtype), to measure the change."""
+    return [prm.detach().clone() for prm in model.parameters() if prm.requires_grad]
+
+
+def relative_weight_change(model, snapshot) -> float:
+    """||w - w_0|| / ||w_0|| over the trainable parameters (``snapshot`` from before training),
+    in float64; ``inf`` when the snapshot is all zeros and something moved."""
+    import torch
+
+    diff = base = 0.0
+    for prm, w0 in zip((p for p in model.parameters() if p.requires_grad), snapshot):
+        d = (prm.detach() - w0).double()
+        diff += float(torch.sum(d * d))
+        base += float(torch.sum(w0.double() * w0.double()))
+    if base == 0.0:
+        return math.inf if diff > 0 else 0.0
+    return math.sqrt(diff / base)
 
 
 def contrastive_loss(model, cfg):
@@ -438,6 +453,13 @@ def train_one(rows: Sequence[Mapping[str, Any]], *, base_model: str, out_dir: Pa
         # Eq. 1's in-batch softmax over one candidate is constant: loss and gradient are exactly 0
         raise ValueError(f"train.batch_size={cfg.batch_size} with (anchor, positive) pairs gives each anchor one "
                          "candidate: the in-batch loss is constant and nothing trains; use train.batch_size >= 2")
+    if "triplets" in datasets and cfg.batch_size < 2:
+        same = sum(p == n for p, n in zip(trip["positive"], trip["negative"]))
+        if same:
+            # a negative equal to its positive is the same candidate twice: one distinct text per softmax
+            raise ValueError(f"train.batch_size={cfg.batch_size}: {same} triplet(s) have a negative identical to "
+                             "the positive, so their anchor sees one distinct candidate and nothing trains; "
+                             "use train.batch_size >= 2")
     dev = with_instruction(dev_triplets(dev_rows, seed=seed, limit=cfg.max_dev_triplets, fallback=train_rows),
                            cfg.query_instruction)
     if not dev["anchor"]:
@@ -490,11 +512,15 @@ def train_one(rows: Sequence[Mapping[str, Any]], *, base_model: str, out_dir: Pa
             loss={k: loss for k in datasets} if len(datasets) > 1 else loss, evaluator=evaluator,
             callbacks=[_History()],
         )
-        before_w = _weights_digest(model)
+        before_w = _trainable_snapshot(model)
         result = trainer.train()
-        if _weights_digest(model) == before_w:
-            raise ValueError(f"training ran {int(result.global_step)} steps but no weight moved (loss "
-                             f"{float(result.training_loss):.3g}); the checkpoint would be the base model")
+        moved = relative_weight_change(model, before_w)
+        del before_w
+        if moved < MIN_RELATIVE_WEIGHT_CHANGE:
+            what = "no weight moved" if moved == 0 else f"the weights moved by {moved:.2g} (relative)"
+            raise ValueError(f"training ran {int(result.global_step)} steps but {what}, under "
+                             f"{MIN_RELATIVE_WEIGHT_CHANGE:g} (loss {float(result.training_loss):.3g}); the checkpoint "
+                             "would be the base model: raise train.lr or check the batch")
         best = evaluator(model)
         save_checkpoint(model, out_dir)
     finally:
@@ -506,6 +532,7 @@ def train_one(rows: Sequence[Mapping[str, Any]], *, base_model: str, out_dir: Pa
         "dev_triplets": len(dev["anchor"]), "steps": int(result.global_step), "eval_steps": eval_steps,
         "sampler": sampler_reports, "dev_accuracy_before": float(before.get("dev_cosine_accuracy", math.nan)),
         "dev_accuracy_best": float(best.get("dev_cosine_accuracy", math.nan)),
-        "train_loss": float(result.training_loss), "history": history, "config": cfg.identity(),
+        "train_loss": float(result.training_loss), "relative_weight_change": moved, "history": history,
+        "config": cfg.identity(),
         **({"replay_rows": n_replay} if n_replay else {}),
     }

@@ -170,6 +170,7 @@ def run(p, lay: Layout, arm: str, *, progress: bool = True, engine=None) -> dict
             metrics = [Metric("dev_accuracy_before", result["dev_accuracy_before"], now, 0),
                        Metric("dev_accuracy_best", result["dev_accuracy_best"], now, 0),
                        Metric("train_loss", result["train_loss"], now, 0),
+                       Metric("relative_weight_change", result["relative_weight_change"], now, 0),
                        Metric("train_examples", result["train_examples"], now, 0),
                        Metric("gate_again_rows_dropped", j["gate_again"]["rows_dropped"], now, 0),
                        Metric("replay_rows", result.get("replay_rows", 0), now, 0)]
