@@ -188,34 +188,26 @@ class RawServer:
         self.sock.close()
 
 
-def _header_trickle(conn, stop) -> None:
-    conn.sendall(b"HTTP/1.1 200 OK\r\nX-Pad: ")
-    while not stop.is_set():
-        conn.sendall(b"a")
-        time.sleep(0.1)
+def _endless(name: str, head: bytes, piece: bytes, interval_s: float):
+    """A handler that sends ``head`` once, then ``piece`` every ``interval_s`` until stopped."""
+
+    def handler(conn, stop) -> None:
+        conn.sendall(head)
+        while not stop.is_set():
+            conn.sendall(piece)
+            time.sleep(interval_s)
+
+    handler.__name__ = name
+    return handler
 
 
-def _continue_flood(conn, stop) -> None:
-    while not stop.is_set():
-        conn.sendall(b"HTTP/1.1 100 Continue\r\n\r\n")
-        time.sleep(0.01)
-
-
-def _trailer_flood(conn, stop) -> None:
-    conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
-                 b"5\r\nhello\r\n0\r\n")
-    while not stop.is_set():
-        conn.sendall(b"X-T: 1\r\n")
-        time.sleep(0.05)
-
-
-def _deflate_nothing(conn, stop) -> None:
-    # a deflate stream of empty stored blocks: bytes keep coming, nothing ever decodes
-    conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Encoding: deflate\r\nContent-Length: 100000000\r\n\r\n"
-                 b"\x78\x01")
-    while not stop.is_set():
-        conn.sendall(b"\x00\x00\x00\xff\xff" * 20)
-        time.sleep(0.02)
+_header_trickle = _endless("header_trickle", b"HTTP/1.1 200 OK\r\nX-Pad: ", b"a", 0.1)
+_continue_flood = _endless("continue_flood", b"", b"HTTP/1.1 100 Continue\r\n\r\n", 0.01)
+_trailer_flood = _endless("trailer_flood", b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                          b"Transfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n", b"X-T: 1\r\n", 0.05)
+# a deflate stream of empty stored blocks: bytes keep coming, nothing ever decodes
+_deflate_nothing = _endless("deflate_nothing", b"HTTP/1.1 200 OK\r\nContent-Encoding: deflate\r\n"
+                            b"Content-Length: 100000000\r\n\r\n\x78\x01", b"\x00\x00\x00\xff\xff" * 20, 0.02)
 
 
 @pytest.mark.parametrize("fault", [_header_trickle, _continue_flood, _trailer_flood, _deflate_nothing],

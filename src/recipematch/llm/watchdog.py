@@ -89,7 +89,9 @@ def _register(conn) -> None:
         wd.register(getattr(conn, "sock", None))
 
 
-class _WatchedHTTPConnection(urllib3.connection.HTTPConnection):
+class _Watched:
+    """Mixin for a urllib3 connection: register the socket on connect and before each response."""
+
     def connect(self) -> None:
         super().connect()
         _register(self)
@@ -99,14 +101,12 @@ class _WatchedHTTPConnection(urllib3.connection.HTTPConnection):
         return super().getresponse(*args, **kwargs)
 
 
-class _WatchedHTTPSConnection(urllib3.connection.HTTPSConnection):
-    def connect(self) -> None:
-        super().connect()
-        _register(self)
+class _WatchedHTTPConnection(_Watched, urllib3.connection.HTTPConnection):
+    pass
 
-    def getresponse(self, *args, **kwargs):
-        _register(self)
-        return super().getresponse(*args, **kwargs)
+
+class _WatchedHTTPSConnection(_Watched, urllib3.connection.HTTPSConnection):
+    pass
 
 
 class _WatchedHTTPPool(urllib3.connectionpool.HTTPConnectionPool):
