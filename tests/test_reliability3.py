@@ -426,9 +426,11 @@ def test_a_folder_numbering_queries_and_documents_apart_keeps_its_golds(tmp_path
 
 def test_masking_by_id_alone_is_still_available_and_says_what_it_did(tmp_path: Path) -> None:
     res, s = _cli(tmp_path, "--self-mask", "id")
-    assert res.exit_code == 0, res.output
-    assert s["R@1"] == 0.0 and s["n_queries_self_masked"] == 3 and s["n_queries_self_gold_removed"] == 3
-    assert "self-mask id: 3 queries' own corpus entries masked" in res.output
+    # by id alone each query's gold is its "own" entry: nothing left to find, refused in one
+    # line (before: scored R@1 0 with a raw warning)
+    assert res.exit_code == 2 and s is None, res.output
+    assert "3 queries have their own masked corpus entry as their only gold" in res.output
+    assert "Traceback" not in res.output and len(res.output.strip().splitlines()) == 1
     res, s = _cli(tmp_path, "--self-mask", "id", "--no-self-mask")
     assert res.exit_code == 2 and "disagree" in res.output
 
@@ -445,6 +447,12 @@ def test_the_papers_own_entry_is_still_masked() -> None:
     assert (own.n_masked, own.n_id_match_not_masked) == (2, 1)
     assert own_entries(["a", "c"], ["x", "y"], ["a", "c"], docs[:1] + docs[2:], "id").index.tolist() == [0, 1]
     assert own_entries(["a"], ["Solve x+1=2."], ["a"], docs[:1], "none").index.tolist() == [-1]
+    # the same text in another Unicode form or with invisible characters is the same text;
+    # an empty query matches nothing, not an entry with an empty text and a title
+    nfd = "Re\u0301sume\u0301 x"
+    own = own_entries(["a", "b", "c"], [nfd, "", "y\u200bz\ufeff"], ["a", "b", "c"],
+                      [{"text": "R\u00e9sum\u00e9 x"}, {"title": "T", "text": ""}, {"text": "yz"}], "id_and_text")
+    assert own.index.tolist() == [0, -1, 2] and (own.n_masked, own.n_id_match_not_masked) == (2, 1)
     with pytest.raises(ValueError):
         own_entries(["a"], ["x"], ["a"], docs[:1], "by_title")
 
@@ -461,8 +469,10 @@ def test_an_evaluation_declares_its_rule_and_a_bad_one_is_refused(tmp_path: Path
     with pytest.raises(RecipematchError, match="self_mask"):
         _build({**base, "self_mask": "title"}, EvaluationConfig, "evaluations.x")
     bset = load_set(SEPARATE, "plain", self_mask="id")
-    s, _ = score(bset, BM25, ks=(1,), bm25_k1=1.5, bm25_b=0.75)  # the set's rule, no argument
-    assert s["self_mask_rule"] == "id" and s["R@1"] == 0.0
+    with pytest.raises(RecipematchError, match="only gold"):  # the set's rule, no argument
+        score(bset, BM25, ks=(1,), bm25_k1=1.5, bm25_b=0.75)
+    s, _ = score(load_set(SEPARATE, "plain", self_mask="none"), BM25, ks=(1,), bm25_k1=1.5, bm25_b=0.75)
+    assert s["self_mask_rule"] == "none" and s["R@1"] == 100.0
     with pytest.raises(RecipematchError, match="self-masking rule"):
         load_set(SEPARATE, "plain", self_mask="both")
 

@@ -169,13 +169,18 @@ def test_tie_spilling_over_the_cut_is_resolved_by_id():
 def test_query_listing_itself_as_gold_is_masked_and_counted():
     corpus = {"q": {"title": "", "text": "A"}, "g": {"title": "", "text": "A B"},
               "x": {"title": "", "text": "A C D"}}
-    with pytest.warns(UserWarning, match="list their own corpus entry as a gold"):
+    import warnings
+
+    from recipematch.errors import RecipematchError
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # counted in the summary, not a raw Python warning
         s, pq = evaluate(OneHot(), corpus, {"q": "A"}, {"q": {"q": 1, "g": 1}}, self_mask=True)
     assert pq["rank"].tolist() == [0] and pq["self_gold_removed"].tolist() == [True]
     assert pq["n_gold"].tolist() == [1] and s["n_queries_self_gold_removed"] == 1
-    with pytest.warns(UserWarning):
-        _, pq = evaluate(OneHot(), corpus, {"q": "A"}, {"q": {"q": 1}}, self_mask=True)
-    assert pq["rank"].tolist() == [NO_GOLD]  # nothing left to find: a miss
+    # its only gold is itself: nothing left to find, refused rather than scored as a miss
+    with pytest.raises(RecipematchError, match=r"1 queries have their own masked corpus entry as their only gold"):
+        evaluate(OneHot(), corpus, {"q": "A"}, {"q": {"q": 1}}, self_mask=True)
     _, pq = evaluate(OneHot(), corpus, {"q": "A"}, {"q": {"q": 1}}, self_mask=False)
     assert pq["rank"].tolist() == [0]
 

@@ -40,7 +40,8 @@ Rules, identical in every path (fresh encode, cached embeddings, any ``chunk_siz
   separately) stays in the ranking and is counted (``n_queries_id_match_not_masked``).
   ``id`` masks by id alone, ``none`` masks nothing. If a masked entry is also listed as one
   of the query's golds, it is dropped from the gold set and counted
-  (``self_gold_removed``; the peer only warned). A document with the query's exact text
+  (``self_gold_removed``; the peer only warned); a query whose *only* gold it was has nothing
+  left to find and the evaluation is refused (``RecipematchError`` naming such queries). A document with the query's exact text
   under another id (a *text twin*, e.g. an exact reprint) is never masked; if it is a gold
   it is a hit, if not it competes. Their number is reported per query (``n_text_twins``, texts
   compared after whitespace normalisation) so analyses can slice them out.

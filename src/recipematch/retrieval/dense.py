@@ -11,7 +11,6 @@ rule (the scoring entry points pass that).
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -19,6 +18,7 @@ import numpy as np
 import torch
 
 from recipematch.beir import positive_qrels
+from recipematch.errors import RecipematchError, short_repr
 
 __all__ = ["NO_GOLD", "RankDetails", "default_chunk_size", "rank_of_gold", "search_topk",
            "gold_beats_near_misses"]
@@ -97,9 +97,13 @@ def _gold_index(query_ids, doc_ids, qrels, self_idx) -> _GoldIndex:
                 continue
             flat.append(j)
         ptr.append(len(flat))
-    if removed.any():
-        warnings.warn(f"{int(removed.sum())} queries list their own corpus entry as a gold; "
-                      "it is masked and dropped from their gold set", stacklevel=3)
+    emptied = [query_ids[i] for i in np.flatnonzero(removed) if ptr[i + 1] == ptr[i]]
+    if emptied:
+        raise RecipematchError(
+            f"{len(emptied)} queries have their own masked corpus entry as their only gold "
+            f"(e.g. {short_repr(emptied[:3], 120)}): with it masked there is nothing to find, and "
+            "scoring them as misses would be wrong. Fix the qrels, or declare the evaluation's "
+            "self_mask rule (id_and_text masks only an entry holding the query's own text; none masks nothing)")
     return _GoldIndex(np.asarray(ptr, dtype=np.int64), np.asarray(flat, dtype=np.int64),
                       removed)
 
@@ -218,7 +222,8 @@ def rank_of_gold(
 
     Raises:
         ValueError: shapes disagree, NaN/inf embeddings, duplicate doc ids, or a gold id
-            that is not in ``doc_ids``.
+            that is not in ``doc_ids``; :class:`recipematch.errors.RecipematchError` (a
+            ``ValueError``) when a query's only gold is its own masked entry.
     """
     q = _as_f32(query_emb, "query_emb")
     d = _as_f32(doc_emb, "doc_emb")

@@ -6,9 +6,10 @@ The paper's sets put every query's row in the corpus under the query's id, so "o
 queries and documents separately, so an id match there is an unrelated document, sometimes a
 gold. The rule is therefore declared, one of :data:`SELF_MASK_RULES`:
 
-- ``id_and_text`` (the default): mask the entry with the query's id only when its text,
-  whitespace-normalised, equals the query's (its ``text`` field or its embedded
-  ``title + text``). An id match with other text is ranked like any document and counted
+- ``id_and_text`` (the default): mask the entry with the query's id only when its text equals
+  the query's (its ``text`` field or its embedded ``title + text``), both compared in Unicode
+  NFC with zero-width characters removed and whitespace collapsed. An empty query text matches
+  nothing. An id match with other text is ranked like any document and counted
   (``n_id_match_not_masked``).
 - ``id``: mask the entry with the query's id whatever its text (a set whose own entries were
   re-rendered, e.g. with a title).
@@ -18,6 +19,7 @@ gold. The rule is therefore declared, one of :data:`SELF_MASK_RULES`:
 from __future__ import annotations
 
 import re
+import unicodedata
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -32,10 +34,12 @@ __all__ = ["SELF_MASK_RULES", "DEFAULT_SELF_MASK", "OwnEntries", "resolve_rule",
 DEFAULT_SELF_MASK = SELF_MASK_RULES[0]
 
 _WS = re.compile(r"\s+")
+#: zero-width space, non-joiner, joiner, word joiner and byte-order mark: invisible, dropped before comparing
+_ZERO_WIDTH = re.compile("[\u200b\u200c\u200d\u2060\ufeff]")
 
 
 def _norm(t: str) -> str:
-    return _WS.sub(" ", t).strip()
+    return _WS.sub(" ", _ZERO_WIDTH.sub("", unicodedata.normalize("NFC", t))).strip()
 
 
 def resolve_rule(self_mask: bool | str) -> str:
@@ -126,7 +130,7 @@ def own_entries(
                 index[i] = j
                 continue
             row, q = docs[j], _norm(qt)
-            if q == _norm(row.get("text") or "") or q == _norm(doc_text(row)):
+            if q and (q == _norm(row.get("text") or "") or q == _norm(doc_text(row))):
                 index[i] = j
             else:
                 mismatched += 1
