@@ -11,6 +11,7 @@ import resource
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 from test_llm_support import MODEL, SAMPLING, ChatServer
 
@@ -468,9 +469,19 @@ def test_an_evaluation_declares_its_rule_and_a_bad_one_is_refused(tmp_path: Path
     assert _build({**base, "self_mask": "id"}, EvaluationConfig, "evaluations.x").self_mask == "id"
     with pytest.raises(RecipematchError, match="self_mask"):
         _build({**base, "self_mask": "title"}, EvaluationConfig, "evaluations.x")
-    bset = load_set(SEPARATE, "plain", self_mask="id")
-    with pytest.raises(RecipematchError, match="only gold"):  # the set's rule, no argument
-        score(bset, BM25, ks=(1,), bm25_k1=1.5, bm25_b=0.75)
+    # by id alone every query's only gold is its "own" entry: refused while loading, before any
+    # model (breaker, round three: it was refused only when ranking began, after the encoding)
+    with pytest.raises(RecipematchError, match=r"set 'separate_ids': 3 queries have their own masked corpus entry"):
+        load_set(SEPARATE, "plain", self_mask="id")
+    from recipematch.benchmarks_data import BenchmarkSet
+    from recipematch.retrieval.selfmask import check_own_only_golds
+
+    mixed = BenchmarkSet(name="m", corpus={"q": {"text": "a"}, "g": {"text": "b"}}, queries={"q": "a"},
+                         qrels={"q": {"q": 1, "g": 1}}, query_ids=["q"])
+    check_own_only_golds(mixed)  # another gold remains: scored, the own entry dropped and counted
+    with pytest.raises(RecipematchError, match="only gold"):  # the ranking's own check stays behind it
+        score(BenchmarkSet(name="o", corpus={"q": {"text": "a"}, "g": {"text": "b"}}, queries={"q": "a"},
+                           qrels={"q": {"q": 1}}, query_ids=["q"]), BM25, ks=(1,), bm25_k1=1.5, bm25_b=0.75)
     s, _ = score(load_set(SEPARATE, "plain", self_mask="none"), BM25, ks=(1,), bm25_k1=1.5, bm25_b=0.75)
     assert s["self_mask_rule"] == "none" and s["R@1"] == 100.0
     with pytest.raises(RecipematchError, match="self-masking rule"):
@@ -733,7 +744,10 @@ def test_runs_restore_recreates_lost_runs_from_what_dvc_keeps(tmp_path: Path) ->
 @pytest.mark.parametrize("edit", [("  chat_template_kwargs: {k: !!set {a, b}}\n", "not a JSON value"),
                                   ("  chat_template_kwargs: {k: 2020-01-01}\n", "not a JSON value"),
                                   ("  chat_template_kwargs: {1: x}\n", "not text"),
-                                  ('  query_instruction: "a\\ud800b"\n', "lone surrogate")])
+                                  ('  query_instruction: "a\\ud800b"\n', "lone surrogate"),
+                                  # breaker, round three: a huge integer passed, or gave a traceback
+                                  ("  chat_template_kwargs: {a: 0x" + "F" * 4000 + "}\n", "bits is not a JSON number"),
+                                  ("  chat_template_kwargs: {a: " + "9" * 5000 + "}\n", "a value cannot be read")])
 def test_params_check_refuses_values_that_would_fail_later(tmp_path: Path, edit) -> None:
     """Breaker, round two: these passed ``params --check`` and failed in a request or in
     MLflow ("surrogates not allowed")."""
@@ -755,3 +769,19 @@ def test_params_check_refuses_values_that_would_fail_later(tmp_path: Path, edit)
     res = CliRunner().invoke(main, ["params", "--check", str(p)])
     assert res.exit_code == 2 and message in res.output, res.output
     assert "Traceback" not in res.output
+
+
+def test_near_misses_and_text_twins_follow_the_self_mask_rule() -> None:
+    """Breaker, round three: the near-miss score dropped any gold whose id is the query's,
+    whatever the rule; the text-twin count compared texts another way than the own-entry rule."""
+    from recipematch.retrieval.dense import gold_beats_near_misses
+    from recipematch.retrieval.results import _text_twins
+
+    q = np.asarray([[1.0, 0.0]], dtype=np.float32)
+    d = np.asarray([[1.0, 0.0], [0.6, 0.8]], dtype=np.float32)  # "q" (a gold under its id), "n" a near-miss
+    qrels, nm = {"q": {"q": 1}}, {"q": ["n"]}
+    assert gold_beats_near_misses(q, d, ["q"], ["q", "n"], qrels, nm, self_mask=np.asarray([-1])).tolist() == [1.0]
+    masked = gold_beats_near_misses(q, d, ["q"], ["q", "n"], qrels, nm, self_mask=np.asarray([0]))
+    assert np.isnan(masked).all()  # its own entry masked: no gold left to compare
+    assert _text_twins(["q1"], ["how do apples grow"], ["d9"], ["how do\u200b apples grow"]).tolist() == [1]
+    assert _text_twins(["q1"], ["R\u00e9sum\u00e9"], ["d9"], ["Re\u0301sume\u0301"]).tolist() == [1]

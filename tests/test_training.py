@@ -249,10 +249,17 @@ def test_a_negative_equal_to_its_positive_at_batch_one_is_refused(tiny_model, tm
     """Breaker, round two: two slots, one distinct candidate, passed the slot count."""
     import dataclasses
 
-    rows = [{**r, "negatives": [{"text": r["positive"]}]} if r.get("split") == "train" else r for r in _rows()]
     cfg = dataclasses.replace(_cfg(), batch_size=1, mini_batch_size=1)
-    with pytest.raises(ValueError, match="identical to the positive"):
-        train_one(rows, base_model=str(tiny_model), out_dir=tmp_path / "m", seed=0, cfg=cfg, progress=False)
+    # breaker, round three: a trailing space, or a difference past max_seq_length, is the same
+    # input to the model and passed a comparison of raw strings
+    long = " w1" * 20  # past max_seq_length (16 tokens)
+    for pos, neg in ((lambda t: t, lambda t: t), (lambda t: t, lambda t: t + " "),
+                     (lambda t: t + long, lambda t: t + long + " w2")):
+        rows = [{**r, "positive": pos(r["positive"]), "negatives": [{"text": neg(r["positive"])}]}
+                if r.get("split") == "train" else r for r in _rows()]
+        with pytest.raises(ValueError, match="a negative the model reads as its positive"):
+            train_one(rows, base_model=str(tiny_model), out_dir=tmp_path / "m", seed=0, cfg=cfg, progress=False)
+        assert not (tmp_path / "m").exists()
 
 
 def test_relative_weight_change_measures_the_trainable_weights():

@@ -550,8 +550,12 @@ def load_set(folder: str | os.PathLike, rule: str, *, split: str = "test",
     if self_mask not in SELF_MASK_RULES:
         raise RecipematchError(f"set {name or Path(folder).name!r}: unknown self-masking rule {short_repr(self_mask, 40)}; "
                                f"expected one of {list(SELF_MASK_RULES)}")
-    bset = RULE_LOADERS[rule](folder, split=split, name=name or Path(folder).name)
-    return dataclasses.replace(bset, self_mask=self_mask)
+    from recipematch.retrieval.selfmask import check_own_only_golds
+
+    bset = dataclasses.replace(RULE_LOADERS[rule](folder, split=split, name=name or Path(folder).name),
+                               self_mask=self_mask)
+    check_own_only_golds(bset)  # before any model loads
+    return bset
 
 
 # --------------------------------------------------------------------------- cross-language folder

@@ -226,6 +226,8 @@ def load_yaml_text(text: str, where: str | Path, *, limit: int = MAX_YAML_EXPANS
         raise RecipematchError(yaml_error_line(where, e)) from None
     except RecursionError:
         raise RecipematchError(f"{where}: nested too deeply to read (thousands of levels of brackets)") from None
+    except ValueError as e:  # e.g. an integer of more digits than Python converts (sys.get_int_max_str_digits)
+        raise RecipematchError(f"{where}: a value cannot be read: {str(e).splitlines()[0][:200]}") from None
     finally:
         loader.dispose()
 
@@ -366,7 +368,11 @@ def _check_json(value: Any, where: str, depth: int = 0) -> None:
     numbers, lone surrogates."""
     if depth > 100:
         raise RecipematchError(f"{where}: nested more than 100 levels")
-    if value is None or isinstance(value, bool) or isinstance(value, int):
+    if value is None or isinstance(value, bool):
+        return
+    if isinstance(value, int):
+        if value.bit_length() > 64:  # JSON writers and servers read 64-bit integers; str() fails past 4,300 digits
+            raise RecipematchError(f"{where}: an integer of {value.bit_length()} bits is not a JSON number a server reads")
         return
     if isinstance(value, float):
         if not math.isfinite(value):
@@ -1012,6 +1018,9 @@ def field_table() -> list[dict[str, Any]]:
                 md.pop("min")
                 md["non_empty"] = True
             out.append({"key": key, "type": getattr(tp, "__name__", str(tp)), **md})
+            args = typing.get_args(tp)
+            if typing.get_origin(tp) is dict and len(args) == 2 and dataclasses.is_dataclass(args[1]):
+                walk(args[1], key + ".<name>.")  # each entry's own keys (evaluations.<name>.self_mask)
 
     walk(Params, "")
     return out

@@ -21,5 +21,8 @@ def short_repr(value: object, limit: int = 80) -> str:
     r.maxlevel = 3
     r.maxtuple = r.maxlist = r.maxarray = r.maxdict = r.maxset = r.maxfrozenset = r.maxdeque = 6
     r.maxstring = r.maxlong = r.maxother = max(8, limit)
-    text = r.repr(value)
+    try:
+        text = r.repr(value)
+    except ValueError:  # an int past Python's digit limit for str(); say its size instead
+        text = f"<int of {value.bit_length()} bits>" if isinstance(value, int) else f"<{type(value).__name__}>"
     return text if len(text) <= limit else text[: max(8, limit) - 3] + "..."

@@ -31,6 +31,7 @@ from recipematch.retrieval import (
     evaluate_embeddings,
     gold_beats_near_misses,
 )
+from recipematch.retrieval.selfmask import own_entries
 
 __all__ = ["BM25", "scored_qrels", "score", "score_folder", "evaluate_benchmark",
            "evaluate_benchmark_bm25"]
@@ -112,8 +113,12 @@ def score(
             query_emb, doc_emb, bset.corpus, bset.queries, qrels, query_ids=ids, ks=ks,
             self_mask=self_mask, model=model.cache_key, query_meta=bset.query_meta,
             chunk_size=chunk_size, extra=extra)
-        wins = (gold_beats_near_misses(query_emb, doc_emb, ids, doc_ids, qrels,
-                                       bset.near_misses) if bset.near_misses else None)
+        wins = None
+        if bset.near_misses:  # the entry masked in the ranking is neither a gold nor a near-miss here
+            own = own_entries(ids, [bset.queries[q] for q in ids], doc_ids, [bset.corpus[d] for d in doc_ids],
+                              self_mask)
+            wins = gold_beats_near_misses(query_emb, doc_emb, ids, doc_ids, qrels, bset.near_misses,
+                                          self_mask=own.index)
     ranks = per_query["rank"].to_numpy()
     summary["n_queries_no_gold"] = int((ranks == NO_GOLD).sum())
     summary["ranks"] = {q: int(r) for q, r in zip(ids, ranks)}
@@ -142,7 +147,7 @@ def score_folder(folder: str | os.PathLike, rule: str, model: Encoder | str, *,
 
 
 def evaluate_benchmark(encoder: Encoder, bset: BenchmarkSet, *, ks: Sequence[int],
-                       self_mask: bool = True, cache_dir=None, chunk_size: int | None = None
+                       self_mask: bool | str | None = None, cache_dir=None, chunk_size: int | None = None
                        ) -> tuple[dict, pd.DataFrame]:
     """:func:`score` with an encoder (kept for callers of the former
     ``benchmarks_data.evaluate_benchmark``)."""
@@ -151,6 +156,6 @@ def evaluate_benchmark(encoder: Encoder, bset: BenchmarkSet, *, ks: Sequence[int
 
 
 def evaluate_benchmark_bm25(bset: BenchmarkSet, *, ks: Sequence[int], k1: float, b: float,
-                            self_mask: bool = True) -> tuple[dict, pd.DataFrame]:
+                            self_mask: bool | str | None = None) -> tuple[dict, pd.DataFrame]:
     """:func:`score` with BM25 (bm25s; the paper's baseline uses k1 1.5, b 0.75)."""
     return score(bset, BM25, ks=ks, self_mask=self_mask, bm25_k1=k1, bm25_b=b)

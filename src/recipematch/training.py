@@ -453,13 +453,6 @@ def train_one(rows: Sequence[Mapping[str, Any]], *, base_model: str, out_dir: Pa
         # Eq. 1's in-batch softmax over one candidate is constant: loss and gradient are exactly 0
         raise ValueError(f"train.batch_size={cfg.batch_size} with (anchor, positive) pairs gives each anchor one "
                          "candidate: the in-batch loss is constant and nothing trains; use train.batch_size >= 2")
-    if "triplets" in datasets and cfg.batch_size < 2:
-        same = sum(p == n for p, n in zip(trip["positive"], trip["negative"]))
-        if same:
-            # a negative equal to its positive is the same candidate twice: one distinct text per softmax
-            raise ValueError(f"train.batch_size={cfg.batch_size}: {same} triplet(s) have a negative identical to "
-                             "the positive, so their anchor sees one distinct candidate and nothing trains; "
-                             "use train.batch_size >= 2")
     dev = with_instruction(dev_triplets(dev_rows, seed=seed, limit=cfg.max_dev_triplets, fallback=train_rows),
                            cfg.query_instruction)
     if not dev["anchor"]:
@@ -472,6 +465,18 @@ def train_one(rows: Sequence[Mapping[str, Any]], *, base_model: str, out_dir: Pa
                          "train.batch_size or cap budget.max_rows_per_source")
     model = SentenceTransformer(base_model, device=cfg.device)
     set_max_seq_length(model, cfg.max_seq_length, base_model)
+    if "triplets" in datasets and cfg.batch_size < 2:
+        # a negative the model cannot tell from its positive (the same token ids once tokenised and cut
+        # to max_seq_length: equal text, a trailing space, case under a lower-casing tokenizer, a
+        # difference past the cut) is the same candidate twice: one distinct input per softmax
+        tok = model.tokenizer
+        cut = {"truncation": True, "max_length": model.max_seq_length}
+        same = sum(a == b for a, b in zip(tok(trip["positive"], **cut)["input_ids"],
+                                          tok(trip["negative"], **cut)["input_ids"]))
+        if same:
+            raise ValueError(f"train.batch_size={cfg.batch_size}: {same} triplet(s) have a negative the model reads "
+                             f"as its positive (the same tokens within max_seq_length={model.max_seq_length}), so "
+                             "their anchor sees one distinct candidate and nothing trains; use train.batch_size >= 2")
     if cfg.lora is not None:
         add_lora(model, cfg.lora)
     loss = contrastive_loss(model, cfg)
@@ -520,7 +525,9 @@ def train_one(rows: Sequence[Mapping[str, Any]], *, base_model: str, out_dir: Pa
             what = "no weight moved" if moved == 0 else f"the weights moved by {moved:.2g} (relative)"
             raise ValueError(f"training ran {int(result.global_step)} steps but {what}, under "
                              f"{MIN_RELATIVE_WEIGHT_CHANGE:g} (loss {float(result.training_loss):.3g}); the checkpoint "
-                             "would be the base model: raise train.lr or check the batch")
+                             "would be the base model: raise train.lr or check the batch (the run keeps its best "
+                             "checkpoint by the dev metric: with a dev metric flat from the start, that is an early "
+                             "step, perhaps inside the warm-up; raise train.eval_steps)")
         best = evaluator(model)
         save_checkpoint(model, out_dir)
     finally:

@@ -84,7 +84,6 @@ from recipematch.retrieval.encoders import (
 )
 from recipematch.retrieval.selfmask import DEFAULT_SELF_MASK, SELF_MASK_RULES, OwnEntries, own_entries
 from recipematch.retrieval.results import (
-    _WS,
     TEXT_TWIN_RULE,
     TIE_RULE,
     _build_result,
@@ -126,5 +125,5 @@ __all__ = [
 _COMPAT = (corpus_sha256, doc_text, positive_qrels, qrels_sha256, queries_sha256, hits_at_k, recall_at_k,
            recall_by_group, _bm25_blocks, _bm25_index, _call_encoder, _SCORE_BLOCK_ELEMENTS, _SCORE_ROWS, _as_f32,
            _embedding_blocks, _gold_index, _GoldIndex, _ranks_from_blocks, _self_index, _DTYPES,
-           _dir_content_sha256, _l2_normalise, _WS, _build_result, _eval_query_ids, _norm_text,
+           _dir_content_sha256, _l2_normalise, _build_result, _eval_query_ids, _norm_text,
            _scalar_meta_columns, _text_twins)

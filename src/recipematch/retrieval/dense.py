@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from recipematch.beir import positive_qrels
-from recipematch.errors import RecipematchError, short_repr
+from recipematch.retrieval.selfmask import own_only_gold_error
 
 __all__ = ["NO_GOLD", "RankDetails", "default_chunk_size", "rank_of_gold", "search_topk",
            "gold_beats_near_misses"]
@@ -99,11 +99,7 @@ def _gold_index(query_ids, doc_ids, qrels, self_idx) -> _GoldIndex:
         ptr.append(len(flat))
     emptied = [query_ids[i] for i in np.flatnonzero(removed) if ptr[i + 1] == ptr[i]]
     if emptied:
-        raise RecipematchError(
-            f"{len(emptied)} queries have their own masked corpus entry as their only gold "
-            f"(e.g. {short_repr(emptied[:3], 120)}): with it masked there is nothing to find, and "
-            "scoring them as misses would be wrong. Fix the qrels, or declare the evaluation's "
-            "self_mask rule (id_and_text masks only an entry holding the query's own text; none masks nothing)")
+        raise own_only_gold_error(emptied)
     return _GoldIndex(np.asarray(ptr, dtype=np.int64), np.asarray(flat, dtype=np.int64),
                       removed)
 
@@ -313,12 +309,16 @@ def gold_beats_near_misses(
     doc_ids: Sequence[str],
     qrels: Mapping[str, Mapping[str, int]],
     near_misses: Mapping[str, Sequence[str]],
+    self_mask: bool | np.ndarray = True,
 ) -> np.ndarray:
     """Hard tier: does the best gold score *strictly* above every near-miss of its query?
 
     Args:
         near_misses: ``query_id -> near-miss doc ids`` (ids absent from ``doc_ids`` are
             ignored).
+        self_mask: the entry masked per query, as in :func:`rank_of_gold` (an index from
+            :func:`recipematch.retrieval.selfmask.own_entries`, or ``True`` for the entry with
+            the query's id): it is neither a gold nor a near-miss here.
 
     Returns:
         ``(n_queries,)`` float64: 1.0 if the best gold beats every near-miss, 0.0 if some
@@ -329,15 +329,16 @@ def gold_beats_near_misses(
     q = _as_f32(query_emb, "query_emb")
     d = _as_f32(doc_emb, "doc_emb")
     pos = {x: i for i, x in enumerate(doc_ids)}
+    own = _mask_index(self_mask, query_ids, doc_ids)
     positive = positive_qrels(qrels)
     rows_g, cols_g, rows_n, cols_n = [], [], [], []
     for i, qid in enumerate(query_ids):
         for did in positive.get(qid, ()):
-            if did in pos and did != qid:
+            if did in pos and pos[did] != own[i]:
                 rows_g.append(i)
                 cols_g.append(pos[did])
         for did in near_misses.get(qid, ()):
-            if did in pos and did != qid:
+            if did in pos and pos[did] != own[i]:
                 rows_n.append(i)
                 cols_n.append(pos[did])
 

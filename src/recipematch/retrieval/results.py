@@ -8,7 +8,6 @@
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Mapping, Sequence
 
 import numpy as np
@@ -19,7 +18,7 @@ from recipematch.metrics import hits_at_k, recall_at_k, recall_by_group
 from recipematch.retrieval.cache import EmbeddingCache, encode_cached
 from recipematch.retrieval.dense import NO_GOLD, RankDetails, rank_of_gold
 from recipematch.retrieval.encoders import Encoder
-from recipematch.retrieval.selfmask import OwnEntries, own_entries
+from recipematch.retrieval.selfmask import OwnEntries, comparable_text, own_entries
 
 __all__ = ["TIE_RULE", "TEXT_TWIN_RULE", "evaluate", "evaluate_embeddings"]
 
@@ -30,15 +29,12 @@ TIE_RULE = (
 )
 TEXT_TWIN_RULE = (
     "self-masking never looks past the query's own id; a document with the query's "
-    "whitespace-normalised text under another id is ranked like any document and counted in n_text_twins"
+    "text under another id (compared in NFC, zero-width characters removed, whitespace collapsed) is ranked "
+    "like any document and counted per query in n_text_twins (queries with one: n_queries_with_text_twin)"
 )
 
 
-_WS = re.compile(r"\s+")
-
-
-def _norm_text(t: str) -> str:
-    return _WS.sub(" ", t).strip()
+_norm_text = comparable_text
 
 
 def _text_twins(query_ids, query_texts, doc_ids, doc_texts) -> np.ndarray:

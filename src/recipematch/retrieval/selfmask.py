@@ -25,10 +25,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from recipematch.errors import short_repr
+from recipematch.errors import RecipematchError, short_repr
 from recipematch.rules import SELF_MASK_RULES
 
-__all__ = ["SELF_MASK_RULES", "DEFAULT_SELF_MASK", "OwnEntries", "resolve_rule", "own_entries", "describe_counts"]
+__all__ = ["SELF_MASK_RULES", "DEFAULT_SELF_MASK", "OwnEntries", "resolve_rule", "own_entries", "describe_counts",
+           "comparable_text", "own_only_gold_error", "check_own_only_golds"]
 
 #: the rule a set gets unless its evaluation declares another (``evaluations.<name>.self_mask``)
 DEFAULT_SELF_MASK = SELF_MASK_RULES[0]
@@ -38,8 +39,43 @@ _WS = re.compile(r"\s+")
 _ZERO_WIDTH = re.compile("[\u200b\u200c\u200d\u2060\ufeff]")
 
 
-def _norm(t: str) -> str:
+def comparable_text(t: str) -> str:
+    """``t`` as texts are compared for self-masking and text twins: Unicode NFC, zero-width
+    characters removed, whitespace runs collapsed to one space, ends stripped."""
     return _WS.sub(" ", _ZERO_WIDTH.sub("", unicodedata.normalize("NFC", t))).strip()
+
+
+_norm = comparable_text
+
+
+def own_only_gold_error(query_ids: Sequence[str], name: str = "") -> RecipematchError:
+    """The error for queries whose only gold is their own masked entry (nothing left to find;
+    scoring them as misses would be wrong)."""
+    head = f"set {name!r}: " if name else ""
+    return RecipematchError(
+        f"{head}{len(query_ids)} queries have their own masked corpus entry as their only gold "
+        f"(e.g. {short_repr(list(query_ids[:3]), 120)}): with it masked there is nothing to find. Fix the qrels, "
+        "or declare another self-masking rule (evaluations.<set>.self_mask, or --self-mask: id_and_text masks only "
+        "an entry holding the query's own text, none masks nothing)")
+
+
+def check_own_only_golds(bset) -> None:
+    """Refuse a set (before any model loads) where some query's only positive qrel is the
+    entry its declared rule masks (:func:`own_only_gold_error`).
+
+    Args:
+        bset: a :class:`recipematch.benchmarks_data.BenchmarkSet`.
+
+    Raises:
+        RecipematchError: naming the set and up to three such queries.
+    """
+    ids = list(bset.query_ids)
+    doc_ids = list(bset.corpus)
+    own = own_entries(ids, [bset.queries[q] for q in ids], doc_ids, [bset.corpus[d] for d in doc_ids], bset.self_mask)
+    emptied = [q for q, j in zip(ids, own.index) if j >= 0
+               and {d for d, g in (bset.qrels.get(q) or {}).items() if g > 0} == {doc_ids[j]}]
+    if emptied:
+        raise own_only_gold_error(emptied, bset.name)
 
 
 def resolve_rule(self_mask: bool | str) -> str:
