@@ -106,7 +106,9 @@ def test_malformed_corpus_rows_name_file_and_line(tmp_path, lines, message):
 
 @pytest.mark.parametrize("qrels_text, message", [
     ("query-id\tcorpus-id\tscore\nq\td\n", r"test.tsv:2: expected 3 tab-separated fields"),
-    ("q\td\tone\n", r"test.tsv:1: score must be an integer"),
+    ("q\td\tone\n", r"test.tsv:1: field 'score' must be a finite number, got 'one'"),
+    ("q\td\t1\nq\te\tnan\n", r"test.tsv:2: field 'score' must be a finite number, got 'nan'"),
+    ("q\td\t-inf\n", r"test.tsv:1: field 'score' must be a finite number"),
     ("q\td\t1\nq\td\t1\n", r"test.tsv:2: duplicate qrels pair"),
 ])
 def test_malformed_qrels_rows_name_file_and_line(tmp_path, qrels_text, message):
@@ -201,3 +203,19 @@ def test_corpus_stage_and_beir_reader_agree_on_a_bom(tmp_path):
     p.write_bytes(b'\xef\xbb\xbf{"_id": "d", "text": "a"}\n')
     assert list(read_corpus(p)) == ["d"]
     assert load_beir_corpus(p).table["doc_id"].tolist() == ["d"]
+
+
+def test_real_valued_grades_are_read_and_written_back_and_integers_stay_integers(tmp_path):
+    """BEIR's score column may hold real-valued grades: read as float, integral values as int,
+    written back unchanged, and the qrels hash of integer qrels is what it always was."""
+    from recipematch.beir import qrels_sha256, write_beir
+
+    folder = _folder(tmp_path, ['{"_id": "d", "text": "a"}', '{"_id": "e", "text": "b"}'],
+                     qrels_text="q\td\t0.75\nq\te\t2.0\n")
+    _, _, qrels = load_beir(folder)
+    assert qrels == {"q": {"d": 0.75, "e": 2}} and type(qrels["q"]["e"]) is int
+    out = write_beir(tmp_path / "out", {"d": {"text": "a"}, "e": {"text": "b"}}, {"q": "x"}, qrels)
+    assert (out / "qrels" / "test.tsv").read_text() == "query-id\tcorpus-id\tscore\nq\td\t0.75\nq\te\t2\n"
+    assert qrels_sha256({"q": {"e": 2}}) == qrels_sha256({"q": {"e": 2.0}}) != qrels_sha256({"q": {"e": 1}})
+    # the hash the integer-only reader gave these qrels (computed before real grades were read)
+    assert qrels_sha256({"q": {"e": 2, "d": 0}}) == "c973244d4a2655bc7b9dc194df497805ec5fcc7e09013aa6c9b027d5d95ad888"

@@ -13,14 +13,16 @@ Rules (each one counted in :class:`BeirCounts`, never applied silently):
   JSON escapes of lone surrogates (text no tokenizer can take) raise
   :class:`BeirFormatError` naming the file and line.
 - **Malformed rows** (bad JSON, missing or non-string ``_id``/``text``, a duplicate id, a
-  qrels row without three fields or with a non-integer score) raise :class:`BeirFormatError`
-  naming the file and the 1-based line.
+  qrels row without three fields or with a score that is not a finite number) raise
+  :class:`BeirFormatError` naming the file and the 1-based line.
 - **Empty corpus text**: a corpus row whose title and text are both empty or whitespace is
   *kept* (it is a document of the collection and dropping it would change every rank
   behind it); the count is stored in ``BeirCounts.n_empty_corpus_texts`` and a warning is
   issued. Such a document is encoded as the empty string.
-- **Qrels scores**: a pair is a gold when its score is > 0 (BEIR's convention); rows with
-  score <= 0 are kept in the qrels mapping (so a round trip is lossless) and counted.
+- **Qrels scores** are grades: integers (0/1/2, 0–5) are read as ``int``, other finite
+  numbers (real-valued grades) as ``float``; a pair is a gold when its score is > 0 (BEIR's
+  convention); rows with score <= 0 are kept in the qrels mapping (so a round trip is
+  lossless) and counted. Graded measures (:mod:`recipematch.graded`) need integer grades.
 - **Queries without a positive qrel** are not evaluated (they are counted); qrels rows whose
   query is absent from ``queries.jsonl`` are counted and ignored by evaluation.
 
@@ -31,12 +33,17 @@ The document text that is embedded is ``title + " " + text`` when the title is n
 from __future__ import annotations
 
 import json
+import math
+import numbers
 import os
 import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
+
+from recipematch.errors import short_repr
 from recipematch.io import FormatError, id_problem, iter_jsonl_strict, iter_tsv, sha256_texts
 
 __all__ = [
@@ -45,6 +52,7 @@ __all__ = [
     "BeirDataset",
     "read_beir",
     "read_corpus",
+    "iter_qrels_rows",
     "load_beir",
     "write_beir",
     "doc_text",
@@ -151,19 +159,23 @@ def _read_jsonl(path: Path, required: tuple[str, ...], typed: dict[str, type] | 
     return rows
 
 
-def _parse_score(raw, path: Path, lineno: int) -> int:
-    if isinstance(raw, bool):
-        raise BeirFormatError(f"{path}:{lineno}: score must be an integer, got {raw!r}")
-    if isinstance(raw, int):
-        return raw
-    if isinstance(raw, float) and raw.is_integer():
-        return int(raw)
+def _parse_score(raw, path: Path, lineno: int) -> int | float:
+    """A qrels grade: ``int`` when integral (``2``, ``"2"``, ``2.0``), else a finite ``float``."""
+    value = raw
     if isinstance(raw, str):
+        text = raw.strip()
         try:
-            return int(raw.strip())
+            return int(text)
         except ValueError:
-            pass
-    raise BeirFormatError(f"{path}:{lineno}: score must be an integer, got {raw!r}")
+            try:
+                value = float(text)
+            except ValueError:
+                value = None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise BeirFormatError(f"{path}:{lineno}: field 'score' must be a finite number, got {short_repr(raw, 60)}")
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
 
 
 QRELS_HEADER_NAMES = ("query-id", "query_id", "qid")
@@ -178,7 +190,7 @@ def read_qrels_tsv(path: str | os.PathLike) -> list[tuple[int, str, str, int]]:
 
     Raises:
         BeirFormatError: a line is not UTF-8, has other than three fields, an empty id, or a
-            score that is not an integer (file and line named).
+            score that is not a finite number (file and line named).
     """
     path = Path(path)
     out: list[tuple[int, str, str, int]] = []
@@ -205,31 +217,38 @@ def read_qrels_tsv(path: str | os.PathLike) -> list[tuple[int, str, str, int]]:
     return out
 
 
-def _read_qrels(folder: Path, split: str) -> tuple[Qrels, int]:
+def iter_qrels_rows(folder: str | os.PathLike, split: str = "test"):
+    """Each qrels row of a BEIR folder's split as ``(path, line, query_id, doc_id, score)``,
+    from ``qrels/<split>.tsv`` or, when there is none, ``qrels/<split>.jsonl``.
+
+    Raises:
+        FileNotFoundError: neither file exists.
+        BeirFormatError: a malformed row (file and line named).
+    """
+    folder = Path(folder)
     tsv = folder / "qrels" / f"{split}.tsv"
     jsonl = folder / "qrels" / f"{split}.jsonl"
-    qrels: Qrels = {}
-    n_rows = 0
-
-    def add(qid: str, did: str, score: int, path: Path, lineno: int) -> None:
-        per_q = qrels.setdefault(qid, {})
-        if did in per_q:
-            raise BeirFormatError(f"{path}:{lineno}: duplicate qrels pair ({qid!r}, {did!r})")
-        per_q[did] = score
-
     if tsv.exists():
         for lineno, qid, did, score in read_qrels_tsv(tsv):
-            add(qid, did, score, tsv, lineno)
-            n_rows += 1
+            yield tsv, lineno, qid, did, score
     elif jsonl.exists():
         for lineno, obj in _read_jsonl(jsonl, ("query-id", "corpus-id")):
             if "score" not in obj:
                 raise BeirFormatError(f"{jsonl}:{lineno}: missing field 'score'")
-            add(obj["query-id"], obj["corpus-id"], _parse_score(obj["score"], jsonl, lineno),
-                jsonl, lineno)
-            n_rows += 1
+            yield jsonl, lineno, obj["query-id"], obj["corpus-id"], _parse_score(obj["score"], jsonl, lineno)
     else:
         raise FileNotFoundError(f"no qrels file: neither {tsv} nor {jsonl} exists")
+
+
+def _read_qrels(folder: Path, split: str) -> tuple[Qrels, int]:
+    qrels: Qrels = {}
+    n_rows = 0
+    for path, lineno, qid, did, score in iter_qrels_rows(folder, split):
+        per_q = qrels.setdefault(qid, {})
+        if did in per_q:
+            raise BeirFormatError(f"{path}:{lineno}: duplicate qrels pair ({qid!r}, {did!r})")
+        per_q[did] = score
+        n_rows += 1
     return qrels, n_rows
 
 
@@ -391,8 +410,19 @@ def write_beir(
                 for ident in (qid, did):
                     if any(c in ident for c in "\t\n\r"):
                         raise BeirFormatError(f"qrels id {ident!r} contains a tab or newline")
-                fh.write(f"{qid}\t{did}\t{int(score)}\n")
+                fh.write(f"{qid}\t{did}\t{_grade(score)!r}\n")
     return folder
+
+
+def _grade(score) -> int | float:
+    """A grade as written and hashed: ``int`` when integral, else ``float``.
+
+    Raises:
+        BeirFormatError: not a finite number (a bool is not a grade).
+    """
+    if isinstance(score, (bool, np.bool_)) or not isinstance(score, numbers.Real) or not math.isfinite(score):
+        raise BeirFormatError(f"qrels score must be a finite number, got {short_repr(score, 60)}")
+    return int(score) if float(score).is_integer() else float(score)
 
 
 def doc_text(row: Mapping) -> str:
@@ -426,7 +456,7 @@ def queries_sha256(queries: Mapping[str, str]) -> str:
 def qrels_sha256(qrels: Mapping[str, Mapping[str, int]]) -> str:
     """SHA-256 of the qrels (sorted ``query, doc, score`` triples)."""
     return _sha256_lines(
-        _dumps([qid, did, int(qrels[qid][did])])
+        _dumps([qid, did, _grade(qrels[qid][did])])
         for qid in sorted(qrels) for did in sorted(qrels[qid])
     )
 

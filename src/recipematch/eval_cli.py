@@ -309,27 +309,62 @@ def write_outputs(out: Path, summary: dict, per_query_out: Path | None = None,
               help="BM25 k1 (the paper's baseline: 1.5).")
 @click.option("--bm25-b", type=click.FloatRange(0, 1), default=0.75, show_default=True,
               help="BM25 b (the paper's baseline: 0.75).")
+@click.option("--measure", "measures", multiple=True,
+              help="A graded measure as ir_measures names it (nDCG@10, R@100, AP@100, Success@1, RR@10); "
+                   "repeat for more. Computed by ir_measures over the graded qrels and written under "
+                   "'measures' (fractions 0-1) beside the percent R@k.")
+@click.option("--gain", type=click.Choice(["linear", "exponential"]), default="linear", show_default=True,
+              help="nDCG gain: the grade (trec_eval's) or 2**grade - 1.")
+@click.option("--grade-scale", "grade_scale", default=None, metavar="LO..HI",
+              help="Grades the benchmark declares, e.g. 0..2 or 0..5; a qrels grade outside it is refused.")
+@click.option("--depth", type=click.IntRange(min=1), default=100, show_default=True,
+              help="Documents per query in the run the graded measures read.")
+@click.option("--run-out", "run_out", default=None, type=click.Path(path_type=Path),
+              help="Also write the run as a TREC run file (needs --measure).")
 def evaluate(folder: Path, model: str, rule: str, self_mask_rule: str | None, no_self_mask: bool, ks_text: str,
              out: Path,
              split: str, per_query_out: Path | None, cache_dir: Path | None,
              max_seq_length: int | None, batch_size: int, query_prompt: str | None,
-             dtype: str, device: str, bm25_k1: float, bm25_b: float) -> None:
-    """Score a model on the BEIR folder FOLDER under --rule: R@k in percent to --out."""
+             dtype: str, device: str, bm25_k1: float, bm25_b: float, measures: tuple[str, ...],
+             gain: str, grade_scale: str | None, depth: int, run_out: Path | None) -> None:
+    """Score a model on the BEIR folder FOLDER under --rule: R@k in percent to --out, and
+    with --measure the graded measures of ir_measures."""
     verbose = bool(click.get_current_context().find_root().params.get("verbose", False))
     if no_self_mask and self_mask_rule not in (None, "none"):
         raise UserError(f"--no-self-mask and --self-mask {self_mask_rule} disagree; give one")
     self_mask = "none" if no_self_mask else (self_mask_rule or SELF_MASK_RULES[0])  # the first is the default
     try:
         with _third_party_quiet(verbose):
+            graded = _graded_options(measures, gain, grade_scale, depth, run_out)
             _evaluate(folder, model, rule, self_mask, ks_text, out, split, per_query_out,
                       cache_dir, max_seq_length, batch_size, query_prompt, dtype, device,
-                      bm25_k1, bm25_b)
+                      bm25_k1, bm25_b, graded)
     except RecipematchError as exc:
         raise UserError(str(exc).replace("\n", " ")) from None
 
 
+def _graded_options(measures, gain, grade_scale, depth, run_out) -> dict | None:
+    """The graded-measure options, checked (``None`` without ``--measure``)."""
+    import re
+
+    from recipematch.graded import parse_measures
+
+    if not measures:
+        if run_out is not None or grade_scale is not None:
+            raise RecipematchError("--run-out and --grade-scale need at least one --measure")
+        return None
+    scale = None
+    if grade_scale is not None:
+        m = re.fullmatch(r"\s*(-?\d{1,6})\s*\.\.\s*(-?\d{1,6})\s*", grade_scale)
+        if not m or int(m.group(1)) > int(m.group(2)):
+            raise RecipematchError(f"--grade-scale {grade_scale!r}: give LO..HI with integers LO <= HI, e.g. 0..2")
+        scale = (int(m.group(1)), int(m.group(2)))
+    parse_measures(list(measures), gain=gain)  # names checked before anything is read
+    return {"measures": list(measures), "gain": gain, "scale": scale, "depth": depth, "run_out": run_out}
+
+
 def _evaluate(folder, model, rule, self_mask, ks_text, out, split, per_query_out, cache_dir,
-              max_seq_length, batch_size, query_prompt, dtype, device, bm25_k1, bm25_b):
+              max_seq_length, batch_size, query_prompt, dtype, device, bm25_k1, bm25_b, graded=None):
     from recipematch.benchmarks_data import load_set
 
     ks = _parse_ks(ks_text)
@@ -342,7 +377,13 @@ def _evaluate(folder, model, rule, self_mask, ks_text, out, split, per_query_out
     if per_query_out is not None and Path(per_query_out).resolve() == Path(out).resolve():
         raise RecipematchError(f"--per-query and --out name the same file {out}")
     bset = load_set(folder, rule, split=split, self_mask=self_mask)  # every data check, before any model
-    outputs = {"--out": out, "--per-query": per_query_out, "--cache-dir": cache_dir}
+    grades = None
+    if graded is not None:
+        from recipematch.graded import check_qrels_file
+
+        grades = check_qrels_file(folder, split, graded["scale"])  # path:line of a bad grade, before any model
+    outputs = {"--out": out, "--per-query": per_query_out, "--cache-dir": cache_dir,
+               "--run-out": (graded or {}).get("run_out")}
     check_outputs_outside(outputs, {"FOLDER": folder})  # before any model, long before writing
     resolved = resolve_model(model)
     if resolved != BM25_NAME:
@@ -353,6 +394,7 @@ def _evaluate(folder, model, rule, self_mask, ks_text, out, split, per_query_out
 
     if resolved == BM25_NAME:
         summary, per_query = score(bset, BM25, ks=ks, bm25_k1=bm25_k1, bm25_b=bm25_b)
+        encoder = BM25
     else:
         from recipematch.retrieval import SentenceTransformerEncoder
 
@@ -366,6 +408,8 @@ def _evaluate(folder, model, rule, self_mask, ks_text, out, split, per_query_out
             raise RecipematchError(f"--model {model!r}: cannot load a sentence-transformers "
                                    f"model from {resolved}: {_first_line(exc)}") from None
         summary, per_query = score(bset, encoder, ks=ks, cache_dir=cache_dir)
+    if graded is not None:
+        per_query = _add_graded(summary, per_query, bset, encoder, graded, grades, cache_dir, bm25_k1, bm25_b)
     summary.update({"model_arg": model, "beir_dir": str(folder), "split": split})
     write_outputs(Path(out), summary, per_query_out, per_query)
     line = " ".join(f"R@{k}={summary[f'R@{k}']:.2f}" for k in ks)
@@ -373,8 +417,28 @@ def _evaluate(folder, model, rule, self_mask, ks_text, out, split, per_query_out
 
     click.echo(describe_counts(Path(folder).name, summary["self_mask_rule"], summary["n_queries_self_masked"],
                                summary["n_queries_id_match_not_masked"]))
+    if graded is not None:
+        line += "".join(f" {name}={value:.4f}" for name, value in summary["measures"].items())
     click.echo(f"{line} n_queries={summary['n_queries']} n_docs={summary['n_docs']} "
                f"rule={rule} self_mask={self_mask} -> {out}")
+
+
+def _add_graded(summary, per_query, bset, encoder, graded, grades, cache_dir, bm25_k1, bm25_b):
+    """Compute the graded measures of one evaluation into ``summary`` (and ``per_query``)."""
+    from recipematch.graded import library_version, measure_run, parse_measures, topk_run, write_trec_run
+    from recipematch.scoring import scored_qrels
+
+    measures = parse_measures(graded["measures"], gain=graded["gain"], grades=grades or (0, 1))
+    with tempfile.TemporaryDirectory() as tmp:  # the encoder's vectors once more, not its work
+        run = topk_run(bset, encoder, graded["depth"], cache_dir=cache_dir or tmp, bm25_k1=bm25_k1, bm25_b=bm25_b)
+    values, table = measure_run(scored_qrels(bset), run, measures)
+    if graded["run_out"] is not None:
+        write_trec_run(graded["run_out"], run)
+    summary.update({"measures": values, "measure_library": library_version(), "gain": graded["gain"],
+                    "grade_scale": list(graded["scale"]) if graded["scale"] else None, "grades": grades,
+                    "run_depth": run.depth})
+    return per_query.merge(table.drop(columns=["n_relevant"]).rename(columns=lambda c: c if c == "query_id"
+                                                                     else f"measure:{c}"), on="query_id", how="left")
 
 
 if __name__ == "__main__":  # pragma: no cover

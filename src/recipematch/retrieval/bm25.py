@@ -15,12 +15,13 @@ from recipematch.retrieval.dense import (
     _gold_index,
     _mask_index,
     _ranks_from_blocks,
+    _topk_from_blocks,
     default_chunk_size,
 )
 from recipematch.retrieval.results import _build_result, _eval_query_ids
 from recipematch.retrieval.selfmask import own_entries
 
-__all__ = ["BM25_TOKEN_PATTERN", "bm25_ranks", "evaluate_bm25"]
+__all__ = ["BM25_TOKEN_PATTERN", "bm25_ranks", "bm25_topk", "evaluate_bm25"]
 
 
 BM25_TOKEN_PATTERN = r"(?u)\b\w+\b"
@@ -83,6 +84,44 @@ def bm25_ranks(
                      stopwords), len(query_ids), gold, self_idx)
     return RankDetails(ranks=ranks, n_ties_at_gold=ties, n_gold=np.diff(gold.ptr),
                        self_gold_removed=gold.self_gold_removed, self_masked=self_idx >= 0)
+
+
+def bm25_topk(
+    corpus: Mapping[str, Mapping],
+    queries: Mapping[str, str],
+    k: int,
+    *,
+    query_ids: Sequence[str],
+    self_mask: bool | np.ndarray,
+    k1: float = 1.5,
+    b: float = 0.75,
+    stopwords: str | None = None,
+    chunk_size: int | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """BM25's top ``k`` documents per query, masked and ordered as
+    :func:`recipematch.retrieval.search_topk` orders the dense ones (score descending, then
+    ascending document id); the tokenisation of :func:`bm25_ranks`.
+
+    Returns:
+        ``indices`` ``(n_queries, k)`` int64 into ``list(corpus)`` (-1: an empty slot) and
+        ``scores`` ``(n_queries, k)`` float32.
+
+    Raises:
+        ValueError: ``k`` < 1, or a bad mask.
+        RecipematchError: every corpus document is blank.
+    """
+    if k < 1:
+        raise ValueError(f"k must be >= 1, got {k}")
+    if not any(doc_text(d).strip() for d in corpus.values()):
+        from recipematch.errors import RecipematchError
+
+        raise RecipematchError("BM25: every corpus document is blank; there is nothing to index")
+    doc_ids = list(corpus)
+    self_idx = _mask_index(self_mask, query_ids, doc_ids)
+    retriever, vocab = _bm25_index([doc_text(corpus[d]) for d in doc_ids], k1, b, stopwords)
+    cs = chunk_size or min(256, default_chunk_size(len(doc_ids)))
+    blocks = _bm25_blocks(retriever, vocab, [queries[q] for q in query_ids], len(doc_ids), cs, stopwords)
+    return _topk_from_blocks(blocks, len(query_ids), doc_ids, k, self_idx)
 
 
 def evaluate_bm25(

@@ -264,16 +264,22 @@ def search_topk(
     d = _as_f32(doc_emb, "doc_emb")
     if q.shape[0] != len(query_ids) or d.shape[0] != len(doc_ids):
         raise ValueError("embeddings and ids disagree in length")
-    n = d.shape[0]
     self_idx = _mask_index(self_mask, query_ids, doc_ids)
+    cs = chunk_size or default_chunk_size(d.shape[0])
+    return _topk_from_blocks(_embedding_blocks(q, d, cs), q.shape[0], doc_ids, k, self_idx)
+
+
+def _topk_from_blocks(blocks, nq: int, doc_ids: Sequence[str], k: int,
+                      self_idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Top-k of score blocks ``(start, stop, (stop - start, n_docs) float32 tensor)`` under
+    :func:`search_topk`'s order (score descending, then ascending document id) and mask."""
+    n = len(doc_ids)
     id_rank = np.empty(n, dtype=np.int64)
     id_rank[np.argsort(np.asarray(doc_ids, dtype=object), kind="stable")] = np.arange(n)
-    nq = q.shape[0]
     out_idx = np.full((nq, k), -1, dtype=np.int64)
     out_scores = np.full((nq, k), -np.inf, dtype=np.float32)
     kk = min(k + 1, n)
-    cs = chunk_size or default_chunk_size(n)
-    for start, stop, scores in _embedding_blocks(q, d, cs):
+    for start, stop, scores in blocks:
         rows = np.flatnonzero(self_idx[start:stop] >= 0)
         if rows.size:
             scores[torch.from_numpy(rows), torch.from_numpy(self_idx[start + rows])] = -torch.inf

@@ -1,0 +1,294 @@
+"""Graded relevance: nDCG@k, AP, R@k and Success@k over multi-gold, graded qrels, computed
+by ir_measures (the paper, Section 6 and Appendix D, scores the external benchmarks by
+nDCG@10; its own sets by the single-gold R@k of :mod:`recipematch.metrics`).
+
+The measures are not ours: ir_measures (with pytrec_eval, trec_eval's C code, behind it)
+computes them from a *run* (each query's top documents) and the qrels, and names them as it
+does (``nDCG@10``, ``R@100``, ``AP``, ``Success@1``, ``nDCG(gains={2:3})@10``). What is ours
+is the run and the rules around it:
+
+- **The run**: each query's top ``depth`` documents by the model's score, the query's own
+  entry masked under the set's ``self_mask`` rule (:mod:`recipematch.retrieval.selfmask`),
+  ordered by score descending and then by ascending document id (the order of
+  :func:`recipematch.retrieval.search_topk`). The library is given the position, not the
+  raw score (``depth - position``), so its order is exactly this one whatever its own
+  tie-breaking; the raw scores are kept in :class:`Run` and in a written TREC run file.
+- **Qrels**: the set's scored qrels (its rule applied, :func:`recipematch.scoring.scored_qrels`)
+  for the queries it scores; a query absent from the run scores 0 (the library's rule).
+- **Gains**: ``linear`` (trec_eval's nDCG: gain = grade) or ``exponential`` (gain =
+  ``2**grade - 1``, the convention of SABER-Math's metric code), applied to every nDCG
+  measure that does not name its own ``gains``. trec_eval takes integer grades only, so graded
+  measures refuse real-valued grades (:func:`check_grades`); a declared scale bounds them.
+- **Our R@k** (the paper's: the best gold within the top k) is the library's ``Success@k``,
+  and on single-gold qrels also its ``R@k``: a test holds the two to identical numbers on
+  runs without score ties (with ties our rank lets the gold win them, the run orders by id).
+
+Values are fractions in [0, 1], as the library reports them, under its measure names; they
+live apart from the percent R@k of the rest of a summary (``summary["measures"]``).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from recipematch.beir import BeirFormatError, doc_text, iter_qrels_rows
+from recipematch.errors import RecipematchError, short_repr
+
+__all__ = ["GAINS", "DEFAULT_MEASURES", "DEFAULT_DEPTH", "LIBRARY", "Run", "parse_measures",
+           "check_grades", "check_qrels_file", "topk_run", "measure_run", "write_trec_run", "library_version"]
+
+#: gain functions of nDCG (module docstring)
+GAINS = ("linear", "exponential")
+#: what ``recipematch evaluate --measure`` computes unless told otherwise (the paper's Section 6 measure first)
+DEFAULT_MEASURES = ("nDCG@10", "R@10", "R@100", "AP@100")
+#: documents per query in a run unless told otherwise (the deepest default cut-off)
+DEFAULT_DEPTH = 100
+#: the library that computes every graded measure
+LIBRARY = "ir_measures"
+
+
+def library_version() -> str:
+    import ir_measures
+
+    return f"{LIBRARY} {ir_measures.__version__} (pytrec_eval)"
+
+
+def check_grades(qrels: Mapping[str, Mapping[str, float]], scale: tuple[int, int] | None = None,
+                 *, where: str = "qrels") -> list[int]:
+    """The distinct grades of ``qrels``, sorted, after checking them for graded measures.
+
+    Args:
+        qrels: ``query_id -> {doc_id: grade}``.
+        scale: ``(lowest, highest)`` grade the benchmark declares, or ``None``.
+        where: what to name in an error.
+
+    Raises:
+        RecipematchError: a grade that is not an integer (trec_eval's rule), or one outside
+            ``scale``.
+    """
+    grades: set[int] = set()
+    for qid, per_q in qrels.items():
+        for did, g in per_q.items():
+            if isinstance(g, bool) or not isinstance(g, (int, np.integer)):
+                if isinstance(g, float) and g.is_integer():
+                    g = int(g)
+                else:
+                    raise RecipematchError(
+                        f"{where}: grade {short_repr(g, 40)} of ({qid!r}, {did!r}) is not an integer; graded "
+                        "measures (trec_eval's) take integer grades: map real-valued grades to levels first")
+            g = int(g)
+            if scale is not None and not scale[0] <= g <= scale[1]:
+                raise RecipematchError(f"{where}: grade {g} of ({qid!r}, {did!r}) is outside the declared "
+                                       f"scale {scale[0]}..{scale[1]}")
+            grades.add(g)
+    return sorted(grades)
+
+
+def check_qrels_file(folder: str | os.PathLike, split: str = "test",
+                     scale: tuple[int, int] | None = None) -> list[int]:
+    """:func:`check_grades` on a BEIR folder's qrels file, naming the file, line and field of
+    the first bad grade; returns the distinct grades.
+
+    Raises:
+        RecipematchError: a non-integer grade or one outside ``scale`` (``path:line: field
+            'score' ...``), or a malformed row (:class:`recipematch.beir.BeirFormatError`).
+        FileNotFoundError: no qrels file for ``split``.
+    """
+    if scale is not None and (scale[0] > scale[1]):
+        raise RecipematchError(f"grade scale {scale[0]}..{scale[1]} is empty")
+    grades: set[int] = set()
+    for path, lineno, _qid, _did, g in iter_qrels_rows(folder, split):
+        if not isinstance(g, int):
+            raise RecipematchError(f"{path}:{lineno}: field 'score' {g!r} is not an integer grade; "
+                                   "graded measures (trec_eval's) take integer grades")
+        if scale is not None and not scale[0] <= g <= scale[1]:
+            raise RecipematchError(f"{path}:{lineno}: field 'score' {g} is outside the declared scale "
+                                   f"{scale[0]}..{scale[1]}")
+        grades.add(g)
+    return sorted(grades)
+
+
+def parse_measures(names: Sequence[str], *, gain: str = "linear", grades: Sequence[int] = (0, 1)) -> list:
+    """ir_measures measures from their names, the ``gain`` applied to nDCG.
+
+    Args:
+        names: measure names as ir_measures parses them (``nDCG@10``, ``R@100``, ``AP``,
+            ``Success@1``, ``RR@10``, ``P@5``); at least one, no duplicates.
+        gain: one of :data:`GAINS`.
+        grades: the grades the qrels hold (for the exponential gain table).
+
+    Returns:
+        The measures, in order; an nDCG without its own ``gains`` gets ``2**g - 1`` per grade
+        ``g`` under ``exponential`` and stays trec_eval's (gain = grade) under ``linear``.
+
+    Raises:
+        RecipematchError: an unknown or malformed name, a duplicate, no name, or another gain.
+    """
+    import ir_measures
+
+    if gain not in GAINS:
+        raise RecipematchError(f"gain must be one of {list(GAINS)}, got {short_repr(gain, 40)}")
+    if not names:
+        raise RecipematchError("no measure named")
+    out, seen = [], set()
+    for name in names:
+        if not isinstance(name, str) or not name.strip():
+            raise RecipematchError(f"measure {short_repr(name, 60)}: not a measure name")
+        try:
+            m = ir_measures.parse_measure(name.strip())
+        except (NameError, ValueError, TypeError, SyntaxError) as exc:
+            raise RecipematchError(f"measure {short_repr(name, 60)}: not an {LIBRARY} measure ({exc}); "
+                                   "e.g. nDCG@10, R@100, AP@100, Success@1, RR@10") from None
+        if m.NAME == "nDCG" and gain == "exponential" and "gains" not in m.params:
+            m = ir_measures.nDCG(**{**m.params, "gains": {int(g): max(0, 2 ** int(g) - 1) for g in grades}})
+        if str(m) in seen:
+            raise RecipematchError(f"measure {name!r} is named twice")
+        seen.add(str(m))
+        out.append(m)
+    return out
+
+
+@dataclass(frozen=True)
+class Run:
+    """Each query's top documents (module docstring, *the run*).
+
+    Attributes:
+        query_ids: ``n_queries`` ids, in the set's order.
+        doc_ids: ``(n_queries, depth)`` object array of document ids, best first; ``None``
+            where fewer than ``depth`` documents remain.
+        scores: ``(n_queries, depth)`` float32 raw model scores, ``-inf`` where empty.
+        model: the model's cache key (or BM25's settings as JSON).
+    """
+
+    query_ids: list[str]
+    doc_ids: np.ndarray
+    scores: np.ndarray
+    model: str
+
+    @property
+    def depth(self) -> int:
+        return int(self.doc_ids.shape[1])
+
+    def for_library(self) -> dict[str, dict[str, float]]:
+        """``query_id -> {doc_id: depth - position}``: the order, not the raw scores."""
+        depth = self.depth
+        return {q: {d: float(depth - j) for j, d in enumerate(row) if d is not None}
+                for q, row in zip(self.query_ids, self.doc_ids)}
+
+
+def topk_run(bset, model, depth: int = DEFAULT_DEPTH, *, cache_dir=None, bm25_k1: float | None = None,
+             bm25_b: float | None = None, self_mask: str | None = None) -> Run:
+    """The run of ``model`` on ``bset``: its top ``depth`` documents per scored query.
+
+    Args:
+        bset: a :class:`recipematch.benchmarks_data.BenchmarkSet`.
+        model: an :class:`recipematch.retrieval.Encoder`, or :data:`recipematch.scoring.BM25`
+            (then ``bm25_k1`` and ``bm25_b`` are required).
+        depth: documents per query, >= 1 (capped at the corpus size).
+        cache_dir: embedding cache (encoders only).
+        self_mask: a rule of :mod:`recipematch.retrieval.selfmask`; default the set's.
+
+    Raises:
+        RecipematchError: ``depth`` < 1, BM25 without its parameters, or a blank corpus for BM25.
+    """
+    import json
+
+    from recipematch.retrieval.bm25 import BM25_TOKEN_PATTERN, bm25_topk
+    from recipematch.retrieval.cache import encode_cached
+    from recipematch.retrieval.dense import search_topk
+    from recipematch.retrieval.selfmask import own_entries
+    from recipematch.scoring import BM25
+
+    if isinstance(depth, bool) or not isinstance(depth, int) or depth < 1:
+        raise RecipematchError(f"run depth must be an integer >= 1, got {short_repr(depth, 40)}")
+    ids = list(bset.query_ids)
+    doc_ids = list(bset.corpus)
+    depth = min(depth, len(doc_ids))
+    own = own_entries(ids, [bset.queries[q] for q in ids], doc_ids, [bset.corpus[d] for d in doc_ids],
+                      self_mask or bset.self_mask)
+    if isinstance(model, str):
+        if model != BM25:
+            raise RecipematchError(f"model must be an encoder or {BM25!r}, got {short_repr(model, 60)}")
+        if bm25_k1 is None or bm25_b is None:
+            raise RecipematchError("BM25 needs bm25_k1 and bm25_b")
+        idx, scores = bm25_topk(bset.corpus, bset.queries, depth, query_ids=ids, self_mask=own.index,
+                                k1=bm25_k1, b=bm25_b)
+        name = json.dumps({"model": "bm25s", "k1": bm25_k1, "b": bm25_b, "method": "lucene",
+                           "tokenizer": BM25_TOKEN_PATTERN}, sort_keys=True)
+    else:
+        doc_emb = encode_cached(model, [doc_text(bset.corpus[d]) for d in doc_ids], cache_dir, role="document")
+        query_emb = encode_cached(model, [bset.queries[q] for q in ids], cache_dir, role="query")
+        idx, scores = search_topk(query_emb, doc_emb, depth, query_ids=ids, doc_ids=doc_ids, self_mask=own.index)
+        name = model.cache_key
+    names = np.asarray(doc_ids + [None], dtype=object)[idx]  # index -1 (an empty slot) is None
+    return Run(ids, names, scores, name)
+
+
+def measure_run(qrels: Mapping[str, Mapping[str, float]], run: Run, measures: Sequence) -> tuple[dict, pd.DataFrame]:
+    """Score ``run`` against ``qrels`` with the library.
+
+    Args:
+        qrels: ``query_id -> {doc_id: integer grade}`` (graded; > 0 relevant).
+        run: from :func:`topk_run`; every query of ``run`` is scored. A query with no
+            relevant document left in ``qrels`` (e.g. under the strict cross-language rule)
+            scores 0 on every measure, as a miss does in R@k.
+        measures: from :func:`parse_measures`.
+
+    Returns:
+        ``(values, per_query)``: ``values`` maps each measure's library name to its mean over
+        the run's queries (a fraction in [0, 1]); ``per_query`` has ``query_id``,
+        ``n_relevant`` and one column per measure name, in ``run.query_ids`` order.
+
+    Raises:
+        RecipematchError: a non-integer grade.
+    """
+    import ir_measures
+
+    sub = {q: {d: g for d, g in (qrels.get(q) or {}).items()} for q in run.query_ids}
+    check_grades(sub)
+    sub = {q: {d: int(g) for d, g in per_q.items()} for q, per_q in sub.items() if per_q}
+    table = {str(m): {} for m in measures}
+    for metric in ir_measures.iter_calc(list(measures), sub, run.for_library()):
+        table[str(metric.measure)][metric.query_id] = float(metric.value)
+    per_query = pd.DataFrame({"query_id": run.query_ids,
+                              "n_relevant": [sum(g > 0 for g in sub.get(q, {}).values()) for q in run.query_ids]})
+    values = {}
+    for name, by_q in table.items():
+        col = np.asarray([by_q.get(q, 0.0) for q in run.query_ids], dtype=np.float64)
+        if not np.all(np.isfinite(col)):
+            raise RecipematchError(f"{name}: the library returned a non-finite value")
+        per_query[name] = col
+        values[name] = float(col.mean()) if col.size else math.nan
+    return values, per_query
+
+
+def write_trec_run(path: str | os.PathLike, run: Run, tag: str = "recipematch") -> Path:
+    """Write ``run`` as a TREC run file (``qid Q0 docid rank score tag``, rank from 1, the raw
+    score with 7 significant digits), deterministic bytes.
+
+    Raises:
+        BeirFormatError: an id or the tag holds whitespace (the format splits on it).
+    """
+    path = Path(path)
+    for ident in [tag, *run.query_ids]:
+        if not ident or any(c.isspace() for c in ident):
+            raise BeirFormatError(f"TREC run: id or tag {ident!r} is empty or holds whitespace")
+    lines = []
+    for q, row, sc in zip(run.query_ids, run.doc_ids, run.scores):
+        for j, (d, s) in enumerate(zip(row, sc)):
+            if d is None:
+                break
+            if any(c.isspace() for c in d):
+                raise BeirFormatError(f"TREC run: document id {d!r} holds whitespace")
+            lines.append(f"{q} Q0 {d} {j + 1} {float(s):.7g} {tag}\n")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", encoding="utf-8", newline="\n") as fh:
+        fh.writelines(lines)
+    return path
