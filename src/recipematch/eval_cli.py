@@ -360,7 +360,8 @@ def _graded_options(measures, gain, grade_scale, depth, run_out) -> dict | None:
             raise RecipematchError(f"--grade-scale {grade_scale!r}: give LO..HI with integers LO <= HI, e.g. 0..2")
         scale = (int(m.group(1)), int(m.group(2)))
     parse_measures(list(measures), gain=gain)  # names checked before anything is read
-    return {"measures": list(measures), "gain": gain, "scale": scale, "depth": depth, "run_out": run_out}
+    return {"measures": list(measures), "gain": gain, "scale": scale, "depth": depth, "run_out": run_out,
+            "folder": None}
 
 
 def _evaluate(folder, model, rule, self_mask, ks_text, out, split, per_query_out, cache_dir,
@@ -382,6 +383,10 @@ def _evaluate(folder, model, rule, self_mask, ks_text, out, split, per_query_out
         from recipematch.graded import check_qrels_file
 
         grades = check_qrels_file(folder, split, graded["scale"])  # path:line of a bad grade, before any model
+        graded = {**graded, "folder": folder}
+        from recipematch.external.bright import read_excluded
+
+        read_excluded(folder)  # a malformed excluded-ids file fails here, before any model
     outputs = {"--out": out, "--per-query": per_query_out, "--cache-dir": cache_dir,
                "--run-out": (graded or {}).get("run_out")}
     check_outputs_outside(outputs, {"FOLDER": folder})  # before any model, long before writing
@@ -429,14 +434,21 @@ def _add_graded(summary, per_query, bset, encoder, graded, grades, cache_dir, bm
     from recipematch.scoring import scored_qrels
 
     measures = parse_measures(graded["measures"], gain=graded["gain"], grades=grades or (0, 1))
+    from recipematch.external.bright import EXCLUDED_FILE, read_excluded
+
+    excluded = read_excluded(graded["folder"])  # BRIGHT's excluded_ids, where the folder has them
     with tempfile.TemporaryDirectory() as tmp:  # the encoder's vectors once more, not its work
-        run = topk_run(bset, encoder, graded["depth"], cache_dir=cache_dir or tmp, bm25_k1=bm25_k1, bm25_b=bm25_b)
+        run = topk_run(bset, encoder, graded["depth"], cache_dir=cache_dir or tmp, bm25_k1=bm25_k1, bm25_b=bm25_b,
+                       exclude=excluded)
     values, table = measure_run(scored_qrels(bset), run, measures)
     if graded["run_out"] is not None:
         write_trec_run(graded["run_out"], run)
     summary.update({"measures": values, "measure_library": library_version(), "gain": graded["gain"],
                     "grade_scale": list(graded["scale"]) if graded["scale"] else None, "grades": grades,
-                    "run_depth": run.depth})
+                    "run_depth": run.depth,
+                    "excluded": {"file": EXCLUDED_FILE if excluded else None,
+                                 "n_queries": sum(1 for q in run.query_ids if excluded.get(q)),
+                                 "applies_to": "the graded measures (R@k ranks every document)"}})
     return per_query.merge(table.drop(columns=["n_relevant"]).rename(columns=lambda c: c if c == "query_id"
                                                                      else f"measure:{c}"), on="query_id", how="left")
 

@@ -184,7 +184,8 @@ class Run:
 
 
 def topk_run(bset, model, depth: int = DEFAULT_DEPTH, *, cache_dir=None, bm25_k1: float | None = None,
-             bm25_b: float | None = None, self_mask: str | None = None) -> Run:
+             bm25_b: float | None = None, self_mask: str | None = None,
+             exclude: Mapping[str, Sequence[str]] | None = None) -> Run:
     """The run of ``model`` on ``bset``: its top ``depth`` documents per scored query.
 
     Args:
@@ -194,6 +195,8 @@ def topk_run(bset, model, depth: int = DEFAULT_DEPTH, *, cache_dir=None, bm25_k1
         depth: documents per query, >= 1 (capped at the corpus size).
         cache_dir: embedding cache (encoders only).
         self_mask: a rule of :mod:`recipematch.retrieval.selfmask`; default the set's.
+        exclude: ``query_id -> doc ids`` taken out of that query's ranking before the cut to
+            ``depth`` (BRIGHT's ``excluded_ids``); ids not in the corpus are ignored.
 
     Raises:
         RecipematchError: ``depth`` < 1, BM25 without its parameters, or a blank corpus for BM25.
@@ -211,6 +214,8 @@ def topk_run(bset, model, depth: int = DEFAULT_DEPTH, *, cache_dir=None, bm25_k1
     ids = list(bset.query_ids)
     doc_ids = list(bset.corpus)
     depth = min(depth, len(doc_ids))
+    exclude = {q: set(v) for q, v in (exclude or {}).items() if v}
+    wide = min(len(doc_ids), depth + max((len(v) for v in exclude.values()), default=0))
     own = own_entries(ids, [bset.queries[q] for q in ids], doc_ids, [bset.corpus[d] for d in doc_ids],
                       self_mask or bset.self_mask)
     if isinstance(model, str):
@@ -218,16 +223,25 @@ def topk_run(bset, model, depth: int = DEFAULT_DEPTH, *, cache_dir=None, bm25_k1
             raise RecipematchError(f"model must be an encoder or {BM25!r}, got {short_repr(model, 60)}")
         if bm25_k1 is None or bm25_b is None:
             raise RecipematchError("BM25 needs bm25_k1 and bm25_b")
-        idx, scores = bm25_topk(bset.corpus, bset.queries, depth, query_ids=ids, self_mask=own.index,
+        idx, scores = bm25_topk(bset.corpus, bset.queries, wide, query_ids=ids, self_mask=own.index,
                                 k1=bm25_k1, b=bm25_b)
         name = json.dumps({"model": "bm25s", "k1": bm25_k1, "b": bm25_b, "method": "lucene",
                            "tokenizer": BM25_TOKEN_PATTERN}, sort_keys=True)
     else:
         doc_emb = encode_cached(model, [doc_text(bset.corpus[d]) for d in doc_ids], cache_dir, role="document")
         query_emb = encode_cached(model, [bset.queries[q] for q in ids], cache_dir, role="query")
-        idx, scores = search_topk(query_emb, doc_emb, depth, query_ids=ids, doc_ids=doc_ids, self_mask=own.index)
+        idx, scores = search_topk(query_emb, doc_emb, wide, query_ids=ids, doc_ids=doc_ids, self_mask=own.index)
         name = model.cache_key
     names = np.asarray(doc_ids + [None], dtype=object)[idx]  # index -1 (an empty slot) is None
+    if exclude:  # drop each query's excluded ids, then cut to depth (empty slots stay last)
+        kept_n = np.full((len(ids), depth), None, dtype=object)
+        kept_s = np.full((len(ids), depth), -np.inf, dtype=np.float32)
+        for i, q in enumerate(ids):
+            keep = [j for j, d in enumerate(names[i]) if d is not None and d not in exclude.get(q, ())][:depth]
+            kept_n[i, :len(keep)], kept_s[i, :len(keep)] = names[i, keep], scores[i, keep]
+        names, scores = kept_n, kept_s
+    else:
+        names, scores = names[:, :depth], scores[:, :depth]
     return Run(ids, names, scores, name)
 
 

@@ -1,0 +1,167 @@
+"""BRIGHT's two math theorem splits as BEIR folders (the paper, Section 6 and Table 20: an
+external benchmark, scored by nDCG@10 with BRIGHT's excluded ids taken out of each ranking).
+
+BRIGHT (Su et al., arXiv 2407.12883; Hugging Face ``xlangai/BRIGHT``, CC BY 4.0) ships two
+configurations as parquet, one file per split: ``documents/<split>-*.parquet`` with columns
+``id, content`` and ``examples/<split>-*.parquet`` with ``id, query, reasoning, gold_ids,
+gold_ids_long, excluded_ids``. The paper reads the splits ``theoremqa_theorems`` and ``aops``.
+
+Rules:
+
+- Corpus: every document of the split (``_id`` = its id, ``text`` = its content, no title);
+  queries: every example; qrels: the example's ``gold_ids``, grade 1 (the short-document
+  golds BRIGHT scores by default; ``gold_ids_long`` is kept in the query's metadata).
+- ``excluded_ids`` (documents BRIGHT takes out of that query's ranking; the placeholder
+  ``"N/A"`` means none) are written to ``excluded_ids.json`` (``query_id -> [doc ids]``) and
+  applied by :func:`recipematch.graded.topk_run` (``exclude=``), as BRIGHT's own evaluation
+  sets their scores to minus infinity before ranking.
+- A gold or excluded id that is not a document, a gold that is also excluded, a duplicate id,
+  a missing column or file: one line naming the file and what is wrong; nothing is written.
+- ``MANIFEST.json``: source, revision, licence, each input's SHA-256, the counts.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+from pathlib import Path
+
+from recipematch.errors import RecipematchError, short_repr
+
+__all__ = ["SPLITS", "SOURCE", "LICENCE", "EXCLUDED_FILE", "build_folder", "read_excluded"]
+
+#: the splits the paper reads (Section 6: BRIGHT's math theorem retrieval)
+SPLITS = ("theoremqa_theorems", "aops")
+SOURCE = "BRIGHT (xlangai/BRIGHT, arXiv 2407.12883): configurations documents and examples"
+LICENCE = "CC BY 4.0 (BRIGHT's dataset card)"
+#: the per-query excluded ids beside the BEIR files
+EXCLUDED_FILE = "excluded_ids.json"
+_NA = "N/A"
+
+
+def _one_file(root: Path, config: str, split: str) -> Path:
+    files = sorted((root / config).glob(f"{split}-*.parquet")) + sorted((root / config / split).glob("*.parquet"))
+    if not files:
+        raise RecipematchError(f"BRIGHT: no {config} file for split {split!r} under {root / config} "
+                               f"(expected {config}/{split}-00000-of-00001.parquet)")
+    if len(files) > 1:
+        raise RecipematchError(f"BRIGHT: {len(files)} {config} files for split {split!r}: {[str(f) for f in files]}; "
+                               "expected one")
+    return files[0]
+
+
+def _table(path: Path, columns: tuple[str, ...]) -> list[dict]:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        table = pq.read_table(path)
+    except (pa.ArrowException, OSError) as exc:
+        raise RecipematchError(f"BRIGHT: {path}: not a readable parquet file ({str(exc).splitlines()[0][:160]})") from None
+    missing = [c for c in columns if c not in table.column_names]
+    if missing:
+        raise RecipematchError(f"BRIGHT: {path}: missing columns {missing} (has {table.column_names})")
+    return table.select(list(columns)).to_pylist()
+
+
+def _ids(value, path: Path, row: int, field: str) -> list[str]:
+    if value is None:
+        return []
+    if not isinstance(value, list) or not all(isinstance(x, str) for x in value):
+        raise RecipematchError(f"BRIGHT: {path}: row {row}: field {field!r} must be a list of ids, got {short_repr(value, 60)}")
+    return [x for x in value if x != _NA]
+
+
+def build_folder(root: str | os.PathLike, out: str | os.PathLike, split: str, *, revision: str = "") -> dict:
+    """Write BRIGHT split ``split`` from the local copy ``root`` as a BEIR folder ``out``.
+
+    Args:
+        root: a local copy of ``xlangai/BRIGHT`` (holding ``documents/`` and ``examples/``).
+        out: the folder to write (replaced whole; written aside, then renamed).
+        split: one of :data:`SPLITS` (another BRIGHT split is read the same way).
+        revision: the source revision to record.
+
+    Returns:
+        The manifest written to ``out/MANIFEST.json``.
+
+    Raises:
+        RecipematchError: a missing file or column, a bad row, an unknown gold or excluded
+            id, a gold that is excluded, or a duplicate id (file and row named).
+    """
+    from recipematch.beir import write_beir
+
+    root = Path(root)
+    if not isinstance(split, str) or not split or "/" in split or split.startswith("."):
+        raise RecipematchError(f"BRIGHT: split must be a plain name such as {SPLITS[0]!r}, got {short_repr(split, 60)}")
+    doc_path, ex_path = _one_file(root, "documents", split), _one_file(root, "examples", split)
+    corpus: dict[str, dict] = {}
+    for i, r in enumerate(_table(doc_path, ("id", "content"))):
+        did, text = r["id"], r["content"]
+        if not isinstance(did, str) or not did.strip() or not isinstance(text, str):
+            raise RecipematchError(f"BRIGHT: {doc_path}: row {i}: 'id' must be a non-empty string and 'content' a string")
+        if did in corpus:
+            raise RecipematchError(f"BRIGHT: {doc_path}: row {i}: duplicate document id {did!r}")
+        corpus[did] = {"title": "", "text": text}
+    queries, qrels, meta, excluded = {}, {}, {}, {}
+    for i, r in enumerate(_table(ex_path, ("id", "query", "gold_ids", "gold_ids_long", "excluded_ids"))):
+        qid, text = r["id"], r["query"]
+        if not isinstance(qid, str) or not qid.strip() or not isinstance(text, str) or not text.strip():
+            raise RecipematchError(f"BRIGHT: {ex_path}: row {i}: 'id' and 'query' must be non-empty strings")
+        if qid in queries:
+            raise RecipematchError(f"BRIGHT: {ex_path}: row {i}: duplicate example id {qid!r}")
+        gold = _ids(r["gold_ids"], ex_path, i, "gold_ids")
+        excl = _ids(r["excluded_ids"], ex_path, i, "excluded_ids")
+        if not gold:
+            raise RecipematchError(f"BRIGHT: {ex_path}: row {i} ({qid!r}): no gold_ids")
+        unknown = [d for d in gold + excl if d not in corpus]
+        if unknown:
+            raise RecipematchError(f"BRIGHT: {ex_path}: row {i} ({qid!r}): ids not among the documents: "
+                                   f"{short_repr(unknown[:3], 120)}")
+        both = sorted(set(gold) & set(excl))
+        if both:
+            raise RecipematchError(f"BRIGHT: {ex_path}: row {i} ({qid!r}): gold ids also excluded: {short_repr(both, 120)}")
+        queries[qid] = text
+        qrels[qid] = {d: 1 for d in dict.fromkeys(gold)}
+        meta[qid] = {"gold_ids_long": _ids(r["gold_ids_long"], ex_path, i, "gold_ids_long")}
+        if excl:
+            excluded[qid] = sorted(set(excl))
+    if not queries:
+        raise RecipematchError(f"BRIGHT: {ex_path}: no examples")
+    manifest = {
+        "benchmark": "BRIGHT", "split": split, "source": SOURCE, "revision": revision, "licence": LICENCE,
+        "inputs": {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest() for p in (doc_path, ex_path)},
+        "n_docs": len(corpus), "n_queries": len(queries), "n_qrels": sum(len(v) for v in qrels.values()),
+        "n_queries_with_excluded": len(excluded), "n_excluded": sum(len(v) for v in excluded.values()),
+        "protocol": "nDCG@10 over gold_ids, each query's excluded_ids taken out of its ranking",
+    }
+    out = Path(out)
+    tmp = out.with_name(out.name + ".partial")
+    shutil.rmtree(tmp, ignore_errors=True)
+    write_beir(tmp, corpus, queries, qrels, query_meta=meta)
+    (tmp / EXCLUDED_FILE).write_text(json.dumps(excluded, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+    (tmp / "MANIFEST.json").write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    shutil.rmtree(out, ignore_errors=True)
+    tmp.rename(out)
+    return manifest
+
+
+def read_excluded(folder: str | os.PathLike) -> dict[str, list[str]]:
+    """``query_id -> excluded doc ids`` of a folder written by :func:`build_folder` (empty
+    when the folder has no :data:`EXCLUDED_FILE`).
+
+    Raises:
+        RecipematchError: the file is not a JSON object of id lists.
+    """
+    path = Path(folder) / EXCLUDED_FILE
+    if not path.is_file():
+        return {}
+    try:
+        obj = json.loads(path.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise RecipematchError(f"{path}: not JSON ({exc})") from None
+    if not isinstance(obj, dict) or not all(isinstance(v, list) and all(isinstance(x, str) for x in v)
+                                            for v in obj.values()):
+        raise RecipematchError(f"{path}: expected an object of query id -> list of document ids")
+    return obj
