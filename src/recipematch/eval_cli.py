@@ -423,7 +423,8 @@ def _evaluate(folder, model, rule, self_mask, ks_text, out, split, per_query_out
     click.echo(describe_counts(Path(folder).name, summary["self_mask_rule"], summary["n_queries_self_masked"],
                                summary["n_queries_id_match_not_masked"]))
     if graded is not None:
-        line += "".join(f" {name}={value:.4f}" for name, value in summary["measures"].items())
+        line += " | ir_measures (0-1):" + "".join(f" {name}={value:.4f}" for name, value in summary["measures"].items())
+        line += " |"
     click.echo(f"{line} n_queries={summary['n_queries']} n_docs={summary['n_docs']} "
                f"rule={rule} self_mask={self_mask} -> {out}")
 
