@@ -18,7 +18,6 @@ import numpy as np
 import torch
 
 from recipematch.beir import positive_qrels
-from recipematch.retrieval.selfmask import own_only_gold_error
 
 __all__ = ["NO_GOLD", "RankDetails", "default_chunk_size", "rank_of_gold", "search_topk",
            "gold_beats_near_misses"]
@@ -99,6 +98,9 @@ def _gold_index(query_ids, doc_ids, qrels, self_idx) -> _GoldIndex:
         ptr.append(len(flat))
     emptied = [query_ids[i] for i in np.flatnonzero(removed) if ptr[i + 1] == ptr[i]]
     if emptied:
+        # imported here: this module is loaded alone by file where the package's other modules are absent
+        from recipematch.retrieval.selfmask import own_only_gold_error
+
         raise own_only_gold_error(emptied)
     return _GoldIndex(np.asarray(ptr, dtype=np.int64), np.asarray(flat, dtype=np.int64),
                       removed)
