@@ -81,7 +81,7 @@ def test_excluded_ids_leave_the_ranking_before_the_cut(tmp_path: Path) -> None:
     (lambda ex: [{**ex[0], "excluded_ids": ["t/ferma"]}, ex[1]], "gold ids also excluded"),
     (lambda ex: [ex[0], {**ex[1], "id": "q1"}], "row 1: duplicate example id 'q1'"),
     (lambda ex: [{**ex[0], "gold_ids": []}, ex[1]], "no gold_ids"),
-    (lambda ex: [{**ex[0], "query": " "}, ex[1]], "must be non-empty strings"),
+    (lambda ex: [{**ex[0], "query": " "}, ex[1]], "'query' must be a non-empty string"),
 ])
 def test_bad_examples_are_named_and_nothing_is_written(tmp_path: Path, spoil, message) -> None:
     root = _copy(tmp_path / "bright", examples=spoil(EXAMPLES))
@@ -105,4 +105,24 @@ def test_a_missing_split_or_column_is_one_line(tmp_path: Path) -> None:
     (tmp_path / "f").mkdir()
     (tmp_path / "f" / EXCLUDED_FILE).write_text('{"q": "x"}')
     with pytest.raises(RecipematchError, match="expected an object of query id -> list"):
+        read_excluded(tmp_path / "f")
+
+
+def test_ids_that_would_read_back_as_others_and_overlapping_outputs_are_refused(tmp_path: Path) -> None:
+    """Breaker, issue 21: a gold id " a" was read back as "a" (another document); out == source
+    deleted the input."""
+    docs = DOCS + [(" t/ferma", "padded")]
+    root = _copy(tmp_path / "bright", docs=docs)
+    with pytest.raises(RecipematchError, match="has blanks at an end"):
+        build_folder(root, tmp_path / "out", SPLIT)
+    root = _copy(tmp_path / "bright2")
+    for out in (root, root / "documents", tmp_path):
+        with pytest.raises(RecipematchError, match="overlaps the input"):
+            build_folder(root, out, SPLIT)
+    assert (root / "documents" / f"{SPLIT}-00000-of-00001.parquet").exists()
+    (tmp_path / "afile").write_text("x")
+    with pytest.raises(RecipematchError, match="exists and is not a folder"):
+        build_folder(root, tmp_path / "afile", SPLIT)
+    (tmp_path / "f" / EXCLUDED_FILE).mkdir(parents=True)
+    with pytest.raises(RecipematchError, match="not a readable file"):
         read_excluded(tmp_path / "f")

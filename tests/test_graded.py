@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import re
 from pathlib import Path
 
 import numpy as np
@@ -226,3 +227,60 @@ def test_bad_graded_options_are_one_line_before_any_model(tmp_path: Path, extra,
     res = _cli([str(FIX / "graded_mini"), "--model", str(tmp_path / "no-such-model"), "--out", str(out), *extra])
     assert res.exit_code == 2 and message in res.output, res.output
     assert len(res.output.strip().splitlines()) == 1 and not out.exists()
+
+
+@pytest.mark.parametrize("name, message", [
+    ("P@0", "cut-off must be an integer in 1..1000000"),  # pytrec_eval aborted the process (C assertion)
+    ("Success@0", "cut-off must be an integer"),
+    ("ERR@10", "not among the measures"),  # a perl helper failed with a traceback
+    ("nDCG(dcg='exp-log2')@10", "takes no ['dcg']"),
+    ("nDCG@1e1", "cut-off must be an integer"),
+    ("nDCG(gains=1)@10", "gains must map integer grades"),
+    ("RBP(p=0.8)", "not among the measures"),
+    ("RR@10", "RR takes no ['cutoff']"),
+])
+def test_measures_the_library_would_crash_on_are_refused_first(name, message) -> None:
+    """Breaker, issue 21: these passed the name check and crashed after the model had run."""
+    with pytest.raises(RecipematchError, match=re.escape(message)):
+        parse_measures([name])
+
+
+def test_grades_past_a_c_int_or_the_exponential_table_are_refused(tmp_path: Path) -> None:
+    """Breaker: 4294967297 gave nDCG 1.21 with exit 0; 10**30 under the exponential gain hung."""
+    with pytest.raises(RecipematchError, match=r"beyond \+-2147483647"):
+        check_grades({"q": {"d": 4294967297}})
+    with pytest.raises(RecipematchError, match="above 30"):
+        parse_measures(["nDCG@10"], gain="exponential", grades=[0, 64])
+    assert parse_measures(["nDCG@10"], gain="exponential", grades=[0, 30])
+    folder = tmp_path / "g"
+    (folder / "qrels").mkdir(parents=True)
+    (folder / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nq\td\t" + "9" * 31 + "\n")
+    with pytest.raises(RecipematchError, match=r"test.tsv:2: field 'score' .* is beyond"):
+        check_qrels_file(folder)
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--run-out", "{out}"], "--run-out and --out name the same file"),
+    (["--run-out", "{tmp}"], "is a directory"),
+    (["--depth", "1", "--measure", "R@10"], "--measure R@10: cuts at 10, deeper than the run's 1 documents"),
+    (["--depth", "2", "--measure", "AP"], "cuts at the whole ranking"),
+])
+def test_run_outputs_and_depths_are_checked_before_any_model(tmp_path: Path, extra, message) -> None:
+    out = tmp_path / "res.json"
+    extra = [x.format(out=out, tmp=tmp_path) for x in extra]
+    res = _cli([str(FIX / "graded_mini"), "--model", str(tmp_path / "no-such-model"), "--out", str(out),
+                "--measure", "nDCG@1", *extra])
+    assert res.exit_code == 2 and message in res.output, res.output
+    assert not out.exists()
+
+
+def test_the_run_file_is_written_with_the_other_outputs_or_not_at_all(tmp_path: Path) -> None:
+    run, bad_out = tmp_path / "r.trec", tmp_path / "outdir"
+    bad_out.mkdir()
+    res = _cli([str(FIX / "graded_mini"), "--model", "bm25", "--out", str(bad_out), "--measure", "nDCG@10",
+                "--run-out", str(run)])
+    assert res.exit_code == 2 and not run.exists() and not list(tmp_path.glob(".*partial")), res.output
+    res = _cli([str(FIX / "graded_mini"), "--model", "bm25", "--out", str(tmp_path / "ok.json"), "--measure", "nDCG@10",
+                "--run-out", str(run)])
+    assert res.exit_code == 0 and run.exists(), res.output
+    assert json.loads((tmp_path / "ok.json").read_text())["measure_names"] == {"nDCG@10": "nDCG@10"}

@@ -90,3 +90,12 @@ def test_the_shipped_slice_is_the_upstream_head_and_builds() -> None:
 
     assert hashlib.sha256(path.read_bytes()).hexdigest() == manifest["sha256"]
     assert manifest["rows_rechecked"] == 20 and manifest["rows_rechecked_equal"] == 20
+
+
+def test_an_output_overlapping_the_source_is_refused_and_the_input_kept(tmp_path: Path) -> None:
+    src = tmp_path / "src"
+    shutil.copytree(FIX, src)
+    for out in (src, tmp_path):
+        with pytest.raises(RecipematchError, match="overlaps the input"):
+            build_folder(src, out, "unispeaker__arithmetic")
+    assert (src / "unispeaker__arithmetic.jsonl").exists()

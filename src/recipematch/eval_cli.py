@@ -310,7 +310,7 @@ def write_outputs(out: Path, summary: dict, per_query_out: Path | None = None,
 @click.option("--bm25-b", type=click.FloatRange(0, 1), default=0.75, show_default=True,
               help="BM25 b (the paper's baseline: 0.75).")
 @click.option("--measure", "measures", multiple=True,
-              help="A graded measure as ir_measures names it (nDCG@10, R@100, AP@100, Success@1, RR@10); "
+              help="A graded measure as ir_measures names it (nDCG@10, R@100, AP@100, Success@1, RR); "
                    "repeat for more. Computed by ir_measures over the graded qrels and written under "
                    "'measures' (fractions 0-1) beside the percent R@k.")
 @click.option("--gain", type=click.Choice(["linear", "exponential"]), default="linear", show_default=True,
@@ -387,6 +387,7 @@ def _evaluate(folder, model, rule, self_mask, ks_text, out, split, per_query_out
         from recipematch.external.bright import read_excluded
 
         read_excluded(folder)  # a malformed excluded-ids file fails here, before any model
+        _check_graded_outputs(graded, out, per_query_out, n_docs=len(bset.corpus), grades=grades)
     outputs = {"--out": out, "--per-query": per_query_out, "--cache-dir": cache_dir,
                "--run-out": (graded or {}).get("run_out")}
     check_outputs_outside(outputs, {"FOLDER": folder})  # before any model, long before writing
@@ -413,10 +414,29 @@ def _evaluate(folder, model, rule, self_mask, ks_text, out, split, per_query_out
             raise RecipematchError(f"--model {model!r}: cannot load a sentence-transformers "
                                    f"model from {resolved}: {_first_line(exc)}") from None
         summary, per_query = score(bset, encoder, ks=ks, cache_dir=cache_dir)
+    run = None
     if graded is not None:
-        per_query = _add_graded(summary, per_query, bset, encoder, graded, grades, cache_dir, bm25_k1, bm25_b)
+        run, per_query = _add_graded(summary, per_query, bset, encoder, graded, grades, cache_dir, bm25_k1, bm25_b)
     summary.update({"model_arg": model, "beir_dir": str(folder), "split": split})
-    write_outputs(Path(out), summary, per_query_out, per_query)
+    run_tmp = None
+    if run is not None and graded["run_out"] is not None:  # written aside first, renamed only with the rest
+        from recipematch.graded import write_trec_run
+
+        target = Path(graded["run_out"])
+        run_tmp = target.with_name(f".{target.name}.{os.getpid()}.partial")
+        try:
+            write_trec_run(run_tmp, run)
+        except OSError as exc:
+            run_tmp.unlink(missing_ok=True)
+            raise RecipematchError(f"--run-out {target}: cannot be written ({exc.strerror or exc})") from None
+    try:
+        write_outputs(Path(out), summary, per_query_out, per_query)
+    except BaseException:
+        if run_tmp is not None:
+            run_tmp.unlink(missing_ok=True)
+        raise
+    if run_tmp is not None:
+        os.replace(run_tmp, graded["run_out"])
     line = " ".join(f"R@{k}={summary[f'R@{k}']:.2f}" for k in ks)
     from recipematch.retrieval.selfmask import describe_counts
 
@@ -442,16 +462,36 @@ def _add_graded(summary, per_query, bset, encoder, graded, grades, cache_dir, bm
         run = topk_run(bset, encoder, graded["depth"], cache_dir=cache_dir or tmp, bm25_k1=bm25_k1, bm25_b=bm25_b,
                        exclude=excluded)
     values, table = measure_run(scored_qrels(bset), run, measures)
-    if graded["run_out"] is not None:
-        write_trec_run(graded["run_out"], run)
-    summary.update({"measures": values, "measure_library": library_version(), "gain": graded["gain"],
+    summary.update({"measures": values, "measure_names": dict(zip(graded["measures"], values)),
+                    "measure_library": library_version(), "gain": graded["gain"],
                     "grade_scale": list(graded["scale"]) if graded["scale"] else None, "grades": grades,
                     "run_depth": run.depth,
                     "excluded": {"file": EXCLUDED_FILE if excluded else None,
                                  "n_queries": sum(1 for q in run.query_ids if excluded.get(q)),
                                  "applies_to": "the graded measures (R@k ranks every document)"}})
-    return per_query.merge(table.drop(columns=["n_relevant"]).rename(columns=lambda c: c if c == "query_id"
-                                                                     else f"measure:{c}"), on="query_id", how="left")
+    return run, per_query.merge(table.drop(columns=["n_relevant"]).rename(
+        columns=lambda c: c if c == "query_id" else f"measure:{c}"), on="query_id", how="left")
+
+
+def _check_graded_outputs(graded, out, per_query_out, *, n_docs: int, grades) -> None:
+    """Before any model: ``--run-out`` names a file apart from the other outputs, and no
+    measure cuts deeper than the run holds."""
+    from recipematch.graded import parse_measures
+
+    run_out = graded["run_out"]
+    if run_out is not None:
+        if str(run_out).strip() == "" or Path(run_out).is_dir():
+            raise RecipematchError(f"--run-out {str(run_out)!r}: is a directory, not a file")
+        others = {Path(x).resolve(): name for name, x in (("--out", out), ("--per-query", per_query_out)) if x is not None}
+        if Path(run_out).resolve() in others:
+            raise RecipematchError(f"--run-out and {others[Path(run_out).resolve()]} name the same file {run_out}")
+    depth = min(graded["depth"], n_docs)
+    for name, m in zip(graded["measures"], parse_measures(graded["measures"], gain=graded["gain"],
+                                                           grades=grades or (0, 1))):
+        cutoff = m.params.get("cutoff")
+        if depth < n_docs and (cutoff is None or cutoff > depth):
+            raise RecipematchError(f"--measure {name}: cuts at {cutoff or 'the whole ranking'}, deeper than the "
+                                   f"run's {depth} documents per query; raise --depth")
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -50,6 +50,14 @@ GAINS = ("linear", "exponential")
 DEFAULT_MEASURES = ("nDCG@10", "R@10", "R@100", "AP@100")
 #: documents per query in a run unless told otherwise (the deepest default cut-off)
 DEFAULT_DEPTH = 100
+#: the measures this module lets through to the library (trec_eval's, through pytrec_eval), each
+#: with the parameters it may take; others fail inside the library (a C assertion, a perl helper)
+ALLOWED = {"nDCG": {"cutoff", "gains", "judged_only"}, "R": {"cutoff", "judged_only"},
+           "AP": {"cutoff", "rel", "judged_only"}, "P": {"cutoff", "rel", "judged_only"},
+           "RR": {"rel", "judged_only"}, "Success": {"cutoff", "rel", "judged_only"}, "Judged": {"cutoff"}}
+#: grades trec_eval holds in a C int; the exponential gain 2**g - 1 must fit too
+MAX_GRADE = 2**31 - 1
+MAX_EXPONENTIAL_GRADE = 30
 #: the library that computes every graded measure
 LIBRARY = "ir_measures"
 
@@ -76,6 +84,9 @@ def check_grades(qrels: Mapping[str, Mapping[str, float]], scale: tuple[int, int
     grades: set[int] = set()
     for qid, per_q in qrels.items():
         for did, g in per_q.items():
+            if isinstance(g, (int, np.integer)) and not isinstance(g, bool) and abs(int(g)) > MAX_GRADE:
+                raise RecipematchError(f"{where}: grade {int(g)} of ({qid!r}, {did!r}) is beyond +-{MAX_GRADE} "
+                                       "(trec_eval keeps grades in a C int)")
             if isinstance(g, bool) or not isinstance(g, (int, np.integer)):
                 if isinstance(g, float) and g.is_integer():
                     g = int(g)
@@ -108,6 +119,9 @@ def check_qrels_file(folder: str | os.PathLike, split: str = "test",
         if not isinstance(g, int):
             raise RecipematchError(f"{path}:{lineno}: field 'score' {g!r} is not an integer grade; "
                                    "graded measures (trec_eval's) take integer grades")
+        if abs(g) > MAX_GRADE:
+            raise RecipematchError(f"{path}:{lineno}: field 'score' {short_repr(g, 30)} is beyond +-{MAX_GRADE} "
+                                   "(trec_eval keeps grades in a C int)")
         if scale is not None and not scale[0] <= g <= scale[1]:
             raise RecipematchError(f"{path}:{lineno}: field 'score' {g} is outside the declared scale "
                                    f"{scale[0]}..{scale[1]}")
@@ -120,7 +134,7 @@ def parse_measures(names: Sequence[str], *, gain: str = "linear", grades: Sequen
 
     Args:
         names: measure names as ir_measures parses them (``nDCG@10``, ``R@100``, ``AP``,
-            ``Success@1``, ``RR@10``, ``P@5``); at least one, no duplicates.
+            ``Success@1``, ``RR``, ``P@5``); at least one, no duplicates.
         gain: one of :data:`GAINS`.
         grades: the grades the qrels hold (for the exponential gain table).
 
@@ -145,14 +159,49 @@ def parse_measures(names: Sequence[str], *, gain: str = "linear", grades: Sequen
             m = ir_measures.parse_measure(name.strip())
         except (NameError, ValueError, TypeError, SyntaxError) as exc:
             raise RecipematchError(f"measure {short_repr(name, 60)}: not an {LIBRARY} measure ({exc}); "
-                                   "e.g. nDCG@10, R@100, AP@100, Success@1, RR@10") from None
+                                   "e.g. nDCG@10, R@100, AP@100, Success@1, RR") from None
+        _check_measure(m, name)
         if m.NAME == "nDCG" and gain == "exponential" and "gains" not in m.params:
+            too_big = [g for g in grades if g > MAX_EXPONENTIAL_GRADE]
+            if too_big:
+                raise RecipematchError(f"measure {name!r} under the exponential gain: grade {too_big[0]} is above "
+                                       f"{MAX_EXPONENTIAL_GRADE} (2**grade - 1 would not fit trec_eval's int)")
             m = ir_measures.nDCG(**{**m.params, "gains": {int(g): max(0, 2 ** int(g) - 1) for g in grades}})
         if str(m) in seen:
             raise RecipematchError(f"measure {name!r} is named twice")
         seen.add(str(m))
         out.append(m)
     return out
+
+
+def _check_measure(m, name: str) -> None:
+    """Refuse a parsed measure the library would crash on (module constant :data:`ALLOWED`)."""
+    import ir_measures
+
+    allowed = ALLOWED.get(m.NAME)
+    if allowed is None:
+        raise RecipematchError(f"measure {short_repr(name, 60)}: {m.NAME} is not among the measures recipematch "
+                               f"computes ({', '.join(sorted(ALLOWED))})")
+    extra = sorted(set(m.params) - allowed)
+    if extra:
+        raise RecipematchError(f"measure {short_repr(name, 60)}: {m.NAME} takes no {extra}")
+    cutoff = m.params.get("cutoff")
+    if cutoff is not None and (isinstance(cutoff, bool) or not isinstance(cutoff, int) or not 1 <= cutoff <= 10**6):
+        raise RecipematchError(f"measure {short_repr(name, 60)}: the cut-off must be an integer in 1..1000000")
+    for key in ("rel",):
+        v = m.params.get(key)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= MAX_GRADE):
+            raise RecipematchError(f"measure {short_repr(name, 60)}: {key} must be an integer in 1..{MAX_GRADE}")
+    gains = m.params.get("gains")
+    if gains is not None and (not isinstance(gains, dict) or not all(
+            isinstance(k, int) and not isinstance(k, bool) and isinstance(v, int) and not isinstance(v, bool)
+            and abs(k) <= MAX_GRADE and abs(v) <= MAX_GRADE for k, v in gains.items())):
+        raise RecipematchError(f"measure {short_repr(name, 60)}: gains must map integer grades to integer gains")
+    try:  # one query, one document: whatever else the library refuses, it refuses here, in one line
+        ir_measures.calc_aggregate([m], {"q": {"d": 1}}, {"q": {"d": 1.0}})
+    except Exception as exc:  # noqa: BLE001 - the library raises many kinds; all mean "not computable"
+        raise RecipematchError(f"measure {short_repr(name, 60)}: the library cannot compute it "
+                               f"({type(exc).__name__}: {str(exc).splitlines()[0][:120] if str(exc) else ''})") from None
 
 
 @dataclass(frozen=True)

@@ -66,12 +66,25 @@ def _table(path: Path, columns: tuple[str, ...]) -> list[dict]:
     return table.select(list(columns)).to_pylist()
 
 
+def _id(value, path: Path, row: int, field: str) -> str:
+    """One id, usable as it is: a string without outer blanks, tabs or line breaks (they would
+    be stripped or split when the BEIR files are read back, naming another document)."""
+    from recipematch.io import id_problem
+
+    if not isinstance(value, str):
+        raise RecipematchError(f"BRIGHT: {path}: row {row}: field {field!r}: an id must be a string, got {short_repr(value, 60)}")
+    problem = id_problem(value) or ("has blanks at an end" if value != value.strip() else None)
+    if problem:
+        raise RecipematchError(f"BRIGHT: {path}: row {row}: field {field!r}: id {short_repr(value, 60)} {problem}")
+    return value
+
+
 def _ids(value, path: Path, row: int, field: str) -> list[str]:
     if value is None:
         return []
-    if not isinstance(value, list) or not all(isinstance(x, str) for x in value):
+    if not isinstance(value, list):
         raise RecipematchError(f"BRIGHT: {path}: row {row}: field {field!r} must be a list of ids, got {short_repr(value, 60)}")
-    return [x for x in value if x != _NA]
+    return [_id(x, path, row, field) for x in value if x != _NA]
 
 
 def build_folder(root: str | os.PathLike, out: str | os.PathLike, split: str, *, revision: str = "") -> dict:
@@ -98,17 +111,17 @@ def build_folder(root: str | os.PathLike, out: str | os.PathLike, split: str, *,
     doc_path, ex_path = _one_file(root, "documents", split), _one_file(root, "examples", split)
     corpus: dict[str, dict] = {}
     for i, r in enumerate(_table(doc_path, ("id", "content"))):
-        did, text = r["id"], r["content"]
-        if not isinstance(did, str) or not did.strip() or not isinstance(text, str):
-            raise RecipematchError(f"BRIGHT: {doc_path}: row {i}: 'id' must be a non-empty string and 'content' a string")
+        did, text = _id(r["id"], doc_path, i, "id"), r["content"]
+        if not isinstance(text, str):
+            raise RecipematchError(f"BRIGHT: {doc_path}: row {i}: 'content' must be a string")
         if did in corpus:
             raise RecipematchError(f"BRIGHT: {doc_path}: row {i}: duplicate document id {did!r}")
         corpus[did] = {"title": "", "text": text}
     queries, qrels, meta, excluded = {}, {}, {}, {}
     for i, r in enumerate(_table(ex_path, ("id", "query", "gold_ids", "gold_ids_long", "excluded_ids"))):
-        qid, text = r["id"], r["query"]
-        if not isinstance(qid, str) or not qid.strip() or not isinstance(text, str) or not text.strip():
-            raise RecipematchError(f"BRIGHT: {ex_path}: row {i}: 'id' and 'query' must be non-empty strings")
+        qid, text = _id(r["id"], ex_path, i, "id"), r["query"]
+        if not isinstance(text, str) or not text.strip():
+            raise RecipematchError(f"BRIGHT: {ex_path}: row {i}: 'query' must be a non-empty string")
         if qid in queries:
             raise RecipematchError(f"BRIGHT: {ex_path}: row {i}: duplicate example id {qid!r}")
         gold = _ids(r["gold_ids"], ex_path, i, "gold_ids")
@@ -136,7 +149,9 @@ def build_folder(root: str | os.PathLike, out: str | os.PathLike, split: str, *,
         "n_queries_with_excluded": len(excluded), "n_excluded": sum(len(v) for v in excluded.values()),
         "protocol": "nDCG@10 over gold_ids, each query's excluded_ids taken out of its ranking",
     }
-    out = Path(out)
+    from recipematch.external import check_out_folder
+
+    out = check_out_folder(out, root, "BRIGHT")
     tmp = out.with_name(out.name + ".partial")
     shutil.rmtree(tmp, ignore_errors=True)
     write_beir(tmp, corpus, queries, qrels, query_meta=meta)
@@ -155,8 +170,10 @@ def read_excluded(folder: str | os.PathLike) -> dict[str, list[str]]:
         RecipematchError: the file is not a JSON object of id lists.
     """
     path = Path(folder) / EXCLUDED_FILE
-    if not path.is_file():
+    if not path.exists() and not path.is_symlink():
         return {}
+    if not path.is_file():
+        raise RecipematchError(f"{path}: exists but is not a readable file (a folder or a broken link)")
     try:
         obj = json.loads(path.read_text(encoding="utf-8"))
     except (ValueError, UnicodeDecodeError) as exc:

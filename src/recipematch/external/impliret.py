@@ -121,7 +121,9 @@ def build_folder(src: str | os.PathLike, out: str | os.PathLike, subset: str, *,
         "n_duplicate_documents": len(texts) - len(set(texts)),
         "protocol": "each question searches every document of its subset; nDCG@10, macro-averaged over subsets",
     }
-    out = Path(out)
+    from recipematch.external import check_out_folder
+
+    out = check_out_folder(out, src, "ImpliRet")
     tmp = out.with_name(out.name + ".partial")
     shutil.rmtree(tmp, ignore_errors=True)
     write_beir(tmp, corpus, queries, qrels)
