@@ -347,8 +347,6 @@ def _graded_options(measures, gain, grade_scale, depth, run_out) -> dict | None:
     """The graded-measure options, checked (``None`` without ``--measure``)."""
     import re
 
-    from recipematch.graded import parse_measures
-
     if not measures:
         if run_out is not None or grade_scale is not None:
             raise RecipematchError("--run-out and --grade-scale need at least one --measure")
@@ -359,9 +357,7 @@ def _graded_options(measures, gain, grade_scale, depth, run_out) -> dict | None:
         if not m or int(m.group(1)) > int(m.group(2)):
             raise RecipematchError(f"--grade-scale {grade_scale!r}: give LO..HI with integers LO <= HI, e.g. 0..2")
         scale = (int(m.group(1)), int(m.group(2)))
-    parse_measures(list(measures), gain=gain)  # names checked before anything is read
-    return {"measures": list(measures), "gain": gain, "scale": scale, "depth": depth, "run_out": run_out,
-            "folder": None}
+    return {"measures": list(measures), "gain": gain, "scale": scale, "depth": depth, "run_out": run_out}
 
 
 def _evaluate(folder, model, rule, self_mask, ks_text, out, split, per_query_out, cache_dir,
@@ -380,14 +376,13 @@ def _evaluate(folder, model, rule, self_mask, ks_text, out, split, per_query_out
     bset = load_set(folder, rule, split=split, self_mask=self_mask)  # every data check, before any model
     grades = None
     if graded is not None:
-        from recipematch.graded import check_qrels_file
+        from recipematch.graded import check_qrels_file, parse_measures, read_excluded
 
-        grades = check_qrels_file(folder, split, graded["scale"])  # path:line of a bad grade, before any model
-        graded = {**graded, "folder": folder}
-        from recipematch.external.bright import read_excluded
-
-        read_excluded(folder)  # a malformed excluded-ids file fails here, before any model
-        _check_graded_outputs(graded, out, per_query_out, n_docs=len(bset.corpus), grades=grades)
+        # every graded check before any model: grades (path:line), measure names, the excluded-ids file
+        grades = check_qrels_file(folder, split, graded["scale"])
+        graded = {**graded, "parsed": parse_measures(graded["measures"], gain=graded["gain"], grades=grades or (0, 1)),
+                  "excluded": read_excluded(folder)}
+        _check_graded_outputs(graded, out, per_query_out, n_docs=len(bset.corpus))
     outputs = {"--out": out, "--per-query": per_query_out, "--cache-dir": cache_dir,
                "--run-out": (graded or {}).get("run_out")}
     check_outputs_outside(outputs, {"FOLDER": folder})  # before any model, long before writing
@@ -451,13 +446,10 @@ def _evaluate(folder, model, rule, self_mask, ks_text, out, split, per_query_out
 
 def _add_graded(summary, per_query, bset, encoder, graded, grades, cache_dir, bm25_k1, bm25_b):
     """Compute the graded measures of one evaluation into ``summary`` (and ``per_query``)."""
-    from recipematch.graded import library_version, measure_run, parse_measures, topk_run, write_trec_run
+    from recipematch.graded import EXCLUDED_FILE, library_version, measure_run, topk_run
     from recipematch.scoring import scored_qrels
 
-    measures = parse_measures(graded["measures"], gain=graded["gain"], grades=grades or (0, 1))
-    from recipematch.external.bright import EXCLUDED_FILE, read_excluded
-
-    excluded = read_excluded(graded["folder"])  # BRIGHT's excluded_ids, where the folder has them
+    measures, excluded = graded["parsed"], graded["excluded"]  # excluded: BRIGHT's ids, where the folder has them
     with tempfile.TemporaryDirectory() as tmp:  # the encoder's vectors once more, not its work
         run = topk_run(bset, encoder, graded["depth"], cache_dir=cache_dir or tmp, bm25_k1=bm25_k1, bm25_b=bm25_b,
                        exclude=excluded)
@@ -473,11 +465,9 @@ def _add_graded(summary, per_query, bset, encoder, graded, grades, cache_dir, bm
         columns=lambda c: c if c == "query_id" else f"measure:{c}"), on="query_id", how="left")
 
 
-def _check_graded_outputs(graded, out, per_query_out, *, n_docs: int, grades) -> None:
+def _check_graded_outputs(graded, out, per_query_out, *, n_docs: int) -> None:
     """Before any model: ``--run-out`` names a file apart from the other outputs, and no
     measure cuts deeper than the run holds."""
-    from recipematch.graded import parse_measures
-
     run_out = graded["run_out"]
     if run_out is not None:
         if str(run_out).strip() == "" or Path(run_out).is_dir():
@@ -486,8 +476,7 @@ def _check_graded_outputs(graded, out, per_query_out, *, n_docs: int, grades) ->
         if Path(run_out).resolve() in others:
             raise RecipematchError(f"--run-out and {others[Path(run_out).resolve()]} name the same file {run_out}")
     depth = min(graded["depth"], n_docs)
-    for name, m in zip(graded["measures"], parse_measures(graded["measures"], gain=graded["gain"],
-                                                           grades=grades or (0, 1))):
+    for name, m in zip(graded["measures"], graded["parsed"]):
         cutoff = m.params.get("cutoff")
         if depth < n_docs and (cutoff is None or cutoff > depth):
             raise RecipematchError(f"--measure {name}: cuts at {cutoff or 'the whole ranking'}, deeper than the "

@@ -29,6 +29,7 @@ live apart from the percent R@k of the rest of a summary (``summary["measures"]`
 
 from __future__ import annotations
 
+import json
 import math
 import os
 from collections.abc import Mapping, Sequence
@@ -42,7 +43,8 @@ from recipematch.beir import BeirFormatError, doc_text, iter_qrels_rows
 from recipematch.errors import RecipematchError, short_repr
 
 __all__ = ["GAINS", "DEFAULT_MEASURES", "DEFAULT_DEPTH", "LIBRARY", "Run", "parse_measures",
-           "check_grades", "check_qrels_file", "topk_run", "measure_run", "write_trec_run", "library_version"]
+           "check_grades", "check_qrels_file", "topk_run", "measure_run", "write_trec_run", "library_version",
+           "EXCLUDED_FILE", "read_excluded"]
 
 #: gain functions of nDCG (module docstring)
 GAINS = ("linear", "exponential")
@@ -55,6 +57,8 @@ DEFAULT_DEPTH = 100
 ALLOWED = {"nDCG": {"cutoff", "gains", "judged_only"}, "R": {"cutoff", "judged_only"},
            "AP": {"cutoff", "rel", "judged_only"}, "P": {"cutoff", "rel", "judged_only"},
            "RR": {"rel", "judged_only"}, "Success": {"cutoff", "rel", "judged_only"}, "Judged": {"cutoff"}}
+#: a BEIR folder's per-query ids taken out of that query's run (BRIGHT's ``excluded_ids``), when present
+EXCLUDED_FILE = "excluded_ids.json"
 #: grades trec_eval holds in a C int; the exponential gain 2**g - 1 must fit too
 MAX_GRADE = 2**31 - 1
 MAX_EXPONENTIAL_GRADE = 30
@@ -68,6 +72,21 @@ def library_version() -> str:
     return f"{LIBRARY} {ir_measures.__version__} (pytrec_eval)"
 
 
+def _grade(g, scale: tuple[int, int] | None) -> tuple[int, str | None]:
+    """``(grade as int, None)``, or ``(0, why it cannot be a graded measure's grade)``."""
+    if isinstance(g, float) and g.is_integer():
+        g = int(g)
+    if isinstance(g, bool) or not isinstance(g, (int, np.integer)):
+        return 0, (f"{short_repr(g, 40)} is not an integer grade; graded measures (trec_eval's) take integer "
+                   "grades: map real-valued grades to levels first")
+    g = int(g)
+    if abs(g) > MAX_GRADE:
+        return 0, f"{short_repr(g, 30)} is beyond +-{MAX_GRADE} (trec_eval keeps grades in a C int)"
+    if scale is not None and not scale[0] <= g <= scale[1]:
+        return 0, f"{g} is outside the declared scale {scale[0]}..{scale[1]}"
+    return g, None
+
+
 def check_grades(qrels: Mapping[str, Mapping[str, float]], scale: tuple[int, int] | None = None,
                  *, where: str = "qrels") -> list[int]:
     """The distinct grades of ``qrels``, sorted, after checking them for graded measures.
@@ -78,26 +97,15 @@ def check_grades(qrels: Mapping[str, Mapping[str, float]], scale: tuple[int, int
         where: what to name in an error.
 
     Raises:
-        RecipematchError: a grade that is not an integer (trec_eval's rule), or one outside
-            ``scale``.
+        RecipematchError: a grade that is not an integer (trec_eval's rule), beyond a C int
+            (:data:`MAX_GRADE`), or outside ``scale``.
     """
     grades: set[int] = set()
     for qid, per_q in qrels.items():
-        for did, g in per_q.items():
-            if isinstance(g, (int, np.integer)) and not isinstance(g, bool) and abs(int(g)) > MAX_GRADE:
-                raise RecipematchError(f"{where}: grade {int(g)} of ({qid!r}, {did!r}) is beyond +-{MAX_GRADE} "
-                                       "(trec_eval keeps grades in a C int)")
-            if isinstance(g, bool) or not isinstance(g, (int, np.integer)):
-                if isinstance(g, float) and g.is_integer():
-                    g = int(g)
-                else:
-                    raise RecipematchError(
-                        f"{where}: grade {short_repr(g, 40)} of ({qid!r}, {did!r}) is not an integer; graded "
-                        "measures (trec_eval's) take integer grades: map real-valued grades to levels first")
-            g = int(g)
-            if scale is not None and not scale[0] <= g <= scale[1]:
-                raise RecipematchError(f"{where}: grade {g} of ({qid!r}, {did!r}) is outside the declared "
-                                       f"scale {scale[0]}..{scale[1]}")
+        for did, raw in per_q.items():
+            g, problem = _grade(raw, scale)
+            if problem:
+                raise RecipematchError(f"{where}: the grade of ({qid!r}, {did!r}), {problem}")
             grades.add(g)
     return sorted(grades)
 
@@ -108,23 +116,17 @@ def check_qrels_file(folder: str | os.PathLike, split: str = "test",
     the first bad grade; returns the distinct grades.
 
     Raises:
-        RecipematchError: a non-integer grade or one outside ``scale`` (``path:line: field
-            'score' ...``), or a malformed row (:class:`recipematch.beir.BeirFormatError`).
+        RecipematchError: a grade :func:`check_grades` refuses (``path:line: field 'score'
+            ...``), an empty ``scale``, or a malformed row (:class:`recipematch.beir.BeirFormatError`).
         FileNotFoundError: no qrels file for ``split``.
     """
     if scale is not None and (scale[0] > scale[1]):
         raise RecipematchError(f"grade scale {scale[0]}..{scale[1]} is empty")
     grades: set[int] = set()
-    for path, lineno, _qid, _did, g in iter_qrels_rows(folder, split):
-        if not isinstance(g, int):
-            raise RecipematchError(f"{path}:{lineno}: field 'score' {g!r} is not an integer grade; "
-                                   "graded measures (trec_eval's) take integer grades")
-        if abs(g) > MAX_GRADE:
-            raise RecipematchError(f"{path}:{lineno}: field 'score' {short_repr(g, 30)} is beyond +-{MAX_GRADE} "
-                                   "(trec_eval keeps grades in a C int)")
-        if scale is not None and not scale[0] <= g <= scale[1]:
-            raise RecipematchError(f"{path}:{lineno}: field 'score' {g} is outside the declared scale "
-                                   f"{scale[0]}..{scale[1]}")
+    for path, lineno, _qid, _did, raw in iter_qrels_rows(folder, split):
+        g, problem = _grade(raw, scale)
+        if problem:
+            raise RecipematchError(f"{path}:{lineno}: field 'score' {problem}")
         grades.add(g)
     return sorted(grades)
 
@@ -250,9 +252,7 @@ def topk_run(bset, model, depth: int = DEFAULT_DEPTH, *, cache_dir=None, bm25_k1
     Raises:
         RecipematchError: ``depth`` < 1, BM25 without its parameters, or a blank corpus for BM25.
     """
-    import json
-
-    from recipematch.retrieval.bm25 import BM25_TOKEN_PATTERN, bm25_topk
+    from recipematch.retrieval.bm25 import bm25_settings, bm25_topk
     from recipematch.retrieval.cache import encode_cached
     from recipematch.retrieval.dense import search_topk
     from recipematch.retrieval.selfmask import own_entries
@@ -274,8 +274,7 @@ def topk_run(bset, model, depth: int = DEFAULT_DEPTH, *, cache_dir=None, bm25_k1
             raise RecipematchError("BM25 needs bm25_k1 and bm25_b")
         idx, scores = bm25_topk(bset.corpus, bset.queries, wide, query_ids=ids, self_mask=own.index,
                                 k1=bm25_k1, b=bm25_b)
-        name = json.dumps({"model": "bm25s", "k1": bm25_k1, "b": bm25_b, "method": "lucene",
-                           "tokenizer": BM25_TOKEN_PATTERN}, sort_keys=True)
+        name = json.dumps(bm25_settings(bm25_k1, bm25_b), sort_keys=True)
     else:
         doc_emb = encode_cached(model, [doc_text(bset.corpus[d]) for d in doc_ids], cache_dir, role="document")
         query_emb = encode_cached(model, [bset.queries[q] for q in ids], cache_dir, role="query")
@@ -355,3 +354,25 @@ def write_trec_run(path: str | os.PathLike, run: Run, tag: str = "recipematch") 
     with open(path, "w", encoding="utf-8", newline="\n") as fh:
         fh.writelines(lines)
     return path
+
+
+def read_excluded(folder: str | os.PathLike) -> dict[str, list[str]]:
+    """``query_id -> excluded doc ids`` of a BEIR folder (e.g. one the BRIGHT loader wrote) (empty
+    when the folder has no :data:`EXCLUDED_FILE`).
+
+    Raises:
+        RecipematchError: the file is not a JSON object of id lists.
+    """
+    path = Path(folder) / EXCLUDED_FILE
+    if not path.exists() and not path.is_symlink():
+        return {}
+    if not path.is_file():
+        raise RecipematchError(f"{path}: exists but is not a readable file (a folder or a broken link)")
+    try:
+        obj = json.loads(path.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise RecipematchError(f"{path}: not JSON ({exc})") from None
+    if not isinstance(obj, dict) or not all(isinstance(v, list) and all(isinstance(x, str) for x in v)
+                                            for v in obj.values()):
+        raise RecipematchError(f"{path}: expected an object of query id -> list of document ids")
+    return obj

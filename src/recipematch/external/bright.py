@@ -13,7 +13,8 @@ Rules:
   golds BRIGHT scores by default; ``gold_ids_long`` is kept in the query's metadata).
 - ``excluded_ids`` (documents BRIGHT takes out of that query's ranking; the placeholder
   ``"N/A"`` means none) are written to ``excluded_ids.json`` (``query_id -> [doc ids]``) and
-  applied by :func:`recipematch.graded.topk_run` (``exclude=``), as BRIGHT's own evaluation
+  applied by :func:`recipematch.graded.topk_run` (``exclude=``; the file is
+  :data:`recipematch.graded.EXCLUDED_FILE`, read by :func:`recipematch.graded.read_excluded`), as BRIGHT's own evaluation
   sets their scores to minus infinity before ranking.
 - A gold or excluded id that is not a document, a gold that is also excluded, a duplicate id,
   a missing column or file: one line naming the file and what is wrong; nothing is written.
@@ -29,6 +30,7 @@ import shutil
 from pathlib import Path
 
 from recipematch.errors import RecipematchError, short_repr
+from recipematch.graded import EXCLUDED_FILE, read_excluded
 
 __all__ = ["SPLITS", "SOURCE", "LICENCE", "EXCLUDED_FILE", "build_folder", "read_excluded"]
 
@@ -36,8 +38,6 @@ __all__ = ["SPLITS", "SOURCE", "LICENCE", "EXCLUDED_FILE", "build_folder", "read
 SPLITS = ("theoremqa_theorems", "aops")
 SOURCE = "BRIGHT (xlangai/BRIGHT, arXiv 2407.12883): configurations documents and examples"
 LICENCE = "CC BY 4.0 (BRIGHT's dataset card)"
-#: the per-query excluded ids beside the BEIR files
-EXCLUDED_FILE = "excluded_ids.json"
 _NA = "N/A"
 
 
@@ -160,25 +160,3 @@ def build_folder(root: str | os.PathLike, out: str | os.PathLike, split: str, *,
     shutil.rmtree(out, ignore_errors=True)
     tmp.rename(out)
     return manifest
-
-
-def read_excluded(folder: str | os.PathLike) -> dict[str, list[str]]:
-    """``query_id -> excluded doc ids`` of a folder written by :func:`build_folder` (empty
-    when the folder has no :data:`EXCLUDED_FILE`).
-
-    Raises:
-        RecipematchError: the file is not a JSON object of id lists.
-    """
-    path = Path(folder) / EXCLUDED_FILE
-    if not path.exists() and not path.is_symlink():
-        return {}
-    if not path.is_file():
-        raise RecipematchError(f"{path}: exists but is not a readable file (a folder or a broken link)")
-    try:
-        obj = json.loads(path.read_text(encoding="utf-8"))
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise RecipematchError(f"{path}: not JSON ({exc})") from None
-    if not isinstance(obj, dict) or not all(isinstance(v, list) and all(isinstance(x, str) for x in v)
-                                            for v in obj.values()):
-        raise RecipematchError(f"{path}: expected an object of query id -> list of document ids")
-    return obj

@@ -21,7 +21,7 @@ from recipematch.retrieval.dense import (
 from recipematch.retrieval.results import _build_result, _eval_query_ids
 from recipematch.retrieval.selfmask import own_entries
 
-__all__ = ["BM25_TOKEN_PATTERN", "bm25_ranks", "bm25_topk", "evaluate_bm25"]
+__all__ = ["BM25_TOKEN_PATTERN", "bm25_ranks", "bm25_settings", "bm25_topk", "evaluate_bm25"]
 
 
 BM25_TOKEN_PATTERN = r"(?u)\b\w+\b"
@@ -52,6 +52,27 @@ def _bm25_blocks(retriever, vocab, query_texts, n_docs, chunk_size, stopwords):
         yield start, stop, torch.from_numpy(block)
 
 
+def bm25_settings(k1: float, b: float, stopwords: str | None = None) -> dict:
+    """The BM25 baseline's settings as results record them (and, as sorted JSON, its model name)."""
+    return {"model": "bm25s", "k1": k1, "b": b, "method": "lucene", "stopwords": stopwords,
+            "tokenizer": f"bm25s.tokenize (lower, {BM25_TOKEN_PATTERN})"}
+
+
+def _check_not_blank(corpus: Mapping[str, Mapping]) -> None:
+    if not any(doc_text(d).strip() for d in corpus.values()):
+        from recipematch.errors import RecipematchError
+
+        raise RecipematchError("BM25: every corpus document is blank; there is nothing to index")
+
+
+def _score_blocks(corpus, queries, query_ids, k1, b, stopwords, chunk_size):
+    """BM25 score blocks of ``query_ids`` over ``corpus`` (:func:`_bm25_blocks`), one index."""
+    doc_ids = list(corpus)
+    retriever, vocab = _bm25_index([doc_text(corpus[d]) for d in doc_ids], k1, b, stopwords)
+    cs = chunk_size or min(256, default_chunk_size(len(doc_ids)))
+    return _bm25_blocks(retriever, vocab, [queries[q] for q in query_ids], len(doc_ids), cs, stopwords)
+
+
 def bm25_ranks(
     corpus: Mapping[str, Mapping],
     queries: Mapping[str, str],
@@ -77,11 +98,8 @@ def bm25_ranks(
     doc_ids = list(corpus)
     self_idx = _mask_index(self_mask, query_ids, doc_ids)
     gold = _gold_index(query_ids, doc_ids, qrels, self_idx)
-    retriever, vocab = _bm25_index([doc_text(corpus[d]) for d in doc_ids], k1, b, stopwords)
-    cs = chunk_size or min(256, default_chunk_size(len(doc_ids)))
-    ranks, ties = _ranks_from_blocks(
-        _bm25_blocks(retriever, vocab, [queries[q] for q in query_ids], len(doc_ids), cs,
-                     stopwords), len(query_ids), gold, self_idx)
+    blocks = _score_blocks(corpus, queries, query_ids, k1, b, stopwords, chunk_size)
+    ranks, ties = _ranks_from_blocks(blocks, len(query_ids), gold, self_idx)
     return RankDetails(ranks=ranks, n_ties_at_gold=ties, n_gold=np.diff(gold.ptr),
                        self_gold_removed=gold.self_gold_removed, self_masked=self_idx >= 0)
 
@@ -112,15 +130,10 @@ def bm25_topk(
     """
     if k < 1:
         raise ValueError(f"k must be >= 1, got {k}")
-    if not any(doc_text(d).strip() for d in corpus.values()):
-        from recipematch.errors import RecipematchError
-
-        raise RecipematchError("BM25: every corpus document is blank; there is nothing to index")
+    _check_not_blank(corpus)
     doc_ids = list(corpus)
     self_idx = _mask_index(self_mask, query_ids, doc_ids)
-    retriever, vocab = _bm25_index([doc_text(corpus[d]) for d in doc_ids], k1, b, stopwords)
-    cs = chunk_size or min(256, default_chunk_size(len(doc_ids)))
-    blocks = _bm25_blocks(retriever, vocab, [queries[q] for q in query_ids], len(doc_ids), cs, stopwords)
+    blocks = _score_blocks(corpus, queries, query_ids, k1, b, stopwords, chunk_size)
     return _topk_from_blocks(blocks, len(query_ids), doc_ids, k, self_idx)
 
 
@@ -140,17 +153,12 @@ def evaluate_bm25(
     """The BM25 baseline through the same metric code as :func:`evaluate` (``self_mask``: a
     rule of :mod:`recipematch.retrieval.selfmask`, ``True`` = its default)."""
     ids = _eval_query_ids(queries, qrels, query_ids)
-    if not any(doc_text(d).strip() for d in corpus.values()):
-        from recipematch.errors import RecipematchError
-
-        raise RecipematchError("BM25: every corpus document is blank; there is nothing to index")
+    _check_not_blank(corpus)
     doc_ids = list(corpus)
     own = own_entries(ids, [queries[q] for q in ids], doc_ids, [corpus[d] for d in doc_ids], self_mask)
     details = bm25_ranks(corpus, queries, qrels, query_ids=ids, self_mask=own.index, k1=k1,
                          b=b, stopwords=stopwords)
-    settings = {"model": "bm25s", "k1": k1, "b": b, "method": "lucene",
-                "stopwords": stopwords,
-                "tokenizer": f"bm25s.tokenize (lower, {BM25_TOKEN_PATTERN})"}
+    settings = bm25_settings(k1, b, stopwords)
     return _build_result(ids, [queries[q] for q in ids], doc_ids,
                          [doc_text(corpus[d]) for d in doc_ids], details, ks=ks,
                          self_mask=own,

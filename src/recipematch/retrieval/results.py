@@ -34,18 +34,18 @@ TEXT_TWIN_RULE = (
 )
 
 
-_norm_text = comparable_text
+_norm_text = comparable_text  # the name the former single-module retrieval exported
 
 
 def _text_twins(query_ids, query_texts, doc_ids, doc_texts) -> np.ndarray:
     by_text: dict[str, int] = {}
     for t in doc_texts:
-        key = _norm_text(t)
+        key = comparable_text(t)
         by_text[key] = by_text.get(key, 0) + 1
-    own = {d: _norm_text(t) for d, t in zip(doc_ids, doc_texts)}
+    own = {d: comparable_text(t) for d, t in zip(doc_ids, doc_texts)}
     out = np.zeros(len(query_ids), dtype=np.int64)
     for i, (qid, qt) in enumerate(zip(query_ids, query_texts)):
-        key = _norm_text(qt)
+        key = comparable_text(qt)
         n = by_text.get(key, 0)
         if own.get(qid) == key:
             n -= 1

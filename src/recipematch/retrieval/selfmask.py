@@ -45,8 +45,6 @@ def comparable_text(t: str) -> str:
     return _WS.sub(" ", _ZERO_WIDTH.sub("", unicodedata.normalize("NFC", t))).strip()
 
 
-_norm = comparable_text
-
 
 def own_only_gold_error(query_ids: Sequence[str], name: str = "") -> RecipematchError:
     """The error for queries whose only gold is their own masked entry (nothing left to find;
@@ -165,8 +163,8 @@ def own_entries(
             if rule == "id":
                 index[i] = j
                 continue
-            row, q = docs[j], _norm(qt)
-            if q and (q == _norm(row.get("text") or "") or q == _norm(doc_text(row))):
+            row, q = docs[j], comparable_text(qt)
+            if q and (q == comparable_text(row.get("text") or "") or q == comparable_text(doc_text(row))):
                 index[i] = j
             else:
                 mismatched += 1
