@@ -451,8 +451,9 @@ def test_the_embedded_default_is_one_audit_configuration():
                            "samelang": "data/also/samelang:samelang", "probe": "data/also/probe:plain"})
     pa, pm = parse_params(a), parse_params(main_exp)
 
-    def sets(p):
-        return sorted((EMBEDDED.get(ev.folder, ev.folder), ev.rule) for ev in p.evaluations.values())
+    def sets(p):  # an external benchmark (Section 6) is scored beside the paper's sets, not audited
+        return sorted((EMBEDDED.get(ev.folder, ev.folder), ev.rule) for ev in p.evaluations.values()
+                      if ev.role != "external")
 
     assert sets(pa) == sets(pm)
     for mod in (gates, recordings, llm, specs, cells, validate, train, evaluate_base, evaluate_bm25, evaluate,

@@ -23,7 +23,7 @@ STAGE_COMMANDS = (
     ("recordings", "recordings"), ("llm", "llm"), ("judge2", "judge2"), ("backtranslate", "backtranslate"), ("specs", "specs"), ("cells", "cells"), ("validate", "validate"),
     ("train", "train"), ("evaluate-arm", "evaluate"), ("evaluate-base", "evaluate_base"),
     ("evaluate-bm25", "evaluate_bm25"), ("soup", "soup"), ("stats", "stats"), ("style", "style"), ("report", "report"),
-    ("audit-report", "audit"),
+    ("external", "external"), ("audit-report", "audit"),
 )
 
 
@@ -61,11 +61,13 @@ def params_cmd(check_path: Path | None) -> None:
 
     if check_path is not None:
         from recipematch.config import check_arm_inputs
+        from recipematch.graded import check_declared_measures
         from recipematch.pipeline.models import check_lengths
 
         def check() -> None:
             p = check_params_file(check_path)
             check_arm_inputs(p)
+            check_declared_measures(p)
             check_lengths(p)
 
         run_guarded(check, debug=False)

@@ -32,6 +32,7 @@ from typing import Any, TypeVar
 import yaml
 
 from recipematch.errors import RecipematchError, short_repr
+from recipematch.rules import GAINS as GAINS_ALLOWED
 from recipematch.rules import SELF_MASK_RULES
 
 _FLOAT_12 = re.compile(r"""^[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?$|^[-+]?\.(?:inf|Inf|INF)$|^\.(?:nan|NaN|NAN)$""", re.X)
@@ -623,7 +624,7 @@ class EvaluateConfig:
 
 
 EVAL_RULES_ALLOWED = ("plain", "crosslingual_strict", "samelang")
-EVAL_ROLES_ALLOWED = ("benchmark", "real", "in_family", "diagnostic")
+EVAL_ROLES_ALLOWED = ("benchmark", "real", "in_family", "diagnostic", "external")
 
 
 @dataclass(frozen=True)
@@ -633,8 +634,9 @@ class EvaluationConfig:
     folder: str = _spec("BEIR folder, relative to the project root (a stage output or a DVC-tracked folder)",
                         min=1, max_len=2000)
     rule: str = _spec("scoring rule", choices=EVAL_RULES_ALLOWED)
-    role: str = _spec("benchmark (LLM-built), real (no generator), in_family (an arm's own generator) or "
-                      "diagnostic (not a paper set: scored and reported apart, never in a DiD)",
+    role: str = _spec("benchmark (LLM-built), real (no generator), in_family (an arm's own generator), "
+                      "diagnostic (not a paper set: scored and reported apart, never in a DiD) or external "
+                      "(a benchmark no one in the project built, scored by its graded measures; Section 6)",
                       choices=EVAL_ROLES_ALLOWED)
     label: str = _spec("the report's row label", min=1, max_len=200)
     report_ks: tuple[int, ...] = _spec("cut-offs the report shows for this set", min=1, max=10_000)
@@ -643,6 +645,43 @@ class EvaluationConfig:
     self_mask: str = _spec("which corpus entry is a query's own and masked: id_and_text (the entry with the "
                            "query's id and text; an ordinary BEIR folder's unrelated id match stays), id, none",
                            choices=SELF_MASK_RULES, default=SELF_MASK_RULES[0])
+    measures: tuple[str, ...] = _spec("graded measures computed by ir_measures on each model's run, by the "
+                                      "library's names (e.g. [nDCG@10, R@10]); the first is the one the report "
+                                      "and the bootstrap gaps use; required for role external (Section 6)",
+                                      default=(), max_len=200)
+    gain: str = _spec("nDCG's gain: linear (trec_eval: gain = grade) or exponential (2**grade - 1, SABER-Math's)",
+                      choices=GAINS_ALLOWED, default="linear")
+    grade_scale: tuple[int, ...] = _spec("[lowest, highest] grade the benchmark declares; a qrels grade outside "
+                                         "it is refused ([] = any integer grade)", default=(),
+                                         min=-(2**31 - 1), max=2**31 - 1)
+    depth: int = _spec("documents per query in the run the graded measures read", default=100, min=1,
+                       max=1_000_000)
+    group: str = _spec("sets sharing a group are macro-averaged, each set resampled on its own (ImpliRet's "
+                       "subsets, MIRB's tasks; '' = none)", default="", max_len=64)
+
+
+from recipematch.rules import EXTERNAL_SUBSETS  # noqa: E402 (each loader's subsets, Section 6)
+
+EXTERNAL_LOADERS = tuple(EXTERNAL_SUBSETS)
+
+
+@dataclass(frozen=True)
+class ExternalConfig:
+    """One external benchmark's local copy and what to build from it (paper Section 6;
+    loaders in :mod:`recipematch.external`): the ``external@<name>`` stage writes one BEIR folder
+    per subset to ``artifacts/external/<name>/<subset>``. Nothing downloads: a missing copy
+    stops the stage with one line (``recipematch plan`` lists it)."""
+
+    loader: str = _spec("which loader reads the copy: impliret (the release's <style>__<category>.jsonl "
+                        "files) or bright (BRIGHT's documents/ and examples/ parquet files)",
+                        choices=EXTERNAL_LOADERS)
+    copy: str = _spec("the local copy, a folder relative to the project root (a DVC dependency)", min=1,
+                      max_len=2000)
+    subsets: tuple[str, ...] = _spec("ImpliRet subsets (<style>__<category>) or BRIGHT splits to build", min=1,
+                                     max_len=200)
+    revision: str = _spec("the copy's upstream revision, recorded in each MANIFEST.json", default="", max_len=200)
+    max_rows: int = _spec("ImpliRet only: keep each subset's first rows (a documented subsample; 0 = all)",
+                          default=0, min=0, max=100_000_000)
 
 
 @dataclass(frozen=True)
@@ -816,6 +855,8 @@ class Params:
     backtranslate: BacktranslateConfig = _spec("the back-translation control", default_factory=BacktranslateConfig)
     engine: EngineConfig = _spec("where training and evaluation units run (execution only)",
                                  default_factory=EngineConfig)
+    external: dict[str, ExternalConfig] = _spec("external benchmarks built from local copies (Section 6), by name",
+                                                default_factory=dict)
 
     def view(self, keys: Iterable[str]) -> ParamsView:
         """The keys a stage declared (dotted, e.g. ``"gates.active"`` or ``"budget"``);
@@ -877,10 +918,12 @@ def _cross_checks(p: Params) -> None:
             raise RecipematchError(f"evaluations.{name}.report_ks {bad} are not in evaluate.ks {list(p.evaluate.ks)}")
         if Path(ev.folder).is_absolute() or ".." in Path(ev.folder).parts:
             raise RecipematchError(f"evaluations.{name}.folder must be relative to the project root, got {short_repr(ev.folder, 120)}")
+        _check_graded_evaluation(name, ev)
         from recipematch.rules import POSITIVES
         bad = [g for g in ev.in_family_for if g not in POSITIVES]
         if bad:
             raise RecipematchError(f"evaluations.{name}.in_family_for: unknown positives {bad}; choose from {sorted(POSITIVES)}")
+    _check_external(p)
     e = p.engine
     if e.kind == "local" and (e.workers != 1 or e.address or e.num_gpus):
         raise RecipematchError("engine.workers, engine.address and engine.num_gpus need engine.kind: ray "
@@ -910,6 +953,45 @@ def _cross_checks(p: Params) -> None:
                                    f"(DVC hashes it as a dependency), got {short_repr(value, 120)}")
     if any(ord(c) < 32 for c in p.mlflow.experiment):
         raise RecipematchError("mlflow.experiment must not contain control characters")
+
+
+def _check_external(p) -> None:
+    """Each external benchmark: a name that is a path part, a copy inside the project, known
+    subsets for its loader, each named once."""
+    for name, ex in p.external.items():
+        where = f"external.{name}"
+        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_-]*", name):
+            raise RecipematchError(f"{where}: a name is letters, digits, '_' or '-'")
+        if (Path(ex.copy).is_absolute() or ".." in Path(ex.copy).parts or ex.copy.startswith("~")
+                or ex.copy.strip() in (".", "")):
+            raise RecipematchError(f"{where}.copy must be a folder inside the project, relative to its root "
+                                   f"(DVC hashes it as a dependency), got {short_repr(ex.copy, 120)}")
+        from recipematch.rules import EXTERNAL_SUBSETS
+
+        SUBSETS = EXTERNAL_SUBSETS[ex.loader]
+        if ex.loader == "bright":
+            if ex.max_rows:
+                raise RecipematchError(f"{where}.max_rows: the bright loader keeps every row (BRIGHT's protocol)")
+        bad = [x for x in ex.subsets if x not in SUBSETS]
+        if bad:
+            raise RecipematchError(f"{where}.subsets: unknown {ex.loader} subsets {bad}; choose from {list(SUBSETS)}")
+        if len(set(ex.subsets)) != len(ex.subsets):
+            raise RecipematchError(f"{where}.subsets names a subset twice: {list(ex.subsets)}")
+
+
+def _check_graded_evaluation(name: str, ev: EvaluationConfig) -> None:
+    """The graded fields of one evaluation (Section 6): an external set names its measures; the
+    scale is two ordered grades; a group is a name. The measure names are the library's to
+    parse: :func:`recipematch.graded.check_declared_measures` (``params --check``, and every scoring stage's door)."""
+    where = f"evaluations.{name}"
+    if ev.role == "external" and not ev.measures:
+        raise RecipematchError(f"{where}.measures: role external needs at least one graded measure (e.g. [nDCG@10])")
+    if not ev.measures and (ev.gain != "linear" or ev.grade_scale):
+        raise RecipematchError(f"{where}: gain and grade_scale apply to graded measures; declare measures too")
+    if ev.grade_scale and (len(ev.grade_scale) != 2 or ev.grade_scale[0] > ev.grade_scale[1]):
+        raise RecipematchError(f"{where}.grade_scale: [lowest, highest], lowest <= highest, got {list(ev.grade_scale)}")
+    if ev.group and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_-]*", ev.group):
+        raise RecipematchError(f"{where}.group: letters, digits, '_' or '-', got {short_repr(ev.group, 80)}")
 
 
 def check_arm_inputs(p) -> None:

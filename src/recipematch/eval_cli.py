@@ -374,15 +374,14 @@ def _evaluate(folder, model, rule, self_mask, ks_text, out, split, per_query_out
     if per_query_out is not None and Path(per_query_out).resolve() == Path(out).resolve():
         raise RecipematchError(f"--per-query and --out name the same file {out}")
     bset = load_set(folder, rule, split=split, self_mask=self_mask)  # every data check, before any model
-    grades = None
     if graded is not None:
-        from recipematch.graded import check_qrels_file, parse_measures, read_excluded
+        from recipematch.graded import prepare
 
-        # every graded check before any model: grades (path:line), measure names, the excluded-ids file
-        grades = check_qrels_file(folder, split, graded["scale"])
-        graded = {**graded, "parsed": parse_measures(graded["measures"], gain=graded["gain"], grades=grades or (0, 1)),
-                  "excluded": read_excluded(folder)}
-        _check_graded_outputs(graded, out, per_query_out, n_docs=len(bset.corpus))
+        # every graded check before any model: grades (path:line), measure names, the excluded-ids file, depth
+        graded = {**graded, "spec": prepare(folder, graded["measures"], n_docs=len(bset.corpus), split=split,
+                                            gain=graded["gain"], scale=graded["scale"], depth=graded["depth"],
+                                            where="--measure")}
+        _check_graded_outputs(graded, out, per_query_out)
     outputs = {"--out": out, "--per-query": per_query_out, "--cache-dir": cache_dir,
                "--run-out": (graded or {}).get("run_out")}
     check_outputs_outside(outputs, {"FOLDER": folder})  # before any model, long before writing
@@ -411,7 +410,7 @@ def _evaluate(folder, model, rule, self_mask, ks_text, out, split, per_query_out
         summary, per_query = score(bset, encoder, ks=ks, cache_dir=cache_dir)
     run = None
     if graded is not None:
-        run, per_query = _add_graded(summary, per_query, bset, encoder, graded, grades, cache_dir, bm25_k1, bm25_b)
+        run, per_query = _add_graded(summary, per_query, bset, encoder, graded, cache_dir, bm25_k1, bm25_b)
     summary.update({"model_arg": model, "beir_dir": str(folder), "split": split})
     run_tmp = None
     if run is not None and graded["run_out"] is not None:  # written aside first, renamed only with the rest
@@ -444,30 +443,18 @@ def _evaluate(folder, model, rule, self_mask, ks_text, out, split, per_query_out
                f"rule={rule} self_mask={self_mask} -> {out}")
 
 
-def _add_graded(summary, per_query, bset, encoder, graded, grades, cache_dir, bm25_k1, bm25_b):
+def _add_graded(summary, per_query, bset, encoder, graded, cache_dir, bm25_k1, bm25_b):
     """Compute the graded measures of one evaluation into ``summary`` (and ``per_query``)."""
-    from recipematch.graded import EXCLUDED_FILE, library_version, measure_run, topk_run
-    from recipematch.scoring import scored_qrels
+    from recipematch.graded import score_graded
 
-    measures, excluded = graded["parsed"], graded["excluded"]  # excluded: BRIGHT's ids, where the folder has them
-    with tempfile.TemporaryDirectory() as tmp:  # the encoder's vectors once more, not its work
-        run = topk_run(bset, encoder, graded["depth"], cache_dir=cache_dir or tmp, bm25_k1=bm25_k1, bm25_b=bm25_b,
-                       exclude=excluded)
-    values, table = measure_run(scored_qrels(bset), run, measures)
-    summary.update({"measures": values, "measure_names": dict(zip(graded["measures"], values)),
-                    "measure_library": library_version(), "gain": graded["gain"],
-                    "grade_scale": list(graded["scale"]) if graded["scale"] else None, "grades": grades,
-                    "run_depth": run.depth,
-                    "excluded": {"file": EXCLUDED_FILE if excluded else None,
-                                 "n_queries": sum(1 for q in run.query_ids if excluded.get(q)),
-                                 "applies_to": "the graded measures (R@k ranks every document)"}})
-    return run, per_query.merge(table.drop(columns=["n_relevant"]).rename(
-        columns=lambda c: c if c == "query_id" else f"measure:{c}"), on="query_id", how="left")
+    spec = graded["spec"]  # its excluded ids: BRIGHT's, where the folder has them
+    values, table, run = score_graded(bset, encoder, spec, cache_dir=cache_dir, bm25_k1=bm25_k1, bm25_b=bm25_b)
+    summary.update({"measures": values, **spec.describe(run)})
+    return run, per_query.merge(table, on="query_id", how="left")
 
 
-def _check_graded_outputs(graded, out, per_query_out, *, n_docs: int) -> None:
-    """Before any model: ``--run-out`` names a file apart from the other outputs, and no
-    measure cuts deeper than the run holds."""
+def _check_graded_outputs(graded, out, per_query_out) -> None:
+    """Before any model: ``--run-out`` names a file apart from the other outputs."""
     run_out = graded["run_out"]
     if run_out is not None:
         if str(run_out).strip() == "" or Path(run_out).is_dir():
@@ -475,12 +462,6 @@ def _check_graded_outputs(graded, out, per_query_out, *, n_docs: int) -> None:
         others = {Path(x).resolve(): name for name, x in (("--out", out), ("--per-query", per_query_out)) if x is not None}
         if Path(run_out).resolve() in others:
             raise RecipematchError(f"--run-out and {others[Path(run_out).resolve()]} name the same file {run_out}")
-    depth = min(graded["depth"], n_docs)
-    for name, m in zip(graded["measures"], graded["parsed"]):
-        cutoff = m.params.get("cutoff")
-        if depth < n_docs and (cutoff is None or cutoff > depth):
-            raise RecipematchError(f"--measure {name}: cuts at {cutoff or 'the whole ranking'}, deeper than the "
-                                   f"run's {depth} documents per query; raise --depth")
 
 
 if __name__ == "__main__":  # pragma: no cover

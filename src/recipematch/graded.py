@@ -41,13 +41,12 @@ import pandas as pd
 
 from recipematch.beir import BeirFormatError, doc_text, iter_qrels_rows
 from recipematch.errors import RecipematchError, short_repr
+from recipematch.rules import GAINS, MEASURE_PREFIX
 
 __all__ = ["GAINS", "DEFAULT_MEASURES", "DEFAULT_DEPTH", "LIBRARY", "Run", "parse_measures",
            "check_grades", "check_qrels_file", "topk_run", "measure_run", "write_trec_run", "library_version",
-           "EXCLUDED_FILE", "read_excluded"]
+           "EXCLUDED_FILE", "read_excluded", "GradedSpec", "prepare", "score_graded", "MEASURE_PREFIX"]
 
-#: gain functions of nDCG (module docstring)
-GAINS = ("linear", "exponential")
 #: what ``recipematch evaluate --measure`` computes unless told otherwise (the paper's Section 6 measure first)
 DEFAULT_MEASURES = ("nDCG@10", "R@10", "R@100", "AP@100")
 #: documents per query in a run unless told otherwise (the deepest default cut-off)
@@ -376,3 +375,103 @@ def read_excluded(folder: str | os.PathLike) -> dict[str, list[str]]:
                                             for v in obj.values()):
         raise RecipematchError(f"{path}: expected an object of query id -> list of document ids")
     return obj
+
+
+@dataclass(frozen=True)
+class GradedSpec:
+    """What one evaluation computes with the library, checked against its folder
+    (:func:`prepare`): the measures by the names asked for and as parsed, the gain, the
+    declared grade scale, the run depth, the per-query excluded ids and the grades present."""
+
+    names: tuple[str, ...]
+    parsed: tuple
+    gain: str
+    scale: tuple[int, int] | None
+    depth: int
+    excluded: Mapping[str, Sequence[str]]
+    grades: tuple[int, ...]
+
+    @property
+    def library_names(self) -> tuple[str, ...]:
+        """The measures as the library names them (``nDCG@10``; an exponential nDCG carries its
+        gains table), in :attr:`names` order: the names results and reports use."""
+        return tuple(str(m) for m in self.parsed)
+
+    def describe(self, run: Run) -> dict:
+        """The settings a result records beside its values."""
+        return {"measure_names": dict(zip(self.names, self.library_names)), "measure_library": library_version(),
+                "gain": self.gain, "grade_scale": list(self.scale) if self.scale else None,
+                "grades": list(self.grades), "run_depth": run.depth,
+                "excluded": {"file": EXCLUDED_FILE if self.excluded else None,
+                             "n_queries": sum(1 for q in run.query_ids if self.excluded.get(q)),
+                             "applies_to": "the graded measures (R@k ranks every document)"}}
+
+
+def prepare(folder: str | os.PathLike, names: Sequence[str], *, n_docs: int, split: str = "test",
+            gain: str = "linear", scale: tuple[int, int] | None = None, depth: int = DEFAULT_DEPTH,
+            where: str = "measure") -> GradedSpec:
+    """Every graded check of one evaluation, before any model loads: the qrels' grades
+    (file, line and field of the first bad one), the measure names under ``gain``, the
+    excluded-ids file, and that no measure cuts deeper than the run holds.
+
+    Args:
+        folder: the BEIR folder; ``n_docs``: its corpus size (the run is capped there).
+        names: measure names (:func:`parse_measures`); ``depth``: documents per query, >= 1.
+        where: what an error names for a measure (``--measure``, ``evaluations.X.measures``).
+
+    Raises:
+        RecipematchError: any of the checks above.
+    """
+    if isinstance(depth, bool) or not isinstance(depth, int) or depth < 1:
+        raise RecipematchError(f"run depth must be an integer >= 1, got {short_repr(depth, 40)}")
+    grades = check_qrels_file(folder, split, scale)
+    parsed = parse_measures(names, gain=gain, grades=grades or (0, 1))
+    run_depth = min(depth, n_docs)
+    for name, m in zip(names, parsed):
+        cutoff = m.params.get("cutoff")
+        if run_depth < n_docs and (cutoff is None or cutoff > run_depth):
+            raise RecipematchError(f"{where} {name}: cuts at {cutoff or 'the whole ranking'}, deeper than the "
+                                   f"run's {run_depth} documents per query; raise the depth")
+    return GradedSpec(tuple(names), tuple(parsed), gain, tuple(scale) if scale else None, depth,
+                      read_excluded(folder), tuple(grades))
+
+
+def score_graded(bset, model, spec: GradedSpec, *, cache_dir=None, bm25_k1: float | None = None,
+                 bm25_b: float | None = None) -> tuple[dict, pd.DataFrame, Run]:
+    """The run of ``model`` on ``bset`` (:func:`topk_run`, ``spec``'s depth and exclusions)
+    scored by the library against the set's scored qrels (its rule applied).
+
+    Returns:
+        ``(values, per_query, run)``: ``values`` maps each of ``spec.library_names`` to its
+        mean (fraction 0-1); ``per_query`` has ``query_id`` and one ``measure:<library name>``
+        column per measure (fractions), in ``bset.query_ids`` order.
+
+    Raises:
+        RecipematchError: as :func:`topk_run` and :func:`measure_run`.
+    """
+    import tempfile
+
+    from recipematch.scoring import scored_qrels
+
+    with tempfile.TemporaryDirectory() as tmp:  # without a cache: the encoder's vectors once more, not its work
+        run = topk_run(bset, model, spec.depth, cache_dir=cache_dir or tmp, bm25_k1=bm25_k1, bm25_b=bm25_b,
+                       exclude=spec.excluded)
+    values, table = measure_run(scored_qrels(bset), run, spec.parsed)
+    table = table.drop(columns=["n_relevant"]).rename(columns=lambda c: c if c == "query_id" else MEASURE_PREFIX + c)
+    return values, table, run
+
+
+def check_declared_measures(p) -> None:
+    """Every declared evaluation's graded measures parse as the library's under its gain
+    (Section 6; ``params.yaml`` ``evaluations.<name>.measures``). Called by ``params --check``
+    and at the door of every scoring stage, before any model.
+
+    Raises:
+        RecipematchError: ``evaluations.<name>.measures: ...``.
+    """
+    for name, ev in sorted(p.evaluations.items()):
+        if ev.measures:
+            try:
+                parse_measures(ev.measures, gain=ev.gain, grades=tuple(ev.grade_scale) or (0, 1))
+            except RecipematchError as exc:
+                raise RecipematchError(f"evaluations.{name}.measures: {exc}") from None

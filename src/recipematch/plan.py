@@ -363,6 +363,18 @@ def inputs_plan(p, root: Path) -> list[dict[str, str]]:
         if not ev.folder.startswith("artifacts/"):  # artifacts/ folders are built by the evalsets stage
             path(f"evaluations.{name}.folder", ev.folder, "BEIR folder", "dir",
                  ("corpus.jsonl", "queries.jsonl", "qrels/test.tsv|qrels/test.jsonl"))
+    for name, ex in p.external.items():  # external benchmarks (Section 6): a local copy each, nothing downloads
+        if ex.loader == "impliret":
+            files = tuple(f"{s}.jsonl" for s in ex.subsets)
+        else:  # BRIGHT: one parquet per configuration and split
+            files = ()
+        path(f"external.{name}.copy", ex.copy, f"{ex.loader} copy ({', '.join(ex.subsets)})", "dir", files)
+        if ex.loader == "bright" and (root / ex.copy).is_dir():
+            lacking = [f"{c}/{s}-*.parquet" for s in ex.subsets for c in ("documents", "examples")
+                       if not any((root / ex.copy / c).glob(f"{s}-*.parquet"))
+                       and not any((root / ex.copy / c / s).glob("*.parquet"))]
+            if lacking:
+                out[-1] = {**out[-1], "status": "bad", "detail": f"bright copy: lacks {', '.join(lacking)}"}
     if p.llm.recipe_prompt:
         path("llm.recipe_prompt", p.llm.recipe_prompt, "recipe prompt sidecar", "file")
     if p.llm.backend == "replay":

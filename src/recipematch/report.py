@@ -20,7 +20,7 @@ ARM_ORDER = ("base", "bm25", "verified", "reference", "recipe", "cell")
 #: colour = the arm's positives (paper Figure 1)
 COLOURS = {"cas": "tab:blue", "d4": "tab:green", "d1": "tab:red", "d5": "tab:orange", "bt": "tab:brown",
            "bt3": "tab:pink", "d2": "tab:olive", "d3": "tab:cyan"}
-ROLE_ORDER = ("benchmark", "real", "in_family", "diagnostic")
+ROLE_ORDER = ("benchmark", "real", "in_family", "diagnostic", "external")
 
 
 def _fmt(cell: Mapping[str, Any] | None, *, mark: str = "") -> str:
@@ -61,7 +61,8 @@ def table_markdown(stats: Mapping[str, Any], cells: Mapping[str, Mapping[str, st
     head = ["evaluation"] + [a if a not in cells else f"{a} ({cells[a]['name']})" for a in arms]
     head += [g.replace("-", " − ") for g in gaps]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    order = sorted(evals, key=lambda n: (ROLE_ORDER.index(evals[n]["role"]), list(evals).index(n)))
+    order = sorted((n for n in evals if evals[n]["role"] != "external"),  # Table 20's, not Table 1's
+                   key=lambda n: (ROLE_ORDER.index(evals[n]["role"]), list(evals).index(n)))
     for name in order:
         ev = evals[name]
         for k in ev["report_ks"]:
@@ -254,6 +255,31 @@ def style_markdown(style: Mapping[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def external_markdown(stats: Mapping[str, Any]) -> str:
+    """Table 20's shape (paper Section 6): external and other graded sets, each by its first
+    graded measure as the library names it (x 100, mean ± sd over seeds), and each group's
+    macro-average; rows = models. Below, the gaps with 95% nested-bootstrap intervals
+    (queries resampled; a group's sets each on their own). Empty when no set is graded."""
+    graded = stats.get("graded") or {}
+    measures = graded.get("measures") or {}
+    if not measures:
+        return ""
+    evals = stats["evaluations"]
+    cols = [(n, f"{n}.measure.{ms[0]}", f"{evals[n]['label']} {ms[0]}", f"{n}.{ms[0]}") for n, ms in measures.items()]
+    for g, members in (graded.get("groups") or {}).items():
+        m = measures[members[0]][0]
+        cols.append((g, f"group:{g}.measure.{m}", f"{g} (macro over {len(members)} set{'s' * (len(members) > 1)}) {m}",
+                     f"group:{g}.{m}"))
+    lines = ["| model | " + " | ".join(c[2] for c in cols) + " |", "|" + "---|" * (len(cols) + 1)]
+    for a in _ordered_arms(stats):
+        lines.append(f"| {a} | " + " | ".join(_fmt(stats["arms"][a].get(c[1])) for c in cols) + " |")
+    lines += ["", "| gap | " + " | ".join(c[2] for c in cols) + " |", "|" + "---|" * (len(cols) + 1)]
+    for pair in graded.get("pairs") or []:
+        lines.append(f"| {pair.replace('-', ' − ')} | " + " | ".join(_gap(stats["gaps"].get(f"{pair}.{c[3]}"))
+                                                                   for c in cols) + " |")
+    return "\n".join(lines)
+
+
 def _table5(stats: Mapping[str, Any]) -> list[str]:
     """Table 5 (paper Appendix A): same-language reprints per slice, from ``stats["slices"]``."""
     from recipematch.slices import slices_markdown
@@ -281,6 +307,10 @@ def write_report(stats: Mapping[str, Any], cells: Mapping[str, Mapping[str, str]
              factorial_markdown(stats, cells), "",
              *(["## Style probe and style tracking (Tables 13-14)", "", style_markdown(style), ""] if style else []),
              *(_table5(stats) if stats.get("slices") else []),
+             *(["## Benchmarks we had no hand in building (Table 20's shape)", "",
+                "Graded measures computed by ir_measures (trec_eval's code) on each model's run, x 100; "
+                "comparable among this project's models only.", "", external_markdown(stats), ""]
+               if external_markdown(stats) else []),
              "## Counts (dropped and failed rows, per stage)", ""]
     for name, c in counts.items():
         lines.append(f"<details><summary>{name}</summary>\n\n```json")

@@ -227,6 +227,8 @@ EVAL_ROLES = {
     "in_family": "built by an arm's own generator (e.g. the CAS near-miss probe); not read as evidence",
     "diagnostic": "not one of the paper's sets (e.g. the tier without near-misses): scored and reported "
                   "below the others, never in Table 1's benchmark rows or a DiD",
+    "external": "a benchmark no one in the project built (Section 6, Tables 20 and 22): scored by its own "
+                "graded measures, reported in its own table, never in Table 1 or a DiD",
 }
 #: Scoring rules (Section 3, Appendix A). ``plain``: rank of the best gold among all documents
 #: (own entry masked); ``crosslingual_strict``: only golds whose language tag differs from
@@ -237,6 +239,17 @@ EVAL_RULES = ("plain", "crosslingual_strict")
 #: ``id`` the entry with the query's id; ``none`` nothing. Meanings in
 #: :mod:`recipematch.retrieval.selfmask`.
 SELF_MASK_RULES = ("id_and_text", "id", "none")
+#: nDCG's gain functions (Section 6; :mod:`recipematch.graded`): ``linear`` (trec_eval's, gain =
+#: grade) or ``exponential`` (gain = 2**grade - 1, the convention of SABER-Math's metric code)
+GAINS = ("linear", "exponential")
+#: the per-query column of a graded measure in a scored frame: ``measure:<library name>``
+MEASURE_PREFIX = "measure:"
+#: each external loader's subsets (Section 6, Table 20): ImpliRet's six ``<style>__<category>``
+#: files (two styles x three categories) and BRIGHT's two math theorem splits
+EXTERNAL_SUBSETS = {
+    "impliret": tuple(f"{s}__{c}" for s in ("unispeaker", "multispeaker") for c in ("arithmetic", "temporal", "wknow")),
+    "bright": ("theoremqa_theorems", "aops"),
+}
 
 
 def soup_label(arm: str, alpha: str) -> str:

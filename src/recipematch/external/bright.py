@@ -30,12 +30,13 @@ import shutil
 from pathlib import Path
 
 from recipematch.errors import RecipematchError, short_repr
+from recipematch.rules import EXTERNAL_SUBSETS
 from recipematch.graded import EXCLUDED_FILE, read_excluded
 
 __all__ = ["SPLITS", "SOURCE", "LICENCE", "EXCLUDED_FILE", "build_folder", "read_excluded"]
 
 #: the splits the paper reads (Section 6: BRIGHT's math theorem retrieval)
-SPLITS = ("theoremqa_theorems", "aops")
+SPLITS = EXTERNAL_SUBSETS["bright"]
 SOURCE = "BRIGHT (xlangai/BRIGHT, arXiv 2407.12883): configurations documents and examples"
 LICENCE = "CC BY 4.0 (BRIGHT's dataset card)"
 _NA = "N/A"

@@ -31,6 +31,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from recipematch.errors import RecipematchError, short_repr
+from recipematch.rules import EXTERNAL_SUBSETS
 
 __all__ = ["STYLES", "CATEGORIES", "SUBSETS", "SOURCE", "LICENCE", "read_subset", "build_folder",
            "build_folders"]
@@ -39,7 +40,7 @@ __all__ = ["STYLES", "CATEGORIES", "SUBSETS", "SOURCE", "LICENCE", "read_subset"
 STYLES = ("unispeaker", "multispeaker")
 CATEGORIES = ("arithmetic", "temporal", "wknow")
 #: the six subsets, ``<style>__<category>`` as the peer's release names its files
-SUBSETS = tuple(f"{s}__{c}" for s in STYLES for c in CATEGORIES)
+SUBSETS = EXTERNAL_SUBSETS["impliret"]
 SOURCE = "ImpliRet (zeinabTaghavi/ImpliRet, arXiv 2506.14407), as released in KAUST-Academy/recipe-matching-not-equivalence data/impliret_eval/"
 LICENCE = "MIT (ImpliRet's dataset card)"
 

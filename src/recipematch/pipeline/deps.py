@@ -189,6 +189,7 @@ def check(root: Path) -> list[str]:
     doc = yaml.safe_load((root / "dvc.yaml").read_text(encoding="utf-8"))
     problems = []
     for name, st in doc["stages"].items():
+        st = st.get("do", st)  # a foreach stage declares its command under do
         exp = expected(root, st["cmd"])
         if exp is None:
             continue
@@ -221,6 +222,7 @@ def write(root: Path) -> int:
     doc = y.load(path.read_text(encoding="utf-8"))
     changed = 0
     for _name, st in doc["stages"].items():
+        st = st.get("do", st)  # a foreach stage declares its command under do
         exp = expected(root, st["cmd"])
         if exp is None:
             continue

@@ -67,6 +67,7 @@ class Layout:
     def validated(self, arm: str) -> Path: return self.p("artifacts", "validated", f"{arm}.json")
     def models(self, arm: str) -> Path: return self.p("models", arm)
     def eval_dir(self, arm: str) -> Path: return self.p("artifacts", "eval", arm)
+    def external(self, name: str) -> Path: return self.p("artifacts", "external", name)
     @property
     def cache(self) -> Path: return self.p("cache", "embeddings")
     @property

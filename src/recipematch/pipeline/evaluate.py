@@ -49,13 +49,39 @@ def load_evaluations(p, lay: Layout) -> dict:
     return out
 
 
-def score_models(models: Sequence[tuple[str, Any, dict | None]], sets: Mapping[str, Any], *, arm: str, ks,
-                 lay: Layout, bm25: tuple[float, float] | None = None):
-    """Score each ``(seed_label, model, record)`` on each set.
+def load_graded(p, lay: Layout, sets: Mapping[str, Any]) -> dict:
+    """The graded measures of each declared evaluation that names some (Section 6; ``measures``,
+    ``gain``, ``grade_scale``, ``depth``), checked against its folder before any model: the
+    qrels' grades (file, line, field), the measure names, the excluded-ids file, the depth.
 
     Returns:
-        ``(frames, per_model)``: per set a list of per-query frames; per seed label, per set
-        ``{"R@k": .., "n_queries": .., "slices": {...}}`` (percent).
+        ``{name: recipematch.graded.GradedSpec}`` for those sets only.
+
+    Raises:
+        RecipematchError: naming the evaluation and what is wrong.
+    """
+    from recipematch.graded import check_declared_measures, prepare
+
+    check_declared_measures(p)
+    out = {}
+    for name, ev in sorted(p.evaluations.items()):
+        if ev.measures:
+            out[name] = prepare(lay.p(ev.folder), ev.measures, n_docs=len(sets[name].corpus), gain=ev.gain,
+                                scale=tuple(ev.grade_scale) or None, depth=ev.depth,
+                                where=f"evaluations.{name}.measures:")
+    return out
+
+
+def score_models(models: Sequence[tuple[str, Any, dict | None]], sets: Mapping[str, Any], *, arm: str, ks,
+                 lay: Layout, bm25: tuple[float, float] | None = None, graded: Mapping[str, Any] | None = None):
+    """Score each ``(seed_label, model, record)`` on each set; a set in ``graded``
+    (:func:`load_graded`) also gets its graded measures from the library, per query.
+
+    Returns:
+        ``(frames, per_model)``: per set a list of per-query frames (a graded set's frame adds
+        one ``measure:<library name>`` column per measure, fractions 0-1); per seed label, per
+        set ``{"R@k": .., "n_queries": .., "slices": {...}}`` (percent), and for a graded set
+        ``"measures": {library name: mean (fraction)}`` with its settings (``"graded"``).
     """
     from recipematch.retrieval.selfmask import describe_counts
     from recipematch.scoring import BM25, score
@@ -74,8 +100,17 @@ def score_models(models: Sequence[tuple[str, Any, dict | None]], sets: Mapping[s
                 told.add(name)
                 log.info(describe_counts(name, summary["self_mask_rule"], summary["n_queries_self_masked"],
                                          summary["n_queries_id_match_not_masked"]))
-            frames[name].append(per_query.assign(arm=arm, seed=seed_label))
             r = {f"R@{k}": float(summary[f"R@{k}"]) for k in ks}
+            if graded and name in graded:
+                from recipematch.graded import score_graded
+
+                spec = graded[name]
+                kw = {"bm25_k1": bm25[0], "bm25_b": bm25[1]} if model == BM25 else {"cache_dir": lay.cache}
+                values, table, run = score_graded(bset, model, spec, **kw)
+                per_query = per_query.merge(table, on="query_id", how="left", validate="one_to_one")
+                r["measures"] = {m: float(v) for m, v in values.items()}
+                r["graded"] = spec.describe(run)
+            frames[name].append(per_query.assign(arm=arm, seed=seed_label))
             r["n_queries"] = int(summary["n_queries"])
             r["self_mask"] = summary["self_mask_rule"]
             r["n_self_masked"] = int(summary["n_queries_self_masked"])
@@ -115,6 +150,10 @@ def write_results(lay: Layout, arm: str, frames, per_model, *, ks) -> dict:
             vals = [v for v in vals if v is not None]
             agg[f"{name}.slice.{sl}.n"] = d["n"]
             agg[f"{name}.slice.{sl}.R@1.mean"] = round(float(sum(vals) / len(vals)), 4) if vals else None
+        for m in per_model[seeds[0]][name].get("measures") or {}:  # the library's measures, x 100 like R@k
+            mv, sd = mean_sd([100.0 * per_model[s][name]["measures"][m] for s in seeds])
+            agg[f"{name}.measure.{m}.mean"] = round(float(mv), 4)
+            agg[f"{name}.measure.{m}.sd"] = round(float(sd), 4) if sd == sd else None
     agg["seeds"] = len(seeds)
     write_json(tmp / "per_seed.json", per_model)
     shutil.rmtree(out, ignore_errors=True)
@@ -145,7 +184,7 @@ def score_unit(unit: Mapping[str, Any], shared: Mapping[str, Any]):
     check_device("evaluate.device", shared["params"].evaluate.device)
     model = encoder_for(unit["model"], shared["params"], shared.get("query_prompt", ""))  # the settings every stage uses
     return score_models([(unit["seed"], model, None)], shared["sets"], arm=shared["arm"], ks=shared["ks"],
-                        lay=shared["lay"])
+                        lay=shared["lay"], graded=shared.get("graded"))
 
 
 def run(p, lay: Layout, arm: str, *, progress: bool = True, engine=None) -> dict:
@@ -164,6 +203,7 @@ def run(p, lay: Layout, arm: str, *, progress: bool = True, engine=None) -> dict
     if not lay.models(arm).is_dir():
         raise RecipematchError(f"--arm {arm!r}: {lay.models(arm)} does not exist (train it first)")
     sets = load_evaluations(p, lay)
+    graded = load_graded(p, lay, sets)
     seeds, records = [], []
     for s in train_seeds(p.train.seed, p.train.n_seeds):
         rec_path = lay.models(arm) / f"seed_{s}.json"
@@ -173,7 +213,7 @@ def run(p, lay: Layout, arm: str, *, progress: bool = True, engine=None) -> dict
         records.append(read_json(rec_path))
     units = [{"seed": s, "model": str(lay.models(arm) / f"seed_{s}")} for s in seeds]
     # the evaluate section is a frozen dataclass: it travels to a worker as it is
-    shared = {"sets": sets, "arm": arm, "ks": ecfg.ks, "lay": lay, "params": SimpleNamespace(evaluate=ecfg),
+    shared = {"sets": sets, "graded": graded, "arm": arm, "ks": ecfg.ks, "lay": lay, "params": SimpleNamespace(evaluate=ecfg),
               "query_prompt": p.train.query_instruction}
 
     def record(i: int, out) -> None:  # the driver is the only MLflow writer

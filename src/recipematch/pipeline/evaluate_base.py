@@ -4,7 +4,7 @@ row of paper Table 1)."""
 from __future__ import annotations
 
 from recipematch.pipeline.door import Layout, check_device, progress_option, stage
-from recipematch.pipeline.evaluate import encoder_for, load_evaluations, score_models, write_results
+from recipematch.pipeline.evaluate import encoder_for, load_evaluations, load_graded, score_models, write_results
 from recipematch.pipeline.models import resolve_model
 
 PARAMS = ("train.model", "evaluate", "evaluations")
@@ -14,8 +14,10 @@ def run(p, lay: Layout, *, progress: bool = True) -> dict:
     """Stage 8: score the untrained base model."""
     check_device("evaluate.device", p.evaluate.device)
     sets = load_evaluations(p, lay)
+    graded = load_graded(p, lay, sets)  # every graded check before any model
     models = [("base", encoder_for(resolve_model(p.train.model), p), None)]
-    frames, per_model = score_models(models, sets, arm="base", ks=p.evaluate.ks, lay=lay)
+    frames, per_model = score_models(models, sets, arm="base", ks=p.evaluate.ks, lay=lay,
+                                     graded=graded)
     return write_results(lay, "base", frames, per_model, ks=p.evaluate.ks)
 
 

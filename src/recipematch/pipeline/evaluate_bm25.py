@@ -4,7 +4,7 @@ declared evaluation."""
 from __future__ import annotations
 
 from recipematch.pipeline.door import Layout, stage
-from recipematch.pipeline.evaluate import load_evaluations, score_models, write_results
+from recipematch.pipeline.evaluate import load_evaluations, load_graded, score_models, write_results
 
 PARAMS = ("evaluate.ks", "evaluate.bm25_k1", "evaluate.bm25_b", "evaluations")
 
@@ -15,8 +15,9 @@ def run(p, lay: Layout) -> dict:
 
     e = p.evaluate
     sets = load_evaluations(p, lay)
+    graded = load_graded(p, lay, sets)  # every graded check before any model
     frames, per_model = score_models([("bm25", BM25, None)], sets, arm="bm25", ks=e.ks, lay=lay,
-                                     bm25=(e.bm25_k1, e.bm25_b))
+                                     bm25=(e.bm25_k1, e.bm25_b), graded=graded)
     return write_results(lay, "bm25", frames, per_model, ks=e.ks)
 
 

@@ -27,7 +27,8 @@ def run(p, lay: Layout) -> dict:
     per_set: dict[str, Any] = {}
     for name, ev in sorted(p.evaluations.items()):
         bset = load_set(lay.p(ev.folder), ev.rule, name=name)
-        t, m = set_texts(bset, ids), member_ids(bset)
+        # an external set's ids are its own namespace (ImpliRet's d00000 is no corpus problem): its texts only
+        t, m = set_texts(bset, ids), ([] if ev.role == "external" else member_ids(bset))
         texts.update(t)
         named.update(m)
         per_set[name] = {"texts": len(t), "query_and_gold_ids": len(m)}

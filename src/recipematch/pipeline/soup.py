@@ -24,7 +24,7 @@ import click
 from recipematch.errors import RecipematchError
 from recipematch.io import canonical_json, sha256_text, sha256_tree, write_json
 from recipematch.pipeline.door import Layout, arm_option, check_device, stage
-from recipematch.pipeline.evaluate import encoder_for, load_evaluations, score_models, write_results
+from recipematch.pipeline.evaluate import encoder_for, load_evaluations, load_graded, score_models, write_results
 from recipematch.pipeline.inputs import mlflow_artifacts, mlflow_uri, train_seeds
 from recipematch.pipeline.models import resolve_model
 from recipematch.rules import soup_label
@@ -62,6 +62,7 @@ def run(p, lay: Layout, arm: str, alpha: str) -> dict:
     base_name = p.train.model
     base = resolve_model(base_name)
     sets = load_evaluations(p, lay)
+    graded = load_graded(p, lay, sets)  # every graded check before any model
     out_root = lay.p("artifacts", "soups", label)
     out_root.mkdir(parents=True, exist_ok=True)
     models = []
@@ -80,7 +81,8 @@ def run(p, lay: Layout, arm: str, alpha: str) -> dict:
         write_json(out_root / f"seed_{s}.json", rec)
         log.info("soup %s seed %d: %s blend of %d tensors", label, s, info["kind"], info["tensors_blended"])
         models.append((str(s), encoder_for(str(out_root / f"seed_{s}"), p, p.train.query_instruction), rec))
-    frames, per_model = score_models(models, sets, arm=label, ks=p.evaluate.ks, lay=lay)
+    frames, per_model = score_models(models, sets, arm=label, ks=p.evaluate.ks, lay=lay,
+                                     graded=graded)
     for seed_label, _m, rec in models:
         _log_to_mlflow(p.mlflow, lay, rec, per_model[seed_label])
     return write_results(lay, label, frames, per_model, ks=p.evaluate.ks)
