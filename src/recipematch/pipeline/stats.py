@@ -164,6 +164,7 @@ def run(p, lay: Layout) -> dict:
     real = [n for n, ev in evals.items() if ev.role == "real"]
     out["contrasts"] = []
     out["contrasts_skipped"] = []
+    pairs: list[tuple[str, str]] = []  # the contrasts run, as parsed
     for x, y in (parse_contrast(c) for c in p.contrasts):
         pair = f"{x}-{y}"
         if not all(a in arms or a in BASELINES for a in (x, y)):
@@ -172,6 +173,7 @@ def run(p, lay: Layout) -> dict:
             out["contrasts_skipped"].append(pair)
             continue
         out["contrasts"].append(pair)
+        pairs.append((x, y))
         # seeds are paired only between two trained arms with as many seeds (a baseline is one run)
         paired = scfg.paired_seeds and x not in BASELINES and y not in BASELINES
         hits = {}
@@ -193,7 +195,6 @@ def run(p, lay: Layout) -> dict:
                                   real_clusters=hits[r][2], bench_clusters=hits[b][2], paired_seeds=paired)
                 out["did"][f"{pair}.{b}-{r}.R@1"] = _as_dict(d)
     # Table 20: the graded measures of external sets; gaps of the declared contrasts and of every row against base
-    pairs = [tuple(c.split("-", 1)) for c in out["contrasts"]]
     pairs += [(a, "base") for a in rows if a != "base" and (a, "base") not in pairs]
     _graded_gaps(out, evals, ranks, rows, pairs, scfg)
     # Table 5: same-language reprints, R@1 per slice and each model's gap to the base per slice
