@@ -673,11 +673,13 @@ class ExternalConfig:
     stops the stage with one line (``recipematch plan`` lists it)."""
 
     loader: str = _spec("which loader reads the copy: impliret (the release's <style>__<category>.jsonl "
-                        "files) or bright (BRIGHT's documents/ and examples/ parquet files)",
+                        "files), bright (BRIGHT's documents/ and examples/ parquet files) or meld (MELD's "
+                        "adversarial_theorem_pairs_2.json and distractors_all.json)",
                         choices=EXTERNAL_LOADERS)
     copy: str = _spec("the local copy, a folder relative to the project root (a DVC dependency)", min=1,
                       max_len=2000)
-    subsets: tuple[str, ...] = _spec("ImpliRet subsets (<style>__<category>) or BRIGHT splits to build", min=1,
+    subsets: tuple[str, ...] = _spec("ImpliRet subsets (<style>__<category>), BRIGHT splits or MELD's pairs_only "
+                                     "to build", min=1,
                                      max_len=200)
     revision: str = _spec("the copy's upstream revision, recorded in each MANIFEST.json", default="", max_len=200)
     max_rows: int = _spec("ImpliRet only: keep each subset's first rows (a documented subsample; 0 = all)",
@@ -969,9 +971,8 @@ def _check_external(p) -> None:
         from recipematch.rules import EXTERNAL_SUBSETS
 
         SUBSETS = EXTERNAL_SUBSETS[ex.loader]
-        if ex.loader == "bright":
-            if ex.max_rows:
-                raise RecipematchError(f"{where}.max_rows: the bright loader keeps every row (BRIGHT's protocol)")
+        if ex.loader in ("bright", "meld") and ex.max_rows:
+            raise RecipematchError(f"{where}.max_rows: the {ex.loader} loader keeps every row (the benchmark's protocol)")
         bad = [x for x in ex.subsets if x not in SUBSETS]
         if bad:
             raise RecipematchError(f"{where}.subsets: unknown {ex.loader} subsets {bad}; choose from {list(SUBSETS)}")

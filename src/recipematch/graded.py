@@ -390,6 +390,9 @@ class GradedSpec:
     depth: int
     excluded: Mapping[str, Sequence[str]]
     grades: tuple[int, ...]
+    #: MELD's distractor statements (:func:`recipematch.external.meld.load_distractors`), when the
+    #: folder has them: the separation AUC is computed beside the measures (Appendix A)
+    distractors: tuple = ()
 
     @property
     def library_names(self) -> tuple[str, ...]:

@@ -245,10 +245,12 @@ GAINS = ("linear", "exponential")
 #: the per-query column of a graded measure in a scored frame: ``measure:<library name>``
 MEASURE_PREFIX = "measure:"
 #: each external loader's subsets (Section 6, Table 20): ImpliRet's six ``<style>__<category>``
-#: files (two styles x three categories) and BRIGHT's two math theorem splits
+#: files (two styles x three categories), BRIGHT's two math theorem splits and MELD's pairs-only
+#: protocol (Appendix A: each statement queries the others, gold = its partner)
 EXTERNAL_SUBSETS = {
     "impliret": tuple(f"{s}__{c}" for s in ("unispeaker", "multispeaker") for c in ("arithmetic", "temporal", "wknow")),
     "bright": ("theoremqa_theorems", "aops"),
+    "meld": ("pairs_only",),
 }
 
 

@@ -52,7 +52,8 @@ def load_evaluations(p, lay: Layout) -> dict:
 def load_graded(p, lay: Layout, sets: Mapping[str, Any]) -> dict:
     """The graded measures of each declared evaluation that names some (Section 6; ``measures``,
     ``gain``, ``grade_scale``, ``depth``), checked against its folder before any model: the
-    qrels' grades (file, line, field), the measure names, the excluded-ids file, the depth.
+    qrels' grades (file, line, field), the measure names, the excluded-ids file, the depth. A
+    folder with MELD's ``distractors.jsonl`` carries them in the spec (its separation AUC).
 
     Returns:
         ``{name: recipematch.graded.GradedSpec}`` for those sets only.
@@ -60,15 +61,20 @@ def load_graded(p, lay: Layout, sets: Mapping[str, Any]) -> dict:
     Raises:
         RecipematchError: naming the evaluation and what is wrong.
     """
+    from dataclasses import replace
+
+    from recipematch.external.meld import load_distractors
     from recipematch.graded import check_declared_measures, prepare
 
     check_declared_measures(p)
     out = {}
     for name, ev in sorted(p.evaluations.items()):
         if ev.measures:
-            out[name] = prepare(lay.p(ev.folder), ev.measures, n_docs=len(sets[name].corpus), gain=ev.gain,
-                                scale=tuple(ev.grade_scale) or None, depth=ev.depth,
-                                where=f"evaluations.{name}.measures:")
+            spec = prepare(lay.p(ev.folder), ev.measures, n_docs=len(sets[name].corpus), gain=ev.gain,
+                           scale=tuple(ev.grade_scale) or None, depth=ev.depth,
+                           where=f"evaluations.{name}.measures:")
+            dis = load_distractors(lay.p(ev.folder))
+            out[name] = replace(spec, distractors=tuple(dis)) if dis else spec
     return out
 
 
@@ -81,7 +87,9 @@ def score_models(models: Sequence[tuple[str, Any, dict | None]], sets: Mapping[s
         ``(frames, per_model)``: per set a list of per-query frames (a graded set's frame adds
         one ``measure:<library name>`` column per measure, fractions 0-1); per seed label, per
         set ``{"R@k": .., "n_queries": .., "slices": {...}}`` (percent), and for a graded set
-        ``"measures": {library name: mean (fraction)}`` with its settings (``"graded"``).
+        ``"measures": {library name: mean (fraction)}`` with its settings (``"graded"``), and
+        for an encoder on a set with MELD's distractors ``"separation"``
+        (:func:`recipematch.external.meld.separation`; BM25 has no cosine: none).
     """
     from recipematch.retrieval.selfmask import describe_counts
     from recipematch.scoring import BM25, score
@@ -110,6 +118,10 @@ def score_models(models: Sequence[tuple[str, Any, dict | None]], sets: Mapping[s
                 per_query = per_query.merge(table, on="query_id", how="left", validate="one_to_one")
                 r["measures"] = {m: float(v) for m, v in values.items()}
                 r["graded"] = spec.describe(run)
+                if spec.distractors and model != BM25:
+                    from recipematch.external.meld import separation
+
+                    r["separation"] = separation(bset, model, spec.distractors, cache_dir=lay.cache)
             frames[name].append(per_query.assign(arm=arm, seed=seed_label))
             r["n_queries"] = int(summary["n_queries"])
             r["self_mask"] = summary["self_mask_rule"]
@@ -154,6 +166,12 @@ def write_results(lay: Layout, arm: str, frames, per_model, *, ks) -> dict:
             mv, sd = mean_sd([100.0 * per_model[s][name]["measures"][m] for s in seeds])
             agg[f"{name}.measure.{m}.mean"] = round(float(mv), 4)
             agg[f"{name}.measure.{m}.sd"] = round(float(sd), 4) if sd == sd else None
+        for m in ("auc_all", "auc_same_framing"):  # MELD's separation AUC (0-1), where it was computed
+            vals = [(per_model[s][name].get("separation") or {}).get(m) for s in seeds]
+            if all(v is not None for v in vals) and vals:
+                mv, sd = mean_sd(vals)
+                agg[f"{name}.separation.{m}.mean"] = round(float(mv), 4)
+                agg[f"{name}.separation.{m}.sd"] = round(float(sd), 4) if sd == sd else None
     agg["seeds"] = len(seeds)
     write_json(tmp / "per_seed.json", per_model)
     shutil.rmtree(out, ignore_errors=True)

@@ -39,6 +39,10 @@ def run(p, lay: Layout, *, name: str) -> dict:
             from recipematch.external.impliret import build_folders
 
             manifests = build_folders(copy, tmp, ex.subsets, revision=ex.revision, max_rows=ex.max_rows or None)
+        elif ex.loader == "meld":
+            from recipematch.external.meld import build_folder
+
+            manifests = {s: build_folder(copy, tmp / s, s, revision=ex.revision) for s in ex.subsets}
         else:
             from recipematch.external.bright import build_folder
 

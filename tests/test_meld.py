@@ -1,0 +1,212 @@
+"""MELD (paper Section 6, Table 20, Appendix A): the loader's BEIR folder, its pairs-only protocol
+through the harness, the separation AUC, and the loader's refusals. The fixture is shaped like
+MELD's two upstream files (adversarial_theorem_pairs_2.json, distractors_all.json)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from recipematch.errors import RecipematchError
+from recipematch.external import meld
+
+FIX = Path(__file__).parent / "fixtures" / "meld_mini"
+
+
+class Hashed:
+    """Mock encoder: a unit vector drawn from each text's SHA-256 (no two texts tie)."""
+
+    cache_key = "hashed-meld-16"
+
+    def encode(self, texts):
+        out = np.stack([np.random.default_rng(int.from_bytes(hashlib.sha256(t.encode()).digest()[:8], "little"))
+                        .standard_normal(16) for t in texts]).astype(np.float32)
+        return out / np.linalg.norm(out, axis=1, keepdims=True)
+
+
+@pytest.fixture()
+def folder(tmp_path) -> Path:
+    meld.build_folder(FIX, tmp_path / "pairs_only", revision="r1")
+    return tmp_path / "pairs_only"
+
+
+def _fixture():
+    pairs = json.loads((FIX / meld.PAIRS_FILE).read_text())["pairs"]
+    dis = json.loads((FIX / meld.DISTRACTORS_FILE).read_text())
+    return pairs, dis
+
+
+def test_the_folder_holds_every_statement_as_query_and_document_with_its_partner_as_gold(folder) -> None:
+    from recipematch.beir import read_beir
+
+    pairs, dis = _fixture()
+    ds = read_beir(folder, "test")
+    assert len(ds.corpus) == len(ds.queries) == 2 * len(pairs)
+    for i, p in enumerate(pairs):
+        a, b = f"p{i:03d}e1", f"p{i:03d}e2"
+        assert ds.queries[a] == ds.corpus[a]["text"] == p["entry_1"]["statement"]
+        assert ds.queries[b] == p["entry_2"]["statement"]
+        assert ds.qrels[a] == {b: 1} and ds.qrels[b] == {a: 1}
+        assert ds.query_meta[a]["cluster_id"] == ds.query_meta[b]["cluster_id"] == f"p{i:03d}"
+        assert ds.query_meta[a]["partner_framing"] == p["entry_2"]["framing"]
+    rows = meld.load_distractors(folder)
+    assert [r["text"] for r in rows] == [s for lst in dis.values() for s in lst]
+    man = json.loads((folder / "MANIFEST.json").read_text())
+    assert (man["n_pairs"], man["n_distractors"], man["n_framings"], man["n_domains"]) == (6, 12, 6, 3)
+    assert man["revision"] == "r1" and man["licence"].startswith("Apache-2.0")
+
+
+def test_the_same_copy_gives_the_same_bytes(tmp_path) -> None:
+    meld.build_folder(FIX, tmp_path / "a")
+    meld.build_folder(FIX, tmp_path / "b")
+    for f in ("corpus.jsonl", "queries.jsonl", "qrels/test.tsv", "distractors.jsonl", "MANIFEST.json"):
+        assert (tmp_path / "a" / f).read_bytes() == (tmp_path / "b" / f).read_bytes()
+
+
+def test_pairs_only_r_at_1_through_the_harness_is_the_protocol_computed_directly(folder) -> None:
+    """Each of the 2n statements ranked against the other 2n - 1 (its own entry masked), gold
+    its partner: the harness's R@1 and per-query ranks equal a direct computation."""
+    from recipematch.benchmarks_data import load_set
+    from recipematch.scoring import score
+
+    bset = load_set(folder, "plain", name="meld")
+    assert bset.clusters is not None and len(set(bset.clusters)) == 6
+    summary, pq = score(bset, Hashed(), ks=(1, 5))
+    pairs, _ = _fixture()
+    stmts = [s for p in pairs for s in (p["entry_1"]["statement"], p["entry_2"]["statement"])]
+    e = Hashed().encode(stmts)
+    sims = e @ e.T
+    np.fill_diagonal(sims, -np.inf)
+    partner = np.arange(len(stmts)) ^ 1
+    rank = (sims > sims[np.arange(len(stmts)), partner][:, None]).sum(axis=1) + 1
+    assert (pq["rank"] + 1).tolist() == rank.tolist()  # the harness's ranks count from 0
+    assert summary["R@1"] == pytest.approx(100 * float(np.mean(rank == 1)))
+    assert int(summary["n_queries_self_masked"]) == len(stmts)
+
+
+def test_separation_auc_equals_the_mann_whitney_statistic() -> None:
+    from scipy.stats import mannwhitneyu
+
+    rng = np.random.default_rng(3)
+    pos, neg = rng.normal(0.3, 1, 57), rng.normal(0, 1, 211)
+    neg[:5] = pos[:5]  # ties count one half
+    u = mannwhitneyu(pos, neg, alternative="two-sided").statistic
+    assert meld.separation_auc(pos, neg) == pytest.approx(u / (len(pos) * len(neg)), abs=1e-12)
+    assert meld.separation_auc([1.0, 2.0], [0.0, 0.5]) == 1.0
+    with pytest.raises(RecipematchError, match="needs positive and negative"):
+        meld.separation_auc([], [1.0])
+    with pytest.raises(RecipematchError, match="not finite"):
+        meld.separation_auc([np.nan], [1.0])
+
+
+def test_separation_counts_partner_against_all_and_same_framing_distractors(folder) -> None:
+    from recipematch.benchmarks_data import load_set
+
+    bset = load_set(folder, "plain", name="meld")
+    rows = meld.load_distractors(folder)
+    got = meld.separation(bset, Hashed(), rows)
+    pairs, dis = _fixture()
+    enc = Hashed()
+    pos, neg_all, neg_same, above = [], [], [], []
+    dtexts = [s for lst in dis.values() for s in lst]
+    for p in pairs:
+        for q, g, fr in ((p["entry_1"], p["entry_2"], p["entry_2"]["framing"]),
+                         (p["entry_2"], p["entry_1"], p["entry_1"]["framing"])):
+            qv, gv = enc.encode([q["statement"]])[0], enc.encode([g["statement"]])[0]
+            pos.append(float(qv @ gv))
+            neg_all += [float(qv @ v) for v in enc.encode(dtexts)]
+            same = [float(qv @ v) for v in enc.encode(dis[fr])]
+            neg_same += same
+            above.append(pos[-1] > max(same))
+    assert got["n_positive"] == 12 and got["n_distractors"] == 12
+    assert got["auc_all"] == pytest.approx(meld.separation_auc(pos, neg_all), abs=1e-6)
+    assert got["auc_same_framing"] == pytest.approx(meld.separation_auc(pos, neg_same), abs=1e-6)
+    assert got["above_all_same_framing"] == pytest.approx(100 * np.mean(above), abs=1e-4)
+
+
+def _copy(tmp_path: Path, pairs=None, dis=None) -> Path:
+    src = tmp_path / "copy"
+    src.mkdir()
+    p0, d0 = _fixture()
+    (src / meld.PAIRS_FILE).write_text(json.dumps({"pairs": p0 if pairs is None else pairs}))
+    (src / meld.DISTRACTORS_FILE).write_text(json.dumps(d0 if dis is None else dis))
+    return src
+
+
+def test_a_pair_naming_an_unknown_framing_is_named_before_anything_is_written(tmp_path) -> None:
+    pairs, _ = _fixture()
+    pairs[3]["entry_2"]["framing"] = "homotopy type theory"
+    src = _copy(tmp_path, pairs=pairs)
+    with pytest.raises(RecipematchError, match=r"pairs\[3\]\.entry_2\.framing 'homotopy type theory' names no distractor pool"):
+        meld.build_folder(src, tmp_path / "out")
+    assert not (tmp_path / "out").exists() and not (tmp_path / "out.partial").exists()
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda p, d: p[1]["entry_1"].update(statement="  "), r"pairs\[1\]\.entry_1\.statement must be a non-empty string"),
+    (lambda p, d: p[0].pop("domain"), r"pairs\[0\]\.domain must be a non-empty string"),
+    (lambda p, d: p[2].update(entry_2="text"), r"pairs\[2\]\.entry_2: expected an object"),
+    (lambda p, d: d["algebra"].append(7), r"framing 'algebra', item 2: a distractor must be a non-empty string"),
+])
+def test_a_malformed_record_is_named_by_file_position_and_field(tmp_path, edit, message) -> None:
+    pairs, dis = _fixture()
+    edit(pairs, dis)
+    src = _copy(tmp_path, pairs=pairs, dis=dis)
+    with pytest.raises(RecipematchError, match=message):
+        meld.build_folder(src, tmp_path / "out")
+
+
+def test_a_missing_file_or_bad_json_is_one_line(tmp_path) -> None:
+    src = tmp_path / "copy"
+    shutil.copytree(FIX, src)
+    (src / meld.DISTRACTORS_FILE).unlink()
+    with pytest.raises(RecipematchError, match=r"MELD: missing files \[.*distractors_all.json"):
+        meld.build_folder(src, tmp_path / "out")
+    shutil.copy(FIX / meld.DISTRACTORS_FILE, src)
+    (src / meld.PAIRS_FILE).write_text('{"pairs": [\n  {"domain": "x",\n')
+    with pytest.raises(RecipematchError, match=r"adversarial_theorem_pairs_2.json:3: not JSON"):
+        meld.build_folder(src, tmp_path / "out")
+    with pytest.raises(RecipematchError, match="unknown subset"):
+        meld.build_folder(FIX, tmp_path / "out", "with_distractors")
+
+
+def test_the_external_stage_builds_meld_and_every_encoder_gets_its_separation(tmp_path) -> None:
+    """Declared like any external set: external@meld builds the folder from the copy, the
+    scoring stages add R@1 (the headline) and the separation AUC for encoders, never for BM25."""
+    from conftest import REPO
+
+    from recipematch.benchmarks_data import load_set
+    from recipematch.config import load_yaml, parse_params
+    from recipematch.pipeline import external
+    from recipematch.pipeline.door import Layout
+    from recipematch.pipeline.evaluate import load_graded, score_models, write_results
+    from recipematch.scoring import BM25
+
+    shutil.copytree(FIX, tmp_path / "data" / "meld")
+    raw = load_yaml(REPO / "params.yaml")
+    raw["external"]["meld"] = {"loader": "meld", "copy": "data/meld", "subsets": ["pairs_only"], "revision": "r"}
+    raw["evaluations"] = {k: v for k, v in raw["evaluations"].items() if v["role"] != "external"}
+    raw["evaluations"]["meld"] = {"folder": "artifacts/external/meld/pairs_only", "rule": "plain", "role": "external",
+                                  "label": "MELD (pairs only)", "report_ks": [1], "measures": ["R@1", "R@10"]}
+    p, lay = parse_params(raw), Layout(tmp_path)
+    counts = external.run(p.view(external.PARAMS), lay, name="meld")
+    assert counts["subsets"]["pairs_only"]["n_pairs"] == 6
+    ev = p.evaluations["meld"]
+    sets = {"meld": load_set(lay.p(ev.folder), ev.rule, name="meld")}
+    graded = load_graded(p, lay, sets)
+    assert len(graded["meld"].distractors) == 12
+    frames, per_model = score_models([("s1", Hashed(), None)], sets, arm="x", ks=(1, 10), lay=lay, graded=graded)
+    r = per_model["s1"]["meld"]
+    want = meld.separation(sets["meld"], Hashed(), graded["meld"].distractors)
+    assert r["separation"] == want
+    assert r["measures"]["R@1"] == pytest.approx(r["R@1"] / 100)  # single gold: the library's R@1 is our hit@1
+    agg = write_results(lay, "x", frames, per_model, ks=(1, 10))
+    assert agg["meld.separation.auc_all.mean"] == pytest.approx(want["auc_all"], abs=1e-4)
+    assert "cluster" in frames["meld"][0].columns  # pairs are the resampling unit
+    _, bm = score_models([("bm25", BM25, None)], sets, arm="bm25", ks=(1,), lay=lay, bm25=(1.5, 0.75), graded=graded)
+    assert "separation" not in bm["bm25"]["meld"]
