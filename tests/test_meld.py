@@ -210,3 +210,102 @@ def test_the_external_stage_builds_meld_and_every_encoder_gets_its_separation(tm
     assert "cluster" in frames["meld"][0].columns  # pairs are the resampling unit
     _, bm = score_models([("bm25", BM25, None)], sets, arm="bm25", ks=(1,), lay=lay, bm25=(1.5, 0.75), graded=graded)
     assert "separation" not in bm["bm25"]["meld"]
+
+
+ATTACK = FIX / "pairs_meld9.jsonl"
+
+
+def test_released_attack_rows_become_pair_rows_with_their_prompt_and_model() -> None:
+    from recipematch.pairs import pair_row_problem, provenance_problems
+
+    rows, counts = meld.read_attack_rows(ATTACK, "meld9", revision="r")
+    assert counts["rows_in"] == counts["rows_out"] == 4 and counts["negatives"] == 12
+    assert counts["prompt"] == "meld_generate" and counts["generator_models"] == {"Qwen/Qwen3-32B-AWQ": 4}
+    assert [r["source_id"] for r in rows] == sorted(r["source_id"] for r in rows)
+    for r in rows:
+        assert pair_row_problem(r) is None and provenance_problems(r) == []
+        assert r["positive_provenance"]["prompt_sha256"] == meld.attack_prompt_sha256("meld_generate")
+    first = json.loads(ATTACK.read_text().splitlines()[0])
+    r0 = next(r for r in rows if r["source_id"] == first["source_id"])
+    assert (r0["anchor"], r0["positive"]) == (first["anchor_text"], first["positive_text"])
+    assert [n["text"] for n in r0["negatives"]] == [n["text"] for n in first["negatives"]]
+    # the rewritten-prompt control hashes another system prompt, the same user turns
+    assert meld.attack_prompt_sha256("meld_altprompt") != meld.attack_prompt_sha256("meld_generate")
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda r: r.pop("anchor_text"), r":2: field 'anchor_text' must be a non-empty string"),
+    (lambda r: r.update(negatives=[{"txt": "x"}]), r":2: field 'negatives' must be a list of objects"),
+    (lambda r: r["meta"].update(group="heldout"), r":2: field 'meta.group' is 'heldout', not this row set's 'meld9'"),
+    (lambda r: r.update(source_id="meldatk-meld9-000000"), r":2: source_id 'meldatk-meld9-000000' is given twice"),
+    (lambda r: r["meta"].pop("generator_model"), r":2: field 'meta.generator_model'"),
+])
+def test_a_bad_released_row_is_named_by_file_line_and_field(tmp_path, edit, message) -> None:
+    lines = ATTACK.read_text().splitlines()
+    r = json.loads(lines[1])
+    edit(r)
+    lines[1] = json.dumps(r)
+    bad = tmp_path / "rows.jsonl"
+    bad.write_text("\n".join(lines) + "\n")
+    with pytest.raises(RecipematchError, match=message):
+        meld.read_attack_rows(bad, "meld9")
+    bad.write_text(lines[0] + "\n{not json\n")
+    with pytest.raises(RecipematchError, match=r"rows.jsonl:2: "):
+        meld.read_attack_rows(bad, "meld9")
+    with pytest.raises(RecipematchError, match=r"attacks.meld9.rows: .*nope.jsonl does not exist .*data/meld_attack/pairs_meld9.jsonl"):
+        meld.read_attack_rows(tmp_path / "nope.jsonl", "meld9")
+
+
+def test_the_meld9_arm_is_a_cell_on_its_rows_own_negatives() -> None:
+    from recipematch.cells import MissingInput, assemble_cell
+    from recipematch.rules import NAMED_ARMS
+
+    spec = NAMED_ARMS["meld9"]
+    assert spec.name == "meld9xown" and spec.inputs() == ["meld9"]
+    rows, _ = meld.read_attack_rows(ATTACK, "meld9")
+    pool, counts = assemble_cell(spec, {"meld9": rows}, seed=0)
+    assert counts["rows_out"] == 4 and all(len(r["negatives"]) == 3 for r in pool)
+    with pytest.raises(MissingInput, match=r"pair file 'meld9' .*declare attacks.meld9.rows"):
+        assemble_cell(spec, {}, seed=0)
+
+
+def test_an_arm_on_an_undeclared_row_set_stops_at_the_params_with_one_line() -> None:
+    from conftest import REPO
+
+    from recipematch.config import load_yaml, parse_params
+
+    raw = load_yaml(REPO / "params.yaml")
+    raw["arms"] = ["verified", "recipe", "cell", "meld_heldout"]
+    with pytest.raises(RecipematchError, match=r"arms\[meld_heldout\]: no input for positives=meld_heldout .*"
+                                               r"declare attacks.meld_heldout.rows .*pairs_heldout.jsonl"):
+        parse_params(raw)
+    raw["attacks"]["meld_heldout"] = {"rows": "/abs/rows.jsonl"}
+    with pytest.raises(RecipematchError, match=r"attacks.meld_heldout.rows must be a file inside the project"):
+        parse_params(raw)
+    raw["attacks"] = {"meld10": {"rows": "x.jsonl"}}
+    with pytest.raises(RecipematchError, match=r"attacks.meld10: unknown row set"):
+        parse_params(raw)
+
+
+def test_the_attack_stage_writes_the_pair_file_the_cells_stage_reads(tmp_path) -> None:
+    from conftest import REPO
+
+    from recipematch.config import load_yaml, parse_params
+    from recipematch.pairs import read_pair_file
+    from recipematch.pipeline import attack
+    from recipematch.pipeline.door import Layout
+    from recipematch.pipeline.pair_sources import cell_pairs
+
+    (tmp_path / "data").mkdir()
+    shutil.copy(ATTACK, tmp_path / "data" / "rows.jsonl")
+    raw = load_yaml(REPO / "params.yaml")
+    raw["attacks"] = {"meld9": {"rows": "data/rows.jsonl", "revision": "r"}}
+    p, lay = parse_params(raw), Layout(tmp_path)
+    counts = attack.run(p.view(attack.PARAMS), lay, name="meld9")
+    assert counts["rows_out"] == 4 and json.loads((lay.metrics / "attacks" / "meld9.json").read_text()) == counts
+    assert cell_pairs(lay, "meld9") == read_pair_file(lay.pairs / "meld9.jsonl") and len(cell_pairs(lay, "meld9")) == 4
+    first = (lay.pairs / "meld9.jsonl").read_bytes()
+    attack.run(p.view(attack.PARAMS), lay, name="meld9")
+    assert (lay.pairs / "meld9.jsonl").read_bytes() == first  # byte-identical rerun
+    with pytest.raises(RecipematchError, match=r"--name 'meld9alt': not declared"):
+        attack.run(p.view(attack.PARAMS), lay, name="meld9alt")

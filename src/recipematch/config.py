@@ -673,17 +673,30 @@ class ExternalConfig:
     stops the stage with one line (``recipematch plan`` lists it)."""
 
     loader: str = _spec("which loader reads the copy: impliret (the release's <style>__<category>.jsonl "
-                        "files), bright (BRIGHT's documents/ and examples/ parquet files) or meld (MELD's "
-                        "adversarial_theorem_pairs_2.json and distractors_all.json)",
+                        "files), bright (BRIGHT's documents/ and examples/ parquet files), meld (MELD's "
+                        "adversarial_theorem_pairs_2.json and distractors_all.json) or mirb (one BEIR folder per "
+                        "MIRB task, <copy>/<task>/)",
                         choices=EXTERNAL_LOADERS)
     copy: str = _spec("the local copy, a folder relative to the project root (a DVC dependency)", min=1,
                       max_len=2000)
-    subsets: tuple[str, ...] = _spec("ImpliRet subsets (<style>__<category>), BRIGHT splits or MELD's pairs_only "
-                                     "to build", min=1,
+    subsets: tuple[str, ...] = _spec("ImpliRet subsets (<style>__<category>), BRIGHT splits, MELD's pairs_only or "
+                                     "MIRB tasks to build", min=1,
                                      max_len=200)
     revision: str = _spec("the copy's upstream revision, recorded in each MANIFEST.json", default="", max_len=200)
     max_rows: int = _spec("ImpliRet only: keep each subset's first rows (a documented subsample; 0 = all)",
                           default=0, min=0, max=100_000_000)
+
+
+@dataclass(frozen=True)
+class AttackConfig:
+    """One MELD attack row set replayed from released rows (paper Section 6, Appendix D): the
+    ``attack@<key>`` stage checks each row and writes the pair file ``artifacts/pairs/<key>.jsonl``
+    that the arm of the same name trains on (gated and budgeted like every cell)."""
+
+    rows: str = _spec("the released rows, a JSONL file relative to the project root (a DVC dependency): one "
+                      "{source_id, anchor_text, positive_text, negatives: [{text}], meta} object a line", min=1,
+                      max_len=2000)
+    revision: str = _spec("the rows' upstream revision, recorded with the pair file", default="", max_len=200)
 
 
 @dataclass(frozen=True)
@@ -859,6 +872,8 @@ class Params:
                                  default_factory=EngineConfig)
     external: dict[str, ExternalConfig] = _spec("external benchmarks built from local copies (Section 6), by name",
                                                 default_factory=dict)
+    attacks: dict[str, AttackConfig] = _spec("MELD attack row sets replayed from released rows (Section 6, "
+                                             "Appendix D), by pair-file key", default_factory=dict)
 
     def view(self, keys: Iterable[str]) -> ParamsView:
         """The keys a stage declared (dotted, e.g. ``"gates.active"`` or ``"budget"``);
@@ -926,6 +941,7 @@ def _cross_checks(p: Params) -> None:
         if bad:
             raise RecipematchError(f"evaluations.{name}.in_family_for: unknown positives {bad}; choose from {sorted(POSITIVES)}")
     _check_external(p)
+    _check_attacks(p)
     e = p.engine
     if e.kind == "local" and (e.workers != 1 or e.address or e.num_gpus):
         raise RecipematchError("engine.workers, engine.address and engine.num_gpus need engine.kind: ray "
@@ -957,6 +973,25 @@ def _cross_checks(p: Params) -> None:
         raise RecipematchError("mlflow.experiment must not contain control characters")
 
 
+def _check_attacks(p) -> None:
+    """Each attack is one of the MELD row sets, its rows a file inside the project; an arm that
+    trains on one needs it declared (one line naming the arm and the file to declare)."""
+    from recipematch.rules import MELD_ATTACKS, NAMED_ARMS, CellSpec, missing_input_message
+
+    for key, a in p.attacks.items():
+        if key not in MELD_ATTACKS:
+            raise RecipematchError(f"attacks.{key}: unknown row set; choose from {list(MELD_ATTACKS)}")
+        if (Path(a.rows).is_absolute() or ".." in Path(a.rows).parts or a.rows.startswith("~")
+                or a.rows.strip() in (".", "")):
+            raise RecipematchError(f"attacks.{key}.rows must be a file inside the project, relative to its root "
+                                   f"(DVC hashes it as a dependency), got {short_repr(a.rows, 120)}")
+    for arm in p.arms:
+        spec = CellSpec(p.positives, p.negatives, p.negatives_volume) if arm == "cell" else NAMED_ARMS.get(arm)
+        for key in spec.inputs() if spec else ():
+            if key in MELD_ATTACKS and key not in p.attacks:
+                raise RecipematchError(f"arms[{arm}]: {missing_input_message(spec, key)}")
+
+
 def _check_external(p) -> None:
     """Each external benchmark: a name that is a path part, a copy inside the project, known
     subsets for its loader, each named once."""
@@ -971,7 +1006,7 @@ def _check_external(p) -> None:
         from recipematch.rules import EXTERNAL_SUBSETS
 
         SUBSETS = EXTERNAL_SUBSETS[ex.loader]
-        if ex.loader in ("bright", "meld") and ex.max_rows:
+        if ex.loader in ("bright", "meld", "mirb") and ex.max_rows:
             raise RecipematchError(f"{where}.max_rows: the {ex.loader} loader keeps every row (the benchmark's protocol)")
         bad = [x for x in ex.subsets if x not in SUBSETS]
         if bad:

@@ -176,8 +176,10 @@ def evaluation_plan(p, root: Path) -> list[dict[str, Any]]:
             counts, basis = _beir_counts(root / p.data.retrieve / tier), f"{p.data.retrieve}/{tier}"
         row = {"evaluation": name, "folder": ev.folder, "models": n_models}
         if counts is None:
+            builder = next((f"external@{n}" for n in p.external if ev.folder.startswith(f"artifacts/external/{n}/")),
+                           "evalsets")
             row.update(documents=None, queries=None, encodings=None,
-                       basis="not built yet (run the evalsets stage)")
+                       basis=f"not built yet (run the {builder} stage)")
         else:
             row.update(documents=counts[0], queries=counts[1], encodings=(counts[0] + counts[1]) * n_models,
                        basis=basis)
@@ -366,6 +368,12 @@ def inputs_plan(p, root: Path) -> list[dict[str, str]]:
     for name, ex in p.external.items():  # external benchmarks (Section 6): a local copy each, nothing downloads
         if ex.loader == "impliret":
             files = tuple(f"{s}.jsonl" for s in ex.subsets)
+        elif ex.loader == "meld":
+            from recipematch.external.meld import DISTRACTORS_FILE, PAIRS_FILE
+
+            files = (PAIRS_FILE, DISTRACTORS_FILE)
+        elif ex.loader == "mirb":
+            files = tuple(f"{t}/{f}" for t in ex.subsets for f in ("corpus.jsonl", "queries.jsonl", "qrels/test.jsonl"))
         else:  # BRIGHT: one parquet per configuration and split
             files = ()
         path(f"external.{name}.copy", ex.copy, f"{ex.loader} copy ({', '.join(ex.subsets)})", "dir", files)

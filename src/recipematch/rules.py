@@ -24,9 +24,21 @@ from dataclasses import dataclass
 
 from recipematch.errors import RecipematchError
 
-#: Generators of positives and the pair-file key each reads (paper Tables 11–12).
+#: The MELD attack's row sets (Section 6, Appendix D), each a pair-file key written by the
+#: ``attack@<key>`` stage from released (or regenerated) rows: ``meld9`` on MELD's own nine
+#: framing pairs, ``meld_heldout`` on 27 other field pairs none of whose names match a MELD
+#: subfield, ``meld9alt`` under the rewritten prompt, ``meld9altm`` the same prompt with meld9's
+#: procedure matched. Each row carries three same-framing statements as negatives.
+MELD_ATTACKS = ("meld9", "meld_heldout", "meld9alt", "meld9altm")
+#: The system prompt each MELD row set was generated under (Appendix D; the user turns,
+#: ``meld_generate.user_first`` / ``user_later``, are shared): the reconstructed procedure, or
+#: the rewritten-prompt control.
+MELD_ATTACK_SYSTEM = {"meld9": "meld_generate", "meld_heldout": "meld_generate", "meld9alt": "meld_altprompt",
+                      "meld9altm": "meld_altprompt"}
+#: Generators of positives and the pair-file key each reads (paper Tables 11–12; the MELD
+#: attack's row sets, Appendix D).
 POSITIVES = {"cas": "cas", "d1": "d1_recipe", "d2": "d2_paraphrase", "d3": "d3_style", "d4": "d4_restatement",
-             "d5": "d5_survey", "bt": "bt", "bt3": "bt3"}
+             "d5": "d5_survey", "bt": "bt", "bt3": "bt3", **{k: k for k in MELD_ATTACKS}}
 #: Negatives and the pair-file key they come from (``none`` attaches nothing; ``own``: the
 #: near-misses written by the positives' own prompt, in the positives' pair file, Table 9).
 NEGATIVES = {"none": None, "cas": "cas", "recipe": "d1_recipe", "unrelated": "unrelated_negatives", "own": "own"}
@@ -38,6 +50,9 @@ VOLUMES = ("matched", "full")
 #: near-misses; the unrelated near-miss prompt writes near-misses; D4 and D5 ask for
 #: positives only).
 NEAR_MISS_PROMPTS = frozenset({"d1_recipe", "d2_paraphrase", "d3_style", "unrelated_negatives"})
+#: Pair files whose rows carry negatives of their own (``negatives: own``): the near-miss
+#: prompts' and the MELD attack's (same-framing statements, Appendix D).
+OWN_NEGATIVES = NEAR_MISS_PROMPTS | frozenset(MELD_ATTACKS)
 
 
 @dataclass(frozen=True)
@@ -67,7 +82,7 @@ class CellSpec:
         if self.negatives == "own":
             if self.positives in _OWN_ALIAS:
                 object.__setattr__(self, "negatives", _OWN_ALIAS[self.positives])
-            elif POSITIVES[self.positives] not in NEAR_MISS_PROMPTS:
+            elif POSITIVES[self.positives] not in OWN_NEGATIVES:
                 raise RecipematchError(
                     f"negatives=own: positives={self.positives} has no near-misses of its own (its generator "
                     f"'{POSITIVES[self.positives]}' writes positives only); choose negatives from "
@@ -142,6 +157,11 @@ NAMED_ARMS: dict[str, CellSpec] = {
     "bt3": CellSpec("bt3", "none"),
     "bt3_unrelated": CellSpec("bt3", "unrelated", "full"),
     "bt3_recipe": CellSpec("bt3", "recipe", "full"),
+    # Section 6, Appendix D: the MELD attack's arms, each on its rows' own same-framing negatives
+    "meld9": CellSpec("meld9", "own"),
+    "meld_heldout": CellSpec("meld_heldout", "own"),
+    "meld9alt": CellSpec("meld9alt", "own"),
+    "meld9altm": CellSpec("meld9altm", "own"),
 }
 """Named cells (paper Tables 1, 9, 11 and 12). Any of these names can be listed in ``arms``."""
 
@@ -245,12 +265,16 @@ GAINS = ("linear", "exponential")
 #: the per-query column of a graded measure in a scored frame: ``measure:<library name>``
 MEASURE_PREFIX = "measure:"
 #: each external loader's subsets (Section 6, Table 20): ImpliRet's six ``<style>__<category>``
-#: files (two styles x three categories), BRIGHT's two math theorem splits and MELD's pairs-only
-#: protocol (Appendix A: each statement queries the others, gold = its partner)
+#: files (two styles x three categories), BRIGHT's two math theorem splits, MELD's pairs-only
+#: protocol (Appendix A: each statement queries the others, gold = its partner) and MIRB's
+#: natural-language tasks (Table 22)
 EXTERNAL_SUBSETS = {
     "impliret": tuple(f"{s}__{c}" for s in ("unispeaker", "multispeaker") for c in ("arithmetic", "temporal", "wknow")),
     "bright": ("theoremqa_theorems", "aops"),
     "meld": ("pairs_only",),
+    # Table 22: MIRB's eleven natural-language tasks, by MIRB's task ids
+    "mirb": ("msedup", "modup", "mseqa", "proofwikiqa", "stacksqa", "proofwikips", "stacksps", "realanalysisps",
+             "numbertheoryps", "mseformula", "wikiformula"),
 }
 
 
@@ -272,6 +296,9 @@ def missing_input_message(spec: CellSpec, key: str) -> str:
         how = f"the llm stage of prompt '{key}' writes it: add {key} to llm.prompts (replay needs its recordings)"
     elif key in ("bt", "bt3"):
         how = "the back-translation stage writes it"
+    elif key in MELD_ATTACKS:
+        how = (f"the attack@{key} stage writes it from released rows: declare attacks.{key}.rows in params.yaml "
+               f"(the peer's release: data/meld_attack/pairs_{key.removeprefix('meld_')}.jsonl)")
     else:
         how = "the verified (computer-algebra) stage writes it"
     return (f"no input for {which}={val} of cell {spec.name}: pair file '{key}' (artifacts/pairs/{key}.jsonl) "

@@ -28,6 +28,10 @@ Rules of the folder this loader writes (subset ``pairs_only``):
 - ``distractors.jsonl``: one ``{"_id", "text", "framing"}`` per distractor (ids ``x<j:04d>``),
   with ``partner_framing`` recorded per query in ``queries.jsonl`` metadata; read by
   :func:`load_distractors` for :func:`separation`;
+- the MELD attack's released rows (Appendix D; :func:`read_attack_rows`) become pair rows:
+  anchor = ``anchor_text``, positive = ``positive_text`` (the statement in the other field's
+  dialect), negatives = the row's three same-framing statements; every text's provenance names
+  the prompt it was generated under and that prompt's hash (:func:`attack_prompt_sha256`).
 - refused, with file, position and field named, before anything is written: a file that is not
   JSON, a pair without ``domain`` or an entry without non-empty ``statement`` / ``framing``, a
   pair whose entries name a framing with no distractor pool in ``distractors_all.json`` (an
@@ -51,7 +55,7 @@ from recipematch.errors import RecipematchError, short_repr
 from recipematch.rules import EXTERNAL_SUBSETS
 
 __all__ = ["PAIRS_FILE", "DISTRACTORS_FILE", "SUBSETS", "SOURCE", "LICENCE", "read_meld", "build_folder",
-           "load_distractors", "separation_auc", "separation"]
+           "load_distractors", "separation_auc", "separation", "attack_prompt_sha256", "read_attack_rows"]
 
 PAIRS_FILE = "adversarial_theorem_pairs_2.json"
 DISTRACTORS_FILE = "distractors_all.json"
@@ -284,3 +288,95 @@ def separation(bset, model, distractors: Sequence[Mapping[str, str]], *, cache_d
         "above_all_same_framing": round(100.0 * float(np.mean(above)), 4) if above else None,
         "n_positive": int(len(pos)), "n_distractors": int(len(distractors)),
     }
+
+
+def attack_prompt_sha256(system_name: str) -> str:
+    """The identity of a MELD attack prompt (Appendix D): SHA-256 of the system prompt's bytes,
+    a NUL byte, the first user turn's, a NUL byte, the later user turn's (the files shipped in
+    ``recipematch/prompts``: ``<system_name>.system.txt``, ``meld_generate.user_first.txt``,
+    ``meld_generate.user_later.txt``), as 64 hex characters.
+
+    Raises:
+        RecipematchError: a prompt file is missing.
+    """
+    from importlib import resources
+
+    base = resources.files("recipematch").joinpath("prompts")
+    parts = []
+    for f in (f"{system_name}.system.txt", "meld_generate.user_first.txt", "meld_generate.user_later.txt"):
+        path = base.joinpath(f)
+        if not path.is_file():
+            raise RecipematchError(f"MELD attack: prompt file {f} is not shipped")
+        parts.append(path.read_bytes())
+    return hashlib.sha256(b"\x00".join(parts)).hexdigest()
+
+
+def read_attack_rows(path: str | os.PathLike, key: str, *, revision: str = "") -> tuple[list[dict], dict[str, Any]]:
+    """The released rows of MELD attack row set ``key`` (:data:`recipematch.rules.MELD_ATTACKS`)
+    as pair rows in canonical order (:mod:`recipematch.pairs`), checked.
+
+    A released row is ``{"source_id", "anchor_text", "positive_text", "negatives": [{"text"}],
+    "meta": {"group", "domain", "anchor_framing", "positive_framing", "generator_model", ...}}``.
+
+    Returns:
+        ``(rows, counts)``: counts hold ``rows_in``, ``rows_out``, ``negatives``, ``by_domain``,
+        ``generator_models``, the prompt and its hash.
+
+    Raises:
+        RecipematchError: a missing file (naming it and where the release keeps it), a line that
+            is not JSON, a field missing or of the wrong type (file, line and field), a row of
+            another group than ``key``, a source id given twice, or a file without rows.
+    """
+    from recipematch.io import BadLine, iter_jsonl
+    from recipematch.pairs import sort_rows
+    from recipematch.rules import MELD_ATTACK_SYSTEM
+
+    if key not in MELD_ATTACK_SYSTEM:
+        raise RecipematchError(f"MELD attack: unknown row set {key!r}; choose from {sorted(MELD_ATTACK_SYSTEM)}")
+    path = Path(path)
+    if not path.is_file():
+        raise RecipematchError(f"attacks.{key}.rows: {path} does not exist (the peer's release keeps it as "
+                               f"data/meld_attack/pairs_{key.removeprefix('meld_')}.jsonl; nothing downloads)")
+    system = MELD_ATTACK_SYSTEM[key]
+    sha = attack_prompt_sha256(system)
+    group = key.removeprefix("meld_")
+    rows, seen = [], set()
+    domains: dict[str, int] = defaultdict(int)
+    models: dict[str, int] = defaultdict(int)
+    for lineno, obj in iter_jsonl(path):
+        where = f"{path}:{lineno}"
+        if isinstance(obj, BadLine):
+            raise RecipematchError(f"{where}: {obj.reason}")
+        if not isinstance(obj, dict):
+            raise RecipematchError(f"{where}: expected a JSON object")
+        for f in ("source_id", "anchor_text", "positive_text"):
+            if not _text(obj.get(f)):
+                raise RecipematchError(f"{where}: field {f!r} must be a non-empty string, got {short_repr(obj.get(f), 60)}")
+        negs = obj.get("negatives")
+        if not isinstance(negs, list) or not all(isinstance(n, dict) and _text(n.get("text")) for n in negs):
+            raise RecipematchError(f"{where}: field 'negatives' must be a list of objects with a non-empty 'text'")
+        meta = obj.get("meta")
+        if not isinstance(meta, dict) or not _text(meta.get("generator_model")):
+            raise RecipematchError(f"{where}: field 'meta.generator_model' must be a non-empty string")
+        if meta.get("group") not in (None, group):
+            raise RecipematchError(f"{where}: field 'meta.group' is {meta.get('group')!r}, not this row set's {group!r}")
+        sid = obj["source_id"]
+        if sid in seen:
+            raise RecipematchError(f"{where}: source_id {sid!r} is given twice")
+        seen.add(sid)
+        model = meta["generator_model"]
+        prov = {"generator": system, "prompt_sha256": sha, "model_id": model, "judge": None}
+        extra = {k: meta.get(k) for k in ("domain", "topic", "anchor_framing", "positive_framing", "direction", "round")
+                 if k in meta}
+        rows.append({"source_id": sid, "anchor": obj["anchor_text"], "positive": obj["positive_text"],
+                     "positive_provenance": {**prov, "released": revision or True, **extra},
+                     "negatives": [{"text": n["text"], **prov, "edit": None, "counterexample": None} for n in negs]})
+        domains[str(meta.get("domain"))] += 1
+        models[model] += 1
+    if not rows:
+        raise RecipematchError(f"attacks.{key}.rows: {path} holds no rows")
+    counts = {"rows_in": len(rows), "rows_out": len(rows), "negatives": sum(len(r["negatives"]) for r in rows),
+              "by_domain": dict(sorted(domains.items())), "generator_models": dict(sorted(models.items())),
+              "prompt": system, "prompt_sha256": sha, "input_sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
+              "revision": revision}
+    return sort_rows(rows), counts

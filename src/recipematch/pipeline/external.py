@@ -39,6 +39,12 @@ def run(p, lay: Layout, *, name: str) -> dict:
             from recipematch.external.impliret import build_folders
 
             manifests = build_folders(copy, tmp, ex.subsets, revision=ex.revision, max_rows=ex.max_rows or None)
+        elif ex.loader == "mirb":
+            from recipematch.external.mirb import build_folder, read_task
+
+            for s in ex.subsets:  # every task checked before any folder is written
+                read_task(copy / s)
+            manifests = {s: build_folder(copy, tmp / s, s, revision=ex.revision) for s in ex.subsets}
         elif ex.loader == "meld":
             from recipematch.external.meld import build_folder
 
