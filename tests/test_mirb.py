@@ -77,6 +77,7 @@ def _copy(tmp_path: Path) -> Path:
 @pytest.mark.parametrize("fname, line, message", [
     ("qrels/test.jsonl", '{"query-id": "1", "corpus-id": "101", "score": 1.5}', r"test.jsonl:5: field 'score' must be an integer grade"),
     ("qrels/test.jsonl", '{"query-id": "1", "corpus-id": "101", "score": "high"}', r"test.jsonl:5: field 'score' must be a number"),
+    ("qrels/test.jsonl", '{"query-id": "1", "corpus-id": "101", "score": "\\u0663"}', r"test.jsonl:5: field 'score' must be a number"),
     ("qrels/test.jsonl", '{"query-id": "9", "corpus-id": "101", "score": 1}', r"test.jsonl:5: query-id '9' is not in queries.jsonl"),
     ("qrels/test.jsonl", '{"query-id": "1", "corpus-id": "999", "score": 1}', r"test.jsonl:5: corpus-id '999' is not in corpus.jsonl"),
     ("corpus.jsonl", '{"_id": "107", "title": " ", "text": ""}', r"corpus.jsonl:7: document '107' has no text"),

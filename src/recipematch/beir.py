@@ -36,6 +36,7 @@ import json
 import math
 import numbers
 import os
+import re
 import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -159,18 +160,24 @@ def _read_jsonl(path: Path, required: tuple[str, ...], typed: dict[str, type] | 
     return rows
 
 
-def _parse_score(raw, path: Path, lineno: int) -> int | float:
-    """A qrels grade: ``int`` when integral (``2``, ``"2"``, ``2.0``), else a finite ``float``."""
+_ASCII_INT = re.compile(r"[+-]?[0-9]+")
+_ASCII_FLOAT = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
+
+
+def parse_score(raw, path: str | os.PathLike, lineno: int) -> int | float:
+    """A qrels grade: ``int`` when integral (``2``, ``"2"``, ``2.0``), else a finite ``float``.
+    A string must be ASCII decimal notation: Python's ``int``/``float`` would also take other
+    scripts' digits (``"٣"``), underscores (``"1_0"``), ``"nan"`` and ``"inf"``; these are refused.
+
+    Raises:
+        BeirFormatError: ``"<path>:<line>: field 'score' must be a finite number, got ..."``.
+    """
     value = raw
     if isinstance(raw, str):
         text = raw.strip()
-        try:
+        if _ASCII_INT.fullmatch(text):
             return int(text)
-        except ValueError:
-            try:
-                value = float(text)
-            except ValueError:
-                value = None
+        value = float(text) if _ASCII_FLOAT.fullmatch(text) else None
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         raise BeirFormatError(f"{path}:{lineno}: field 'score' must be a finite number, got {short_repr(raw, 60)}")
     if isinstance(value, float) and value.is_integer():
@@ -209,7 +216,7 @@ def read_qrels_tsv(path: str | os.PathLike) -> list[tuple[int, str, str, int]]:
             qid, did, raw = (x.strip() for x in parts)
             if not qid or not did:
                 raise BeirFormatError(f"{path}:{lineno}: empty query-id or corpus-id")
-            out.append((lineno, qid, did, _parse_score(raw, path, lineno)))
+            out.append((lineno, qid, did, parse_score(raw, path, lineno)))
     except BeirFormatError:
         raise
     except FormatError as exc:
@@ -235,7 +242,7 @@ def iter_qrels_rows(folder: str | os.PathLike, split: str = "test"):
         for lineno, obj in _read_jsonl(jsonl, ("query-id", "corpus-id")):
             if "score" not in obj:
                 raise BeirFormatError(f"{jsonl}:{lineno}: missing field 'score'")
-            yield jsonl, lineno, obj["query-id"], obj["corpus-id"], _parse_score(obj["score"], jsonl, lineno)
+            yield jsonl, lineno, obj["query-id"], obj["corpus-id"], parse_score(obj["score"], jsonl, lineno)
     else:
         raise FileNotFoundError(f"no qrels file: neither {tsv} nor {jsonl} exists")
 

@@ -62,14 +62,17 @@ def _id(obj: dict, key: str, where: str) -> str:
     return s
 
 
-def _grade(v: Any, where: str) -> int:
+def _grade(v: Any, path: Path, lineno: int) -> int:
+    from recipematch.beir import BeirFormatError, parse_score
+
+    where = f"{path}:{lineno}"
     if isinstance(v, bool) or not isinstance(v, (int, float, str)):
         raise RecipematchError(f"{where}: field 'score' must be a number, got {short_repr(v, 40)}")
     try:
-        f = float(v)
-    except ValueError:
+        f = parse_score(v, path, lineno)  # ASCII decimal notation only, finite
+    except BeirFormatError:
         raise RecipematchError(f"{where}: field 'score' must be a number, got {short_repr(v, 40)}") from None
-    if f != f or f in (float("inf"), float("-inf")) or f != int(f):
+    if f != int(f):
         raise RecipematchError(f"{where}: field 'score' must be an integer grade, got {short_repr(v, 40)}")
     return int(f)
 
@@ -118,7 +121,7 @@ def read_task(folder: str | os.PathLike) -> dict[str, Any]:
     for lineno, obj in _rows(files["qrels/test.jsonl"]):
         where = f"{files['qrels/test.jsonl']}:{lineno}"
         qid, did = _id(obj, "query-id", where), _id(obj, "corpus-id", where)
-        g = _grade(obj.get("score"), where)
+        g = _grade(obj.get("score"), files["qrels/test.jsonl"], lineno)
         if qid not in queries:
             raise RecipematchError(f"{where}: query-id {qid!r} is not in queries.jsonl")
         if did not in corpus:
