@@ -219,7 +219,7 @@ def test_released_attack_rows_become_pair_rows_with_their_prompt_and_model() -> 
     from recipematch.pairs import pair_row_problem, provenance_problems
 
     rows, counts = meld.read_attack_rows(ATTACK, "meld9", revision="r")
-    assert counts["rows_in"] == counts["rows_out"] == 4 and counts["negatives"] == 12
+    assert counts["rows_in"] == counts["rows_out"] == counts["sources"] == 4 and counts["negatives"] == 12
     assert counts["prompt"] == "meld_generate" and counts["generator_models"] == {"Qwen/Qwen3-32B-AWQ": 4}
     assert [r["source_id"] for r in rows] == sorted(r["source_id"] for r in rows)
     for r in rows:
@@ -237,7 +237,7 @@ def test_released_attack_rows_become_pair_rows_with_their_prompt_and_model() -> 
     (lambda r: r.pop("anchor_text"), r":2: field 'anchor_text' must be a non-empty string"),
     (lambda r: r.update(negatives=[{"txt": "x"}]), r":2: field 'negatives' must be a list of objects"),
     (lambda r: r["meta"].update(group="heldout"), r":2: field 'meta.group' is 'heldout', not this row set's 'meld9'"),
-    (lambda r: r.update(source_id="meldatk-meld9-000000"), r":2: source_id 'meldatk-meld9-000000' is given twice"),
+    (lambda r: r.update(source_id="meldatk-meld9-000000"), r":2: source_id 'meldatk-meld9-000000' is given twice in direction"),
     (lambda r: r["meta"].pop("generator_model"), r":2: field 'meta.generator_model'"),
 ])
 def test_a_bad_released_row_is_named_by_file_line_and_field(tmp_path, edit, message) -> None:
@@ -254,6 +254,17 @@ def test_a_bad_released_row_is_named_by_file_line_and_field(tmp_path, edit, mess
         meld.read_attack_rows(bad, "meld9")
     with pytest.raises(RecipematchError, match=r"attacks.meld9.rows: .*nope.jsonl does not exist .*data/meld_attack/pairs_meld9.jsonl"):
         meld.read_attack_rows(tmp_path / "nope.jsonl", "meld9")
+
+
+def test_a_pair_released_in_both_directions_is_one_source_with_two_rows(tmp_path) -> None:
+    lines = ATTACK.read_text().splitlines()
+    r = json.loads(lines[0])
+    r["anchor_text"], r["positive_text"] = r["positive_text"], r["anchor_text"]
+    r["meta"]["direction"] = "entry_2->entry_1"
+    (tmp_path / "rows.jsonl").write_text("\n".join([*lines, json.dumps(r)]) + "\n")
+    rows, counts = meld.read_attack_rows(tmp_path / "rows.jsonl", "meld9")
+    assert (counts["rows_out"], counts["sources"]) == (5, 4)
+    assert sum(x["source_id"] == r["source_id"] for x in rows) == 2
 
 
 def test_the_meld9_arm_is_a_cell_on_its_rows_own_negatives() -> None:

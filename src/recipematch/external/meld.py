@@ -325,7 +325,10 @@ def read_attack_rows(path: str | os.PathLike, key: str, *, revision: str = "") -
     Raises:
         RecipematchError: a missing file (naming it and where the release keeps it), a line that
             is not JSON, a field missing or of the wrong type (file, line and field), a row of
-            another group than ``key``, a source id given twice, or a file without rows.
+            another group than ``key``, a source id given twice in one ``meta.direction`` (the
+            release writes some pairs in both directions: those stay, one source with two rows,
+            so a budget of one row per source draws one and both land on the same split), or a
+            file without rows.
     """
     from recipematch.io import BadLine, iter_jsonl
     from recipematch.pairs import sort_rows
@@ -361,9 +364,10 @@ def read_attack_rows(path: str | os.PathLike, key: str, *, revision: str = "") -
         if meta.get("group") not in (None, group):
             raise RecipematchError(f"{where}: field 'meta.group' is {meta.get('group')!r}, not this row set's {group!r}")
         sid = obj["source_id"]
-        if sid in seen:
-            raise RecipematchError(f"{where}: source_id {sid!r} is given twice")
-        seen.add(sid)
+        unit = (sid, meta.get("direction"))  # the release writes some pairs in both directions
+        if unit in seen:
+            raise RecipematchError(f"{where}: source_id {sid!r} is given twice in direction {meta.get('direction')!r}")
+        seen.add(unit)
         model = meta["generator_model"]
         prov = {"generator": system, "prompt_sha256": sha, "model_id": model, "judge": None}
         extra = {k: meta.get(k) for k in ("domain", "topic", "anchor_framing", "positive_framing", "direction", "round")
@@ -375,7 +379,8 @@ def read_attack_rows(path: str | os.PathLike, key: str, *, revision: str = "") -
         models[model] += 1
     if not rows:
         raise RecipematchError(f"attacks.{key}.rows: {path} holds no rows")
-    counts = {"rows_in": len(rows), "rows_out": len(rows), "negatives": sum(len(r["negatives"]) for r in rows),
+    counts = {"rows_in": len(rows), "rows_out": len(rows), "sources": len({r["source_id"] for r in rows}),
+              "negatives": sum(len(r["negatives"]) for r in rows),
               "by_domain": dict(sorted(domains.items())), "generator_models": dict(sorted(models.items())),
               "prompt": system, "prompt_sha256": sha, "input_sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
               "revision": revision}
