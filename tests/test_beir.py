@@ -112,6 +112,8 @@ def test_malformed_corpus_rows_name_file_and_line(tmp_path, lines, message):
     ("q\td\t\u0663\n", r"test.tsv:1: field 'score' must be a finite number, got '\u0663'"),  # an Arabic-Indic 3
     ("q\td\t1_0\n", r"test.tsv:1: field 'score' must be a finite number, got '1_0'"),
     ("q\td\tinfinity\n", r"test.tsv:1: field 'score' must be a finite number"),
+    ("q\td\t" + "9" * 5000 + "\n", r"test.tsv:1: field 'score' must be a finite number"),
+    ("q\td\t" + "9" * 350 + "\n", r"test.tsv:1: field 'score' must be a finite number of sensible size"),
     ("q\td\t1\nq\td\t1\n", r"test.tsv:2: duplicate qrels pair"),
 ])
 def test_malformed_qrels_rows_name_file_and_line(tmp_path, qrels_text, message):

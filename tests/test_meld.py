@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from recipematch.errors import RecipematchError
-from recipematch.external import meld
+from recipematch.external import meld, meld_attack
 
 FIX = Path(__file__).parent / "fixtures" / "meld_mini"
 
@@ -218,24 +218,24 @@ ATTACK = FIX / "pairs_meld9.jsonl"
 def test_released_attack_rows_become_pair_rows_with_their_prompt_and_model() -> None:
     from recipematch.pairs import pair_row_problem, provenance_problems
 
-    rows, counts = meld.read_attack_rows(ATTACK, "meld9", revision="r")
+    rows, counts = meld_attack.read_attack_rows(ATTACK, "meld9", revision="r")
     assert counts["rows_in"] == counts["rows_out"] == counts["sources"] == 4 and counts["negatives"] == 12
     assert counts["prompt"] == "meld_generate" and counts["generator_models"] == {"Qwen/Qwen3-32B-AWQ": 4}
     assert [r["source_id"] for r in rows] == sorted(r["source_id"] for r in rows)
     for r in rows:
         assert pair_row_problem(r) is None and provenance_problems(r) == []
-        assert r["positive_provenance"]["prompt_sha256"] == meld.attack_prompt_sha256("meld_generate")
+        assert r["positive_provenance"]["prompt_sha256"] == meld_attack.attack_prompt_sha256("meld_generate")
     first = json.loads(ATTACK.read_text().splitlines()[0])
     r0 = next(r for r in rows if r["source_id"] == first["source_id"])
     assert (r0["anchor"], r0["positive"]) == (first["anchor_text"], first["positive_text"])
     assert [n["text"] for n in r0["negatives"]] == [n["text"] for n in first["negatives"]]
     # the rewritten-prompt control hashes another system prompt, the same user turns
-    assert meld.attack_prompt_sha256("meld_altprompt") != meld.attack_prompt_sha256("meld_generate")
+    assert meld_attack.attack_prompt_sha256("meld_altprompt") != meld_attack.attack_prompt_sha256("meld_generate")
 
 
 @pytest.mark.parametrize("edit, message", [
     (lambda r: r.pop("anchor_text"), r":2: field 'anchor_text' must be a non-empty string"),
-    (lambda r: r.update(negatives=[{"txt": "x"}]), r":2: field 'negatives' must be a list of objects"),
+    (lambda r: r.update(negatives=[{"txt": "x"}]), r":2: field 'negatives' must be a non-empty list of objects"),
     (lambda r: r["meta"].update(group="heldout"), r":2: field 'meta.group' is 'heldout', not this row set's 'meld9'"),
     (lambda r: r.update(source_id="meldatk-meld9-000000"), r":2: source_id 'meldatk-meld9-000000' is given twice in direction"),
     (lambda r: r["meta"].pop("generator_model"), r":2: field 'meta.generator_model'"),
@@ -248,12 +248,12 @@ def test_a_bad_released_row_is_named_by_file_line_and_field(tmp_path, edit, mess
     bad = tmp_path / "rows.jsonl"
     bad.write_text("\n".join(lines) + "\n")
     with pytest.raises(RecipematchError, match=message):
-        meld.read_attack_rows(bad, "meld9")
+        meld_attack.read_attack_rows(bad, "meld9")
     bad.write_text(lines[0] + "\n{not json\n")
     with pytest.raises(RecipematchError, match=r"rows.jsonl:2: "):
-        meld.read_attack_rows(bad, "meld9")
+        meld_attack.read_attack_rows(bad, "meld9")
     with pytest.raises(RecipematchError, match=r"attacks.meld9.rows: .*nope.jsonl does not exist .*data/meld_attack/pairs_meld9.jsonl"):
-        meld.read_attack_rows(tmp_path / "nope.jsonl", "meld9")
+        meld_attack.read_attack_rows(tmp_path / "nope.jsonl", "meld9")
 
 
 def test_a_pair_released_in_both_directions_is_one_source_with_two_rows(tmp_path) -> None:
@@ -262,7 +262,7 @@ def test_a_pair_released_in_both_directions_is_one_source_with_two_rows(tmp_path
     r["anchor_text"], r["positive_text"] = r["positive_text"], r["anchor_text"]
     r["meta"]["direction"] = "entry_2->entry_1"
     (tmp_path / "rows.jsonl").write_text("\n".join([*lines, json.dumps(r)]) + "\n")
-    rows, counts = meld.read_attack_rows(tmp_path / "rows.jsonl", "meld9")
+    rows, counts = meld_attack.read_attack_rows(tmp_path / "rows.jsonl", "meld9")
     assert (counts["rows_out"], counts["sources"]) == (5, 4)
     assert sum(x["source_id"] == r["source_id"] for x in rows) == 2
 
@@ -273,7 +273,7 @@ def test_the_meld9_arm_is_a_cell_on_its_rows_own_negatives() -> None:
 
     spec = NAMED_ARMS["meld9"]
     assert spec.name == "meld9xown" and spec.inputs() == ["meld9"]
-    rows, _ = meld.read_attack_rows(ATTACK, "meld9")
+    rows, _ = meld_attack.read_attack_rows(ATTACK, "meld9")
     pool, counts = assemble_cell(spec, {"meld9": rows}, seed=0)
     assert counts["rows_out"] == 4 and all(len(r["negatives"]) == 3 for r in pool)
     with pytest.raises(MissingInput, match=r"pair file 'meld9' .*declare attacks.meld9.rows"):
@@ -320,3 +320,71 @@ def test_the_attack_stage_writes_the_pair_file_the_cells_stage_reads(tmp_path) -
     assert (lay.pairs / "meld9.jsonl").read_bytes() == first  # byte-identical rerun
     with pytest.raises(RecipematchError, match=r"--name 'meld9alt': not declared"):
         attack.run(p.view(attack.PARAMS), lay, name="meld9alt")
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda p, d: d.update(algebra=[]), r"framing 'algebra' has no distractors"),
+    (lambda p, d: p[0]["entry_1"].update(statement="\u200b "), r"pairs\[0\]\.entry_1\.statement must be a non-empty string"),
+    (lambda p, d: p[0]["entry_2"].update(statement="x \ud800 y"), r"pairs\[0\]\.entry_2\.statement must be a non-empty string \(UTF-8"),
+])
+def test_input_that_would_skew_the_separation_or_break_the_write_is_refused(tmp_path, edit, message) -> None:
+    pairs, dis = _fixture()
+    edit(pairs, dis)
+    src = _copy(tmp_path, pairs=pairs, dis=dis)
+    with pytest.raises(RecipematchError, match=message):
+        meld.build_folder(src, tmp_path / "out")
+    assert not (tmp_path / "out").exists() and not (tmp_path / "out.partial").exists()
+
+
+def test_a_bom_is_read_and_unreadable_json_is_one_line(tmp_path) -> None:
+    src = tmp_path / "copy"
+    shutil.copytree(FIX, src)
+    (src / meld.PAIRS_FILE).write_bytes(b"\xef\xbb\xbf" + (FIX / meld.PAIRS_FILE).read_bytes())
+    assert meld.build_folder(src, tmp_path / "out")["n_pairs"] == 6
+    (src / meld.PAIRS_FILE).write_text('{"pairs": [{"domain": ' + "1" * 5000 + "}]}")
+    with pytest.raises(RecipematchError, match=r"adversarial_theorem_pairs_2.json: not usable JSON"):
+        meld.build_folder(src, tmp_path / "out2")
+    (src / meld.PAIRS_FILE).write_text("[" * 100000)
+    with pytest.raises(RecipematchError, match=r"adversarial_theorem_pairs_2.json: (not usable JSON|.*not JSON)"):
+        meld.build_folder(src, tmp_path / "out2")
+    # the temp folder beside the output may not be the input either
+    with pytest.raises(RecipematchError, match="overlaps the input"):
+        meld.build_folder(tmp_path / "x.partial", tmp_path / "x")
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda r: r.update(negatives=[]), r":2: field 'negatives' must be a non-empty list"),
+    (lambda r: r["meta"].pop("group"), r":2: field 'meta.group' is None, not this row set's 'meld9'"),
+    (lambda r: r["meta"].update(direction=["a"]), r":2: field 'meta.direction' must be a string"),
+    (lambda r: r["meta"].update(round=float("nan")), r":2: field 'meta.round' must be an integer"),
+])
+def test_a_released_row_that_would_train_or_record_the_wrong_thing_is_refused(tmp_path, edit, message) -> None:
+    lines = ATTACK.read_text().splitlines()
+    r = json.loads(lines[1])
+    edit(r)
+    lines[1] = json.dumps(r)
+    (tmp_path / "rows.jsonl").write_text("\n".join(lines) + "\n")
+    with pytest.raises(RecipematchError, match=message):
+        meld_attack.read_attack_rows(tmp_path / "rows.jsonl", "meld9")
+    with pytest.raises(RecipematchError, match=r"is a folder, not the rows file"):
+        meld_attack.read_attack_rows(tmp_path, "meld9")
+
+
+def test_the_keys_dvc_yaml_builds_stages_from_are_required_and_copies_stay_out_of_outputs() -> None:
+    from conftest import REPO
+
+    from recipematch.config import load_yaml, parse_params
+
+    for key in ("attacks", "external"):
+        raw = load_yaml(REPO / "params.yaml")
+        raw.pop(key)
+        with pytest.raises(RecipematchError, match=key):
+            parse_params(raw)
+    raw = load_yaml(REPO / "params.yaml")
+    raw["external"]["impliret"]["copy"] = "artifacts/external/impliret"
+    with pytest.raises(RecipematchError, match=r"external.impliret.copy must not lie under artifacts/external/"):
+        parse_params(raw)
+    raw = load_yaml(REPO / "params.yaml")
+    raw["attacks"]["meld9"]["rows"] = "data/\nrows.jsonl"
+    with pytest.raises(RecipematchError, match=r"attacks.meld9.rows must be a file inside the project"):
+        parse_params(raw)

@@ -126,3 +126,35 @@ def test_the_external_stage_builds_the_declared_tasks_and_checks_all_first(tmp_p
     raw["external"]["mirb"]["subsets"] = ["leanpremises"]
     with pytest.raises(RecipematchError, match=r"external.mirb.subsets: unknown mirb subsets \['leanpremises'\]"):
         parse_params(raw)
+
+
+@pytest.mark.parametrize("fname, line, message", [
+    ("corpus.jsonl", '{"_id": "106 ", "title": "", "text": "a different doc"}', r"corpus.jsonl:7: field '_id' '106 ' starts or ends with blanks"),
+    ("qrels/test.jsonl", '{"query-id": "2", "corpus-id": "102", "score": 2}', r"test.jsonl:5: duplicate qrels pair \('2', '102'\)"),
+    ("qrels/test.jsonl", '{"query-id": "2", "corpus-id": "104", "score": -1}', r"test.jsonl:5: field 'score' must be an integer grade from 0"),
+    ("qrels/test.jsonl", '{"query-id": "2", "corpus-id": "104", "score": 1' + '0' * 400 + '}', r"test.jsonl:5: field 'score'"),
+    ("excluded_ids.jsonl", '{"query-id": "2"}', r"excluded_ids.jsonl:3: field 'excluded-ids' must be a list"),
+    ("excluded_ids.jsonl", '{"query-id": "2", "excluded-ids": ["102"]}', r"query '2' has every gold excluded"),
+    ("corpus.jsonl", '{"_id": "107", "title": false, "text": "x"}', r"corpus.jsonl:7: fields 'title' and 'text' must be strings"),
+])
+def test_input_that_would_score_the_wrong_thing_is_refused(tmp_path, fname, line, message) -> None:
+    src = _copy(tmp_path)
+    with (src / "modup" / fname).open("a") as f:
+        f.write(line + "\n")
+    with pytest.raises(RecipematchError, match=message):
+        mirb.build_folder(src, tmp_path / "out", "modup")
+
+
+def test_excluded_ids_are_deduplicated_and_unknown_ones_dropped_and_counted(tmp_path) -> None:
+    from recipematch.graded import read_excluded
+
+    src = _copy(tmp_path)
+    with (src / "modup" / "excluded_ids.jsonl").open("a") as f:
+        f.write('{"query-id": "1", "excluded-ids": ["103", "103", "nope"]}\n')
+    man = mirb.build_folder(src, tmp_path / "out", "modup")
+    assert read_excluded(tmp_path / "out") == {"1": ["103"]}
+    assert (man["n_excluded_ids"], man["n_excluded_ids_not_in_corpus"]) == (1, 1)
+    (src / "modup" / "excluded_ids.jsonl").unlink()
+    (src / "modup" / "excluded_ids.jsonl").mkdir()
+    with pytest.raises(RecipematchError, match=r"excluded_ids.jsonl exists but is not a file"):
+        mirb.build_folder(src, tmp_path / "out", "modup")

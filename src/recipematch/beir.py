@@ -174,16 +174,19 @@ def parse_score(raw, path: str | os.PathLike, lineno: int) -> int | float:
     """
     value = raw
     if isinstance(raw, str):
-        text = raw.strip()
-        if _ASCII_INT.fullmatch(text):
-            return int(text)
-        value = float(text) if _ASCII_FLOAT.fullmatch(text) else None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        text = raw.strip(" \t\r\n\f\v")  # ASCII blanks only
+        if _ASCII_INT.fullmatch(text) and len(text) <= 400:  # exact; longer digit strings read as floats (inf)
+            value = int(text)
+        else:
+            value = float(text) if _ASCII_FLOAT.fullmatch(text) else None
+    if isinstance(value, int) and not isinstance(value, bool):
+        if abs(value) > 10**300:  # a JSON integer past float's range: math.isfinite would overflow
+            raise BeirFormatError(f"{path}:{lineno}: field 'score' must be a finite number of sensible size, "
+                                  f"got {short_repr(raw, 60)}")
+        return value
+    if isinstance(value, bool) or not isinstance(value, float) or not math.isfinite(value):
         raise BeirFormatError(f"{path}:{lineno}: field 'score' must be a finite number, got {short_repr(raw, 60)}")
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    return value
-
+    return int(value) if value.is_integer() else value
 
 QRELS_HEADER_NAMES = ("query-id", "query_id", "qid")
 

@@ -866,14 +866,14 @@ class Params:
     style: StyleConfig = _spec("style probe and tracking")
     mlflow: MlflowConfig = _spec("tracking")
     data: DataConfig = _spec("organic source problems")
+    external: dict[str, ExternalConfig] = _spec("external benchmarks built from local copies (Section 6), by name "
+                                                "({} = none; the key is required: dvc.yaml builds one stage per entry)")
+    attacks: dict[str, AttackConfig] = _spec("MELD attack row sets replayed from released rows (Section 6, "
+                                             "Appendix D), by pair-file key ({} = none; required like external)")
     judge2: Judge2Config = _spec("the second judge (two-judge control)", default_factory=Judge2Config)
     backtranslate: BacktranslateConfig = _spec("the back-translation control", default_factory=BacktranslateConfig)
     engine: EngineConfig = _spec("where training and evaluation units run (execution only)",
                                  default_factory=EngineConfig)
-    external: dict[str, ExternalConfig] = _spec("external benchmarks built from local copies (Section 6), by name",
-                                                default_factory=dict)
-    attacks: dict[str, AttackConfig] = _spec("MELD attack row sets replayed from released rows (Section 6, "
-                                             "Appendix D), by pair-file key", default_factory=dict)
 
     def view(self, keys: Iterable[str]) -> ParamsView:
         """The keys a stage declared (dotted, e.g. ``"gates.active"`` or ``"budget"``);
@@ -982,7 +982,7 @@ def _check_attacks(p) -> None:
         if key not in MELD_ATTACKS:
             raise RecipematchError(f"attacks.{key}: unknown row set; choose from {list(MELD_ATTACKS)}")
         if (Path(a.rows).is_absolute() or ".." in Path(a.rows).parts or a.rows.startswith("~")
-                or a.rows.strip() in (".", "")):
+                or a.rows.strip() in (".", "", "./") or a.rows.endswith("/") or any(ord(c) < 32 for c in a.rows)):
             raise RecipematchError(f"attacks.{key}.rows must be a file inside the project, relative to its root "
                                    f"(DVC hashes it as a dependency), got {short_repr(a.rows, 120)}")
     for arm in p.arms:
@@ -1000,9 +1000,12 @@ def _check_external(p) -> None:
         if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_-]*", name):
             raise RecipematchError(f"{where}: a name is letters, digits, '_' or '-'")
         if (Path(ex.copy).is_absolute() or ".." in Path(ex.copy).parts or ex.copy.startswith("~")
-                or ex.copy.strip() in (".", "")):
+                or ex.copy.strip() in (".", "") or any(ord(c) < 32 for c in ex.copy)):
             raise RecipematchError(f"{where}.copy must be a folder inside the project, relative to its root "
                                    f"(DVC hashes it as a dependency), got {short_repr(ex.copy, 120)}")
+        if Path(ex.copy).parts[:2] == ("artifacts", "external"):
+            raise RecipematchError(f"{where}.copy must not lie under artifacts/external/ (the stages' output, "
+                                   f"replaced whole on every build), got {short_repr(ex.copy, 120)}")
         from recipematch.rules import EXTERNAL_SUBSETS
 
         SUBSETS = EXTERNAL_SUBSETS[ex.loader]

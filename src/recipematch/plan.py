@@ -365,6 +365,8 @@ def inputs_plan(p, root: Path) -> list[dict[str, str]]:
         if not ev.folder.startswith("artifacts/"):  # artifacts/ folders are built by the evalsets stage
             path(f"evaluations.{name}.folder", ev.folder, "BEIR folder", "dir",
                  ("corpus.jsonl", "queries.jsonl", "qrels/test.tsv|qrels/test.jsonl"))
+    for key, a in p.attacks.items():  # the MELD attack's released rows (Section 6, Appendix D)
+        path(f"attacks.{key}.rows", a.rows, f"released rows of the {key} attack", "file")
     for name, ex in p.external.items():  # external benchmarks (Section 6): a local copy each, nothing downloads
         if ex.loader == "impliret":
             files = tuple(f"{s}.jsonl" for s in ex.subsets)

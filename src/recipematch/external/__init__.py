@@ -19,7 +19,8 @@ def check_out_folder(out: str | os.PathLike, src: str | os.PathLike, what: str) 
         RecipematchError: naming both paths.
     """
     o, s = Path(out).resolve(), Path(src).resolve()
-    if o == s or s in o.parents or o in s.parents:
+    t = o.with_name(o.name + ".partial")  # the folder written aside before the swap
+    if o == s or s in o.parents or o in s.parents or t == s or t in s.parents:
         raise RecipematchError(f"{what}: the output folder {out} overlaps the input {src}; "
                                "write it elsewhere (it is replaced whole)")
     if o.exists() and not o.is_dir():

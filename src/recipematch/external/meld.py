@@ -28,10 +28,7 @@ Rules of the folder this loader writes (subset ``pairs_only``):
 - ``distractors.jsonl``: one ``{"_id", "text", "framing"}`` per distractor (ids ``x<j:04d>``),
   with ``partner_framing`` recorded per query in ``queries.jsonl`` metadata; read by
   :func:`load_distractors` for :func:`separation`;
-- the MELD attack's released rows (Appendix D; :func:`read_attack_rows`) become pair rows:
-  anchor = ``anchor_text``, positive = ``positive_text`` (the statement in the other field's
-  dialect), negatives = the row's three same-framing statements; every text's provenance names
-  the prompt it was generated under and that prompt's hash (:func:`attack_prompt_sha256`).
+- the MELD attack's released rows are read by :mod:`recipematch.external.meld_attack`.
 - refused, with file, position and field named, before anything is written: a file that is not
   JSON, a pair without ``domain`` or an entry without non-empty ``statement`` / ``framing``, a
   pair whose entries name a framing with no distractor pool in ``distractors_all.json`` (an
@@ -55,7 +52,7 @@ from recipematch.errors import RecipematchError, short_repr
 from recipematch.rules import EXTERNAL_SUBSETS
 
 __all__ = ["PAIRS_FILE", "DISTRACTORS_FILE", "SUBSETS", "SOURCE", "LICENCE", "read_meld", "build_folder",
-           "load_distractors", "separation_auc", "separation", "attack_prompt_sha256", "read_attack_rows"]
+           "load_distractors", "separation_auc", "separation", "is_text"]
 
 PAIRS_FILE = "adversarial_theorem_pairs_2.json"
 DISTRACTORS_FILE = "distractors_all.json"
@@ -69,15 +66,27 @@ def _load_json(path: Path) -> Any:
     if not path.is_file():
         raise RecipematchError(f"MELD: missing file {path}")
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        return json.loads(path.read_text(encoding="utf-8-sig"))  # a byte-order mark is not content
     except UnicodeDecodeError as exc:
         raise RecipematchError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
     except json.JSONDecodeError as exc:
         raise RecipematchError(f"{path}:{exc.lineno}: not JSON: {exc.msg} (column {exc.colno})") from None
+    except (ValueError, RecursionError) as exc:  # an integer too long to read, nesting too deep
+        raise RecipematchError(f"{path}: not usable JSON ({type(exc).__name__}: {short_repr(str(exc), 80)})") from None
 
 
-def _text(v: Any) -> bool:
-    return isinstance(v, str) and bool(v.strip())
+def is_text(v: Any) -> bool:
+    """Whether ``v`` is a non-empty string once invisible characters are dropped, writable as UTF-8 (no lone
+    surrogate escape)."""
+    from recipematch.retrieval.selfmask import comparable_text
+
+    if not isinstance(v, str) or not comparable_text(v):
+        return False
+    try:
+        v.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def read_meld(src: str | os.PathLike) -> tuple[list[dict], dict[str, list[str]]]:
@@ -105,12 +114,15 @@ def read_meld(src: str | os.PathLike) -> tuple[list[dict], dict[str, list[str]]]
         raise RecipematchError(f"{df}: expected a non-empty object {{framing: [statement, ...]}}")
     distractors: dict[str, list[str]] = {}
     for fr, lst in dis.items():
-        if not _text(fr) or not isinstance(lst, list):
+        if not is_text(fr) or not isinstance(lst, list):
             raise RecipematchError(f"{df}: framing {short_repr(fr, 60)}: expected a list of statements")
+        if not lst:
+            raise RecipematchError(f"{df}: framing {fr!r} has no distractors (its pairs' same-framing AUC would "
+                                   "silently skip them)")
         for j, s in enumerate(lst):
-            if not _text(s):
-                raise RecipematchError(f"{df}: framing {fr!r}, item {j}: a distractor must be a non-empty string, "
-                                       f"got {short_repr(s, 60)}")
+            if not is_text(s):
+                raise RecipematchError(f"{df}: framing {fr!r}, item {j}: a distractor must be a non-empty string "
+                                       f"(UTF-8, not only invisible characters), got {short_repr(s, 60)}")
         distractors[fr] = list(lst)
     pairs_raw = raw.get("pairs") if isinstance(raw, dict) else None
     if not isinstance(pairs_raw, list) or not pairs_raw:
@@ -120,7 +132,7 @@ def read_meld(src: str | os.PathLike) -> tuple[list[dict], dict[str, list[str]]]
         where = f"{pf}: pairs[{i}]"
         if not isinstance(p, dict):
             raise RecipematchError(f"{where}: expected an object")
-        if not _text(p.get("domain")):
+        if not is_text(p.get("domain")):
             raise RecipematchError(f"{where}.domain must be a non-empty string, got {short_repr(p.get('domain'), 60)}")
         out = {"domain": p["domain"]}
         for e in ("entry_1", "entry_2"):
@@ -128,8 +140,9 @@ def read_meld(src: str | os.PathLike) -> tuple[list[dict], dict[str, list[str]]]
             if not isinstance(ent, dict):
                 raise RecipematchError(f"{where}.{e}: expected an object, got {short_repr(ent, 60)}")
             for f in ("statement", "framing"):
-                if not _text(ent.get(f)):
-                    raise RecipematchError(f"{where}.{e}.{f} must be a non-empty string, got {short_repr(ent.get(f), 60)}")
+                if not is_text(ent.get(f)):
+                    raise RecipematchError(f"{where}.{e}.{f} must be a non-empty string (UTF-8, not only invisible "
+                                           f"characters), got {short_repr(ent.get(f), 60)}")
             if ent["framing"] not in distractors:
                 raise RecipematchError(f"{where}.{e}.framing {ent['framing']!r} names no distractor pool in {df.name} "
                                        f"(framings there: {sorted(distractors)[:6]}...)")
@@ -155,6 +168,7 @@ def build_folder(src: str | os.PathLike, out: str | os.PathLike, subset: str = "
 
     if subset not in SUBSETS:
         raise RecipematchError(f"MELD: unknown subset {short_repr(subset, 60)}; expected one of {list(SUBSETS)}")
+    out = check_out_folder(out, src, "MELD")
     pairs, distractors = read_meld(src)
     corpus, queries, qrels, meta = {}, {}, {}, {}
     for i, p in enumerate(pairs):
@@ -179,7 +193,6 @@ def build_folder(src: str | os.PathLike, out: str | os.PathLike, subset: str = "
         "protocol": "pairs only: each statement queries the other statements (its own entry masked), gold = its "
                     "partner; separation AUC of partner against distractor cosines; pairs resampled as clusters",
     }
-    out = check_out_folder(out, src, "MELD")
     tmp = out.with_name(out.name + ".partial")
     shutil.rmtree(tmp, ignore_errors=True)
     write_beir(tmp, corpus, queries, qrels, query_meta=meta)
@@ -206,7 +219,7 @@ def load_distractors(folder: str | os.PathLike) -> list[dict] | None:
     for lineno, obj in iter_jsonl(path):
         if isinstance(obj, BadLine):
             raise RecipematchError(f"{path}:{lineno}: {obj.reason}")
-        if not isinstance(obj, dict) or not all(_text(obj.get(f)) for f in ("_id", "text", "framing")):
+        if not isinstance(obj, dict) or not all(is_text(obj.get(f)) for f in ("_id", "text", "framing")):
             raise RecipematchError(f"{path}:{lineno}: expected an object with non-empty strings _id, text and framing")
         rows.append(obj)
     if not rows:
@@ -264,7 +277,7 @@ def separation(bset, model, distractors: Sequence[Mapping[str, str]], *, cache_d
             raise RecipematchError(f"separation: query {q!r} has {len(g)} golds; MELD's protocol has exactly one")
         gold.append(g[0])
     pf = [(bset.query_meta.get(q) or {}).get("partner_framing") for q in ids]
-    if not all(_text(x) for x in pf):
+    if not all(is_text(x) for x in pf):
         raise RecipematchError("separation: a query lacks metadata.partner_framing (rebuild the MELD folder)")
     q = encode_cached(model, [bset.queries[x] for x in ids], cache_dir, role="query")
     g = encode_cached(model, [doc_text(bset.corpus[d]) for d in gold], cache_dir, role="document")
@@ -289,99 +302,3 @@ def separation(bset, model, distractors: Sequence[Mapping[str, str]], *, cache_d
         "n_positive": int(len(pos)), "n_distractors": int(len(distractors)),
     }
 
-
-def attack_prompt_sha256(system_name: str) -> str:
-    """The identity of a MELD attack prompt (Appendix D): SHA-256 of the system prompt's bytes,
-    a NUL byte, the first user turn's, a NUL byte, the later user turn's (the files shipped in
-    ``recipematch/prompts``: ``<system_name>.system.txt``, ``meld_generate.user_first.txt``,
-    ``meld_generate.user_later.txt``), as 64 hex characters.
-
-    Raises:
-        RecipematchError: a prompt file is missing.
-    """
-    from importlib import resources
-
-    base = resources.files("recipematch").joinpath("prompts")
-    parts = []
-    for f in (f"{system_name}.system.txt", "meld_generate.user_first.txt", "meld_generate.user_later.txt"):
-        path = base.joinpath(f)
-        if not path.is_file():
-            raise RecipematchError(f"MELD attack: prompt file {f} is not shipped")
-        parts.append(path.read_bytes())
-    return hashlib.sha256(b"\x00".join(parts)).hexdigest()
-
-
-def read_attack_rows(path: str | os.PathLike, key: str, *, revision: str = "") -> tuple[list[dict], dict[str, Any]]:
-    """The released rows of MELD attack row set ``key`` (:data:`recipematch.rules.MELD_ATTACKS`)
-    as pair rows in canonical order (:mod:`recipematch.pairs`), checked.
-
-    A released row is ``{"source_id", "anchor_text", "positive_text", "negatives": [{"text"}],
-    "meta": {"group", "domain", "anchor_framing", "positive_framing", "generator_model", ...}}``.
-
-    Returns:
-        ``(rows, counts)``: counts hold ``rows_in``, ``rows_out``, ``negatives``, ``by_domain``,
-        ``generator_models``, the prompt and its hash.
-
-    Raises:
-        RecipematchError: a missing file (naming it and where the release keeps it), a line that
-            is not JSON, a field missing or of the wrong type (file, line and field), a row of
-            another group than ``key``, a source id given twice in one ``meta.direction`` (the
-            release writes some pairs in both directions: those stay, one source with two rows,
-            so a budget of one row per source draws one and both land on the same split), or a
-            file without rows.
-    """
-    from recipematch.io import BadLine, iter_jsonl
-    from recipematch.pairs import sort_rows
-    from recipematch.rules import MELD_ATTACK_SYSTEM
-
-    if key not in MELD_ATTACK_SYSTEM:
-        raise RecipematchError(f"MELD attack: unknown row set {key!r}; choose from {sorted(MELD_ATTACK_SYSTEM)}")
-    path = Path(path)
-    if not path.is_file():
-        raise RecipematchError(f"attacks.{key}.rows: {path} does not exist (the peer's release keeps it as "
-                               f"data/meld_attack/pairs_{key.removeprefix('meld_')}.jsonl; nothing downloads)")
-    system = MELD_ATTACK_SYSTEM[key]
-    sha = attack_prompt_sha256(system)
-    group = key.removeprefix("meld_")
-    rows, seen = [], set()
-    domains: dict[str, int] = defaultdict(int)
-    models: dict[str, int] = defaultdict(int)
-    for lineno, obj in iter_jsonl(path):
-        where = f"{path}:{lineno}"
-        if isinstance(obj, BadLine):
-            raise RecipematchError(f"{where}: {obj.reason}")
-        if not isinstance(obj, dict):
-            raise RecipematchError(f"{where}: expected a JSON object")
-        for f in ("source_id", "anchor_text", "positive_text"):
-            if not _text(obj.get(f)):
-                raise RecipematchError(f"{where}: field {f!r} must be a non-empty string, got {short_repr(obj.get(f), 60)}")
-        negs = obj.get("negatives")
-        if not isinstance(negs, list) or not all(isinstance(n, dict) and _text(n.get("text")) for n in negs):
-            raise RecipematchError(f"{where}: field 'negatives' must be a list of objects with a non-empty 'text'")
-        meta = obj.get("meta")
-        if not isinstance(meta, dict) or not _text(meta.get("generator_model")):
-            raise RecipematchError(f"{where}: field 'meta.generator_model' must be a non-empty string")
-        if meta.get("group") not in (None, group):
-            raise RecipematchError(f"{where}: field 'meta.group' is {meta.get('group')!r}, not this row set's {group!r}")
-        sid = obj["source_id"]
-        unit = (sid, meta.get("direction"))  # the release writes some pairs in both directions
-        if unit in seen:
-            raise RecipematchError(f"{where}: source_id {sid!r} is given twice in direction {meta.get('direction')!r}")
-        seen.add(unit)
-        model = meta["generator_model"]
-        prov = {"generator": system, "prompt_sha256": sha, "model_id": model, "judge": None}
-        extra = {k: meta.get(k) for k in ("domain", "topic", "anchor_framing", "positive_framing", "direction", "round")
-                 if k in meta}
-        rows.append({"source_id": sid, "anchor": obj["anchor_text"], "positive": obj["positive_text"],
-                     "positive_provenance": {**prov, "released": revision or True, **extra},
-                     "negatives": [{"text": n["text"], **prov, "edit": None, "counterexample": None} for n in negs]})
-        domains[str(meta.get("domain"))] += 1
-        models[model] += 1
-    if not rows:
-        raise RecipematchError(f"attacks.{key}.rows: {path} holds no rows")
-    counts = {"rows_in": len(rows), "rows_out": len(rows), "sources": len({r["source_id"] for r in rows}),
-              "negatives": sum(len(r["negatives"]) for r in rows),
-              "by_domain": dict(sorted(domains.items())), "generator_models": dict(sorted(models.items())),
-              "prompt": system, "prompt_sha256": sha, "input_sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
-              "revision": revision}
-    return sort_rows(rows), counts

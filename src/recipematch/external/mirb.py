@@ -59,6 +59,8 @@ def _id(obj: dict, key: str, where: str) -> str:
     s = str(v)
     if any(c in s for c in "\t\n\r"):
         raise RecipematchError(f"{where}: field {key!r} holds a tab or newline")
+    if s != s.strip():  # the qrels TSV reader strips ids: "106 " would come back as another document's id
+        raise RecipematchError(f"{where}: field {key!r} {s!r} starts or ends with blanks")
     return s
 
 
@@ -74,6 +76,9 @@ def _grade(v: Any, path: Path, lineno: int) -> int:
         raise RecipematchError(f"{where}: field 'score' must be a number, got {short_repr(v, 40)}") from None
     if f != int(f):
         raise RecipematchError(f"{where}: field 'score' must be an integer grade, got {short_repr(v, 40)}")
+    if not 0 <= int(f) <= 2**31 - 1:  # trec_eval reads grades as C ints; MIRB's are 0 or more
+        raise RecipematchError(f"{where}: field 'score' must be an integer grade from 0 to 2**31 - 1, "
+                               f"got {short_repr(v, 40)}")
     return int(f)
 
 
@@ -98,9 +103,10 @@ def read_task(folder: str | os.PathLike) -> dict[str, Any]:
     for lineno, obj in _rows(files["corpus.jsonl"]):
         where = f"{files['corpus.jsonl']}:{lineno}"
         did = _id(obj, "_id", where)
-        title, text = obj.get("title") or "", obj.get("text") or ""
+        title, text = obj.get("title"), obj.get("text")
+        title, text = ("" if title is None else title), ("" if text is None else text)
         if not isinstance(title, str) or not isinstance(text, str):
-            raise RecipematchError(f"{where}: fields 'title' and 'text' must be strings")
+            raise RecipematchError(f"{where}: fields 'title' and 'text' must be strings (or null)")
         joined = (title.strip() + " " + text.strip()).strip()
         if not joined:
             raise RecipematchError(f"{where}: document {did!r} has no text (title and text empty)")
@@ -117,6 +123,7 @@ def read_task(folder: str | os.PathLike) -> dict[str, Any]:
             raise RecipematchError(f"{where}: query id {qid!r} is given twice")
         queries[qid] = obj["text"]
     qrels: dict[str, dict[str, int]] = {}
+    pairs_seen: set[tuple[str, str]] = set()
     zero = 0
     for lineno, obj in _rows(files["qrels/test.jsonl"]):
         where = f"{files['qrels/test.jsonl']}:{lineno}"
@@ -126,6 +133,9 @@ def read_task(folder: str | os.PathLike) -> dict[str, Any]:
             raise RecipematchError(f"{where}: query-id {qid!r} is not in queries.jsonl")
         if did not in corpus:
             raise RecipematchError(f"{where}: corpus-id {did!r} is not in corpus.jsonl")
+        if (qid, did) in pairs_seen:
+            raise RecipematchError(f"{where}: duplicate qrels pair ({qid!r}, {did!r})")
+        pairs_seen.add((qid, did))
         if g > 0:
             qrels.setdefault(qid, {})[did] = g
         else:
@@ -134,18 +144,33 @@ def read_task(folder: str | os.PathLike) -> dict[str, Any]:
     if not kept:
         raise RecipematchError(f"MIRB: {files['qrels/test.jsonl']} gives no query a grade > 0")
     excluded: dict[str, list[str]] = {}
+    unknown = 0
     ex = folder / "excluded_ids.jsonl"
+    if ex.exists() and not ex.is_file():
+        raise RecipematchError(f"MIRB: {ex} exists but is not a file")
     if ex.is_file():
         for lineno, obj in _rows(ex):
             where = f"{ex}:{lineno}"
             qid = _id(obj, "query-id", where)
-            ids = obj.get("excluded-ids") or []
+            ids = obj.get("excluded-ids")
             if not isinstance(ids, list):
-                raise RecipematchError(f"{where}: field 'excluded-ids' must be a list")
-            if qid in kept:
-                excluded.setdefault(qid, []).extend(_id({"x": x}, "x", f"{where} excluded-ids") for x in ids)
+                raise RecipematchError(f"{where}: field 'excluded-ids' must be a list, got {short_repr(ids, 40)}")
+            ids = [_id({"excluded-ids": x}, "excluded-ids", where) for x in ids]
+            if qid not in kept:
+                continue
+            for x in ids:
+                if x not in corpus:
+                    unknown += 1  # MIRB drops an id its corpus lacks; counted in the manifest
+                elif x not in excluded.setdefault(qid, []):
+                    excluded[qid].append(x)
+        for qid, ids in excluded.items():
+            if set(qrels[qid]) <= set(ids):
+                raise RecipematchError(f"{ex}: query {qid!r} has every gold excluded ({sorted(qrels[qid])[:3]}): "
+                                       "nothing left to find")
+        excluded = {q: v for q, v in excluded.items() if v}
     return {"corpus": corpus, "queries": kept, "qrels": {q: qrels[q] for q in kept}, "excluded": excluded,
-            "n_queries_without_qrels": len(queries) - len(kept), "n_qrels_zero": zero}
+            "n_queries_without_qrels": len(queries) - len(kept), "n_qrels_zero": zero,
+            "n_excluded_unknown": unknown}
 
 
 def build_folder(src: str | os.PathLike, out: str | os.PathLike, task: str, *, revision: str = "") -> dict:
@@ -175,6 +200,7 @@ def build_folder(src: str | os.PathLike, out: str | os.PathLike, task: str, *, r
         "n_qrels": sum(len(v) for v in t["qrels"].values()), "grades": grades,
         "n_queries_without_qrels": t["n_queries_without_qrels"], "n_qrels_zero": t["n_qrels_zero"],
         "n_excluded_ids": sum(len(v) for v in t["excluded"].values()),
+        "n_excluded_ids_not_in_corpus": t["n_excluded_unknown"],
         "protocol": "documents as title + text; each query's excluded ids dropped; nDCG@10 over the top 1,000; "
                     "macro-average over tasks",
     }

@@ -20,7 +20,7 @@ name_option = click.option("--name", "name", required=True, help="A row set name
 
 def run(p, lay: Layout, *, name: str) -> dict:
     """Check the released rows of ``name`` and write its pair file (Appendix D)."""
-    from recipematch.external.meld import read_attack_rows
+    from recipematch.external.meld_attack import read_attack_rows
 
     if name not in p.attacks:
         raise RecipematchError(f"--name {name!r}: not declared in params.yaml attacks (declared: {sorted(p.attacks)})")

@@ -29,7 +29,7 @@ from pathlib import Path
 PACKAGE = "recipematch"
 
 #: module (relative to src/) -> package-data folder it reads with importlib.resources
-DATA_READERS = {"recipematch/llm/prompts.py": "recipematch/prompts"}
+DATA_READERS = {"recipematch/llm/prompts.py": "recipematch/prompts", "recipematch/external/meld_attack.py": "recipematch/prompts"}
 
 
 def _src_root() -> Path:
@@ -112,7 +112,7 @@ def expected(root: Path, cmd: str) -> tuple[list[str], list[str]] | None:
     # package data a module reads at run time (the prompt templates: their hashes key the
     # recordings and the call store) is code as far as DVC is concerned
     for module_file, data_dir in DATA_READERS.items():
-        if src / module_file in found:
+        if src / module_file in found and str(Path("src") / data_dir) not in files:
             files.append(str(Path("src") / data_dir))
     params = list(importlib.import_module(mod).PARAMS)
     return [str(entry.relative_to(root)), *files], params
