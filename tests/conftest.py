@@ -1,5 +1,8 @@
+import hashlib
 import os
 from pathlib import Path
+
+import numpy as np
 
 import pytest
 
@@ -35,3 +38,18 @@ def require_real_data(path: Path = RELEASE) -> Path:
     if os.environ.get("CI"):
         pytest.fail(msg)
     pytest.skip(msg)
+
+
+
+class Hashed:
+    """Mock encoder for tests: a unit vector of ``dim`` numbers drawn from each text's SHA-256
+    (no two texts tie), so rankings are deterministic and need no model."""
+
+    def __init__(self, dim: int = 32) -> None:
+        self.dim = dim
+        self.cache_key = f"hashed-{dim}"
+
+    def encode(self, texts):
+        out = np.stack([np.random.default_rng(int.from_bytes(hashlib.sha256(t.encode()).digest()[:8], "little"))
+                        .standard_normal(self.dim) for t in texts]).astype(np.float32)
+        return out / np.linalg.norm(out, axis=1, keepdims=True)

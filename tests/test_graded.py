@@ -3,7 +3,6 @@ library on the same runs, nDCG's gains, grades checked with file and line, the C
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import re
@@ -12,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from click.testing import CliRunner
-from conftest import RELEASE, require_real_data
+from conftest import RELEASE, Hashed, require_real_data
 
 from recipematch.benchmarks_data import build_crosslingual_folder, load_crosslingual, load_samelang, load_set
 from recipematch.errors import RecipematchError
@@ -27,17 +26,6 @@ from recipematch.graded import (
 from recipematch.scoring import BM25, score, scored_qrels
 
 FIX = Path(__file__).parent / "fixtures" / "beir"
-
-
-class Hashed:
-    """Mock encoder: a unit vector drawn from each text's SHA-256 (no two texts tie)."""
-
-    cache_key = "hashed-32"
-
-    def encode(self, texts):
-        out = np.stack([np.random.default_rng(int.from_bytes(hashlib.sha256(t.encode()).digest()[:8], "little"))
-                        .standard_normal(32) for t in texts]).astype(np.float32)
-        return out / np.linalg.norm(out, axis=1, keepdims=True)
 
 
 def _cross_check(bset, model, **kw):

@@ -4,7 +4,6 @@ MELD's two upstream files (adversarial_theorem_pairs_2.json, distractors_all.jso
 
 from __future__ import annotations
 
-import hashlib
 import json
 import shutil
 from pathlib import Path
@@ -12,21 +11,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from conftest import Hashed
+
 from recipematch.errors import RecipematchError
 from recipematch.external import meld, meld_attack
 
 FIX = Path(__file__).parent / "fixtures" / "meld_mini"
-
-
-class Hashed:
-    """Mock encoder: a unit vector drawn from each text's SHA-256 (no two texts tie)."""
-
-    cache_key = "hashed-meld-16"
-
-    def encode(self, texts):
-        out = np.stack([np.random.default_rng(int.from_bytes(hashlib.sha256(t.encode()).digest()[:8], "little"))
-                        .standard_normal(16) for t in texts]).astype(np.float32)
-        return out / np.linalg.norm(out, axis=1, keepdims=True)
 
 
 @pytest.fixture()
@@ -76,10 +66,10 @@ def test_pairs_only_r_at_1_through_the_harness_is_the_protocol_computed_directly
 
     bset = load_set(folder, "plain", name="meld")
     assert bset.clusters is not None and len(set(bset.clusters)) == 6
-    summary, pq = score(bset, Hashed(), ks=(1, 5))
+    summary, pq = score(bset, Hashed(16), ks=(1, 5))
     pairs, _ = _fixture()
     stmts = [s for p in pairs for s in (p["entry_1"]["statement"], p["entry_2"]["statement"])]
-    e = Hashed().encode(stmts)
+    e = Hashed(16).encode(stmts)
     sims = e @ e.T
     np.fill_diagonal(sims, -np.inf)
     partner = np.arange(len(stmts)) ^ 1
@@ -109,9 +99,9 @@ def test_separation_counts_partner_against_all_and_same_framing_distractors(fold
 
     bset = load_set(folder, "plain", name="meld")
     rows = meld.load_distractors(folder)
-    got = meld.separation(bset, Hashed(), rows)
+    got = meld.separation(bset, Hashed(16), rows)
     pairs, dis = _fixture()
-    enc = Hashed()
+    enc = Hashed(16)
     pos, neg_all, neg_same, above = [], [], [], []
     dtexts = [s for lst in dis.values() for s in lst]
     for p in pairs:
@@ -200,9 +190,9 @@ def test_the_external_stage_builds_meld_and_every_encoder_gets_its_separation(tm
     sets = {"meld": load_set(lay.p(ev.folder), ev.rule, name="meld")}
     graded = load_graded(p, lay, sets)
     assert len(graded["meld"].distractors) == 12
-    frames, per_model = score_models([("s1", Hashed(), None)], sets, arm="x", ks=(1, 10), lay=lay, graded=graded)
+    frames, per_model = score_models([("s1", Hashed(16), None)], sets, arm="x", ks=(1, 10), lay=lay, graded=graded)
     r = per_model["s1"]["meld"]
-    want = meld.separation(sets["meld"], Hashed(), graded["meld"].distractors)
+    want = meld.separation(sets["meld"], Hashed(16), graded["meld"].distractors)
     assert r["separation"] == want
     assert r["measures"]["R@1"] == pytest.approx(r["R@1"] / 100)  # single gold: the library's R@1 is our hit@1
     agg = write_results(lay, "x", frames, per_model, ks=(1, 10))

@@ -5,7 +5,6 @@ excluded_ids.jsonl)."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import shutil
 from pathlib import Path
@@ -13,19 +12,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from conftest import Hashed
+
 from recipematch.errors import RecipematchError
 from recipematch.external import mirb
 
 FIX = Path(__file__).parent / "fixtures" / "mirb_mini"
-
-
-class Hashed:
-    cache_key = "hashed-mirb-16"
-
-    def encode(self, texts):
-        out = np.stack([np.random.default_rng(int.from_bytes(hashlib.sha256(t.encode()).digest()[:8], "little"))
-                        .standard_normal(16) for t in texts]).astype(np.float32)
-        return out / np.linalg.norm(out, axis=1, keepdims=True)
 
 
 def test_a_task_becomes_a_beir_folder_with_mirbs_document_text_and_exclusions(tmp_path) -> None:
@@ -56,8 +48,8 @@ def test_ndcg_through_the_pipeline_is_the_librarys_on_the_run_without_excluded_i
     mirb.build_folder(FIX, tmp_path / "modup", "modup")
     bset = load_set(tmp_path / "modup", "plain", name="modup")
     spec = prepare(tmp_path / "modup", ["nDCG@10"], n_docs=len(bset.corpus), depth=1000)
-    values, table, _ = score_graded(bset, Hashed(), spec)
-    enc = Hashed()
+    values, table, _ = score_graded(bset, Hashed(16), spec)
+    enc = Hashed(16)
     ids = list(bset.corpus)
     d = enc.encode([bset.corpus[i]["text"] for i in ids])
     run = {}
