@@ -700,6 +700,32 @@ class AttackConfig:
 
 
 @dataclass(frozen=True)
+class PoolConfig:
+    """One candidate pool over a declared evaluation (:mod:`recipematch.pooling`): the
+    ``pooling@<name>`` stage fuses dense routes (the named models), BM25 and word n-gram
+    overlap by weighted reciprocal rank fusion and writes ``artifacts/pooling/<name>/`` and
+    ``metrics/pooling/<name>.json``. Needs no LLM; the judging stages read its candidates."""
+
+    evaluation: str = _spec("the declared evaluation whose queries and corpus are pooled (its self_mask applies)",
+                            min=1, max_len=64)
+    dense: tuple[str, ...] = _spec("models with a dense route each: base (train.model) and/or trained arms (every "
+                                   "seed of each)", min=1, max_len=64)
+    route_depth: int = _spec("documents each route contributes per query (the design: 100)", min=1, max=100_000)
+    judge_depth: int = _spec("depth of the v1 (dense) and v2 (fused) pools (the design: 20)", min=1, max=100_000)
+    mode: str = _spec("v1: the dense routes' top judge_depth; v2: v1 plus the fused top judge_depth",
+                      choices=("v1", "v2"))
+    rrf_k: float = _spec("reciprocal rank fusion's k (the design: 60)", min=0.0, max=1e9, finite=True)
+    weight_dense: float = _spec("RRF weight of each dense route (the design: 2)", min=1e-9, max=1e9, finite=True)
+    weight_bm25: float = _spec("RRF weight of the BM25 route (the design: 1)", min=1e-9, max=1e9, finite=True)
+    weight_ngram: float = _spec("RRF weight of the n-gram route (the design: 1)", min=1e-9, max=1e9, finite=True)
+    bm25_k1: float = _spec("the BM25 route's k1 (the design: 1.2)", min=0.0, max=100.0, finite=True)
+    bm25_b: float = _spec("the BM25 route's b (the design: 0.75)", min=0.0, max=1.0, finite=True)
+    token_pattern: str = _spec("the lexical routes' token regex, applied to lowercased text (the design: [a-z0-9]+)",
+                               min=1, max_len=200)
+    ngram_n: int = _spec("words per n-gram of the overlap route (the design: 5)", min=1, max=50)
+
+
+@dataclass(frozen=True)
 class StatsConfig:
     """Statistics (paper Appendix A: nested bootstrap, B = 5,000)."""
 
@@ -870,6 +896,8 @@ class Params:
                                                 "({} = none; the key is required: dvc.yaml builds one stage per entry)")
     attacks: dict[str, AttackConfig] = _spec("MELD attack row sets replayed from released rows (Section 6, "
                                              "Appendix D), by pair-file key ({} = none; required like external)")
+    pooling: dict[str, PoolConfig] = _spec("candidate pools over declared evaluations, by name ({} = none; required "
+                                           "like external: dvc.yaml builds one stage per entry)")
     judge2: Judge2Config = _spec("the second judge (two-judge control)", default_factory=Judge2Config)
     backtranslate: BacktranslateConfig = _spec("the back-translation control", default_factory=BacktranslateConfig)
     engine: EngineConfig = _spec("where training and evaluation units run (execution only)",
@@ -942,6 +970,7 @@ def _cross_checks(p: Params) -> None:
             raise RecipematchError(f"evaluations.{name}.in_family_for: unknown positives {bad}; choose from {sorted(POSITIVES)}")
     _check_external(p)
     _check_attacks(p)
+    _check_pooling(p)
     e = p.engine
     if e.kind == "local" and (e.workers != 1 or e.address or e.num_gpus):
         raise RecipematchError("engine.workers, engine.address and engine.num_gpus need engine.kind: ray "
@@ -990,6 +1019,29 @@ def _check_attacks(p) -> None:
         for key in spec.inputs() if spec else ():
             if key in MELD_ATTACKS and key not in p.attacks:
                 raise RecipematchError(f"arms[{arm}]: {missing_input_message(spec, key)}")
+
+
+def _check_pooling(p) -> None:
+    """Each pool: a name that is a path part, a declared evaluation, dense models that are base
+    or a declared arm (each once), a judge depth within the route depth, a usable token regex."""
+    from recipematch.pooling import check_token_pattern
+
+    for name, pc in p.pooling.items():
+        where = f"pooling.{name}"
+        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_-]*", name):
+            raise RecipematchError(f"{where}: a name is letters, digits, '_' or '-'")
+        if pc.evaluation not in p.evaluations:
+            raise RecipematchError(f"{where}.evaluation: {short_repr(pc.evaluation, 60)} is not a declared evaluation "
+                                   f"(declared: {sorted(p.evaluations)})")
+        bad = [m for m in pc.dense if m != "base" and m not in p.arms]
+        if bad:
+            raise RecipematchError(f"{where}.dense: {bad} are neither base nor arms listed in `arms` ({list(p.arms)})")
+        if len(set(pc.dense)) != len(pc.dense):
+            raise RecipematchError(f"{where}.dense names a model twice: {list(pc.dense)}")
+        if pc.judge_depth > pc.route_depth:
+            raise RecipematchError(f"{where}: judge_depth {pc.judge_depth} exceeds route_depth {pc.route_depth} "
+                                   "(the pools are cut from the routes' lists)")
+        check_token_pattern(pc.token_pattern, f"{where}.token_pattern")
 
 
 def _check_external(p) -> None:

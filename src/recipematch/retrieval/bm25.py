@@ -27,21 +27,21 @@ __all__ = ["BM25_TOKEN_PATTERN", "bm25_ranks", "bm25_settings", "bm25_topk", "ev
 BM25_TOKEN_PATTERN = r"(?u)\b\w+\b"
 
 
-def _bm25_index(doc_texts, k1, b, stopwords):
+def _bm25_index(doc_texts, k1, b, stopwords, token_pattern=BM25_TOKEN_PATTERN):
     import bm25s
 
     tokens = bm25s.tokenize(list(doc_texts), stopwords=stopwords, show_progress=False,
-                            token_pattern=BM25_TOKEN_PATTERN)
+                            token_pattern=token_pattern)
     retriever = bm25s.BM25(k1=k1, b=b)
     retriever.index(tokens, show_progress=False)
     return retriever, tokens.vocab
 
 
-def _bm25_blocks(retriever, vocab, query_texts, n_docs, chunk_size, stopwords):
+def _bm25_blocks(retriever, vocab, query_texts, n_docs, chunk_size, stopwords, token_pattern=BM25_TOKEN_PATTERN):
     import bm25s
 
     q_tokens = bm25s.tokenize(list(query_texts), stopwords=stopwords, return_ids=False,
-                              show_progress=False, token_pattern=BM25_TOKEN_PATTERN)
+                              show_progress=False, token_pattern=token_pattern)
     for start in range(0, len(q_tokens), chunk_size):
         stop = min(start + chunk_size, len(q_tokens))
         block = np.zeros((stop - start, n_docs), dtype=np.float32)
@@ -65,12 +65,14 @@ def _check_not_blank(corpus: Mapping[str, Mapping]) -> None:
         raise RecipematchError("BM25: every corpus document is blank; there is nothing to index")
 
 
-def _score_blocks(corpus, queries, query_ids, k1, b, stopwords, chunk_size):
-    """BM25 score blocks of ``query_ids`` over ``corpus`` (:func:`_bm25_blocks`), one index."""
+def _score_blocks(corpus, queries, query_ids, k1, b, stopwords, chunk_size, *, token_pattern=BM25_TOKEN_PATTERN):
+    """BM25 score blocks of ``query_ids`` over ``corpus`` (:func:`_bm25_blocks`), one index;
+    ``token_pattern`` is applied after lower-casing (the pooling route's ``[a-z0-9]+``)."""
     doc_ids = list(corpus)
-    retriever, vocab = _bm25_index([doc_text(corpus[d]) for d in doc_ids], k1, b, stopwords)
+    retriever, vocab = _bm25_index([doc_text(corpus[d]) for d in doc_ids], k1, b, stopwords, token_pattern)
     cs = chunk_size or min(256, default_chunk_size(len(doc_ids)))
-    return _bm25_blocks(retriever, vocab, [queries[q] for q in query_ids], len(doc_ids), cs, stopwords)
+    return _bm25_blocks(retriever, vocab, [queries[q] for q in query_ids], len(doc_ids), cs, stopwords,
+                        token_pattern)
 
 
 def bm25_ranks(

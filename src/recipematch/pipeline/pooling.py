@@ -1,0 +1,118 @@
+"""Stage ``pooling@<name>``: the candidate pool of one declared evaluation (the candidate
+design of :mod:`recipematch.pooling`): a dense route per named model (``base`` = ``train.model``;
+an arm = every trained seed), the BM25 route and the word n-gram route, fused by weighted
+reciprocal rank fusion.
+
+Writes ``artifacts/pooling/<name>/candidates.parquet`` (every pair some route retrieved, each
+route's rank, the fused score and rank, the v1 / v2 flags, whether the evaluation scores it as
+a gold) with a ``MANIFEST.json`` (routes, settings, input hashes), and the counts to
+``metrics/pooling/<name>.json``. Needs no LLM: the judging stages read these candidates.
+"""
+
+from __future__ import annotations
+
+import shutil
+
+import click
+
+from recipematch.errors import RecipematchError
+from recipematch.io import write_json
+from recipematch.pipeline.door import Layout, check_device, progress_option, stage
+
+PARAMS = ("pooling", "train.model", "train.seed", "train.n_seeds", "train.query_instruction",
+          "evaluate.max_seq_length", "evaluate.batch_size", "evaluate.device", "evaluate.dtype", "evaluations")
+
+name_option = click.option("--name", "name", required=True, help="A pool named in params.yaml `pooling`.")
+
+
+def _dense_models(p, lay: Layout, models) -> list[tuple[str, str, str]]:
+    """``(route name, checkpoint path, query prompt)`` per dense route, in declared order."""
+    from recipematch.pipeline.inputs import train_seeds
+    from recipematch.pipeline.models import resolve_model
+
+    out = []
+    for m in models:
+        if m == "base":
+            out.append(("dense_base", resolve_model(p.train.model), ""))
+            continue
+        for s in train_seeds(p.train.seed, p.train.n_seeds):
+            ckpt = lay.models(m) / f"seed_{s}"
+            if not ckpt.is_dir():
+                raise RecipematchError(f"{ckpt} does not exist: train@{m} has not trained seed {s} (run it first)")
+            out.append((f"dense_{m}_s{s}", str(ckpt), p.train.query_instruction))
+    return out
+
+
+def run(p, lay: Layout, *, name: str, progress: bool = True) -> dict:
+    """Pool the candidates of one declared evaluation over dense, BM25 and n-gram routes."""
+    from recipematch.beir import corpus_sha256, doc_text, queries_sha256
+    from recipematch.pipeline.evaluate import encoder_for
+    from recipematch.pooling import Route, bm25_route, fuse, ngram_topk, pool_counts
+    from recipematch.retrieval import encode_cached, search_topk
+    from recipematch.retrieval.selfmask import own_entries
+    from recipematch.scoring import scored_qrels
+    from recipematch.benchmarks_data import load_set
+
+    if name not in p.pooling:
+        raise RecipematchError(f"--name {name!r}: not declared in params.yaml pooling (declared: {sorted(p.pooling)})")
+    pc = p.pooling[name]
+    ev = p.evaluations[pc.evaluation]
+    folder = lay.p(ev.folder)
+    if not folder.is_dir():
+        raise RecipematchError(f"evaluations.{pc.evaluation}.folder: {folder} does not exist "
+                               "(run the stage that writes it, or `dvc pull` it)")
+    bset = load_set(folder, ev.rule, name=pc.evaluation, self_mask=ev.self_mask)
+    dense = _dense_models(p, lay, pc.dense)  # every checkpoint found before any encodes
+    check_device("evaluate.device", p.evaluate.device)
+    qids = list(bset.query_ids)
+    doc_ids = list(bset.corpus)
+    q_texts = [bset.queries[q] for q in qids]
+    d_texts = [doc_text(bset.corpus[d]) for d in doc_ids]
+    own = own_entries(qids, q_texts, doc_ids, [bset.corpus[d] for d in doc_ids], bset.self_mask)
+    gold = scored_qrels(bset)
+    depth = min(pc.route_depth, len(doc_ids))
+    routes = []
+    for rname, path, prompt in dense:
+        enc = encoder_for(path, p, prompt)
+        d_emb = encode_cached(enc, d_texts, lay.cache, role="document")
+        q_emb = encode_cached(enc, q_texts, lay.cache, role="query")
+        idx, _ = search_topk(q_emb, d_emb, depth, query_ids=qids, doc_ids=doc_ids, self_mask=own.index)
+        routes.append(Route(rname, "dense", pc.weight_dense, idx))
+        if progress:
+            click.echo(f"pooling@{name}: route {rname} done", err=True)
+    idx, _ = bm25_route(bset.corpus, bset.queries, qids, depth, k1=pc.bm25_k1, b=pc.bm25_b,
+                        token_pattern=pc.token_pattern, self_idx=own.index)
+    routes.append(Route("bm25", "bm25", pc.weight_bm25, idx))
+    idx, _ = ngram_topk(d_texts, q_texts, depth, doc_ids=doc_ids, n=pc.ngram_n, token_pattern=pc.token_pattern,
+                        self_idx=own.index)
+    routes.append(Route(f"ngram{pc.ngram_n}", "ngram", pc.weight_ngram, idx))
+    cands = fuse(routes, qids, doc_ids, rrf_k=pc.rrf_k, judge_depth=pc.judge_depth, gold=gold)
+    counts = pool_counts(cands, routes, qids, mode=pc.mode, judge_depth=pc.judge_depth, gold=gold)
+    counts.update(evaluation=pc.evaluation, n_docs=len(doc_ids), self_mask=own.rule, n_queries_self_masked=own.n_masked)
+    out = lay.p("artifacts", "pooling", name)
+    tmp = out.with_name(out.name + ".partial")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    try:
+        cands.to_parquet(tmp / "candidates.parquet", index=False)
+        write_json(tmp / "MANIFEST.json", {
+            "evaluation": pc.evaluation, "folder": ev.folder, "rule": ev.rule,
+            "corpus_sha256": corpus_sha256(bset.corpus), "queries_sha256": queries_sha256(bset.queries),
+            "routes": [{"name": r.name, "kind": r.kind, "weight": r.weight} for r in routes],
+            "dense_models": {r: path for r, path, _ in dense},
+            "settings": {"route_depth": pc.route_depth, "judge_depth": pc.judge_depth, "mode": pc.mode,
+                         "rrf_k": pc.rrf_k, "bm25_k1": pc.bm25_k1, "bm25_b": pc.bm25_b,
+                         "token_pattern": pc.token_pattern, "ngram_n": pc.ngram_n},
+            "columns": list(cands.columns), "n_rows": int(len(cands)),
+        })
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    shutil.rmtree(out, ignore_errors=True)
+    tmp.rename(out)
+    write_json(lay.metrics / "pooling" / f"{name}.json", counts)
+    return counts
+
+
+main = stage("pooling", PARAMS, name_option, progress_option)(
+    lambda p, lay, name, progress: run(p, lay, name=name, progress=progress))
