@@ -708,8 +708,8 @@ class PoolConfig:
 
     evaluation: str = _spec("the declared evaluation whose queries and corpus are pooled (its self_mask applies)",
                             min=1, max_len=64)
-    dense: tuple[str, ...] = _spec("models with a dense route each: base (train.model) and/or trained arms (every "
-                                   "seed of each)", min=1, max_len=64)
+    dense: tuple[str, ...] = _spec("models with a dense route each: base (train.model), arms (every arm of `arms`) "
+                                   "and/or named arms; an arm has a route per trained seed", min=1, max_len=64)
     route_depth: int = _spec("documents each route contributes per query (the design: 100)", min=1, max=100_000)
     judge_depth: int = _spec("depth of the v1 (dense) and v2 (fused) pools (the design: 20)", min=1, max=100_000)
     mode: str = _spec("v1: the dense routes' top judge_depth; v2: v1 plus the fused top judge_depth",
@@ -1021,10 +1021,19 @@ def _check_attacks(p) -> None:
                 raise RecipematchError(f"arms[{arm}]: {missing_input_message(spec, key)}")
 
 
+def pool_models(dense: Iterable[str], arms: Iterable[str]) -> list[str]:
+    """A pool's dense models with ``arms`` expanded to every arm of ``arms``, in order (so an
+    ablation that changes ``arms`` pools its own arms)."""
+    out: list[str] = []
+    for m in dense:
+        out.extend(arms if m == "arms" else [m])
+    return out
+
+
 def _check_pooling(p) -> None:
     """Each pool: a name that is a path part, a declared evaluation, dense models that are base
     or a declared arm (each once), a judge depth within the route depth, a usable token regex."""
-    from recipematch.pooling import check_token_pattern
+    from recipematch.rules import check_token_pattern
 
     for name, pc in p.pooling.items():
         where = f"pooling.{name}"
@@ -1033,11 +1042,16 @@ def _check_pooling(p) -> None:
         if pc.evaluation not in p.evaluations:
             raise RecipematchError(f"{where}.evaluation: {short_repr(pc.evaluation, 60)} is not a declared evaluation "
                                    f"(declared: {sorted(p.evaluations)})")
-        bad = [m for m in pc.dense if m != "base" and m not in p.arms]
+        if not pc.dense:
+            raise RecipematchError(f"{where}.dense: name at least one model (base or an arm); the v1 pool is the "
+                                   "dense routes' top judge_depth")
+        bad = [m for m in pc.dense if m not in ("base", "arms") and m not in p.arms]
         if bad:
-            raise RecipematchError(f"{where}.dense: {bad} are neither base nor arms listed in `arms` ({list(p.arms)})")
-        if len(set(pc.dense)) != len(pc.dense):
-            raise RecipematchError(f"{where}.dense names a model twice: {list(pc.dense)}")
+            raise RecipematchError(f"{where}.dense: {bad} are neither base, arms (every arm of `arms`) nor arms "
+                                   f"listed in `arms` ({list(p.arms)})")
+        models = pool_models(pc.dense, p.arms)
+        if len(set(models)) != len(models):
+            raise RecipematchError(f"{where}.dense names a model twice: {list(pc.dense)} is {models}")
         if pc.judge_depth > pc.route_depth:
             raise RecipematchError(f"{where}: judge_depth {pc.judge_depth} exceeds route_depth {pc.route_depth} "
                                    "(the pools are cut from the routes' lists)")

@@ -41,6 +41,7 @@ import numpy as np
 import pandas as pd
 
 from recipematch.errors import RecipematchError, short_repr
+from recipematch.rules import check_token_pattern
 
 __all__ = ["ROUTE_KINDS", "POOL_MODES", "Route", "check_token_pattern", "tokenizer", "ngram_topk",
            "bm25_route", "fuse", "pool_counts"]
@@ -56,7 +57,7 @@ class Route:
     """One route's top documents.
 
     Attributes:
-        name: the route's column suffix, letters, digits and ``_`` (e.g. ``dense_base``,
+        name: the route's column suffix, letters, digits, ``_`` and ``-`` (e.g. ``dense_base``,
             ``bm25``, ``ngram5``).
         kind: one of :data:`ROUTE_KINDS`.
         weight: its RRF weight, > 0.
@@ -72,31 +73,13 @@ class Route:
     def __post_init__(self) -> None:
         if self.kind not in ROUTE_KINDS:
             raise ValueError(f"route {self.name!r}: kind must be one of {ROUTE_KINDS}, got {self.kind!r}")
-        if not re.fullmatch(r"[A-Za-z0-9_]+", self.name):
-            raise ValueError(f"route name must be letters, digits or '_', got {short_repr(self.name, 60)}")
+        if not re.fullmatch(r"[A-Za-z0-9_-]+", self.name):
+            raise ValueError(f"route name must be letters, digits, '_' or '-', got {short_repr(self.name, 60)}")
         if not (np.isfinite(self.weight) and self.weight > 0):
             raise ValueError(f"route {self.name!r}: weight must be finite and > 0, got {self.weight}")
         idx = np.asarray(self.indices)
         if idx.ndim != 2 or idx.dtype.kind not in "iu":
             raise ValueError(f"route {self.name!r}: indices must be a 2-d integer array")
-
-
-def check_token_pattern(pattern: str, where: str = "token_pattern") -> re.Pattern:
-    """Compile a token regex and refuse one that matches the empty string or has more than one
-    capturing group (scikit-learn's tokenizer would then split on nothing, or refuse).
-
-    Raises:
-        RecipematchError: naming ``where``.
-    """
-    try:
-        rx = re.compile(pattern)
-    except re.error as e:
-        raise RecipematchError(f"{where}: not a regular expression ({e}): {short_repr(pattern, 80)}") from None
-    if rx.fullmatch(""):
-        raise RecipematchError(f"{where}: {short_repr(pattern, 80)} matches the empty string; a token needs a character")
-    if rx.groups > 1:
-        raise RecipematchError(f"{where}: {short_repr(pattern, 80)} has {rx.groups} capturing groups; use at most one")
-    return rx
 
 
 def tokenizer(pattern: str):

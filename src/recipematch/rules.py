@@ -20,9 +20,10 @@ else restates them.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
-from recipematch.errors import RecipematchError
+from recipematch.errors import RecipematchError, short_repr
 
 #: The MELD attack's row sets (Section 6, Appendix D), each a pair-file key written by the
 #: ``attack@<key>`` stage from released (or regenerated) rows: ``meld9`` on MELD's own nine
@@ -303,3 +304,23 @@ def missing_input_message(spec: CellSpec, key: str) -> str:
         how = "the verified (computer-algebra) stage writes it"
     return (f"no input for {which}={val} of cell {spec.name}: pair file '{key}' (artifacts/pairs/{key}.jsonl) "
             f"is not built in this configuration; {how}")
+
+
+#: the lexical routes' tokens (the candidate design: lowercased ``[a-z0-9]+``); a pattern is
+#: refused when it matches the empty string or has more than one capturing group
+def check_token_pattern(pattern: str, where: str = "token_pattern") -> re.Pattern:
+    """Compile a token regex and refuse one that matches the empty string or has more than one
+    capturing group (scikit-learn's tokenizer would then split on nothing, or refuse).
+
+    Raises:
+        RecipematchError: naming ``where``.
+    """
+    try:
+        rx = re.compile(pattern)
+    except re.error as e:
+        raise RecipematchError(f"{where}: not a regular expression ({e}): {short_repr(pattern, 80)}") from None
+    if rx.fullmatch(""):
+        raise RecipematchError(f"{where}: {short_repr(pattern, 80)} matches the empty string; a token needs a character")
+    if rx.groups > 1:
+        raise RecipematchError(f"{where}: {short_repr(pattern, 80)} has {rx.groups} capturing groups; use at most one")
+    return rx

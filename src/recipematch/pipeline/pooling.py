@@ -19,7 +19,7 @@ from recipematch.errors import RecipematchError
 from recipematch.io import write_json
 from recipematch.pipeline.door import Layout, check_device, progress_option, stage
 
-PARAMS = ("pooling", "train.model", "train.seed", "train.n_seeds", "train.query_instruction",
+PARAMS = ("pooling", "arms", "train.model", "train.seed", "train.n_seeds", "train.query_instruction",
           "evaluate.max_seq_length", "evaluate.batch_size", "evaluate.device", "evaluate.dtype", "evaluations")
 
 name_option = click.option("--name", "name", required=True, help="A pool named in params.yaml `pooling`.")
@@ -31,7 +31,9 @@ def _dense_models(p, lay: Layout, models) -> list[tuple[str, str, str]]:
     from recipematch.pipeline.models import resolve_model
 
     out = []
-    for m in models:
+    from recipematch.config import pool_models
+
+    for m in pool_models(models, p.arms):
         if m == "base":
             out.append(("dense_base", resolve_model(p.train.model), ""))
             continue
