@@ -29,7 +29,8 @@ from pathlib import Path
 PACKAGE = "recipematch"
 
 #: module (relative to src/) -> package-data folder it reads with importlib.resources
-DATA_READERS = {"recipematch/llm/prompts.py": "recipematch/prompts", "recipematch/external/meld_attack.py": "recipematch/prompts"}
+DATA_READERS = {"recipematch/llm/prompts.py": "recipematch/prompts", "recipematch/external/meld_attack.py": "recipematch/prompts",
+                "recipematch/judging.py": "recipematch/rubrics"}
 
 
 def _src_root() -> Path:
