@@ -726,6 +726,71 @@ class PoolConfig:
 
 
 @dataclass(frozen=True)
+class JudgingConfig:
+    """Graded judging of one candidate pool (:mod:`recipematch.judging`): the LLM judge for the
+    routed pairs (replay or an OpenAI-compatible server, every call in a store), a distilled
+    cross-encoder for the rest, graded qrels out. Needs the user's judge prompt: none ships."""
+
+    pool: str = _spec("the pooling entry whose pool is judged", min=1, max_len=64)
+    prompt: str = _spec("the judge prompt template (a file in the project; the user message, with the slots "
+                        "{{task_id}}, {{query}} and {{document}})", min=1, max_len=2000)
+    system_prompt: str = _spec("a file holding the system message ('' = none)", default="", max_len=2000)
+    rubric: str = _spec("the rubric JSON ('' = the shipped strict-math-retrieval-v1)", default="", max_len=2000)
+    backend: str = _spec("replay (recordings) or openai (an OpenAI-compatible server)", choices=LLM_BACKENDS,
+                         default="replay")
+    recordings: str = _spec("replay: the recordings JSONL (a live run's store gives one)", default="", max_len=2000)
+    model_id: str = _spec("the judge model id", default="", max_len=300)
+    base_url: str = _spec("server URL for backend openai", default="", max_len=2000)
+    api_key_env: str = _spec("NAME of the environment variable holding the server's API key ('' = none)",
+                             default="", max_len=200)
+    structured_output: bool = _spec("ask the server to decode under the answer's JSON Schema", default=False)
+    temperature: float = _spec("sampling temperature", default=0.0, min=0.0, max=2.0, finite=True)
+    top_p: float = _spec("nucleus sampling mass", default=1.0, min=0.0, max=1.0, finite=True)
+    max_tokens: int = _spec("answer length cap in tokens", default=1024, min=1, max=131_072)
+    seed: int = _spec("sampling seed sent with every call", default=42, min=0, max=2**31 - 1)
+    concurrency: int = _spec("requests in flight", default=8, min=1, max=1024)
+    max_retries: int = _spec("retries per request", default=4, min=0, max=100)
+    timeout_s: float = _spec("seconds per request", default=300.0, min=0.1, max=86_400.0, finite=True)
+    llm_fused_ranks: int = _spec("pairs at fused ranks 1..this go to the LLM judge (the design: 5; 0 = none)",
+                                 default=5, min=0, max=100_000)
+    llm_dense_ranks: int = _spec("pairs some dense route ranks 1..this go to the LLM judge (the design: 5)",
+                                 default=5, min=0, max=100_000)
+    long_chars: int = _spec("documents longer than this many characters go to the LLM judge (0 = off)",
+                            default=30_000, min=0, max=100_000_000)
+    max_doc_chars: int = _spec("characters of a document the LLM judge reads (the design: 30,000)",
+                               default=30_000, min=1, max=100_000_000)
+    long_max_doc_chars: int = _spec("characters of a long document the LLM judge reads (the design: 100,000)",
+                                    default=100_000, min=1, max=100_000_000)
+    distilled_model: str = _spec("base model of the distilled judge (a local folder or a packaged name)",
+                                 default="all-MiniLM-L6-v2", min=1, max_len=2000)
+    distilled_epochs: int = _spec("training epochs of the distilled judge", default=2, min=1, max=1000)
+    distilled_batch_size: int = _spec("its batch size", default=16, min=1, max=4096)
+    distilled_learning_rate: float = _spec("its learning rate", default=5e-5, min=1e-9, max=1.0, finite=True)
+    distilled_max_length: int = _spec("tokens of a (query, document) pair it reads", default=256, min=8, max=32_768)
+    distilled_device: str = _spec("torch device of the distilled judge", default="cpu", min=1, max_len=32)
+    heldout_fraction: float = _spec("share of LLM-labelled queries held out of its training for the agreement "
+                                    "check (disjoint by query)", default=0.2, min=0.0, max=0.9, finite=True)
+    split_seed: int = _spec("seed of the held-out query draw", default=42, min=0, max=2**31 - 1)
+    train_seed: int = _spec("seed of the distilled judge's training", default=42, min=0, max=2**31 - 1)
+    min_train_pairs: int = _spec("fewest LLM labels it trains on (fewer: the distilled pairs stay unjudged, "
+                                 "counted)", default=8, min=1, max=10_000_000)
+    cut_low: float = _spec("raw score below this is 0 (the design: 0.5)", default=0.5, finite=True, min=-1e6,
+                           max=1e6)
+    cut_high: float = _spec("raw score below this is 1, else 2 (the design: 1.5)", default=1.5, finite=True,
+                            min=-1e6, max=1e6)
+
+    def __post_init__(self) -> None:
+        if not self.model_id.strip():
+            raise RecipematchError("judging.model_id: name the judge model (every label records it)")
+        if not self.cut_low < self.cut_high:
+            raise RecipematchError(f"judging: cut_low {self.cut_low} must be below cut_high {self.cut_high}")
+        if self.backend == "openai" and not self.base_url:
+            raise RecipematchError("judging: backend openai needs base_url (e.g. http://127.0.0.1:8000/v1)")
+        if self.api_key_env and not ENV_VAR_NAME.fullmatch(self.api_key_env):
+            raise RecipematchError("judging.api_key_env must be the NAME of an environment variable, never the key")
+
+
+@dataclass(frozen=True)
 class StatsConfig:
     """Statistics (paper Appendix A: nested bootstrap, B = 5,000)."""
 
@@ -898,6 +963,8 @@ class Params:
                                              "Appendix D), by pair-file key ({} = none; required like external)")
     pooling: dict[str, PoolConfig] = _spec("candidate pools over declared evaluations, by name ({} = none; required "
                                            "like external: dvc.yaml builds one stage per entry)")
+    judging: dict[str, JudgingConfig] = _spec("graded judging of candidate pools, by name ({} = none; required like "
+                                              "pooling: dvc.yaml builds one stage per entry)")
     judge2: Judge2Config = _spec("the second judge (two-judge control)", default_factory=Judge2Config)
     backtranslate: BacktranslateConfig = _spec("the back-translation control", default_factory=BacktranslateConfig)
     engine: EngineConfig = _spec("where training and evaluation units run (execution only)",
@@ -971,6 +1038,7 @@ def _cross_checks(p: Params) -> None:
     _check_external(p)
     _check_attacks(p)
     _check_pooling(p)
+    _check_judging(p)
     e = p.engine
     if e.kind == "local" and (e.workers != 1 or e.address or e.num_gpus):
         raise RecipematchError("engine.workers, engine.address and engine.num_gpus need engine.kind: ray "
@@ -1056,6 +1124,21 @@ def _check_pooling(p) -> None:
             raise RecipematchError(f"{where}: judge_depth {pc.judge_depth} exceeds route_depth {pc.route_depth} "
                                    "(the pools are cut from the routes' lists)")
         check_token_pattern(pc.token_pattern, f"{where}.token_pattern")
+
+
+def _check_judging(p) -> None:
+    """Each judging entry: a path-part name, a declared pool, files inside the project."""
+    for name, jc in p.judging.items():
+        where = f"judging.{name}"
+        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_-]*", name):
+            raise RecipematchError(f"{where}: a name is letters, digits, '_' or '-'")
+        if jc.pool not in p.pooling:
+            raise RecipematchError(f"{where}.pool: {short_repr(jc.pool, 60)} is not a pooling entry "
+                                   f"(declared: {sorted(p.pooling)})")
+        for key in ("prompt", "system_prompt", "rubric", "recordings"):
+            val = getattr(jc, key)
+            if val and (Path(val).is_absolute() or ".." in Path(val).parts):
+                raise RecipematchError(f"{where}.{key} must be a path inside the project, got {short_repr(val, 100)}")
 
 
 def _check_external(p) -> None:

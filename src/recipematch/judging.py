@@ -176,7 +176,7 @@ def parse_answer(raw: str | None, rubric: Rubric, expected_task_id: str, schema:
     err = jsonschema.exceptions.best_match(jsonschema.Draft202012Validator(schema).iter_errors(ans))
     if err is not None:
         path = "/".join(str(p) for p in err.absolute_path) or "(answer)"
-        return None, f"schema: {path}: {short_repr(err.message, 160)}"
+        return None, f"schema: {path}: {err.message[:160]}"
     if ans["task_id"] != expected_task_id:
         return None, "task_id_mismatch"
     return ans, ""
