@@ -70,7 +70,7 @@ PARAMS = {
               "tracking_queries": 2000, "top_k": 10},
     "mlflow": {"tracking_uri": "sqlite:///mlflow.db", "experiment": "e2e"},
     "data": {"source": "sample", "path": "data/peer_release/corpus.jsonl"},
-    "external": {}, "attacks": {}, "pooling": {}, "judging": {},   # required keys (dvc.yaml builds one stage per entry)
+    "external": {}, "attacks": {}, "pooling": {}, "judging": {}, "saber": {},   # required keys (dvc.yaml builds one stage per entry)
 }
 
 

@@ -791,6 +791,66 @@ class JudgingConfig:
 
 
 @dataclass(frozen=True)
+class SaberConfig:
+    """SABER-Math's labelling of one problem corpus (:mod:`recipematch.saber`; SABER-Math
+    Sections 3.2-3.5): topic and summary similarity, three-category candidates, a Swiss
+    tournament of pairwise LLM judgments, Bradley-Terry grades in [0, 5]."""
+
+    corpus: str = _spec("the problems: a BEIR corpus.jsonl (rows may carry a 'solution' field)", min=1, max_len=2000)
+    ontology: str = _spec("the topic tree: JSON {node: parent or null}", min=1, max_len=2000)
+    topics: str = _spec("JSONL {\"_id\", \"topics\": [nodes]} for the problems (their most specific topics)",
+                        min=1, max_len=2000)
+    judge_prompt: str = _spec("the pairwise judge's template (a file; slots {{query}}, {{first}}, {{second}}; the "
+                              "answer is A or B, bare or as JSON {\"preferred\": ...}); none ships", min=1,
+                              max_len=2000)
+    queries: str = _spec("JSONL of {\"_id\"} naming the query problems ('' = every problem may be one)", default="",
+                         max_len=2000)
+    summaries: str = _spec("JSONL {\"_id\", \"summary\"} of core-idea summaries ('' = through the LLM with the "
+                           "shipped saber_core_idea prompt, reading each row's text and solution)", default="",
+                           max_len=2000)
+    backend: str = _spec("replay (recordings) or openai", choices=LLM_BACKENDS, default="replay")
+    recordings: str = _spec("replay: the recordings JSONL", default="", max_len=2000)
+    model_id: str = _spec("the judge (and summariser) model id", default="", max_len=300)
+    base_url: str = _spec("server URL for backend openai", default="", max_len=2000)
+    api_key_env: str = _spec("NAME of the environment variable holding the API key ('' = none)", default="",
+                             max_len=200)
+    temperature: float = _spec("sampling temperature", default=0.0, min=0.0, max=2.0, finite=True)
+    top_p: float = _spec("nucleus sampling mass", default=1.0, min=0.0, max=1.0, finite=True)
+    max_tokens: int = _spec("answer length cap in tokens", default=1024, min=1, max=131_072)
+    seed: int = _spec("sampling seed sent with every call", default=42, min=0, max=2**31 - 1)
+    concurrency: int = _spec("requests in flight", default=8, min=1, max=1024)
+    max_retries: int = _spec("retries per request", default=4, min=0, max=100)
+    timeout_s: float = _spec("seconds per request", default=300.0, min=0.1, max=86_400.0, finite=True)
+    tau_topic: float = _spec("topic-relevance threshold (SABER-Math: 0.858)", default=0.858, min=0.0, max=1.0,
+                             finite=True)
+    tau_summ: float = _spec("summary-relevance threshold (SABER-Math: 0.211)", default=0.211, min=0.0, max=1.0,
+                            finite=True)
+    k: int = _spec("candidates drawn per category and query (SABER-Math: K = 50)", default=50, min=1, max=100_000)
+    max_queries: int = _spec("queries kept among the eligible, drawn uniformly (SABER-Math: 1,000; 0 = all)",
+                             default=1000, min=0, max=10_000_000)
+    rounds: int = _spec("Swiss tournament rounds (SABER-Math: R = 20)", default=20, min=1, max=10_000)
+    both_orders: bool = _spec("judge every pair in both orders; disagreeing orders are a failure", default=False)
+    bt_alpha: float = _spec("L2 regularisation of the Bradley-Terry fit (choix)", default=0.01, min=1e-12, max=1e6,
+                            finite=True)
+    selection_seed: int = _spec("seed of the query and candidate draws", default=42, min=0, max=2**31 - 1)
+    tournament_seed: int = _spec("seed of the tournaments' pairings (query i uses this + i)", default=42, min=0,
+                                 max=2**31 - 1)
+    extra_stop_words: tuple[str, ...] = _spec("stop words added to scikit-learn's English list for the summary "
+                                              "Jaccard (SABER-Math's mathematics list is in its supplement)",
+                                              default=())
+    max_doc_chars: int = _spec("characters of each problem the judge reads", default=30_000, min=1,
+                               max=100_000_000)
+
+    def __post_init__(self) -> None:
+        if not self.model_id.strip():
+            raise RecipematchError("saber.model_id: name the judge model (every judgment records it)")
+        if self.backend == "openai" and not self.base_url:
+            raise RecipematchError("saber: backend openai needs base_url (e.g. http://127.0.0.1:8000/v1)")
+        if self.api_key_env and not ENV_VAR_NAME.fullmatch(self.api_key_env):
+            raise RecipematchError("saber.api_key_env must be the NAME of an environment variable, never the key")
+
+
+@dataclass(frozen=True)
 class StatsConfig:
     """Statistics (paper Appendix A: nested bootstrap, B = 5,000)."""
 
@@ -965,6 +1025,7 @@ class Params:
                                            "like external: dvc.yaml builds one stage per entry)")
     judging: dict[str, JudgingConfig] = _spec("graded judging of candidate pools, by name ({} = none; required like "
                                               "pooling: dvc.yaml builds one stage per entry)")
+    saber: dict[str, SaberConfig] = _spec("SABER-Math labelling runs, by name ({} = none; required like pooling)")
     judge2: Judge2Config = _spec("the second judge (two-judge control)", default_factory=Judge2Config)
     backtranslate: BacktranslateConfig = _spec("the back-translation control", default_factory=BacktranslateConfig)
     engine: EngineConfig = _spec("where training and evaluation units run (execution only)",
@@ -1039,6 +1100,7 @@ def _cross_checks(p: Params) -> None:
     _check_attacks(p)
     _check_pooling(p)
     _check_judging(p)
+    _check_saber(p)
     e = p.engine
     if e.kind == "local" and (e.workers != 1 or e.address or e.num_gpus):
         raise RecipematchError("engine.workers, engine.address and engine.num_gpus need engine.kind: ray "
@@ -1137,6 +1199,18 @@ def _check_judging(p) -> None:
                                    f"(declared: {sorted(p.pooling)})")
         for key in ("prompt", "system_prompt", "rubric", "recordings"):
             val = getattr(jc, key)
+            if val and (Path(val).is_absolute() or ".." in Path(val).parts):
+                raise RecipematchError(f"{where}.{key} must be a path inside the project, got {short_repr(val, 100)}")
+
+
+def _check_saber(p) -> None:
+    """Each SABER run: a path-part name, files inside the project."""
+    for name, sc in p.saber.items():
+        where = f"saber.{name}"
+        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_-]*", name):
+            raise RecipematchError(f"{where}: a name is letters, digits, '_' or '-'")
+        for key in ("corpus", "queries", "ontology", "topics", "summaries", "judge_prompt", "recordings"):
+            val = getattr(sc, key)
             if val and (Path(val).is_absolute() or ".." in Path(val).parts):
                 raise RecipematchError(f"{where}.{key} must be a path inside the project, got {short_repr(val, 100)}")
 

@@ -51,7 +51,7 @@ import numpy as np
 from recipematch.errors import RecipematchError, short_repr
 
 __all__ = ["Ontology", "information_content", "lin_similarity", "topic_similarity", "summary_tokens",
-           "jaccard", "select_candidates", "swiss_pairings", "Judgment", "Tournament", "run_tournament",
+           "jaccard", "select_candidates", "swiss_pairings", "Judgment", "Tournament", "run_tournament", "SwissTournament", "combine_orders",
            "bradley_terry", "rescale", "ndcg_exponential", "JudgeFailure", "SELECTION_CATEGORIES"]
 
 #: Section 3.4's three candidate categories, in the order they are drawn
@@ -294,6 +294,68 @@ class Tournament:
                 for j in self.judgments if j.winner is not None]
 
 
+class SwissTournament:
+    """A Swiss tournament driven round by round (so a caller can batch one round's judgments
+    of many queries into one set of LLM calls): :meth:`next_round` gives the pairs to judge,
+    :meth:`record` takes each verdict; :meth:`result` is the :class:`Tournament`.
+
+    Args:
+        items: distinct candidate ids (at least 2).
+        rounds: R >= 1 (the paper: 20).
+        seed: the tournament's seed (one per query, from params).
+
+    Raises:
+        ValueError: fewer than 2 items, duplicates, or ``rounds`` < 1.
+    """
+
+    def __init__(self, items: Sequence[str], *, rounds: int, seed: int) -> None:
+        self.items = list(items)
+        if len(self.items) < 2 or len(set(self.items)) != len(self.items) or rounds < 1:
+            raise ValueError(f"a tournament needs >= 2 distinct items and rounds >= 1, got {len(self.items)} items, "
+                             f"rounds={rounds}")
+        self.rounds = rounds
+        self.round = 0
+        self._rng = np.random.default_rng(seed)
+        self._idx = {d: i for i, d in enumerate(self.items)}
+        self._wins = np.zeros(len(self.items), dtype=np.int64)
+        self._met: set[frozenset[int]] = set()
+        self._open: set[frozenset[int]] = set()
+        self.judgments: list[Judgment] = []
+        self.unpaired: list[list[str]] = []
+
+    def next_round(self) -> list[tuple[str, str]]:
+        """The next round's pairs ``(first, second)``; ``[]`` once R rounds are played or no
+        unmet pair is left. Every pair of the previous round must be recorded first."""
+        if self._open:
+            raise RuntimeError(f"{len(self._open)} pairs of round {self.round} are not recorded yet")
+        if self.round >= self.rounds:
+            return []
+        pairs, unpaired = swiss_pairings(self._wins, self._met, self._rng)
+        if not pairs:
+            return []
+        self.round += 1
+        self.unpaired.append([self.items[i] for i in unpaired])
+        for i, j in pairs:
+            self._met.add(frozenset((i, j)))
+            self._open.add(frozenset((i, j)))
+        return [(self.items[i], self.items[j]) for i, j in pairs]
+
+    def record(self, first: str, second: str, winner: str | None, reason: str = "") -> None:
+        """One verdict of this round: ``winner`` one of the two, or ``None`` with ``reason``."""
+        key = frozenset((self._idx[first], self._idx[second]))
+        if key not in self._open:
+            raise ValueError(f"({first!r}, {second!r}) is not an open pair of round {self.round}")
+        if winner is not None and winner not in (first, second):
+            raise ValueError(f"winner {winner!r} is neither {first!r} nor {second!r}")
+        self._open.discard(key)
+        self.judgments.append(Judgment(self.round, first, second, winner, reason if winner is None else ""))
+        if winner is not None:
+            self._wins[self._idx[winner]] += 1
+
+    def result(self) -> Tournament:
+        return Tournament(self.items, list(self.judgments), [list(u) for u in self.unpaired])
+
+
 def _verdict(judge: Callable[[str, str], str], a: str, b: str) -> tuple[str | None, str]:
     try:
         ans = judge(a, b)
@@ -306,9 +368,23 @@ def _verdict(judge: Callable[[str, str], str], a: str, b: str) -> tuple[str | No
     return None, f"answer outside A/B: {short_repr(ans, 40)}"
 
 
+def combine_orders(first: str, second: str, v1: str | None, why1: str, v2: str | None, why2: str
+                   ) -> tuple[str | None, str]:
+    """The verdict of a pair judged in both orders (``v1`` shown as (first, second), ``v2`` as
+    (second, first)): the shared winner, or ``None`` with the first failure's reason, or
+    ``inconsistent`` when the two orders disagree."""
+    if v1 is None:
+        return None, why1
+    if v2 is None:
+        return None, why2
+    if v1 != v2:
+        return None, "inconsistent: the two orders disagree"
+    return v1, ""
+
+
 def run_tournament(items: Sequence[str], judge: Callable[[str, str], str], *, rounds: int, seed: int,
                    both_orders: bool = False) -> Tournament:
-    """A Swiss tournament of ``rounds`` rounds over one query's candidates.
+    """A Swiss tournament of ``rounds`` rounds over one query's candidates, judged by a callable.
 
     Args:
         items: distinct candidate ids (at least 2).
@@ -326,33 +402,14 @@ def run_tournament(items: Sequence[str], judge: Callable[[str, str], str], *, ro
     Raises:
         ValueError: fewer than 2 items, duplicates, or ``rounds`` < 1.
     """
-    items = list(items)
-    if len(items) < 2 or len(set(items)) != len(items) or rounds < 1:
-        raise ValueError(f"a tournament needs >= 2 distinct items and rounds >= 1, got {len(items)} items, "
-                         f"rounds={rounds}")
-    rng = np.random.default_rng(seed)
-    wins = np.zeros(len(items), dtype=np.int64)
-    met: set[frozenset[int]] = set()
-    judgments, sat_out = [], []
-    for r in range(1, rounds + 1):
-        pairs, unpaired = swiss_pairings(wins, met, rng)
-        if not pairs:
-            break
-        sat_out.append([items[i] for i in unpaired])
-        for i, j in pairs:
-            a, b = items[i], items[j]
-            met.add(frozenset((i, j)))
+    t = SwissTournament(items, rounds=rounds, seed=seed)
+    while pairs := t.next_round():
+        for a, b in pairs:
             w, why = _verdict(judge, a, b)
-            if w is not None and both_orders:
-                w2, why2 = _verdict(judge, b, a)
-                if w2 is None:
-                    w, why = None, why2
-                elif w2 != w:
-                    w, why = None, "inconsistent: the two orders disagree"
-            judgments.append(Judgment(r, a, b, w, why))
-            if w is not None:
-                wins[i if w == a else j] += 1
-    return Tournament(items, judgments, sat_out)
+            if both_orders:
+                w, why = combine_orders(a, b, w, why, *_verdict(judge, b, a))
+            t.record(a, b, w, why)
+    return t.result()
 
 
 def bradley_terry(n_items: int, comparisons: Sequence[tuple[int, int]], *, alpha: float) -> np.ndarray:

@@ -1,0 +1,336 @@
+"""Stage ``saber@<name>``: SABER-Math's labels for one problem corpus (:mod:`recipematch.saber`;
+SABER-Math Sections 3.2-3.5, Appendix B).
+
+1. **Summaries**: read from the ``summaries`` file, or asked of the LLM with the shipped
+   ``saber_core_idea`` prompt (its ``{{statement}}`` and ``{{solution}}`` slots filled from each
+   row's text and ``solution`` field); ``noCoreIdea: true`` gives an empty summary; an answer
+   that is not the prompt's JSON is a failure record, and that problem has no summary.
+2. **Similarities**: information content over the ontology from every problem's topics; Lin
+   similarity with the best-match average; summary Jaccard without stop words.
+3. **Candidates**: per query, K documents from each of topic-only, summary-only and both; a
+   query short of K in a category is skipped with its counts; ``max_queries`` of the eligible
+   are drawn uniformly.
+4. **Tournaments**: one Swiss tournament per query, R rounds; each round's judgments of every
+   query go to the LLM together (one batch per round) through the call store
+   ``cache/saber/<name>/calls.jsonl``, so an interrupted run resumes without paying twice.
+5. **Grades**: Bradley-Terry strengths (``choix``) rescaled to [0, 5] per query.
+
+Writes ``artifacts/saber/<name>/`` (``candidates.parquet``, ``judgments.jsonl``,
+``grades.parquet``, ``qrels.jsonl`` with real-valued grades, ``failures.jsonl``,
+``MANIFEST.json``) and ``metrics/saber/<name>.json``, which adds BM25's nDCG@10 (exponential
+gain) reranking each query's candidates as a reference.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+
+import click
+import numpy as np
+import pandas as pd
+
+from recipematch.errors import RecipematchError
+from recipematch.io import iter_jsonl_strict, write_json
+from recipematch.pipeline.door import Layout, progress_option, stage
+
+PARAMS = ("saber",)
+CORE_IDEA_PROMPT = "saber_core_idea.txt"
+
+name_option = click.option("--name", "name", required=True, help="A run of params.yaml `saber`.")
+
+
+def _file(lay: Layout, rel: str, what: str):
+    path = lay.p(rel)
+    if not path.is_file():
+        raise RecipematchError(f"{what}: {path} does not exist")
+    return path
+
+
+def _jsonl(path, what: str, key: str, typ) -> dict:
+    out = {}
+    try:
+        for lineno, obj in iter_jsonl_strict(path):
+            if not isinstance(obj, dict) or not isinstance(obj.get("_id"), str) or not isinstance(obj.get(key), typ):
+                raise RecipematchError(f"{what}: {path}:{lineno}: a row is {{\"_id\": string, \"{key}\": "
+                                       f"{typ.__name__}}}")
+            if obj["_id"] in out:
+                raise RecipematchError(f"{what}: {path}:{lineno}: _id {obj['_id']!r} appears twice")
+            out[obj["_id"]] = obj[key]
+    except (ValueError, OSError) as e:
+        if isinstance(e, RecipematchError):
+            raise
+        raise RecipematchError(f"{what}: {path}: {e}") from None
+    return out
+
+
+def _fill(template: str, values: dict[str, str]) -> str:
+    """Slots ``{{name}}`` replaced verbatim in one pass (the templates hold JSON braces)."""
+    import re
+
+    missing = [k for k in values if "{{" + k + "}}" not in template]
+    if missing:
+        raise RecipematchError(f"prompt template lacks the slots {['{{' + k + '}}' for k in missing]}")
+    return re.sub(r"\{\{(" + "|".join(values) + r")\}\}", lambda m: values[m.group(1)], template)
+
+
+def parse_core_idea(raw: str | None) -> tuple[str | None, str]:
+    """The summary in one ``saber_core_idea`` answer: ``coreIdea`` plus its supporting ideas,
+    ``""`` for ``noCoreIdea: true``; ``(None, reason)`` for an answer outside that schema."""
+    if raw is None:
+        return None, "no_answer_text"
+    text = raw.strip()
+    if text.startswith("```"):
+        text = text.strip("`").removeprefix("json").strip()
+    try:
+        obj = json.loads(text)
+    except (json.JSONDecodeError, RecursionError):
+        return None, "invalid_json"
+    if not isinstance(obj, dict) or not isinstance(obj.get("noCoreIdea"), bool):
+        return None, "schema: noCoreIdea must be true or false"
+    if obj["noCoreIdea"]:
+        return "", ""
+    core = obj.get("coreIdea")
+    support = obj.get("supporingIdeas", obj.get("supportingIdeas", []))  # the prompt spells it 'supporingIdeas'
+    if not isinstance(core, str) or not core.strip():
+        return None, "schema: coreIdea must be a non-empty string"
+    if not isinstance(support, list) or not all(isinstance(x, str) for x in support):
+        return None, "schema: supporting ideas must be a list of strings"
+    return " ".join([core, *support]), ""
+
+
+def parse_preference(raw: str | None) -> tuple[str | None, str]:
+    """``"A"`` or ``"B"`` from a pairwise answer: the bare letter or JSON ``{"preferred": ...}``."""
+    if raw is None:
+        return None, "no_answer_text"
+    text = raw.strip()
+    if text in ("A", "B"):
+        return text, ""
+    try:
+        obj = json.loads(text)
+    except (json.JSONDecodeError, RecursionError):
+        return None, "answer outside A/B"
+    if isinstance(obj, dict) and obj.get("preferred") in ("A", "B"):
+        return obj["preferred"], ""
+    return None, "answer outside A/B"
+
+
+def run(p, lay: Layout, *, name: str, progress: bool = True) -> dict:
+    """Label one problem corpus the SABER-Math way."""
+    from recipematch.beir import doc_text, read_corpus
+    from recipematch.llm.backends import GenerationRequest, ReplayBackend
+    from recipematch.llm.pipeline import _through_store
+    from recipematch.llm.serving import ServerSpec, open_server
+    from recipematch.llm.store import CallStore
+    from recipematch.retrieval.bm25 import _score_blocks
+    from recipematch.saber import (
+        Ontology, SwissTournament, bradley_terry, combine_orders, information_content, jaccard, ndcg_exponential,
+        rescale, select_candidates, summary_tokens, topic_similarity)
+
+    if name not in p.saber:
+        raise RecipematchError(f"--name {name!r}: not declared in params.yaml saber (declared: {sorted(p.saber)})")
+    sc = p.saber[name]
+    where = f"saber.{name}"
+    corpus = read_corpus(_file(lay, sc.corpus, f"{where}.corpus"))
+    try:
+        parents = json.loads(_file(lay, sc.ontology, f"{where}.ontology").read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise RecipematchError(f"{where}.ontology: not JSON ({e})") from None
+    if not isinstance(parents, dict):
+        raise RecipematchError(f"{where}.ontology: a JSON object {{node: parent or null}}")
+    ont = Ontology.from_parents(parents)
+    topics = _jsonl(_file(lay, sc.topics, f"{where}.topics"), f"{where}.topics", "topics", list)
+    judge_t = _file(lay, sc.judge_prompt, f"{where}.judge_prompt").read_text(encoding="utf-8")
+    _fill(judge_t, {"query": "", "first": "", "second": ""})  # a template lacking a slot stops here
+    if sc.backend == "replay" and (not sc.recordings or not lay.p(sc.recordings).is_file()):
+        raise RecipematchError(f"{where}: backend replay needs recordings, and {where}.recordings = "
+                               f"{sc.recordings!r} is no file (record a live run's store, or set backend: openai)")
+    unknown = sorted(set(topics) - set(corpus))[:3]
+    if unknown:
+        raise RecipematchError(f"{where}.topics: ids {unknown} are not in the corpus")
+    ids = list(corpus)
+    texts = {d: doc_text(corpus[d])[: sc.max_doc_chars] for d in ids}
+    failures: list[dict] = []
+    sampling = {"temperature": sc.temperature, "top_p": sc.top_p, "max_tokens": sc.max_tokens}
+    backend_box: list = []
+
+    def backend():
+        if not backend_box:
+            backend_box.append(ReplayBackend(lay.p(sc.recordings)) if sc.backend == "replay" else open_server(
+                ServerSpec(sc.base_url, sc.model_id, api_key_env=sc.api_key_env, concurrency=sc.concurrency,
+                           max_retries=sc.max_retries, timeout_s=sc.timeout_s), probe=True))
+        return backend_box[0]
+
+    store = CallStore(lay.p("cache", "saber", name, "calls.jsonl"))
+
+    def ask(reqs, desc):
+        pending = any(r.key not in store or store.supersedable(r.key) for r in reqs)
+        return _through_store(store, backend() if pending else None, reqs, lambda req, res: None,
+                              progress=progress, desc=desc)[0]
+
+    try:
+        # 1. summaries
+        if sc.summaries:
+            summaries = _jsonl(_file(lay, sc.summaries, f"{where}.summaries"), f"{where}.summaries", "summary", str)
+        else:
+            from importlib import resources
+
+            core_t = resources.files("recipematch").joinpath("prompts", CORE_IDEA_PROMPT).read_bytes().decode("utf-8")
+            core_sha = hashlib.sha256(core_t.encode("utf-8")).hexdigest()
+            asked, reqs = [], []
+            for d in ids:
+                sol = corpus[d].get("solution")
+                if not isinstance(sol, str) or not sol.strip():
+                    failures.append({"step": "summary", "_id": d, "reason": "no solution field"})
+                    continue
+                asked.append(d)
+                reqs.append(GenerationRequest(
+                    prompt_name="saber_core_idea", prompt_sha256=core_sha, system="",
+                    user=_fill(core_t, {"statement": texts[d], "solution": sol}), source_id=d, variant=0,
+                    sampling=sampling, seed=sc.seed, model_id=sc.model_id))
+            summaries = {}
+            for d, rec in zip(asked, ask(reqs, f"saber@{name} summaries")):
+                s, why = (None, f"call_failed: {rec['error']}") if rec.get("error") else parse_core_idea(rec["raw_text"])
+                if s is None:
+                    failures.append({"step": "summary", "_id": d, "reason": why})
+                else:
+                    summaries[d] = s
+        # 2. similarities
+        ic = information_content(ont, topics)
+        toks = {d: summary_tokens(summaries[d], sc.extra_stop_words) for d in ids if d in summaries}
+        if sc.queries:
+            qids = list(_jsonl(_file(lay, sc.queries, f"{where}.queries"), f"{where}.queries", "_id", str))
+            missing = [q for q in qids if q not in corpus][:3]
+            if missing:
+                raise RecipematchError(f"{where}.queries: ids {missing} are not in the corpus")
+        else:
+            qids = ids
+        rng = np.random.default_rng(sc.selection_seed)
+        selected, skipped = {}, {}
+        for q in qids:
+            if q not in topics and q not in toks:
+                skipped[q] = "no topics and no summary"
+                continue
+            others = [d for d in ids if d != q]
+            ts = np.array([topic_similarity(ont, ic, topics.get(q, []), topics.get(d, [])) for d in others])
+            ss = np.array([jaccard(toks[q], toks[d]) if q in toks and d in toks else 0.0 for d in others])
+            try:
+                cats = select_candidates(others, ts, ss, tau_topic=sc.tau_topic, tau_summ=sc.tau_summ, k=sc.k, rng=rng)
+            except RecipematchError as e:
+                skipped[q] = str(e)
+                continue
+            sim = dict(zip(others, zip(ts.tolist(), ss.tolist())))
+            selected[q] = [(d, c, *sim[d]) for c in cats for d in cats[c]]
+        eligible = sorted(selected)
+        if sc.max_queries and len(eligible) > sc.max_queries:
+            keep = set(rng.choice(eligible, size=sc.max_queries, replace=False).tolist())
+            selected = {q: v for q, v in selected.items() if q in keep}
+        queries = sorted(selected)
+        # 4. tournaments, one LLM batch per round
+        judge_sha = hashlib.sha256(judge_t.encode("utf-8")).hexdigest()
+        tours = {q: SwissTournament(sorted(d for d, *_ in selected[q]), rounds=sc.rounds,
+                                    seed=sc.tournament_seed + i) for i, q in enumerate(queries)}
+        judgments = []
+        while True:
+            todo = [(q, a, b) for q in queries for a, b in tours[q].next_round()]
+            if not todo:
+                break
+            shown = [(q, a, b) for q, a, b in todo] + ([(q, b, a) for q, a, b in todo] if sc.both_orders else [])
+            reqs = [GenerationRequest(
+                prompt_name=f"saber_{name}_pairwise", prompt_sha256=judge_sha, system="",
+                user=_fill(judge_t, {"query": texts[q], "first": texts[a], "second": texts[b]}), source_id=q,
+                variant=hashlib.sha256(json.dumps([q, a, b]).encode()).hexdigest()[:16], sampling=sampling,
+                seed=sc.seed, model_id=sc.model_id) for q, a, b in shown]
+            recs = ask(reqs, f"saber@{name} round {tours[queries[0]].round}")
+
+            def verdict(rec, a, b):
+                if rec.get("error"):
+                    return None, f"call_failed: {rec['error']}"
+                pick, why = parse_preference(rec["raw_text"])
+                return (None, why) if pick is None else ((a if pick == "A" else b), "")
+
+            for n, (q, a, b) in enumerate(todo):
+                w, why = verdict(recs[n], a, b)
+                if sc.both_orders:
+                    w, why = combine_orders(a, b, w, why, *verdict(recs[n + len(todo)], b, a))
+                tours[q].record(a, b, w, why)
+                judgments.append({"query_id": q, "round": tours[q].round, "first": a, "second": b, "winner": w,
+                                  "reason": why})
+                if w is None:
+                    failures.append({"step": "judgment", "_id": q, "first": a, "second": b, "reason": why})
+    finally:
+        store.close()
+    # 5. grades
+    grade_rows, qrels = [], {}
+    for q in queries:
+        t = tours[q].result()
+        strength = bradley_terry(len(t.items), t.comparisons(), alpha=sc.bt_alpha)
+        grade = rescale(strength)
+        games = {d: 0 for d in t.items}
+        wins = dict(games)
+        for j in t.judgments:
+            if j.winner is not None:
+                games[j.first] += 1
+                games[j.second] += 1
+                wins[j.winner] += 1
+        qrels[q] = {}
+        for d, s, g in zip(t.items, strength, grade):
+            grade_rows.append({"query_id": q, "doc_id": d, "bt_strength": float(s), "grade": float(g),
+                               "games": games[d], "wins": wins[d]})
+            qrels[q][d] = float(g)
+    # BM25 reranking each query's candidates: the reference nDCG@10 (exponential gain)
+    ndcg = []
+    for q in queries:
+        cand = sorted(qrels[q])
+        sub = {d: corpus[d] for d in cand}
+        blocks = list(_score_blocks(sub, {q: texts[q]}, [q], 1.2, 0.75, None, None))
+        scores = np.concatenate([b.numpy()[0] for _s, _e, b in blocks]) if blocks else np.zeros(len(cand))
+        order = [cand[i] for i in sorted(range(len(cand)), key=lambda i: (-scores[i], cand[i]))]
+        ndcg.append(ndcg_exponential(qrels[q], order, 10))
+    out = lay.p("artifacts", "saber", name)
+    tmp = out.with_name(out.name + ".partial")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    try:
+        pd.DataFrame([{"query_id": q, "doc_id": d, "category": c, "topic_sim": t, "summary_sim": s}
+                      for q in queries for d, c, t, s in selected[q]]).to_parquet(tmp / "candidates.parquet", index=False)
+        pd.DataFrame(grade_rows).to_parquet(tmp / "grades.parquet", index=False)
+        for fname, rows in (("judgments.jsonl", judgments), ("failures.jsonl", failures)):
+            with open(tmp / fname, "w", encoding="utf-8") as fh:
+                for r in rows:
+                    fh.write(json.dumps(r, ensure_ascii=False, sort_keys=True) + "\n")
+        with open(tmp / "qrels.jsonl", "w", encoding="utf-8") as fh:
+            for q in queries:
+                for d, g in qrels[q].items():
+                    fh.write(json.dumps({"query-id": q, "corpus-id": d, "score": g}, sort_keys=True) + "\n")
+        write_json(tmp / "MANIFEST.json", {"judge_model": sc.model_id, "judge_prompt_sha256": judge_sha,
+                                           "n_queries": len(queries), "settings": {
+                                               "tau_topic": sc.tau_topic, "tau_summ": sc.tau_summ, "k": sc.k,
+                                               "rounds": sc.rounds, "both_orders": sc.both_orders,
+                                               "bt_alpha": sc.bt_alpha}})
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    shutil.rmtree(out, ignore_errors=True)
+    tmp.rename(out)
+    reasons: dict[str, int] = {}
+    for f in failures:
+        key = f"{f['step']}: {f['reason']}"
+        reasons[key] = reasons.get(key, 0) + 1
+    skip_kinds: dict[str, int] = {}
+    for why in skipped.values():
+        k = why.split(" (counts")[0]
+        skip_kinds[k] = skip_kinds.get(k, 0) + 1
+    counts = {"n_problems": len(ids), "n_summaries": len(summaries), "queries_considered": len(qids),
+              "queries_eligible": len(eligible), "queries": len(queries), "queries_skipped": skip_kinds,
+              "judgments": len(judgments), "failures": reasons, "n_failures": len(failures),
+              "rounds_played": {str(k): v for k, v in pd.Series([tours[q].round for q in queries], dtype="int64")
+                                .value_counts().sort_index().items()},
+              "bm25_rerank_ndcg10_exponential": round(float(np.mean(ndcg)), 6) if ndcg else None}
+    write_json(lay.metrics / "saber" / f"{name}.json", counts)
+    return counts
+
+
+main = stage("saber", PARAMS, name_option, progress_option)(
+    lambda p, lay, name, progress: run(p, lay, name=name, progress=progress))
