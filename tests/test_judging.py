@@ -208,6 +208,16 @@ def test_the_distilled_judge_labels_the_rest_and_is_checked_on_held_out_queries(
     assert ag["n"] + counts["distilled"]["train_pairs"] == len(llm_graded) and ag["n_queries"] == 1
     assert 0 <= ag["exact"] <= 1 and sum(sum(r.values()) for r in ag["confusion"].values()) == ag["n"]
     assert (tmp_path / "artifacts" / "judging" / "tiny" / "distilled" / "config.json").is_file()
+    # the graded qrels carry both judges' labels: every labelled pair of a query with a positive grade
+    from recipematch.beir import load_beir
+
+    _c, _q, qrels = load_beir(tmp_path / "artifacts" / "judging" / "tiny" / "graded")
+    graded = labels[labels["score"].notna()]
+    want: dict = {}
+    for q, d, g in zip(graded["query_id"], graded["doc_id"], graded["score"]):
+        want.setdefault(q, {})[d] = int(g)
+    assert qrels == {q: g for q, g in want.items() if max(g.values()) > 0}
+    assert any(d in qrels.get(q, {}) for q, d in zip(dist["query_id"], dist["doc_id"]))
 
 
 def test_judging_without_recordings_stops_in_one_line_and_bad_params_are_named(tmp_path: Path, monkeypatch) -> None:
