@@ -288,6 +288,40 @@ def _table5(stats: Mapping[str, Any]) -> list[str]:
     return ["## Same-language reprints by slice (Table 5)", "", slices_markdown(stats["slices"], labels), ""]
 
 
+#: who wrote each role's documents (paper Table 23): the LLM-built tiers, the computer-algebra
+#: probe, the real duplicates no generator touched
+BUILDERS = {"benchmark": "the benchmark's LLM generator", "in_family": "the computer-algebra generator",
+            "real": "nobody (real duplicates)"}
+
+
+def who_built_markdown(stats: Mapping[str, Any], k: int = 1) -> str:
+    """Table 23's shape (paper Section 7): for every contrast a − b, each set grouped by who
+    wrote its documents, both arms' R@k, the gap with its interval, and the winner: the arm
+    whose lead's interval excludes 0, else neither. ``""`` when no contrast has a gap."""
+    evals = stats["evaluations"]
+    order = [n for role in BUILDERS for n in _ordered_evals(stats) if evals[n]["role"] == role]
+    out = []
+    for c in stats.get("contrasts", []):
+        splits = [(c[:i], c[i + 1:]) for i, ch in enumerate(c) if ch == "-"]
+        known = [(x, y) for x, y in splits if x in stats["arms"] and y in stats["arms"]]
+        if not known:
+            continue
+        a, b = known[0]
+        rows = []
+        for n in order:
+            g = stats["gaps"].get(f"{c}.{n}.R@{k}")
+            if not g:
+                continue
+            win = a if g["low"] > 0 else b if g["high"] < 0 else "neither (interval spans 0)"
+            rows.append(f"| {BUILDERS[evals[n]['role']]} | {evals[n]['label']} | "
+                        f"{_fmt(stats['arms'].get(a, {}).get(f'{n}.R@{k}'))} | "
+                        f"{_fmt(stats['arms'].get(b, {}).get(f'{n}.R@{k}'))} | {_gap(g)} | {win} |")
+        if rows:
+            out += [f"| documents written by | set | {a} R@{k} | {b} R@{k} | {a} − {b} [95%] | winner |",
+                    "|---|---|---|---|---|---|", *rows, ""]
+    return "\n".join(out).rstrip()
+
+
 def write_report(stats: Mapping[str, Any], cells: Mapping[str, Mapping[str, str]], counts: Mapping[str, Any], out_dir: Path,
                  *, params: Mapping[str, Any], style: Mapping[str, Any] | None = None) -> Path:
     """Write ``report.md`` and ``figure1.png`` under ``out_dir``; returns the report path."""
@@ -307,6 +341,9 @@ def write_report(stats: Mapping[str, Any], cells: Mapping[str, Mapping[str, str]
              factorial_markdown(stats, cells), "",
              *(["## Style probe and style tracking (Tables 13-14)", "", style_markdown(style), ""] if style else []),
              *(_table5(stats) if stats.get("slices") else []),
+             *(["## Who built the test decides who wins (Table 23's shape)", "",
+                "Each set grouped by who wrote its documents; the winner's lead has a 95% interval that "
+                "excludes 0.", "", who_built_markdown(stats), ""] if who_built_markdown(stats) else []),
              *(["## Benchmarks we had no hand in building (Table 20's shape)", "",
                 "Graded measures computed by ir_measures (trec_eval's code) on each model's run, x 100; "
                 "comparable among this project's models only.", "", external_markdown(stats), ""]
