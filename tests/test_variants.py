@@ -333,6 +333,7 @@ def test_soup_stage_scores_each_alpha_as_its_own_row(repo_root, tiny_model, trai
     raw["evaluations"] = {"easy": {"folder": "artifacts/evalsets/easy", "rule": "plain", "role": "benchmark",
                                    "label": "easy", "report_ks": [1]}}
     raw["style"]["tracking_set"] = "easy"
+    raw["pooling"], raw["judging"], raw["saber"] = {}, {}, {}  # the default's pools name its own sets
     lay = Layout(tmp_path)
     _beir(tmp_path / "artifacts" / "evalsets" / "easy")
     shutil.copytree(trained, lay.models("recipe") / "seed_42")
