@@ -725,25 +725,21 @@ class PoolConfig:
     ngram_n: int = _spec("words per n-gram of the overlap route (the design: 5)", min=1, max=50)
 
 
-@dataclass(frozen=True)
-class JudgingConfig:
-    """Graded judging of one candidate pool (:mod:`recipematch.judging`): the LLM judge for the
-    routed pairs (replay or an OpenAI-compatible server, every call in a store), a distilled
-    cross-encoder for the rest, graded qrels out. Needs the user's judge prompt: none ships."""
+@dataclass(frozen=True, kw_only=True)
+class _ClientConfig:
+    """The LLM client of a labelling stage (judging, SABER): replay from recordings or an
+    OpenAI-compatible server, with the sampling and transport settings every call sends.
+    ``_section`` names the params section in error messages."""
 
-    pool: str = _spec("the pooling entry whose pool is judged", min=1, max_len=64)
-    prompt: str = _spec("the judge prompt template (a file in the project; the user message, with the slots "
-                        "{{task_id}}, {{query}} and {{document}})", min=1, max_len=2000)
-    system_prompt: str = _spec("a file holding the system message ('' = none)", default="", max_len=2000)
-    rubric: str = _spec("the rubric JSON ('' = the shipped strict-math-retrieval-v1)", default="", max_len=2000)
+    _section = "llm"
+
     backend: str = _spec("replay (recordings) or openai (an OpenAI-compatible server)", choices=LLM_BACKENDS,
                          default="replay")
     recordings: str = _spec("replay: the recordings JSONL (a live run's store gives one)", default="", max_len=2000)
-    model_id: str = _spec("the judge model id", default="", max_len=300)
+    model_id: str = _spec("the judge model id (every label records it)", default="", max_len=300)
     base_url: str = _spec("server URL for backend openai", default="", max_len=2000)
     api_key_env: str = _spec("NAME of the environment variable holding the server's API key ('' = none)",
                              default="", max_len=200)
-    structured_output: bool = _spec("ask the server to decode under the answer's JSON Schema", default=False)
     temperature: float = _spec("sampling temperature", default=0.0, min=0.0, max=2.0, finite=True)
     top_p: float = _spec("nucleus sampling mass", default=1.0, min=0.0, max=1.0, finite=True)
     max_tokens: int = _spec("answer length cap in tokens", default=1024, min=1, max=131_072)
@@ -751,6 +747,31 @@ class JudgingConfig:
     concurrency: int = _spec("requests in flight", default=8, min=1, max=1024)
     max_retries: int = _spec("retries per request", default=4, min=0, max=100)
     timeout_s: float = _spec("seconds per request", default=300.0, min=0.1, max=86_400.0, finite=True)
+
+    def __post_init__(self) -> None:
+        where = self._section
+        if not self.model_id.strip():
+            raise RecipematchError(f"{where}.model_id: name the judge model (every label records it)")
+        if self.backend == "openai" and not self.base_url:
+            raise RecipematchError(f"{where}: backend openai needs base_url (e.g. http://127.0.0.1:8000/v1)")
+        if self.api_key_env and not ENV_VAR_NAME.fullmatch(self.api_key_env):
+            raise RecipematchError(f"{where}.api_key_env must be the NAME of an environment variable, never the key")
+
+
+@dataclass(frozen=True, kw_only=True)
+class JudgingConfig(_ClientConfig):
+    """Graded judging of one candidate pool (:mod:`recipematch.judging`): the LLM judge for the
+    routed pairs (replay or an OpenAI-compatible server, every call in a store), a distilled
+    cross-encoder for the rest, graded qrels out. Needs the user's judge prompt: none ships."""
+
+    _section = "judging"
+
+    pool: str = _spec("the pooling entry whose pool is judged", min=1, max_len=64)
+    prompt: str = _spec("the judge prompt template (a file in the project; the user message, with the slots "
+                        "{{task_id}}, {{query}} and {{document}})", min=1, max_len=2000)
+    system_prompt: str = _spec("a file holding the system message ('' = none)", default="", max_len=2000)
+    rubric: str = _spec("the rubric JSON ('' = the shipped strict-math-retrieval-v1)", default="", max_len=2000)
+    structured_output: bool = _spec("ask the server to decode under the answer's JSON Schema", default=False)
     llm_fused_ranks: int = _spec("pairs at fused ranks 1..this go to the LLM judge (the design: 5; 0 = none)",
                                  default=5, min=0, max=100_000)
     llm_dense_ranks: int = _spec("pairs some dense route ranks 1..this go to the LLM judge (the design: 5)",
@@ -780,21 +801,19 @@ class JudgingConfig:
                             min=-1e6, max=1e6)
 
     def __post_init__(self) -> None:
-        if not self.model_id.strip():
-            raise RecipematchError("judging.model_id: name the judge model (every label records it)")
+        super().__post_init__()
         if not self.cut_low < self.cut_high:
             raise RecipematchError(f"judging: cut_low {self.cut_low} must be below cut_high {self.cut_high}")
-        if self.backend == "openai" and not self.base_url:
-            raise RecipematchError("judging: backend openai needs base_url (e.g. http://127.0.0.1:8000/v1)")
-        if self.api_key_env and not ENV_VAR_NAME.fullmatch(self.api_key_env):
-            raise RecipematchError("judging.api_key_env must be the NAME of an environment variable, never the key")
 
 
-@dataclass(frozen=True)
-class SaberConfig:
+@dataclass(frozen=True, kw_only=True)
+class SaberConfig(_ClientConfig):
     """SABER-Math's labelling of one problem corpus (:mod:`recipematch.saber`; SABER-Math
     Sections 3.2-3.5): topic and summary similarity, three-category candidates, a Swiss
-    tournament of pairwise LLM judgments, Bradley-Terry grades in [0, 5]."""
+    tournament of pairwise LLM judgments, Bradley-Terry grades in [0, 5]. The judge model
+    also writes the core-idea summaries."""
+
+    _section = "saber"
 
     corpus: str = _spec("the problems: a BEIR corpus.jsonl (rows may carry a 'solution' field)", min=1, max_len=2000)
     ontology: str = _spec("the topic tree: JSON {node: parent or null}", min=1, max_len=2000)
@@ -808,19 +827,6 @@ class SaberConfig:
     summaries: str = _spec("JSONL {\"_id\", \"summary\"} of core-idea summaries ('' = through the LLM with the "
                            "shipped saber_core_idea prompt, reading each row's text and solution)", default="",
                            max_len=2000)
-    backend: str = _spec("replay (recordings) or openai", choices=LLM_BACKENDS, default="replay")
-    recordings: str = _spec("replay: the recordings JSONL", default="", max_len=2000)
-    model_id: str = _spec("the judge (and summariser) model id", default="", max_len=300)
-    base_url: str = _spec("server URL for backend openai", default="", max_len=2000)
-    api_key_env: str = _spec("NAME of the environment variable holding the API key ('' = none)", default="",
-                             max_len=200)
-    temperature: float = _spec("sampling temperature", default=0.0, min=0.0, max=2.0, finite=True)
-    top_p: float = _spec("nucleus sampling mass", default=1.0, min=0.0, max=1.0, finite=True)
-    max_tokens: int = _spec("answer length cap in tokens", default=1024, min=1, max=131_072)
-    seed: int = _spec("sampling seed sent with every call", default=42, min=0, max=2**31 - 1)
-    concurrency: int = _spec("requests in flight", default=8, min=1, max=1024)
-    max_retries: int = _spec("retries per request", default=4, min=0, max=100)
-    timeout_s: float = _spec("seconds per request", default=300.0, min=0.1, max=86_400.0, finite=True)
     tau_topic: float = _spec("topic-relevance threshold (SABER-Math: 0.858)", default=0.858, min=0.0, max=1.0,
                              finite=True)
     tau_summ: float = _spec("summary-relevance threshold (SABER-Math: 0.211)", default=0.211, min=0.0, max=1.0,
@@ -840,14 +846,6 @@ class SaberConfig:
                                               default=())
     max_doc_chars: int = _spec("characters of each problem the judge reads", default=30_000, min=1,
                                max=100_000_000)
-
-    def __post_init__(self) -> None:
-        if not self.model_id.strip():
-            raise RecipematchError("saber.model_id: name the judge model (every judgment records it)")
-        if self.backend == "openai" and not self.base_url:
-            raise RecipematchError("saber: backend openai needs base_url (e.g. http://127.0.0.1:8000/v1)")
-        if self.api_key_env and not ENV_VAR_NAME.fullmatch(self.api_key_env):
-            raise RecipematchError("saber.api_key_env must be the NAME of an environment variable, never the key")
 
 
 @dataclass(frozen=True)

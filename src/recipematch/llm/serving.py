@@ -33,6 +33,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from recipematch.errors import RecipematchError
@@ -40,10 +41,11 @@ from recipematch.llm.backends import (
     DEFAULT_DEADLINE_S,
     DEFAULT_MAX_RESPONSE_BYTES,
     OpenAICompatibleBackend,
+    ReplayBackend,
     canonical_json,
 )
 
-__all__ = ["ServerSpec", "open_server", "vllm_serve_command"]
+__all__ = ["ServerSpec", "check_recordings", "open_client", "open_server", "vllm_serve_command"]
 
 
 @dataclass(frozen=True)
@@ -132,6 +134,42 @@ def open_server(spec: ServerSpec, *, probe: bool = False,
     if probe:
         backend.probe()
     return backend
+
+
+def check_recordings(cfg: Any, recordings: Path | None, where: str) -> None:
+    """Stop before any work when a labelling stage (judging, SABER) replays a file that is
+    not there. ``cfg``: a client section (``backend``, ``recordings``); ``recordings``: that
+    file resolved in the project.
+
+    Raises:
+        RecipematchError: ``backend: replay`` and ``recordings`` is not a file (one line,
+            naming the key).
+    """
+    if cfg.backend == "replay" and (not cfg.recordings or recordings is None or not recordings.is_file()):
+        raise RecipematchError(f"{where}: backend replay needs recordings, and {where}.recordings = "
+                               f"{cfg.recordings!r} is no file (record a live run's store, or set backend: openai "
+                               "and base_url)")
+
+
+def open_client(cfg: Any, recordings: Path | None, where: str, *, structured_output: bool = False):
+    """The backend of a labelling stage's client section: a replay of ``recordings`` or the
+    section's server, probed once (``model_id``, ``base_url``, ``api_key_env``,
+    ``concurrency``, ``max_retries``, ``timeout_s``).
+
+    Raises:
+        RecipematchError: see :func:`check_recordings`; a malformed recordings file; a
+            server that refuses the key or does not serve the model.
+        ServerUnreachableError: no connection after every retry.
+    """
+    check_recordings(cfg, recordings, where)
+    if cfg.backend == "replay":
+        try:
+            return ReplayBackend(recordings)
+        except ValueError as e:
+            raise RecipematchError(f"{where}.recordings: {e}") from None
+    return open_server(ServerSpec(cfg.base_url, cfg.model_id, api_key_env=cfg.api_key_env,
+                                  concurrency=cfg.concurrency, max_retries=cfg.max_retries, timeout_s=cfg.timeout_s,
+                                  structured_output=structured_output), probe=True)
 
 
 def vllm_serve_command(model: str, *, port: int, host: str = "127.0.0.1", max_model_len: int | None = None,

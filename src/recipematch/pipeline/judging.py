@@ -48,24 +48,6 @@ def _read_text(lay: Layout, rel: str, what: str) -> str:
         raise RecipematchError(f"{what}: cannot read {path} ({e})") from None
 
 
-def _backend(jc, lay: Layout, where: str):
-    from recipematch.llm.backends import ReplayBackend
-    from recipematch.llm.serving import ServerSpec, open_server
-
-    if jc.backend == "replay":
-        if not jc.recordings or not lay.p(jc.recordings).is_file():
-            raise RecipematchError(f"{where}: backend replay needs recordings, and "
-                                   f"{where}.recordings = {jc.recordings!r} is no file (record a live run's "
-                                   "store, or set backend: openai and base_url)")
-        try:
-            return ReplayBackend(lay.p(jc.recordings))
-        except ValueError as e:
-            raise RecipematchError(f"{where}.recordings: {e}") from None
-    return open_server(ServerSpec(jc.base_url, jc.model_id, api_key_env=jc.api_key_env, concurrency=jc.concurrency,
-                                  max_retries=jc.max_retries, timeout_s=jc.timeout_s,
-                                  structured_output=jc.structured_output), probe=True)
-
-
 def _routes_of(row: pd.Series, rank_cols: list[str]) -> str:
     return ",".join(c[len("rank_"):] for c in rank_cols if not pd.isna(row[c]))
 
@@ -79,6 +61,7 @@ def run(p, lay: Layout, *, name: str, progress: bool = True) -> dict:
         train_distilled)
     from recipematch.llm.backends import GenerationRequest
     from recipematch.llm.pipeline import _through_store
+    from recipematch.llm.serving import check_recordings, open_client
     from recipematch.llm.store import CallStore
     from recipematch.pipeline.models import resolve_model
 
@@ -95,8 +78,8 @@ def run(p, lay: Layout, *, name: str, progress: bool = True) -> dict:
     system = _read_text(lay, jc.system_prompt, f"{where}.system_prompt") if jc.system_prompt else ""
     rubric = load_rubric(lay.p(jc.rubric) if jc.rubric else None)
     schema = answer_schema(rubric)
-    if jc.backend == "replay" and (not jc.recordings or not lay.p(jc.recordings).is_file()):
-        _backend(jc, lay, where)  # before any work: a missing recording file stops here, in one line
+    recordings = lay.p(jc.recordings) if jc.recordings else None
+    check_recordings(jc, recordings, where)  # before any work: a missing recording file stops here, in one line
     bset = load_set(lay.p(ev.folder), ev.rule, name=pc.evaluation, self_mask=ev.self_mask)
     manifest = json.loads((pool_dir / "MANIFEST.json").read_text(encoding="utf-8"))
     if manifest.get("corpus_sha256") != corpus_sha256(bset.corpus):
@@ -127,7 +110,7 @@ def run(p, lay: Layout, *, name: str, progress: bool = True) -> dict:
                                       response_schema=schema if jc.structured_output else None))
     with CallStore(lay.p("cache", "judging", name, "calls.jsonl")) as store:
         pending = any(r.key not in store or store.supersedable(r.key) for r in reqs)
-        backend = _backend(jc, lay, where) if pending else None  # a resumed run with every answer stored calls no one
+        backend = open_client(jc, recordings, where, structured_output=jc.structured_output) if pending else None  # a resumed run with every answer stored calls no one
         records, call_counts = _through_store(store, backend, reqs, lambda req, res: None, progress=progress,
                                               desc=f"judging@{name}")
     n = len(pool)

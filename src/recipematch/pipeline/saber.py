@@ -119,9 +119,9 @@ def parse_preference(raw: str | None) -> tuple[str | None, str]:
 def run(p, lay: Layout, *, name: str, progress: bool = True) -> dict:
     """Label one problem corpus the SABER-Math way."""
     from recipematch.beir import doc_text, read_corpus
-    from recipematch.llm.backends import GenerationRequest, ReplayBackend
+    from recipematch.llm.backends import GenerationRequest
     from recipematch.llm.pipeline import _through_store
-    from recipematch.llm.serving import ServerSpec, open_server
+    from recipematch.llm.serving import check_recordings, open_client
     from recipematch.llm.store import CallStore
     from recipematch.retrieval.bm25 import _score_blocks
     from recipematch.saber import (
@@ -143,9 +143,8 @@ def run(p, lay: Layout, *, name: str, progress: bool = True) -> dict:
     topics = _jsonl(_file(lay, sc.topics, f"{where}.topics"), f"{where}.topics", "topics", list)
     judge_t = _file(lay, sc.judge_prompt, f"{where}.judge_prompt").read_text(encoding="utf-8")
     _fill(judge_t, {"query": "", "first": "", "second": ""})  # a template lacking a slot stops here
-    if sc.backend == "replay" and (not sc.recordings or not lay.p(sc.recordings).is_file()):
-        raise RecipematchError(f"{where}: backend replay needs recordings, and {where}.recordings = "
-                               f"{sc.recordings!r} is no file (record a live run's store, or set backend: openai)")
+    recordings = lay.p(sc.recordings) if sc.recordings else None
+    check_recordings(sc, recordings, where)
     unknown = sorted(set(topics) - set(corpus))[:3]
     if unknown:
         raise RecipematchError(f"{where}.topics: ids {unknown} are not in the corpus")
@@ -157,9 +156,7 @@ def run(p, lay: Layout, *, name: str, progress: bool = True) -> dict:
 
     def backend():
         if not backend_box:
-            backend_box.append(ReplayBackend(lay.p(sc.recordings)) if sc.backend == "replay" else open_server(
-                ServerSpec(sc.base_url, sc.model_id, api_key_env=sc.api_key_env, concurrency=sc.concurrency,
-                           max_retries=sc.max_retries, timeout_s=sc.timeout_s), probe=True))
+            backend_box.append(open_client(sc, recordings, where))
         return backend_box[0]
 
     store = CallStore(lay.p("cache", "saber", name, "calls.jsonl"))
