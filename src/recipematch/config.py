@@ -1158,6 +1158,23 @@ def pool_models(dense: Iterable[str], arms: Iterable[str]) -> list[str]:
     return out
 
 
+#: a stage-entry name (pooling@NAME, judging@NAME, ...): it is a path part and a DVC foreach key
+ENTRY_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*")
+
+
+def _check_entry_name(where: str, name: str) -> None:
+    if not ENTRY_NAME.fullmatch(name):
+        raise RecipematchError(f"{where}: a name is letters, digits, '_' or '-'")
+
+
+def _check_inside_project(where: str, cfg: Any, keys: Iterable[str]) -> None:
+    """Each of ``cfg``'s file keys ``keys`` that is set is a relative path without '..'."""
+    for key in keys:
+        val = getattr(cfg, key)
+        if val and (Path(val).is_absolute() or ".." in Path(val).parts):
+            raise RecipematchError(f"{where}.{key} must be a path inside the project, got {short_repr(val, 100)}")
+
+
 def _check_pooling(p) -> None:
     """Each pool: a name that is a path part, a declared evaluation, dense models that are base
     or a declared arm (each once), a judge depth within the route depth, a usable token regex."""
@@ -1165,8 +1182,7 @@ def _check_pooling(p) -> None:
 
     for name, pc in p.pooling.items():
         where = f"pooling.{name}"
-        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_-]*", name):
-            raise RecipematchError(f"{where}: a name is letters, digits, '_' or '-'")
+        _check_entry_name(where, name)
         if pc.evaluation not in p.evaluations:
             raise RecipematchError(f"{where}.evaluation: {short_repr(pc.evaluation, 60)} is not a declared evaluation "
                                    f"(declared: {sorted(p.evaluations)})")
@@ -1190,27 +1206,19 @@ def _check_judging(p) -> None:
     """Each judging entry: a path-part name, a declared pool, files inside the project."""
     for name, jc in p.judging.items():
         where = f"judging.{name}"
-        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_-]*", name):
-            raise RecipematchError(f"{where}: a name is letters, digits, '_' or '-'")
+        _check_entry_name(where, name)
         if jc.pool not in p.pooling:
             raise RecipematchError(f"{where}.pool: {short_repr(jc.pool, 60)} is not a pooling entry "
                                    f"(declared: {sorted(p.pooling)})")
-        for key in ("prompt", "system_prompt", "rubric", "recordings"):
-            val = getattr(jc, key)
-            if val and (Path(val).is_absolute() or ".." in Path(val).parts):
-                raise RecipematchError(f"{where}.{key} must be a path inside the project, got {short_repr(val, 100)}")
+        _check_inside_project(where, jc, ("prompt", "system_prompt", "rubric", "recordings"))
 
 
 def _check_saber(p) -> None:
     """Each SABER run: a path-part name, files inside the project."""
     for name, sc in p.saber.items():
         where = f"saber.{name}"
-        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_-]*", name):
-            raise RecipematchError(f"{where}: a name is letters, digits, '_' or '-'")
-        for key in ("corpus", "queries", "ontology", "topics", "summaries", "judge_prompt", "recordings"):
-            val = getattr(sc, key)
-            if val and (Path(val).is_absolute() or ".." in Path(val).parts):
-                raise RecipematchError(f"{where}.{key} must be a path inside the project, got {short_repr(val, 100)}")
+        _check_entry_name(where, name)
+        _check_inside_project(where, sc, ("corpus", "queries", "ontology", "topics", "summaries", "judge_prompt", "recordings"))
 
 
 def _check_external(p) -> None:
@@ -1218,8 +1226,7 @@ def _check_external(p) -> None:
     subsets for its loader, each named once."""
     for name, ex in p.external.items():
         where = f"external.{name}"
-        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_-]*", name):
-            raise RecipematchError(f"{where}: a name is letters, digits, '_' or '-'")
+        _check_entry_name(where, name)
         if (Path(ex.copy).is_absolute() or ".." in Path(ex.copy).parts or ex.copy.startswith("~")
                 or ex.copy.strip() in (".", "") or any(ord(c) < 32 for c in ex.copy)):
             raise RecipematchError(f"{where}.copy must be a folder inside the project, relative to its root "
@@ -1250,7 +1257,7 @@ def _check_graded_evaluation(name: str, ev: EvaluationConfig) -> None:
         raise RecipematchError(f"{where}: gain and grade_scale apply to graded measures; declare measures too")
     if ev.grade_scale and (len(ev.grade_scale) != 2 or ev.grade_scale[0] > ev.grade_scale[1]):
         raise RecipematchError(f"{where}.grade_scale: [lowest, highest], lowest <= highest, got {list(ev.grade_scale)}")
-    if ev.group and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_-]*", ev.group):
+    if ev.group and not ENTRY_NAME.fullmatch(ev.group):
         raise RecipematchError(f"{where}.group: letters, digits, '_' or '-', got {short_repr(ev.group, 80)}")
 
 
