@@ -7,6 +7,7 @@ import json
 import shutil
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from recipematch.config import parse_params
@@ -20,6 +21,7 @@ from recipematch.pipeline import (
     evaluate_base,
     evaluate_bm25,
     gates,
+    hits,
     llm,
     style,
     recordings,
@@ -97,6 +99,7 @@ class stages:  # noqa: N801 - the stage functions by name, each called through i
         else evaluate.run(_view(params, evaluate), lay, arm, **kw))
     run_stats = staticmethod(lambda params, lay, arms: stats.run(_view(params, stats), lay))
     run_style = staticmethod(lambda params, lay: style.run(_view(params, style), lay))
+    run_hits = staticmethod(lambda params, lay: hits.run(_view(params, hits), lay))
     run_report = staticmethod(lambda params, lay, arms: report.run(_view(params, report), lay))
 
 
@@ -134,6 +137,7 @@ def pipeline(tmp_path_factory):
         stages.run_evaluate(params, lay, a, progress=False)
     stats = stages.run_stats(params, lay, params["arms"])
     stages.run_style(params, lay)
+    stages.run_hits(params, lay)
     report = stages.run_report(params, lay, params["arms"])
     return params, lay, stats, report
 
@@ -239,6 +243,58 @@ def test_stats_and_report(pipeline):
     assert "| d1_recipe | " in text and "style tracking ρ" in text
     assert (lay.reports / "figure1.png").stat().st_size > 1000
     assert json.loads((lay.metrics / "plots" / "scatter.json").read_text())
+
+
+def test_both_seed_schemes_single_run_gaps_and_three_scales(pipeline):
+    """Appendix A: with two shared seeds both seed schemes apply and are both kept; the gap at
+    seed 42 is the paired query bootstrap of that seed's hits; the three-scale DiD is computed
+    or skipped with its reason, never silently."""
+    import numpy as np
+
+    from recipematch.pipeline.stats import _hits
+    from recipematch.stats import paired_query_bootstrap
+
+    params, lay, stats, report = pipeline
+    key = "recipe-verified.tier_d1.R@1"
+    used, other = stats["gaps"][key], stats["gaps_other_scheme"][key]
+    assert (used["seeds"], other["seeds"]) == ("independent", "paired")
+    assert used["estimate"] == other["estimate"]
+    assert stats["arms"]["recipe"]["tier_d1.R@1"]["seeds"] == ["42", "43"]
+    ranks = {a: pd.read_parquet(lay.eval_dir(a) / "tier_d1.parquet") for a in ("recipe", "verified")}
+    one = {a: _hits(df[df["seed"].astype(str) == "42"].assign(seed="42"), 1)[0][0] for a, df in ranks.items()}
+    want = paired_query_bootstrap(100 * one["recipe"], 100 * one["verified"], n_boot=200, seed=0)
+    got = stats["seed_gaps"][key]
+    assert got["seeds"] == "single_run" and np.isclose(got["estimate"], want.estimate)
+    assert (got["low"], got["high"]) == (want.low, want.high)
+    assert "base-bm25" not in " ".join(stats["seed_gaps"])  # only declared contrasts
+    keys = set(stats["did_three_scales"]) | {s["key"] for s in stats["did_three_scales_skipped"]}
+    assert set(k for k in stats["did"]) == keys  # every DiD has its three scales or a stated reason
+    for v in stats["did_three_scales"].values():
+        assert v["points"]["n_seeds"] == 2
+    text = Path(report).read_text()
+    assert "### Resampling scheme of each gap" in text and "one seed draw shared by both arms" in text
+    assert "## One seed, full recall curves (Table 17's shape)" in text and "Training seed 42" in text
+    assert "## Real retrieval kept, with recall curves (Table 16's shape)" in text
+    assert (lay.reports / "recall.png").stat().st_size > 1000
+
+
+def test_hit_accounting_counts_every_query_once(pipeline):
+    """Section 7: at seed 42 every benchmark query is in exactly one of the four classes, and
+    'recipe alone' + 'both' is the recipe arm's R@1 hit count at that seed."""
+    params, lay, stats, report = pipeline
+    h = read_json(lay.metrics / "hits.json")
+    assert h["seed"] == 42 and set(h["sets"]) == {"tier_d1", "tier_d4"}
+    for name, per in h["sets"].items():
+        acc = per["recipe-verified"]
+        c = acc["counts"]
+        assert sum(c.values()) == acc["n_queries"] == 5
+        df = pd.read_parquet(lay.eval_dir("recipe") / f"{name}.parquet")
+        df = df[df["seed"].astype(str) == "42"]
+        assert c["a_alone"] + c["both"] == int((df["rank"] == 1).sum())
+        assert set(acc["features"]) == ({"word_jaccard", "latex_jaccard", "length_ratio", "char3_jaccard"}
+                                        | ({"style_percentile"} if name == "tier_d1" else set()))
+        assert acc["probe"]["n_probe_queries_in_set"] >= 0
+    assert "## Hit accounting: sole wins (Section 7)" in Path(report).read_text()
 
 
 def test_rerun_of_train_redoes_nothing(pipeline):

@@ -22,7 +22,7 @@ STAGE_COMMANDS = (
     ("corpus", "corpus"), ("evalsets", "evalsets"), ("gates", "gates"), ("verified", "verified"),
     ("recordings", "recordings"), ("llm", "llm"), ("judge2", "judge2"), ("backtranslate", "backtranslate"), ("specs", "specs"), ("cells", "cells"), ("validate", "validate"),
     ("train", "train"), ("evaluate-arm", "evaluate"), ("evaluate-base", "evaluate_base"),
-    ("evaluate-bm25", "evaluate_bm25"), ("soup", "soup"), ("stats", "stats"), ("style", "style"), ("report", "report"),
+    ("evaluate-bm25", "evaluate_bm25"), ("soup", "soup"), ("stats", "stats"), ("style", "style"), ("hits", "hits"), ("report", "report"),
     ("external", "external"), ("attack", "attack"), ("pooling", "pooling"), ("judging", "judging"), ("saber", "saber"), ("audit-report", "audit"),
 )
 
@@ -120,6 +120,81 @@ def plan_cmd(params_path: Path, root: Path, as_json: bool, train_examples_per_s:
     if require_inputs and not_ready:
         click.echo(f"recipematch: not ready: {', '.join(not_ready)}", err=True)
         click.get_current_context().exit(1)
+
+
+@main.command("survey")
+@click.option("--params", "params_path", type=click.Path(dir_okay=False, path_type=Path), default=Path("params.yaml"),
+              show_default=True, help="Parameters file (relative to --root): the declared evaluations and settings.")
+@click.option("--root", type=click.Path(file_okay=False, path_type=Path), default=Path("."), show_default=True,
+              help="Project root (evaluation folders are relative to it).")
+@click.option("--models", "models_file", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="YAML list of models: name, path, and optionally query_prompt, max_seq_length, dtype, "
+                   "batch_size (each model's own encoding convention). Replaces the default base + BM25.")
+@click.option("--model", "model_args", multiple=True, metavar="NAME=PATH",
+              help="A local sentence-transformers folder, added to the models under the evaluate stages' "
+                   "settings (repeatable).")
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=Path("reports/survey"),
+              show_default=True, help="Folder for survey.json and survey.md (relative to --root).")
+@click.option("--mlflow/--no-mlflow", "use_mlflow", default=True, show_default=True,
+              help="Log one MLflow run per model (experiment <mlflow.experiment>-survey).")
+def survey_cmd(params_path: Path, root: Path, models_file: Path | None, model_args: tuple[str, ...], out: Path,
+               use_mlflow: bool) -> None:
+    """Public models on every declared set (paper Table 18): each model scored under its own
+    encoding convention, rows sorted by the headline set's R@1. Default: the untrained base
+    and BM25, plus every --model."""
+    import os
+
+    import yaml
+
+    from recipematch.errors import RecipematchError
+    from recipematch.pipeline.door import check_params_file, run_guarded
+    from recipematch.survey import default_models, log_survey, parse_models, run_survey, survey_table
+
+    def go():
+        from dataclasses import replace
+
+        from recipematch.eval_cli import check_outputs_outside
+        from recipematch.io import atomic_write_text, canonical_json
+
+        path = params_path if params_path.is_absolute() else root / params_path
+        p = check_params_file(path)
+        if models_file is not None:
+            try:
+                raw = yaml.safe_load(models_file.read_text(encoding="utf-8"))
+            except OSError as e:
+                raise RecipematchError(f"--models {models_file}: cannot be read ({e.strerror or e})") from None
+            except yaml.YAMLError as e:
+                raise RecipematchError(f"--models {models_file}: not YAML ({str(e).splitlines()[0]})") from None
+            models = parse_models(raw, where=f"--models {models_file}")
+        else:
+            models = default_models(p)
+        base = default_models(p)[0]
+        for arg in model_args:
+            name, sep, mpath = arg.partition("=")
+            if not sep:
+                raise RecipematchError(f"--model {arg!r}: expected NAME=PATH")
+            models.append(replace(base, name=name, path=mpath))
+        models = parse_models([{k: v for k, v in vars(m).items()} for m in models], where="models")
+        target = out if out.is_absolute() else root / out
+        inputs = {f"evaluations.{n}.folder": root / ev.folder for n, ev in p.evaluations.items()}
+        inputs.update({f"model {m.name}": Path(m.path) for m in models if Path(m.path).is_dir()})
+        check_outputs_outside({"--out": target}, inputs)
+        res = run_survey(p, root, models, cache_dir=root / "cache" / "embeddings", progress=click.echo)
+        md = "# Public models on every declared set (Table 18's shape)\n\n" + survey_table(res) + "\n"
+        target.mkdir(parents=True, exist_ok=True)
+        tmp_json, tmp_md = target / ".survey.json.partial", target / ".survey.md.partial"
+        atomic_write_text(tmp_json, canonical_json(res) + "\n")
+        atomic_write_text(tmp_md, md)
+        os.replace(tmp_json, target / "survey.json")
+        os.replace(tmp_md, target / "survey.md")
+        if use_mlflow:
+            from recipematch.pipeline.door import Layout
+            from recipematch.pipeline.inputs import mlflow_uri
+
+            log_survey(res, mlflow_uri(p.mlflow.tracking_uri, Layout(root.resolve())), f"{p.mlflow.experiment}-survey")
+        return md
+
+    click.echo(run_guarded(go, debug=False))
 
 
 @main.group("runs")

@@ -875,6 +875,18 @@ class StyleConfig:
 
 
 @dataclass(frozen=True)
+class HitsConfig:
+    """Hit accounting (paper Section 7): the queries one model alone ranks a gold first on."""
+
+    contrasts: tuple[str, ...] = _spec("model pairs 'a - b' whose sole wins are counted on every benchmark set "
+                                       "(arms, 'cell' or base/bm25; a pair naming an arm not run is skipped)",
+                                       default=("recipe - verified",))
+    k: int = _spec("a win is a gold within the top k (paper: 1)", default=1, min=1, max=1000)
+    probe: str = _spec("declared evaluation whose queries give probe discrimination ('' = none)",
+                       default="probe", max_len=64)
+
+
+@dataclass(frozen=True)
 class Judge2Config:
     """The second judge of the two-judge control (paper Section 3, Appendix C): another
     vendor's model re-judges every candidate of each LLM arm under the same judge prompt;
@@ -1024,6 +1036,7 @@ class Params:
     judging: dict[str, JudgingConfig] = _spec("graded judging of candidate pools, by name ({} = none; required like "
                                               "pooling: dvc.yaml builds one stage per entry)")
     saber: dict[str, SaberConfig] = _spec("SABER-Math labelling runs, by name ({} = none; required like pooling)")
+    hits: HitsConfig = _spec("hit accounting: sole wins (Section 7)", default_factory=HitsConfig)
     judge2: Judge2Config = _spec("the second judge (two-judge control)", default_factory=Judge2Config)
     backtranslate: BacktranslateConfig = _spec("the back-translation control", default_factory=BacktranslateConfig)
     engine: EngineConfig = _spec("where training and evaluation units run (execution only)",
@@ -1108,6 +1121,7 @@ def _cross_checks(p: Params) -> None:
     bad = [x for x in p.style.score_prompts if x not in p.llm.prompts]
     if bad:
         raise RecipematchError(f"style.score_prompts {bad} are not in llm.prompts {list(p.llm.prompts)}")
+    _check_hits(p)
     if p.style.tracking_set not in p.evaluations:
         raise RecipematchError(f"style.tracking_set {short_repr(p.style.tracking_set, 120)} is not a declared evaluation")
     if not any(ev.role == "benchmark" for ev in p.evaluations.values()):
@@ -1287,6 +1301,20 @@ def check_arm_inputs(p) -> None:
             if key in LLM_PROMPTS and key not in p.llm.prompts:
                 where = ("arms[cell] (positives/negatives/negatives_volume)" if arm == "cell" else f"arms[{arm}]")
                 raise RecipematchError(f"{where}: {missing_input_message(spec, key)}")
+
+
+def _check_hits(p: Params) -> None:
+    """``hits.contrasts`` parse as contrasts; ``hits.probe`` is '' or a declared evaluation."""
+    from recipematch.rules import parse_contrast
+
+    for i, text in enumerate(p.hits.contrasts):
+        try:
+            parse_contrast(text)
+        except RecipematchError as e:
+            raise RecipematchError(f"hits.contrasts[{i}]: {e}") from None
+    if p.hits.probe and p.hits.probe not in p.evaluations:
+        raise RecipematchError(f"hits.probe {short_repr(p.hits.probe, 120)} is not a declared evaluation "
+                               f"{sorted(p.evaluations)} ('' = none)")
 
 
 def _check_contrasts(p: Params) -> None:

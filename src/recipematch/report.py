@@ -1,7 +1,10 @@
 """The generated report: a Table-1-shaped table (paper Table 1), a Figure-1-style scatter
 (benchmark score against real retrieval kept, one point per trained model; paper Figure 1),
 the prompt ladder (paper Table 9) and the factorial grid (paper Tables 11-12), the last two
-filled from whichever cells ran and blank ("—") elsewhere.
+filled from whichever cells ran and blank ("—") elsewhere; each gap's resampling scheme and the
+three-scale DiD (Appendix A), real retrieval kept with recall curves and one seed's full recall
+curves (Tables 16-17, ``recall.png``), who built the test (Table 23) and the hit accounting
+(Section 7).
 
 Rows, axes and labels come from the declared evaluations (``params.yaml`` ``evaluations``,
 recorded in ``metrics/stats.json``): benchmark sets (LLM-built) on the y axis, the first real
@@ -15,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from recipematch.io import atomic_write_text
+from recipematch.rules import BASELINES
 
 ARM_ORDER = ("base", "bm25", "verified", "reference", "recipe", "cell")
 #: colour = the arm's positives (paper Figure 1)
@@ -237,6 +241,203 @@ def scatter_png(stats: Mapping[str, Any], cells: Mapping[str, Mapping[str, str]]
     plt.close(fig)
 
 
+def _ks(stats: Mapping[str, Any], name: str) -> list[int]:
+    """The cut-offs scored on ``name`` (from the keys of ``stats["arms"]["base"]``), ascending."""
+    base = stats["arms"].get("base", {})
+    return sorted(int(k.split("R@")[1]) for k in base if k.startswith(f"{name}.R@"))
+
+
+def recall_markdown(stats: Mapping[str, Any]) -> str:
+    """Table 16's shape (paper Appendix D): each model's R@k at every scored cut-off on each
+    real set, beside its R@1 on the headline (first) benchmark set; mean ± sd over seeds,
+    percent; rows = models. ``""`` without a benchmark or a real set."""
+    evals = stats["evaluations"]
+    bench = [n for n in _ordered_evals(stats) if evals[n]["role"] == "benchmark"]
+    real = [n for n in _ordered_evals(stats) if evals[n]["role"] == "real"]
+    if not bench or not real:
+        return ""
+    head = [f"{evals[bench[0]]['label']} R@1"] + [f"{evals[r]['label']} " + " / ".join(f"R@{k}" for k in _ks(stats, r))
+                                                  for r in real]
+    lines = ["| model | " + " | ".join(head) + " |", "|" + "---|" * (len(head) + 1)]
+    for a in _ordered_arms(stats):
+        row = [_fmt(stats["arms"][a].get(f"{bench[0]}.R@1"))]
+        row += [" / ".join(_fmt(stats["arms"][a].get(f"{r}.R@{k}")) for k in _ks(stats, r)) for r in real]
+        lines.append(f"| {a} | " + " | ".join(row) + " |")
+    return "\n".join(lines)
+
+
+def _at_seed(cell: Mapping[str, Any] | None, seed: str, *, single: bool) -> str:
+    """One training seed's value of a ``stats["arms"]`` entry; a single run (``single``: a
+    baseline) gives its one value; ``UNRUN`` when the seed was not scored."""
+    if not cell:
+        return UNRUN
+    if single:
+        return f"{cell['per_seed'][0]:.2f}"
+    seeds = [str(s) for s in cell.get("seeds") or []]
+    return f"{cell['per_seed'][seeds.index(seed)]:.2f}" if seed in seeds else UNRUN
+
+
+def seed_markdown(stats: Mapping[str, Any]) -> str:
+    """Table 17's shape (paper Appendix D): every model at the first training seed
+    (``stats["seed_gaps_seed"]``; baselines: their one run), R@k at every scored cut-off on
+    each benchmark set; below, each contrast's single-run gap at that seed with its paired
+    query bootstrap interval (:func:`recipematch.stats.paired_query_bootstrap`). ``""`` when
+    the stats carry no single-run gaps."""
+    seed = stats.get("seed_gaps_seed")
+    if seed is None or not stats.get("seed_gaps"):
+        return ""
+    evals = stats["evaluations"]
+    bench = [n for n in _ordered_evals(stats) if evals[n]["role"] == "benchmark"]
+    head = [f"{evals[b]['label']} " + " / ".join(f"R@{k}" for k in _ks(stats, b)) for b in bench]
+    lines = [f"Training seed {seed} (baselines: their one run).", "",
+             "| model | " + " | ".join(head) + " |", "|" + "---|" * (len(head) + 1)]
+    for a in _ordered_arms(stats):
+        row = [" / ".join(_at_seed(stats["arms"][a].get(f"{b}.R@{k}"), seed, single=a in BASELINES)
+                          for k in _ks(stats, b)) for b in bench]
+        lines.append(f"| {a} | " + " | ".join(row) + " |")
+    names = [n for n in _ordered_evals(stats) if evals[n]["role"] != "external"]
+    lines += ["", f"| gap at seed {seed}, R@1 [95%, queries resampled] | " + " | ".join(evals[n]["label"] for n in names)
+              + " |", "|" + "---|" * (len(names) + 1)]
+    for c in stats.get("contrasts", []):
+        lines.append(f"| {c.replace('-', ' − ')} | " + " | ".join(_gap(stats["seed_gaps"].get(f"{c}.{n}.R@1"))
+                                                                 for n in names) + " |")
+    return "\n".join(lines)
+
+
+def _scheme(g: Mapping[str, Any]) -> str:
+    seeds = {"independent": "seeds drawn per arm", "paired": "one seed draw shared by both arms",
+             "single_run": "single runs (no seed draw)"}.get(g.get("seeds", ""), g.get("seeds", "?"))
+    return f"{g.get('scheme', '?')} bootstrap, {seeds}"
+
+
+def schemes_markdown(stats: Mapping[str, Any]) -> str:
+    """Which resampling scheme each gap of Table 1 used (paper Appendix A; the paper's Table 1
+    mixes a shared seed draw and per-arm seed draws): per contrast and set, the scheme, and the
+    other seed scheme's interval where both apply (two trained arms with the same two or more
+    seeds), flagged when the two intervals differ at two decimals."""
+    evals = stats["evaluations"]
+    other = stats.get("gaps_other_scheme") or {}
+    lines = ["| contrast | set | scheme used | interval | other seed scheme | its interval |", "|---|---|---|---|---|---|"]
+    n_diff = 0
+    for c in stats.get("contrasts", []):
+        for n in _ordered_evals(stats):
+            g = stats["gaps"].get(f"{c}.{n}.R@1")
+            if not g:
+                continue
+            o = other.get(f"{c}.{n}.R@1")
+            if o:
+                differs = (f"{g['low']:.2f}", f"{g['high']:.2f}") != (f"{o['low']:.2f}", f"{o['high']:.2f}")
+                n_diff += differs
+                alt = [_scheme(o), _gap(o) + (" (differs)" if differs else " (same)")]
+            else:
+                alt = ["does not apply (a baseline, or fewer than two shared seeds)", ""]
+            lines.append(f"| {c.replace('-', ' − ')} | {evals[n]['label']} | {_scheme(g)} | {_gap(g)} | "
+                         + " | ".join(alt) + " |")
+    lines += ["", f"{n_diff} gap interval(s) differ between the two seed schemes."]
+    return "\n".join(lines)
+
+
+def three_scales_markdown(stats: Mapping[str, Any]) -> str:
+    """The DiD on three scales (paper Appendix A): points, log-odds and error reduction, each
+    with its 95% interval over seeds (seed-paired) and the number of seeds with a positive DiD;
+    below, the pairs left out and why. ``""`` when nothing was computed or skipped."""
+    done = stats.get("did_three_scales") or {}
+    skipped = stats.get("did_three_scales_skipped") or []
+    if not done and not skipped:
+        return ""
+    evals = stats["evaluations"]
+    lines = ["| contrast | benchmark − real | points | log-odds | error reduction | seeds with DiD > 0 |",
+             "|---|---|---|---|---|---|"]
+    for key, v in done.items():
+        pair, sets = key.split(".")[0], key.split(".")[1]
+        b, r = sets.split("-", 1)
+        cells = []
+        for scale in ("points", "log_odds", "error_reduction"):
+            d = v[scale]["did"]
+            cells.append(f"{d['estimate']:+.3f} [{d['low']:+.3f}, {d['high']:+.3f}]")
+        lines.append(f"| {pair.replace('-', ' − ')} | {evals[b]['label']} − {evals[r]['label']} | " + " | ".join(cells)
+                     + f" | {v['points']['n_seeds_did_positive']} / {v['points']['n_seeds']} |")
+    if skipped:
+        lines += ["", "Not computed:", ""] + [f"- {s['key']}: {s['reason']}" for s in skipped]
+    return "\n".join(lines)
+
+
+def hits_markdown(hits: Mapping[str, Any] | None, stats: Mapping[str, Any]) -> str:
+    """Section 7's hit accounting (``metrics/hits.json``): per benchmark set and model pair a − b
+    at one training seed, the queries a alone, b alone, both and neither rank a gold within the
+    top k; then how each query–gold feature separates a's sole wins from the rest (AUC, means,
+    Mann–Whitney p, share of wins among as many top-valued queries, share below the median);
+    and probe discrimination where the set's queries are probe queries. ``""`` without hits."""
+    if not hits or not hits.get("sets"):
+        return ""
+    evals = stats["evaluations"]
+    lines = [f"At training seed {hits['seed']}, a win is a gold within the top {hits['k']}.", ""]
+    for name, per in hits["sets"].items():
+        for pair, acc in per.items():
+            a, b = pair.split("-", 1)
+            c = acc["counts"]
+            lines += [f"**{evals[name]['label']}, {a} − {b}**: {a} alone {c['a_alone']}, {b} alone {c['b_alone']}, "
+                      f"both {c['both']}, neither {c['neither']} (of {acc['n_queries']} queries"
+                      + (f"; {acc['missing_gold_text']} without gold text" if acc["missing_gold_text"] else "") + ").", "",
+                      f"| feature | AUC ({a} alone vs rest) | mean, wins | mean, rest | p (Mann–Whitney) | "
+                      "wins among top-n | wins below median |", "|---|---|---|---|---|---|---|"]
+            for f, s in acc["features"].items():
+                if s["auc"] is None:
+                    lines.append(f"| {f} | — ({s.get('reason', '')}) | | | | | |")
+                    continue
+                lines.append(f"| {f} | {s['auc']:.3f} | {s['mean_wins']:.3f} | {s['mean_rest']:.3f} | "
+                             f"{s['p_mannwhitney']:.3g} | {100 * s['top_share']:.1f}% | {100 * s['below_median_share']:.1f}% |")
+            pr = acc.get("probe")
+            if pr is not None:
+                if pr["n_wins_on_probe"]:
+                    lines += ["", f"Probe: {pr['n_wins_on_probe']} of {a}'s sole wins are probe queries; its probe R@1 "
+                              f"there {pr['probe_R@1_on_wins']:.2f} against {pr['probe_R@1_on_rest']:.2f} on the other "
+                              f"{pr['n_rest']}."]
+                else:
+                    lines += ["", f"Probe: none of {a}'s sole wins is a probe query ({pr['n_probe_queries_in_set']} of "
+                              "the set's queries are), so probe discrimination cannot be split here."]
+            lines.append("")
+    for s in hits.get("skipped", []):
+        lines.append(f"- {s['pair']} skipped: {s['reason']}")
+    return "\n".join(lines).rstrip()
+
+
+def recall_png(stats: Mapping[str, Any], path: Path) -> None:
+    """Recall curves (paper Tables 16–17): one panel per declared set that is not external,
+    R@k (mean over seeds, percent) against k, one line per model."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    evals = stats["evaluations"]
+    names = [n for n in _ordered_evals(stats) if evals[n]["role"] != "external" and len(_ks(stats, n)) > 1]
+    if not names:
+        return
+    cols = min(3, len(names))
+    rows = -(-len(names) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(4.6 * cols, 3.6 * rows), dpi=110, squeeze=False)
+    for ax, n in zip(axes.flat, names):
+        ks = _ks(stats, n)
+        for a in _ordered_arms(stats):
+            ys = [stats["arms"][a][f"{n}.R@{k}"]["mean"] for k in ks]
+            ax.plot(ks, ys, marker="o", label=a, color="black" if a == "base" else None,
+                    linestyle="--" if a in ("base", "bm25") else "-")
+        ax.set_title(evals[n]["label"], fontsize=8)
+        ax.set_xlabel("k")
+        ax.set_ylabel("R@k (%)")
+        ax.set_xticks(ks)
+        ax.grid(alpha=0.3)
+    for ax in list(axes.flat)[len(names):]:
+        ax.axis("off")
+    axes.flat[0].legend(fontsize=7, loc="best")
+    fig.suptitle("Recall curves, mean over seeds")
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, metadata={"Software": None})
+    plt.close(fig)
+
+
 def style_markdown(style: Mapping[str, Any]) -> str:
     """Tables 13 and 14 (paper Appendix C): the style probe's AUC per prompt (stripped, with
     its 95% bootstrap interval over held-out sources, and unstripped), and each model's style
@@ -323,10 +524,15 @@ def who_built_markdown(stats: Mapping[str, Any], k: int = 1) -> str:
 
 
 def write_report(stats: Mapping[str, Any], cells: Mapping[str, Mapping[str, str]], counts: Mapping[str, Any], out_dir: Path,
-                 *, params: Mapping[str, Any], style: Mapping[str, Any] | None = None) -> Path:
-    """Write ``report.md`` and ``figure1.png`` under ``out_dir``; returns the report path."""
+                 *, params: Mapping[str, Any], style: Mapping[str, Any] | None = None,
+                 hits: Mapping[str, Any] | None = None) -> Path:
+    """Write ``report.md``, ``figure1.png`` and ``recall.png`` under ``out_dir``; returns the
+    report path. ``hits`` is ``metrics/hits.json`` (Section 7), or None."""
     out_dir.mkdir(parents=True, exist_ok=True)
     scatter_png(stats, cells, out_dir / "figure1.png")
+    recall_png(stats, out_dir / "recall.png")
+    recall, at_seed, scales, sole = (recall_markdown(stats), seed_markdown(stats), three_scales_markdown(stats),
+                                     hits_markdown(hits, stats))
     lines = ["# recipematch report", "",
              "Recomputed from this run's pipeline outputs (`dvc repro`). Arms are mean ± sample sd over "
              "training seeds (percent); gaps are percentage points with 95% intervals from a nested bootstrap "
@@ -335,7 +541,13 @@ def write_report(stats: Mapping[str, Any], cells: Mapping[str, Mapping[str, str]
              "resample clusters, then queries within them.", "",
              "Parameters: " + ", ".join(f"`{k}={v}`" for k, v in params.items()), "",
              "## Table 1 (shape of the paper's Table 1)", "", table_markdown(stats, cells), "",
+             "### Resampling scheme of each gap", "", schemes_markdown(stats), "",
+             *(["### The DiD on three scales (Appendix A)", "", scales, ""] if scales else []),
              "## Figure 1", "", "![benchmark score against real retrieval](figure1.png)", "",
+             *(["## Real retrieval kept, with recall curves (Table 16's shape)", "", recall, "",
+                "![recall curves](recall.png)", ""] if recall else []),
+             *(["## One seed, full recall curves (Table 17's shape)", "", at_seed, ""] if at_seed else []),
+             *(["## Hit accounting: sole wins (Section 7)", "", sole, ""] if sole else []),
              "## Table 9 (the prompt ladder; cells not run: —)", "", ladder_markdown(stats, cells), "",
              "## Tables 11-12 (the factorial: positives × negatives; cells not run: —)", "",
              factorial_markdown(stats, cells), "",

@@ -1,5 +1,6 @@
 """Stage ``report``: the Markdown report with the Table-1-shaped table, the Figure-1-style
-scatter, the prompt ladder and the factorial grid (paper Table 1, Figure 1, Tables 9, 11-12)."""
+scatter, the prompt ladder and the factorial grid (paper Table 1, Figure 1, Tables 9, 11-12),
+Tables 16, 17 and 23, and the hit accounting of Section 7 (``metrics/hits.json``)."""
 
 from __future__ import annotations
 
@@ -36,7 +37,7 @@ def run(p, lay: Layout) -> Path:
         counts[f"cells.{a}"] = read_json(lay.metrics / "cells" / f"{a}.json")
         counts[f"train.{a}"] = read_json(lay.metrics / "train" / f"{a}.json")
     return write_report(stats, cells, counts, lay.reports, params=_report_params(p),
-                        style=read_json(lay.metrics / "style.json"))
+                        style=read_json(lay.metrics / "style.json"), hits=read_json(lay.metrics / "hits.json"))
 
 
 def _report_params(p) -> dict:

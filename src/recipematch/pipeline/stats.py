@@ -1,7 +1,21 @@
 """Stage ``stats``: mean ± sd over seeds on every declared evaluation, nested-bootstrap gaps for
 exactly the declared ``contrasts`` (clusters resampled where a set has them), and the
 difference in differences of every benchmark set against every real set, computed inside
-each replicate (paper Table 1, Appendix A)."""
+each replicate (paper Table 1, Appendix A).
+
+Also, for every contrast (Appendix A, Tables 1 and 17):
+
+- ``gaps_other_scheme``: the same gap under the other seed scheme (paired seed draws when
+  ``stats.paired_seeds`` is false, independent ones when it is true), for two trained arms with
+  the same two or more seeds: Table 1 mixes both schemes, so the report states each gap's and
+  gives both where they differ;
+- ``seed_gaps``: the single-run gap at the first training seed (``train.seed``; the paper's
+  seed 42 of Table 17), by :func:`recipematch.stats.paired_query_bootstrap`;
+- ``did_three_scales``: the DiD on points, log-odds and error reduction, seed-paired, over
+  seeds (:func:`recipematch.stats.did_three_scales`, B = 10,000), for two trained arms with the
+  same seeds; a pair whose per-seed R@1 touches 0 or 100 (undefined on two of the scales) is
+  listed in ``did_three_scales_skipped`` with its reason.
+"""
 
 from __future__ import annotations
 
@@ -16,7 +30,7 @@ from recipematch.rules import BASELINES, MEASURE_PREFIX, parse_contrast, soup_la
 
 log = logging.getLogger("recipematch")
 
-PARAMS = ("arms", "contrasts", "stats", "evaluate.ks", "evaluations", "train.soup_alphas")
+PARAMS = ("arms", "contrasts", "stats", "evaluate.ks", "evaluations", "train.soup_alphas", "train.seed")
 
 
 def _hits(ranks, k: int):
@@ -119,7 +133,7 @@ def run(p, lay: Layout) -> dict:
     """Stage 9: mean ± sd, nested-bootstrap gaps and the DiD (percentage points)."""
     import pandas as pd
 
-    from recipematch.stats import did_bootstrap, mean_sd, nested_bootstrap_gap
+    from recipematch.stats import did_bootstrap, mean_sd, nested_bootstrap_gap, paired_query_bootstrap
 
     scfg = p.stats
     # WiSE-FT soups (Appendix E) are evaluated rows like the arms: <arm>@soup<alpha>
@@ -159,11 +173,17 @@ def run(p, lay: Layout) -> dict:
                 m, sd = mean_sd(per_seed)
                 out["arms"][a][f"{name}.R@{k}"] = {"mean": round(float(m), 4),
                                                    "sd": None if sd != sd else round(float(sd), 4),
-                                                   "per_seed": [round(float(x), 4) for x in per_seed]}
+                                                   "per_seed": [round(float(x), 4) for x in per_seed],
+                                                   "seeds": sorted(ranks[a][name]["seed"].unique())}
     bench = [n for n, ev in evals.items() if ev.role == "benchmark"]
     real = [n for n, ev in evals.items() if ev.role == "real"]
     out["contrasts"] = []
     out["contrasts_skipped"] = []
+    out["gaps_other_scheme"] = {}
+    out["seed_gaps"] = {}
+    out["seed_gaps_seed"] = str(p.train.seed)
+    out["did_three_scales"] = {}
+    out["did_three_scales_skipped"] = []
     pairs: list[tuple[str, str]] = []  # the contrasts run, as parsed
     for x, y in (parse_contrast(c) for c in p.contrasts):
         pair = f"{x}-{y}"
@@ -189,11 +209,22 @@ def run(p, lay: Layout) -> dict:
             g = nested_bootstrap_gap(100 * ha, 100 * hb, n_boot=scfg.n_boot, seed=scfg.seed, clusters=ca,
                                      paired_seeds=paired)
             out["gaps"][f"{pair}.{name}.R@1"] = _as_dict(g)
+            if _same_seeds(ranks, x, y, name):  # Table 1's other scheme, for the report to set beside it
+                o = nested_bootstrap_gap(100 * ha, 100 * hb, n_boot=scfg.n_boot, seed=scfg.seed, clusters=ca,
+                                         paired_seeds=not scfg.paired_seeds)
+                out["gaps_other_scheme"][f"{pair}.{name}.R@1"] = _as_dict(o)
+            one_a, one_b = _at_seed(ranks[x][name], x, p.train.seed), _at_seed(ranks[y][name], y, p.train.seed)
+            if one_a is not None and one_b is not None:
+                sa, _, _ = _hits(one_a, 1)
+                sb, _, _ = _hits(one_b, 1)
+                out["seed_gaps"][f"{pair}.{name}.R@1"] = _as_dict(paired_query_bootstrap(
+                    100 * sa[0], 100 * sb[0], n_boot=scfg.n_boot, seed=scfg.seed, clusters=ca))
         for b in bench:
             for r in real:
                 d = did_bootstrap(hits[b][0], hits[b][1], hits[r][0], hits[r][1], n_boot=scfg.n_boot, seed=scfg.seed,
                                   real_clusters=hits[r][2], bench_clusters=hits[b][2], paired_seeds=paired)
                 out["did"][f"{pair}.{b}-{r}.R@1"] = _as_dict(d)
+                _three_scales(out, pair, x, y, b, r, ranks)
     # Table 20: the graded measures of external sets; gaps of the declared contrasts and of every row against base
     pairs += [(a, "base") for a in rows if a != "base" and (a, "base") not in pairs]
     _graded_gaps(out, evals, ranks, rows, pairs, scfg)
@@ -217,6 +248,44 @@ def run(p, lay: Layout) -> dict:
                 pts.append(pt)
     write_json(lay.metrics / "plots" / "scatter.json", pts)
     return out
+
+
+def _same_seeds(ranks, x: str, y: str, name: str) -> bool:
+    """Two trained arms scored at the same two or more seeds on ``name`` (both seed schemes apply)."""
+    if x in BASELINES or y in BASELINES:
+        return False
+    sx, sy = set(ranks[x][name]["seed"]), set(ranks[y][name]["seed"])
+    return sx == sy and len(sx) >= 2
+
+
+def _at_seed(df, model: str, seed: int):
+    """The rows of ``model`` at training seed ``seed`` (a baseline: its one run), or None when absent."""
+    if model in BASELINES:
+        return df
+    one = df[df["seed"] == str(seed)]
+    return None if one.empty else one
+
+
+def _three_scales(out: dict, pair: str, x: str, y: str, b: str, r: str, ranks) -> None:
+    """The seed-paired three-scale DiD (Appendix A) of ``x - y`` on benchmark ``b`` against real ``r``."""
+    from recipematch.stats import did_three_scales
+
+    key = f"{pair}.{b}-{r}.R@1"
+    if x in BASELINES or y in BASELINES:
+        out["did_three_scales_skipped"].append({"key": key, "reason": "a baseline is one run: no seeds to pair"})
+        return
+    cols = [out["arms"][m][f"{s}.R@1"] for m in (x, y) for s in (b, r)]
+    if len({tuple(c["seeds"]) for c in cols}) != 1:
+        out["did_three_scales_skipped"].append({"key": key, "reason": "the two arms were scored at different seeds"})
+        return
+    vals = [c["per_seed"] for c in cols]
+    flat = [v for c in vals for v in c]
+    if any(v <= 0 or v >= 100 for v in flat):
+        out["did_three_scales_skipped"].append({"key": key, "reason": "a per-seed R@1 is 0 or 100: log-odds and "
+                                                "error reduction are undefined there"})
+        return
+    ba, ra, bb, rb = vals
+    out["did_three_scales"][key] = did_three_scales(ba, bb, ra, rb, seed=out["seed"])
 
 
 def _as_dict(obj: Any) -> Any:

@@ -7,6 +7,10 @@ ids. Tracking: for the base model and every trained model, the per-query Spearma
 the model's similarity and the stripped detector's style score over a declared evaluation's
 corpus, and the top-k style percentile. Embeddings come from the evaluate stages' cache
 (same encoder settings), so tracking re-encodes nothing that was scored.
+
+Besides ``metrics/style.json`` it keeps every tracked document's stripped style score and its
+percentile in the corpus's style distribution (``artifacts/style/scores.parquet``: doc_id,
+style_score, style_percentile), which the Section 7 hit accounting reads.
 """
 
 from __future__ import annotations
@@ -52,6 +56,7 @@ def run(p, lay: Layout) -> dict:
     doc_ids = list(bset.corpus)
     doc_texts = [doc_text(bset.corpus[d]) for d in doc_ids]
     style = stripped.decision_function(doc_texts)
+    _write_scores(lay, doc_ids, style)
     pos = {d: i for i, d in enumerate(doc_ids)}
     qids = list(bset.query_ids)
     exclude = np.array([pos.get(q, -1) for q in qids], dtype=np.int64)
@@ -70,6 +75,22 @@ def run(p, lay: Layout) -> dict:
     write_json(lay.metrics / "style.json", out)
     return {"probe": {k: v for k, v in out["probe"].items() if k.endswith(".auc")},
             "tracking": {m: t.get("rho_mean") for m, t in out["tracking"].items()}}
+
+
+def _write_scores(lay: Layout, doc_ids: list[str], style) -> None:
+    """``artifacts/style/scores.parquet``: one row per tracked document, written whole or not at all."""
+    import os
+
+    import pandas as pd
+
+    from recipematch.style import style_percentiles
+
+    out = lay.p("artifacts", "style", "scores.parquet")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(out.name + ".partial")
+    pd.DataFrame({"doc_id": doc_ids, "style_score": style, "style_percentile": style_percentiles(style)}
+                 ).to_parquet(tmp, index=False)
+    os.replace(tmp, out)
 
 
 main = stage("style", PARAMS)(run)
