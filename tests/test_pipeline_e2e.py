@@ -22,6 +22,7 @@ from recipematch.pipeline import (
     evaluate_bm25,
     gates,
     hits,
+    regen,
     llm,
     style,
     recordings,
@@ -295,6 +296,33 @@ def test_hit_accounting_counts_every_query_once(pipeline):
                                         | ({"style_percentile"} if name == "tier_d1" else set()))
         assert acc["probe"]["n_probe_queries_in_set"] >= 0
     assert "## Hit accounting: sole wins (Section 7)" in Path(report).read_text()
+
+
+def test_regen_through_the_llm_pipeline_replays_and_resumes(pipeline):
+    """Appendix E: the D1 tier's golds regenerated under D4's prompt through the LLM pipeline
+    (replay): each gold doc now carries the query's D4 restatement, the tier's copy of that
+    restatement is removed, and a rerun answers every call from the call store."""
+    from recipematch.beir import read_beir
+
+    params, lay, _, _ = pipeline
+    raw = copy.deepcopy(params)
+    raw["regen"] = {"d4v": {"of": "tier_d1", "source": "llm", "prompt": "d4_restatement"}}
+    counts = regen.run(_view(raw, regen), lay, "d4v", progress=False)
+    assert (counts["queries"], counts["kept"], counts["dropped"]) == (5, 5, 0)
+    assert counts["duplicates_of_new_golds_removed"] == 5 and counts["llm"]["positives"]["kept"] == 5
+    v = read_beir(lay.p("artifacts", "regen", "d4v"))
+    d1, d4 = read_beir(lay.p("artifacts", "evalsets", "tier_d1")), read_beir(lay.p("artifacts", "evalsets", "tier_d4"))
+    for q, gs in v.qrels.items():
+        (g,) = gs
+        assert g == next(iter(d1.qrels[q]))  # same gold id as the original tier
+        assert v.corpus[g]["text"] == d4.corpus[next(iter(d4.qrels[q]))]["text"]  # the D4 restatement
+    assert len(v.corpus) == len(d1.corpus) - 5
+    store = lay.p("artifacts", "regen_calls", "d4v", "calls.jsonl")
+    lines = store.read_text().count("\n")
+    before = lay.p("artifacts", "regen", "d4v", "corpus.jsonl").read_bytes()
+    regen.run(_view(raw, regen), lay, "d4v", progress=False)
+    assert store.read_text().count("\n") == lines  # nothing sent twice
+    assert lay.p("artifacts", "regen", "d4v", "corpus.jsonl").read_bytes() == before
 
 
 def test_rerun_of_train_redoes_nothing(pipeline):

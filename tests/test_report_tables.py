@@ -97,3 +97,20 @@ def test_hit_accounting_section():
     assert "| latex_jaccard | — (no sole wins)" in md
     assert "cannot be split here" in md and "- cell-verified skipped" in md
     assert hits_markdown(None, _stats()) == "" and hits_markdown({"sets": {}}, _stats()) == ""
+
+
+def test_table24_sets_each_version_beside_the_original():
+    from recipematch.report import regen_markdown
+
+    s = _stats()
+    s["evaluations"] = {**EVALS, "tier_v": {"label": "tier, D4 golds", "role": "benchmark", "report_ks": [1],
+                                            "version_of": "tier"}}
+    for a in s["arms"]:
+        s["arms"][a]["tier_v.R@1"] = _cell([3.0], ["run"])
+    s["gaps"]["recipe-verified.tier_v.R@1"] = _gap(1.0, -2.0, 4.0)
+    md = regen_markdown(s)
+    rows = md.splitlines()
+    assert rows[0] == "| gold documents | base | verified | recipe | recipe − verified | recipe − base |"
+    assert rows[2].startswith("| tier (original) | 10.00 |") and "+5.00 [+1.00, +9.00]" in rows[2]
+    assert rows[3].startswith("| tier, D4 golds | 3.00 |") and "+1.00 [-2.00, +4.00]" in rows[3]
+    assert regen_markdown(_stats()) == ""

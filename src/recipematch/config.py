@@ -658,6 +658,9 @@ class EvaluationConfig:
                        max=1_000_000)
     group: str = _spec("sets sharing a group are macro-averaged, each set resampled on its own (ImpliRet's "
                        "subsets, MIRB's tasks; '' = none)", default="", max_len=64)
+    version_of: str = _spec("the declared benchmark evaluation whose golds this set regenerates (a regen stage's "
+                            "folder; the report's Table 24 sets the versions side by side; '' = none)",
+                            default="", max_len=64)
 
 
 from recipematch.rules import EXTERNAL_SUBSETS  # noqa: E402 (each loader's subsets, Section 6)
@@ -723,6 +726,29 @@ class PoolConfig:
     token_pattern: str = _spec("the lexical routes' token regex, applied to lowercased text (the design: [a-z0-9]+)",
                                min=1, max_len=200)
     ngram_n: int = _spec("words per n-gram of the overlap route (the design: 5)", min=1, max=50)
+
+
+@dataclass(frozen=True)
+class RegenConfig:
+    """One regenerated version of a declared benchmark's golds (paper Appendix E, the
+    regeneration defence, Tables 24-25): the ``regen@<name>`` stage rewrites each query's gold
+    another way, keeps the queries, qrels and the rest of the corpus, and writes the version as
+    a BEIR folder (``artifacts/regen/<name>/``) that an ``evaluations`` entry can declare."""
+
+    of: str = _spec("the declared benchmark evaluation whose gold documents are regenerated", min=1, max_len=64)
+    source: str = _spec("llm: each query's source problem rewritten through the llm section's backend and judge "
+                        "under `prompt` (replay: the recordings; openai: any OpenAI-compatible server); rows: "
+                        "released regenerated golds (`rows`, `variant`)", choices=("llm", "rows"))
+    prompt: str = _spec("source llm: the rewriting prompt (d1_recipe, d2_paraphrase, d3_style, d4_restatement, "
+                        "d5_survey)", default="", max_len=64)
+    rows: str = _spec("source rows: a JSON file under data/ shaped like the release's "
+                      "data/defense_eval/regen_manifest.json ({queries: {id: {variant: {text, verified}}}})",
+                      default="", max_len=2000)
+    variant: str = _spec("source rows: which regenerated variant (the release: exact, paraphrase, style)",
+                         default="", max_len=64)
+    missing: str = _spec("a query left without a regenerated gold (failed, rejected or unverified): error (stop, "
+                         "write nothing) or drop (leave the query out, counted)", choices=("error", "drop"),
+                         default="error")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -1036,6 +1062,8 @@ class Params:
     judging: dict[str, JudgingConfig] = _spec("graded judging of candidate pools, by name ({} = none; required like "
                                               "pooling: dvc.yaml builds one stage per entry)")
     saber: dict[str, SaberConfig] = _spec("SABER-Math labelling runs, by name ({} = none; required like pooling)")
+    regen: dict[str, RegenConfig] = _spec("regenerated gold versions of declared benchmarks (Appendix E), by name "
+                                          "({} = none; dvc.yaml builds one stage per entry)", default_factory=dict)
     hits: HitsConfig = _spec("hit accounting: sole wins (Section 7)", default_factory=HitsConfig)
     judge2: Judge2Config = _spec("the second judge (two-judge control)", default_factory=Judge2Config)
     backtranslate: BacktranslateConfig = _spec("the back-translation control", default_factory=BacktranslateConfig)
@@ -1110,6 +1138,7 @@ def _cross_checks(p: Params) -> None:
     _check_external(p)
     _check_attacks(p)
     _check_pooling(p)
+    _check_regen(p)
     _check_judging(p)
     _check_saber(p)
     e = p.engine
@@ -1214,6 +1243,40 @@ def _check_pooling(p) -> None:
             raise RecipematchError(f"{where}: judge_depth {pc.judge_depth} exceeds route_depth {pc.route_depth} "
                                    "(the pools are cut from the routes' lists)")
         check_token_pattern(pc.token_pattern, f"{where}.token_pattern")
+
+
+def _check_regen(p) -> None:
+    """Each regen entry: a path-part name, a declared benchmark to regenerate, a prompt of the
+    llm section (source llm) or a rows file inside the project and a variant (source rows);
+    each evaluation's ``version_of`` names a declared benchmark evaluation."""
+    for name, rc in p.regen.items():
+        where = f"regen.{name}"
+        _check_entry_name(where, name)
+        ev = p.evaluations.get(rc.of)
+        if ev is None or ev.role != "benchmark":
+            raise RecipematchError(f"{where}.of: {short_repr(rc.of, 60)} is not a declared benchmark evaluation "
+                                   f"(benchmarks: {sorted(n for n, e in p.evaluations.items() if e.role == 'benchmark')})")
+        if rc.source == "llm":
+            if rc.prompt not in p.llm.prompts:
+                raise RecipematchError(f"{where}.prompt: {short_repr(rc.prompt, 60)} is not in llm.prompts "
+                                       f"{list(p.llm.prompts)} (source llm rewrites through that section)")
+            if rc.rows or rc.variant:
+                raise RecipematchError(f"{where}: rows and variant belong to source rows, not llm")
+        else:
+            if not rc.rows or not rc.variant:
+                raise RecipematchError(f"{where}: source rows needs both rows (the file) and variant")
+            if rc.prompt:
+                raise RecipematchError(f"{where}.prompt belongs to source llm, not rows")
+            _check_inside_project(where, rc, ("rows",))
+            if Path(rc.rows).parts[:1] != ("data",):
+                raise RecipematchError(f"{where}.rows must lie under data/ (the DVC-tracked inputs the regen stage "
+                                       f"declares), got {short_repr(rc.rows, 100)}")
+    for name, ev in p.evaluations.items():
+        if ev.version_of:
+            other = p.evaluations.get(ev.version_of)
+            if other is None or other.role != "benchmark" or ev.version_of == name:
+                raise RecipematchError(f"evaluations.{name}.version_of: {short_repr(ev.version_of, 60)} is not another "
+                                       "declared benchmark evaluation")
 
 
 def _check_judging(p) -> None:

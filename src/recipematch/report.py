@@ -438,6 +438,32 @@ def recall_png(stats: Mapping[str, Any], path: Path) -> None:
     plt.close(fig)
 
 
+def regen_markdown(stats: Mapping[str, Any]) -> str:
+    """Table 24's shape (paper Appendix E, the regeneration defence): for each benchmark set
+    with regenerated versions (evaluations whose ``version_of`` names it), rows = the original
+    golds and each version, columns = every model's R@1 (mean ± sd over seeds) and the recipe
+    arm's lead over each other model in the declared contrasts (95% interval; every declared
+    contrast when none starts with the recipe arm). ``""`` when no set has a version."""
+    evals = stats["evaluations"]
+    arms = _ordered_arms(stats)
+    contrasts = list(stats.get("contrasts", []))
+    leads = [c for c in contrasts if c.startswith("recipe-")] or contrasts
+    out = []
+    for orig in _ordered_evals(stats):
+        versions = [n for n in _ordered_evals(stats) if evals[n].get("version_of") == orig]
+        if not versions:
+            continue
+        head = ["gold documents", *arms, *(c.replace("-", " − ") for c in leads)]
+        out += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+        for n in [orig, *versions]:
+            row = [evals[n]["label"] + (" (original)" if n == orig else "")]
+            row += [_fmt(stats["arms"][a].get(f"{n}.R@1")) for a in arms]
+            row += [_gap(stats["gaps"].get(f"{c}.{n}.R@1")) for c in leads]
+            out.append("| " + " | ".join(row) + " |")
+        out.append("")
+    return "\n".join(out).rstrip()
+
+
 def style_markdown(style: Mapping[str, Any]) -> str:
     """Tables 13 and 14 (paper Appendix C): the style probe's AUC per prompt (stripped, with
     its 95% bootstrap interval over held-out sources, and unstripped), and each model's style
@@ -533,6 +559,7 @@ def write_report(stats: Mapping[str, Any], cells: Mapping[str, Mapping[str, str]
     recall_png(stats, out_dir / "recall.png")
     recall, at_seed, scales, sole = (recall_markdown(stats), seed_markdown(stats), three_scales_markdown(stats),
                                      hits_markdown(hits, stats))
+    regen = regen_markdown(stats)
     lines = ["# recipematch report", "",
              "Recomputed from this run's pipeline outputs (`dvc repro`). Arms are mean ± sample sd over "
              "training seeds (percent); gaps are percentage points with 95% intervals from a nested bootstrap "
@@ -548,6 +575,10 @@ def write_report(stats: Mapping[str, Any], cells: Mapping[str, Mapping[str, str]
                 "![recall curves](recall.png)", ""] if recall else []),
              *(["## One seed, full recall curves (Table 17's shape)", "", at_seed, ""] if at_seed else []),
              *(["## Hit accounting: sole wins (Section 7)", "", sole, ""] if sole else []),
+             *(["## The regeneration defence (Table 24's shape)", "",
+                "The same queries with their golds regenerated another way (each version's MANIFEST names how); "
+                "R@1, mean ± sd over seeds; the lead columns are gaps with 95% intervals.", "", regen, ""]
+               if regen else []),
              "## Table 9 (the prompt ladder; cells not run: —)", "", ladder_markdown(stats, cells), "",
              "## Tables 11-12 (the factorial: positives × negatives; cells not run: —)", "",
              factorial_markdown(stats, cells), "",
