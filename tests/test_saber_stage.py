@@ -60,7 +60,7 @@ def _project(tmp_path: Path, **saber):
     return parse_params(raw), Layout(tmp_path), rows
 
 
-def _table(rows, quality, bad_pair=None):
+def _table(rows, quality, bad_pair=None, bad_doc=None):
     core = resources.files("recipematch").joinpath("prompts", "saber_core_idea.txt").read_bytes().decode()
     table = {}
     for d, (text, sol, _t) in rows.items():
@@ -73,7 +73,8 @@ def _table(rows, quality, bad_pair=None):
             if a != b:
                 user = _fill(PAIRWISE, {"query": rows["q0"][0], "first": rows[a][0], "second": rows[b][0]})
                 pick = "A" if quality.get(a, 0) > quality.get(b, 0) else "B"
-                table[("", user)] = "maybe" if bad_pair == (a, b) else json.dumps({"preferred": pick})
+                bad = bad_pair == (a, b) or bad_doc in (a, b)
+                table[("", user)] = "maybe" if bad else json.dumps({"preferred": pick})
     return table
 
 
@@ -120,6 +121,27 @@ def test_a_broken_pairwise_answer_is_a_counted_failure_not_a_win(tmp_path: Path)
     broken = [j for j in judged if {j["first"], j["second"]} == {"t0", "t1"}]
     assert len(broken) == 1 and broken[0]["winner"] is None and broken[0]["reason"] == "answer outside A/B"
     assert counts["failures"].get("judgment: answer outside A/B") == 1
+
+
+def test_a_candidate_whose_every_game_failed_gets_no_grade(tmp_path: Path) -> None:
+    """No valid game is no evidence: t1 is left out of the qrels and flagged, never given an
+    invented grade, and the others' grades are rescaled over the candidates that played."""
+    from recipematch.pipeline import saber
+
+    p, lay, rows = _project(tmp_path)
+    quality = {f"b{i}": 10 + i for i in range(6)} | {"s0": 5, "s1": 4, "t0": 3, "t1": 2}
+    with ChatServer(_table(rows, quality, bad_doc="t1"), model=JUDGE) as srv:
+        counts = saber.run(_with_url(p, srv.base_url), lay, name="tiny", progress=False)
+    out = tmp_path / "artifacts" / "saber" / "tiny"
+    grades = pd.read_parquet(out / "grades.parquet").set_index("doc_id")
+    assert grades.loc["t1", "games"] == 0 and pd.isna(grades.loc["t1", "grade"])
+    played = grades.drop(index="t1")
+    assert played["grade"].max() == 5.0 and played["grade"].min() == 0.0
+    assert played.sort_values("grade", ascending=False).index.tolist() == sorted(played.index, key=lambda d: -quality[d])
+    q = [json.loads(line) for line in (out / "qrels.jsonl").read_text().splitlines()]
+    assert {r["corpus-id"] for r in q} == set(played.index)
+    assert counts["ungraded_candidates"] == 1 and counts["queries_without_grades"] == 0
+    assert counts["failures"]["judgment: answer outside A/B"] == counts["n_failures"] > 0
 
 
 def test_the_parsers_and_bad_inputs(tmp_path: Path) -> None:

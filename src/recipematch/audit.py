@@ -309,10 +309,12 @@ def audit_params(template: Mapping[str, Any], *, control: str, recipe_sidecar: s
     p["style"] = {**p["style"], "train_prompt": "d1_recipe", "score_prompts": ["d1_recipe", control],
                   "tracking_set": "benchmark"}
     p["budget"] = {**p["budget"], "shared_sources": []}
-    # the template's pools, judging and SABER runs name the template's own evaluations
-    for key in ("pooling", "judging", "saber"):
+    # the template's pools, judging, SABER and regen runs name the template's own evaluations
+    for key in ("pooling", "judging", "saber", "regen"):
         if key in p:
             p[key] = {}
+    if "hits" in p:  # the audit's sets carry no near-miss probe of the template's
+        p["hits"] = {**p["hits"], "probe": ""}
     if base_model:
         p["train"] = {**p["train"], "model": base_model}
     if seeds is not None:

@@ -98,6 +98,9 @@ def load_rubric(path: str | Path | None = None) -> Rubric:
 
         if not scores or not all(isinstance(s, int) and not isinstance(s, bool) for s in scores):
             raise RecipematchError(f"rubric {where}: scores must be a non-empty list of integers")
+        if sorted(scores) != [0, 1, 2]:  # the distilled judge's cuts (0.5, 1.5) and its agreement table assume them
+            raise RecipematchError(f"rubric {where}: scores must be [0, 1, 2] (the design note's scale, which the "
+                                   f"distilled judge's cut scores and agreement assume), got {list(scores)}")
         return Rubric(str(doc["guideline_version"]), scores, table("reason_codes"), table("answer_validity"),
                       hashlib.sha256(raw).hexdigest())
     except (KeyError, TypeError, AttributeError) as e:
@@ -296,5 +299,6 @@ def train_distilled(base_model: str, queries: Sequence[str], documents: Sequence
         logging_strategy="no", use_cpu=(device == "cpu"), disable_tqdm=True)
     CrossEncoderTrainer(model=model, args=args, train_dataset=ds,
                         loss=MSELoss(model, activation_fn=torch.nn.Identity())).train()
-    model.save_pretrained(str(out_dir))
+    # no model card: sentence-transformers' README.md records wall-clock training time (not byte-identical)
+    model.save_pretrained(str(out_dir), create_model_card=False)
     return model

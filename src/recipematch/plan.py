@@ -177,7 +177,8 @@ def evaluation_plan(p, root: Path) -> list[dict[str, Any]]:
         row = {"evaluation": name, "folder": ev.folder, "models": n_models}
         if counts is None:
             builder = next((f"external@{n}" for n in p.external if ev.folder.startswith(f"artifacts/external/{n}/")),
-                           "evalsets")
+                           next((f"regen@{n}" for n in p.regen if ev.folder.rstrip("/") == f"artifacts/regen/{n}"),
+                                "evalsets"))
             row.update(documents=None, queries=None, encodings=None,
                        basis=f"not built yet (run the {builder} stage)")
         else:

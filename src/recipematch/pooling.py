@@ -149,7 +149,14 @@ def bm25_route(corpus: Mapping[str, Mapping], queries: Mapping[str, str], query_
     left out (module docstring). Returns ``(indices, scores)`` as :func:`ngram_topk`."""
     from recipematch.retrieval.bm25 import _score_blocks
 
+    from recipematch.beir import doc_text
+
     check_token_pattern(token_pattern)
+    pat = re.compile(token_pattern)
+    if not any(pat.search(doc_text(row).lower()) for row in corpus.values()):
+        # no document has a token: bm25s has no vocabulary, and the route is empty for every query
+        return (np.full((len(query_ids), k), -1, dtype=np.int64),
+                np.full((len(query_ids), k), -np.inf, dtype=np.float32))
     blocks = _score_blocks(corpus, queries, query_ids, k1, b, None, None, token_pattern=token_pattern)
     return _positive_topk(blocks, len(query_ids), list(corpus), k, self_idx)
 

@@ -86,7 +86,7 @@ class Ontology:
         for node, par in parents.items():
             if not isinstance(node, str) or not node.strip():
                 raise RecipematchError(f"ontology: a node must be a non-empty string, got {short_repr(node, 40)}")
-            if par is not None and par not in parents:
+            if par is not None and (not isinstance(par, str) or par not in parents):
                 raise RecipematchError(f"ontology: node {node!r} names parent {short_repr(par, 60)}, which is not a node")
         roots = [n for n, par in parents.items() if par is None]
         chains: dict[str, tuple[str, ...]] = {}
@@ -121,7 +121,7 @@ class Ontology:
 
 def _check_topics(ont: Ontology, topics: Mapping[str, Iterable[str]]) -> None:
     for pid, ts in topics.items():
-        bad = [t for t in ts if t not in ont.parent]
+        bad = [t for t in ts if not isinstance(t, str) or t not in ont.parent]
         if bad:
             raise RecipematchError(f"problem {short_repr(pid, 60)}: topics {bad[:3]} are not ontology nodes")
 
@@ -418,6 +418,8 @@ def bradley_terry(n_items: int, comparisons: Sequence[tuple[int, int]], *, alpha
 
     Raises:
         ValueError: ``alpha`` <= 0 or an index outside ``[0, n_items)``.
+        RuntimeError: choix's iteration did not converge in 1,000 steps (``alpha`` too small
+            for the data: raise it).
     """
     import choix
 
@@ -428,7 +430,7 @@ def bradley_terry(n_items: int, comparisons: Sequence[tuple[int, int]], *, alpha
         raise ValueError(f"a comparison names an item outside [0, {n_items})")
     if not data:
         return np.zeros(n_items, dtype=np.float64)
-    return np.asarray(choix.ilsr_pairwise(n_items, data, alpha=alpha), dtype=np.float64)
+    return np.asarray(choix.ilsr_pairwise(n_items, data, alpha=alpha, max_iter=1000), dtype=np.float64)
 
 
 def rescale(scores: np.ndarray, lo: float = 0.0, hi: float = 5.0) -> np.ndarray:

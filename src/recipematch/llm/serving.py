@@ -151,6 +151,18 @@ def check_recordings(cfg: Any, recordings: Path | None, where: str) -> None:
                                "and base_url)")
 
 
+def client_store_path(folder: Path, cfg: Any, recordings: Path | None) -> Path:
+    """The call store of a labelling stage's client section under ``folder``: ``calls.jsonl``
+    for a server; for ``backend: replay``, ``replay-<first 16 hex of the recordings' SHA-256>.jsonl``,
+    so an edited or completed recordings file is read afresh (a call it could not answer is not
+    kept as final) while an unchanged one resumes from its store."""
+    if cfg.backend == "replay" and recordings is not None and recordings.is_file():
+        from recipematch.io import sha256_file
+
+        return folder / f"replay-{sha256_file(recordings)[:16]}.jsonl"
+    return folder / "calls.jsonl"
+
+
 def open_client(cfg: Any, recordings: Path | None, where: str, *, structured_output: bool = False):
     """The backend of a labelling stage's client section: a replay of ``recordings`` or the
     section's server, probed once (``model_id``, ``base_url``, ``api_key_env``,

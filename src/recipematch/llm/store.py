@@ -39,6 +39,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from recipematch.errors import RecipematchError
 from recipematch.io import sha256_text
 from recipematch.llm.backends import GenerationRequest, GenerationResult, canonical_json, is_retry_later
 
@@ -50,8 +51,13 @@ except ImportError:  # pragma: no cover
     fcntl = None  # type: ignore[assignment]
 
 
-class StoreCorruptError(RuntimeError):
-    """A store line other than the last is not a valid, self-consistent record."""
+class StoreCorruptError(RecipematchError, RuntimeError):
+    """A store line other than the last is not a valid, self-consistent record (a user-facing
+    error: one line naming the store and the byte)."""
+
+
+class StoreInUseError(RecipematchError, RuntimeError):
+    """Another run holds the store's lock."""
 
 
 def _record_hash(rec: Mapping[str, Any]) -> str:
@@ -135,7 +141,7 @@ class CallStore:
                 fcntl.flock(self._fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
             except OSError as e:
                 self._fh.close()
-                raise RuntimeError(f"call store {self.path} is in use by another run") from e
+                raise StoreInUseError(f"call store {self.path} is in use by another run") from e
         self._load()
 
     def _load(self) -> None:

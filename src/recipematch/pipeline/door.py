@@ -224,11 +224,15 @@ def check_device(key: str, device: str) -> None:
     Raises:
         RecipematchError: naming the params key.
     """
+    import re
+
     if device == "cpu":
         return
+    if not re.fullmatch(r"cuda(:\d+)?|mps", device):
+        raise RecipematchError(f"{key}: {device!r} is not a torch device (cpu, cuda, cuda:N or mps)")
     import torch
 
-    if device == "cuda" and not torch.cuda.is_available():
+    if device.startswith("cuda") and not torch.cuda.is_available():
         raise RecipematchError(f"{key}: cuda requested but this machine has no CUDA device (set it to cpu)")
     if device == "mps" and not torch.backends.mps.is_available():
         raise RecipematchError(f"{key}: mps requested but this machine has no MPS device (set it to cpu)")

@@ -49,6 +49,9 @@ def run(p, lay: Layout) -> dict:
     from recipematch.metrics import rule_qrels
 
     cfg = p.hits
+    if cfg.probe and cfg.probe not in p.evaluations:
+        raise RecipematchError(f"hits.probe {cfg.probe!r} is not a declared evaluation {sorted(p.evaluations)} "
+                               "('' = none)")
     seed = p.train.seed
     models = {*BASELINES, *p.arms}
     out: dict = {"seed": seed, "k": cfg.k, "sets": {}, "skipped": []}

@@ -5,7 +5,7 @@ design's judging; :mod:`recipematch.judging`), then graded qrels.
    routed: the LLM judge for fused ranks 1..``llm_fused_ranks``, dense ranks
    1..``llm_dense_ranks`` and long documents; the distilled judge for the rest.
 2. The LLM judge answers through a backend (replay recordings or an OpenAI-compatible server)
-   and a call store (``cache/judging/<name>/calls.jsonl``): an interrupted run resumes without
+   and a call store (``cache/judging/<name>/calls.jsonl``; replay: ``replay-<recordings hash>.jsonl``): an interrupted run resumes without
    paying twice. Each answer is checked against the rubric's schema; a failure is a record with
    its reason (``failures.jsonl``), counted, never a 0.
 3. The distilled judge (a cross-encoder with a regression head) trains on the LLM labels of
@@ -31,7 +31,7 @@ import pandas as pd
 
 from recipematch.errors import RecipematchError
 from recipematch.io import write_json
-from recipematch.pipeline.door import Layout, progress_option, stage
+from recipematch.pipeline.door import Layout, check_device, progress_option, stage
 
 PARAMS = ("judging", "pooling", "evaluations")
 
@@ -54,14 +54,14 @@ def _routes_of(row: pd.Series, rank_cols: list[str]) -> str:
 
 def run(p, lay: Layout, *, name: str, progress: bool = True) -> dict:
     """Judge one pool, train and check the distilled judge, write labels and graded qrels."""
-    from recipematch.beir import corpus_sha256, doc_text, write_beir
+    from recipematch.beir import corpus_sha256, queries_sha256, doc_text, write_beir
     from recipematch.benchmarks_data import load_set
     from recipematch.judging import (
         agreement, answer_schema, cut_scores, load_rubric, parse_answer, render_prompt, route_pairs, task_id,
         train_distilled)
     from recipematch.llm.backends import GenerationRequest
     from recipematch.llm.pipeline import _through_store
-    from recipematch.llm.serving import check_recordings, open_client
+    from recipematch.llm.serving import check_recordings, client_store_path, open_client
     from recipematch.llm.store import CallStore
     from recipematch.pipeline.models import resolve_model
 
@@ -74,6 +74,7 @@ def run(p, lay: Layout, *, name: str, progress: bool = True) -> dict:
     pool_dir = lay.p("artifacts", "pooling", jc.pool)
     if not (pool_dir / "candidates.parquet").is_file():
         raise RecipematchError(f"{where}.pool: {pool_dir}/candidates.parquet does not exist (run pooling@{jc.pool})")
+    check_device(f"{where}.distilled_device", jc.distilled_device)  # before any call is paid for
     template = _read_text(lay, jc.prompt, f"{where}.prompt")
     system = _read_text(lay, jc.system_prompt, f"{where}.system_prompt") if jc.system_prompt else ""
     rubric = load_rubric(lay.p(jc.rubric) if jc.rubric else None)
@@ -81,9 +82,18 @@ def run(p, lay: Layout, *, name: str, progress: bool = True) -> dict:
     recordings = lay.p(jc.recordings) if jc.recordings else None
     check_recordings(jc, recordings, where)  # before any work: a missing recording file stops here, in one line
     bset = load_set(lay.p(ev.folder), ev.rule, name=pc.evaluation, self_mask=ev.self_mask)
-    manifest = json.loads((pool_dir / "MANIFEST.json").read_text(encoding="utf-8"))
+    try:
+        manifest = json.loads((pool_dir / "MANIFEST.json").read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise RecipematchError(f"{where}.pool: {pool_dir}/MANIFEST.json cannot be read ({type(e).__name__}); "
+                               f"rerun pooling@{jc.pool}") from None
+    if not isinstance(manifest, dict):
+        raise RecipematchError(f"{where}.pool: {pool_dir}/MANIFEST.json is not an object; rerun pooling@{jc.pool}")
     if manifest.get("corpus_sha256") != corpus_sha256(bset.corpus):
         raise RecipematchError(f"{where}: the pool was built over another corpus than {ev.folder} holds now "
+                               f"(rerun pooling@{jc.pool})")
+    if manifest.get("queries_sha256") != queries_sha256(bset.queries):
+        raise RecipematchError(f"{where}: the pool was built over other queries than {ev.folder} holds now "
                                f"(rerun pooling@{jc.pool})")
     cands = pd.read_parquet(pool_dir / "candidates.parquet")
     pool = cands[cands["in_v1" if pc.mode == "v1" else "in_v2"]].reset_index(drop=True)
@@ -108,7 +118,7 @@ def run(p, lay: Layout, *, name: str, progress: bool = True) -> dict:
                                       user=user, source_id=pool.at[i, "query_id"], variant=pool.at[i, "task_id"],
                                       sampling=sampling, seed=jc.seed, model_id=jc.model_id,
                                       response_schema=schema if jc.structured_output else None))
-    with CallStore(lay.p("cache", "judging", name, "calls.jsonl")) as store:
+    with CallStore(client_store_path(lay.p("cache", "judging", name), jc, recordings)) as store:
         pending = any(r.key not in store or store.supersedable(r.key) for r in reqs)
         backend = open_client(jc, recordings, where, structured_output=jc.structured_output) if pending else None  # a resumed run with every answer stored calls no one
         records, call_counts = _through_store(store, backend, reqs, lambda req, res: None, progress=progress,

@@ -75,7 +75,10 @@ def run(p, lay: Layout, name: str, *, progress: bool = True) -> dict:
     if name not in p.regen:
         raise RecipematchError(f"--name {name!r} is not a regen entry (declared: {sorted(p.regen)})")
     rc = p.regen[name]
-    ev = p.evaluations[rc.of]
+    ev = p.evaluations.get(rc.of)
+    if ev is None or ev.role != "benchmark":
+        raise RecipematchError(f"regen.{name}.of: {rc.of!r} is not a declared benchmark evaluation (benchmarks: "
+                               f"{sorted(n for n, e in p.evaluations.items() if e.role == 'benchmark')})")
     bset = load_set(lay.p(ev.folder), ev.rule, name=rc.of, self_mask=ev.self_mask)
     queries = {q: bset.queries[q] for q in bset.query_ids}
     golds = {q: sorted(g) for q, g in scored_qrels(bset).items()}

@@ -12,7 +12,7 @@ SABER-Math Sections 3.2-3.5, Appendix B).
    are drawn uniformly.
 4. **Tournaments**: one Swiss tournament per query, R rounds; each round's judgments of every
    query go to the LLM together (one batch per round) through the call store
-   ``cache/saber/<name>/calls.jsonl``, so an interrupted run resumes without paying twice.
+   ``cache/saber/<name>/calls.jsonl`` (replay: ``replay-<recordings hash>.jsonl``), so an interrupted run resumes without paying twice.
 5. **Grades**: Bradley-Terry strengths (``choix``) rescaled to [0, 5] per query.
 
 Writes ``artifacts/saber/<name>/`` (``candidates.parquet``, ``judgments.jsonl``,
@@ -121,7 +121,7 @@ def run(p, lay: Layout, *, name: str, progress: bool = True) -> dict:
     from recipematch.beir import doc_text, read_corpus
     from recipematch.llm.backends import GenerationRequest
     from recipematch.llm.pipeline import _through_store
-    from recipematch.llm.serving import check_recordings, open_client
+    from recipematch.llm.serving import check_recordings, client_store_path, open_client
     from recipematch.llm.store import CallStore
     from recipematch.retrieval.bm25 import _score_blocks
     from recipematch.saber import (
@@ -159,7 +159,7 @@ def run(p, lay: Layout, *, name: str, progress: bool = True) -> dict:
             backend_box.append(open_client(sc, recordings, where))
         return backend_box[0]
 
-    store = CallStore(lay.p("cache", "saber", name, "calls.jsonl"))
+    store = CallStore(client_store_path(lay.p("cache", "saber", name), sc, recordings))
 
     def ask(reqs, desc):
         pending = any(r.key not in store or store.supersedable(r.key) for r in reqs)
@@ -258,12 +258,11 @@ def run(p, lay: Layout, *, name: str, progress: bool = True) -> dict:
                     failures.append({"step": "judgment", "_id": q, "first": a, "second": b, "reason": why})
     finally:
         store.close()
-    # 5. grades
-    grade_rows, qrels = [], {}
+    # 5. grades: a candidate with no valid game has no evidence, so no grade (left out of the
+    # qrels and flagged in grades.parquet); the rescale runs over the candidates that played
+    grade_rows, qrels, ungraded = [], {}, {"candidates": 0, "queries": 0}
     for q in queries:
         t = tours[q].result()
-        strength = bradley_terry(len(t.items), t.comparisons(), alpha=sc.bt_alpha)
-        grade = rescale(strength)
         games = {d: 0 for d in t.items}
         wins = dict(games)
         for j in t.judgments:
@@ -271,15 +270,32 @@ def run(p, lay: Layout, *, name: str, progress: bool = True) -> dict:
                 games[j.first] += 1
                 games[j.second] += 1
                 wins[j.winner] += 1
+        try:
+            strength = bradley_terry(len(t.items), t.comparisons(), alpha=sc.bt_alpha)
+        except RuntimeError as e:  # choix's iteration did not converge
+            raise RecipematchError(f"saber.{name}.bt_alpha {sc.bt_alpha}: Bradley-Terry did not converge for query "
+                                   f"{q!r} ({e}); raise bt_alpha (every judgment is kept in the call store)") from None
+        played = [i for i, d in enumerate(t.items) if games[d] > 0]
+        grade = np.full(len(t.items), np.nan)
+        if played:
+            grade[played] = rescale(strength[played])
         qrels[q] = {}
-        for d, s, g in zip(t.items, strength, grade):
-            grade_rows.append({"query_id": q, "doc_id": d, "bt_strength": float(s), "grade": float(g),
-                               "games": games[d], "wins": wins[d]})
-            qrels[q][d] = float(g)
-    # BM25 reranking each query's candidates: the reference nDCG@10 (exponential gain)
+        for i, (d, s_) in enumerate(zip(t.items, strength)):
+            ok = games[d] > 0
+            grade_rows.append({"query_id": q, "doc_id": d, "bt_strength": float(s_) if ok else None,
+                               "grade": float(grade[i]) if ok else None, "games": games[d], "wins": wins[d]})
+            if ok:
+                qrels[q][d] = float(grade[i])
+            else:
+                ungraded["candidates"] += 1
+        if not qrels[q]:
+            ungraded["queries"] += 1
+    # BM25 reranking each query's graded candidates: the reference nDCG@10 (exponential gain)
     ndcg = []
     for q in queries:
         cand = sorted(qrels[q])
+        if not cand:
+            continue
         sub = {d: corpus[d] for d in cand}
         blocks = list(_score_blocks(sub, {q: texts[q]}, [q], 1.2, 0.75, None, None))
         scores = np.concatenate([b.numpy()[0] for _s, _e, b in blocks]) if blocks else np.zeros(len(cand))
@@ -322,6 +338,7 @@ def run(p, lay: Layout, *, name: str, progress: bool = True) -> dict:
     counts = {"n_problems": len(ids), "n_summaries": len(summaries), "queries_considered": len(qids),
               "queries_eligible": len(eligible), "queries": len(queries), "queries_skipped": skip_kinds,
               "judgments": len(judgments), "failures": reasons, "n_failures": len(failures),
+              "ungraded_candidates": ungraded["candidates"], "queries_without_grades": ungraded["queries"],
               "rounds_played": {str(k): v for k, v in pd.Series([tours[q].round for q in queries], dtype="int64")
                                 .value_counts().sort_index().items()},
               "bm25_rerank_ndcg10_exponential": round(float(np.mean(ndcg)), 6) if ndcg else None}
