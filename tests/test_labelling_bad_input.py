@@ -114,3 +114,13 @@ def test_a_damaged_call_store_is_a_user_error(tmp_path):
 
     assert issubclass(StoreCorruptError, RecipematchError) and issubclass(StoreInUseError, RecipematchError)
     assert issubclass(StoreCorruptError, RuntimeError)  # callers catching RuntimeError keep working
+
+
+def test_nan_is_not_json_and_a_fenced_preference_is_read():
+    from recipematch.judging import load_rubric, parse_answer
+    from recipematch.pipeline.saber import parse_preference
+
+    assert parse_answer('{"task_id": "t1", "confidence": NaN}', load_rubric(None), "t1") == (None, "invalid_json")
+    assert parse_preference('```json {"preferred": "A"}```') == ("A", "")
+    assert parse_preference("```\nB\n```") == ("B", "")
+    assert parse_preference("```C```") == (None, "answer outside A/B")

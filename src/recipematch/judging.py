@@ -150,6 +150,11 @@ def answer_schema(rubric: Rubric) -> dict[str, Any]:
 _FENCE = re.compile(r"^\s*```(?:json)?\s*\n(.*)\n\s*```\s*$", re.S)
 
 
+def _not_json(name: str):
+    """``json.loads``'s hook for NaN / Infinity, which JSON does not have: refused."""
+    raise ValueError(f"{name} is not JSON")
+
+
 def parse_answer(raw: str | None, rubric: Rubric, expected_task_id: str, schema: Mapping | None = None
                  ) -> tuple[dict | None, str]:
     """One judge answer checked against the rubric.
@@ -172,8 +177,8 @@ def parse_answer(raw: str | None, rubric: Rubric, expected_task_id: str, schema:
     if m:
         text = m.group(1)
     try:
-        ans = json.loads(text)
-    except (json.JSONDecodeError, RecursionError):
+        ans = json.loads(text, parse_constant=_not_json)
+    except (json.JSONDecodeError, RecursionError, ValueError):
         return None, "invalid_json"
     schema = schema or answer_schema(rubric)
     err = jsonschema.exceptions.best_match(jsonschema.Draft202012Validator(schema).iter_errors(ans))

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import shutil
 
 import click
@@ -105,6 +106,9 @@ def parse_preference(raw: str | None) -> tuple[str | None, str]:
     if raw is None:
         return None, "no_answer_text"
     text = raw.strip()
+    fence = re.fullmatch(r"```(?:json)?\s*(.*?)\s*```", text, re.S)  # a fenced answer, as judging accepts
+    if fence:
+        text = fence.group(1)
     if text in ("A", "B"):
         return text, ""
     try:
