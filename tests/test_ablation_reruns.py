@@ -22,8 +22,8 @@ from recipematch.pipeline import backtranslate, specs
 from recipematch.pipeline.door import Layout
 
 ROOT = Path(__file__).resolve().parents[1]
-#: the stages the cell under test owns, plus what reads every arm (statistics, style, report)
-CELL_STAGES = {"cells@cell", "validate@cell", "train@cell", "evaluate@cell", "stats", "style", "report"}
+#: the stages the cell under test owns, plus what reads every arm (statistics, style, hit accounting, report)
+CELL_STAGES = {"cells@cell", "validate@cell", "train@cell", "evaluate@cell", "stats", "style", "hits", "report"}
 
 
 @pytest.fixture(scope="module")

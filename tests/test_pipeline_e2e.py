@@ -272,7 +272,13 @@ def test_both_seed_schemes_single_run_gaps_and_three_scales(pipeline):
     assert set(k for k in stats["did"]) == keys  # every DiD has its three scales or a stated reason
     for v in stats["did_three_scales"].values():
         assert v["points"]["n_seeds"] == 2
+    arms = stats["arms"]
+    assert set(stats["forgetting"]) == {f"{a}.{r}.R@1" for a in params["arms"] for r in ("crosslingual", "samelang")}
+    f = stats["forgetting"]["recipe.crosslingual.R@1"]
+    assert f["estimate"] == pytest.approx(arms["base"]["crosslingual.R@1"]["mean"] - arms["recipe"]["crosslingual.R@1"]["mean"],
+                                          abs=1e-3) and f["scheme"] == "cluster"
     text = Path(report).read_text()
+    assert "## Forgetting: real retrieval lost against the base" in text
     assert "### Resampling scheme of each gap" in text and "one seed draw shared by both arms" in text
     assert "## One seed, full recall curves (Table 17's shape)" in text and "Training seed 42" in text
     assert "## Real retrieval kept, with recall curves (Table 16's shape)" in text

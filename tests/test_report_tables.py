@@ -114,3 +114,16 @@ def test_table24_sets_each_version_beside_the_original():
     assert rows[2].startswith("| tier (original) | 10.00 |") and "+5.00 [+1.00, +9.00]" in rows[2]
     assert rows[3].startswith("| tier, D4 golds | 3.00 |") and "+1.00 [-2.00, +4.00]" in rows[3]
     assert regen_markdown(_stats()) == ""
+
+
+def test_forgetting_table_marks_losses_whose_interval_excludes_zero():
+    from recipematch.report import forgetting_markdown
+
+    s = _stats()
+    s["forgetting"] = {"recipe.xl.R@1": _gap(-1.0, -3.0, 1.0, scheme="cluster"),
+                       "verified.xl.R@1": _gap(4.0, 1.0, 7.0, scheme="cluster")}
+    md = forgetting_markdown(s)
+    assert "| model | cross-language R@1 (base 10.00) | lost vs base [95%] |" in md
+    assert "| recipe | 12.00 ± 1.00 | -1.00 [-3.00, +1.00] |" in md
+    assert "| verified | 7.00 ± 1.00 | +4.00 [+1.00, +7.00] * |" in md
+    assert forgetting_markdown(_stats()) == ""

@@ -208,7 +208,8 @@ def scatter_png(stats: Mapping[str, Any], cells: Mapping[str, Mapping[str, str]]
     import matplotlib.pyplot as plt
 
     evals = stats["evaluations"]
-    bench = [n for n, e in evals.items() if e["role"] == "benchmark"][:2]
+    # a regenerated version (version_of) is Table 24's, not a panel of its own
+    bench = [n for n, e in evals.items() if e["role"] == "benchmark" and not e.get("version_of")][:2]
     real = [n for n, e in evals.items() if e["role"] == "real"]
     xname = real[0] if real else next(n for n in evals if n not in bench)
     fig, axes = plt.subplots(1, len(bench), figsize=(6.0 * len(bench), 4.8), dpi=110, squeeze=False)
@@ -464,6 +465,30 @@ def regen_markdown(stats: Mapping[str, Any]) -> str:
     return "\n".join(out).rstrip()
 
 
+def forgetting_markdown(stats: Mapping[str, Any]) -> str:
+    """The forgetting table (paper Appendix E, Table 19's retention side): rows = every
+    trained model (arms, then soups), columns = each real set: the model's R@1 and the points
+    lost against the untrained base (base − model) with its 95% interval; a loss whose
+    interval excludes 0 is marked *. ``""`` without such rows."""
+    f = stats.get("forgetting") or {}
+    if not f:
+        return ""
+    evals = stats["evaluations"]
+    real = [n for n in _ordered_evals(stats) if evals[n]["role"] == "real"]
+    rows = list(dict.fromkeys(k.rsplit(".", 2)[0] for k in f))
+    head = [f"{evals[r]['label']} R@1 (base {_fmt(stats['arms']['base'].get(f'{r}.R@1'))}) | lost vs base [95%]" for r in real]
+    lines = ["| model | " + " | ".join(head) + " |", "|" + "---|" * (2 * len(real) + 1)]
+    for a in rows:
+        cells = []
+        for r in real:
+            g = f.get(f"{a}.{r}.R@1")
+            mark = " *" if g and (g["low"] > 0 or g["high"] < 0) else ""
+            cells += [_fmt(stats["arms"][a].get(f"{r}.R@1")), _gap(g) + mark]
+        lines.append(f"| {a} | " + " | ".join(cells) + " |")
+    lines += ["", "* the interval excludes 0."]
+    return "\n".join(lines)
+
+
 def style_markdown(style: Mapping[str, Any]) -> str:
     """Tables 13 and 14 (paper Appendix C): the style probe's AUC per prompt (stripped, with
     its 95% bootstrap interval over held-out sources, and unstripped), and each model's style
@@ -559,7 +584,7 @@ def write_report(stats: Mapping[str, Any], cells: Mapping[str, Mapping[str, str]
     recall_png(stats, out_dir / "recall.png")
     recall, at_seed, scales, sole = (recall_markdown(stats), seed_markdown(stats), three_scales_markdown(stats),
                                      hits_markdown(hits, stats))
-    regen = regen_markdown(stats)
+    regen, forgetting = regen_markdown(stats), forgetting_markdown(stats)
     lines = ["# recipematch report", "",
              "Recomputed from this run's pipeline outputs (`dvc repro`). Arms are mean ± sample sd over "
              "training seeds (percent); gaps are percentage points with 95% intervals from a nested bootstrap "
@@ -574,6 +599,8 @@ def write_report(stats: Mapping[str, Any], cells: Mapping[str, Mapping[str, str]
              *(["## Real retrieval kept, with recall curves (Table 16's shape)", "", recall, "",
                 "![recall curves](recall.png)", ""] if recall else []),
              *(["## One seed, full recall curves (Table 17's shape)", "", at_seed, ""] if at_seed else []),
+             *(["## Forgetting: real retrieval lost against the base (Table 19's retention columns)", "",
+                forgetting, ""] if forgetting else []),
              *(["## Hit accounting: sole wins (Section 7)", "", sole, ""] if sole else []),
              *(["## The regeneration defence (Table 24's shape)", "",
                 "The same queries with their golds regenerated another way (each version's MANIFEST names how); "

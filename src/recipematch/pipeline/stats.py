@@ -11,6 +11,8 @@ Also, for every contrast (Appendix A, Tables 1 and 17):
   gives both where they differ;
 - ``seed_gaps``: the single-run gap at the first training seed (``train.seed``; the paper's
   seed 42 of Table 17), by :func:`recipematch.stats.paired_query_bootstrap`;
+- ``forgetting``: for every trained row (arms and soups) and real set, base − row R@1 with its
+  nested-bootstrap interval (the points of real retrieval training lost; Appendix E, Table 19);
 - ``did_three_scales``: the DiD on points, log-odds and error reduction, seed-paired, over
   seeds (:func:`recipematch.stats.did_three_scales`, B = 10,000), for two trained arms with the
   same seeds; a pair whose per-seed R@1 touches 0 or 100 (undefined on two of the scales) is
@@ -225,6 +227,16 @@ def run(p, lay: Layout) -> dict:
                                   real_clusters=hits[r][2], bench_clusters=hits[b][2], paired_seeds=paired)
                 out["did"][f"{pair}.{b}-{r}.R@1"] = _as_dict(d)
                 _three_scales(out, pair, x, y, b, r, ranks)
+    # Table 19's retention columns (Appendix E): each trained row's R@1 loss against the base on every real set
+    out["forgetting"] = {}
+    for a in arms:
+        for r in real:
+            ha, qa, ca = _hits(ranks[a][r], 1)
+            hb, qb, _ = _hits(ranks["base"][r], 1)
+            if qa != qb:
+                raise RecipematchError(f"{a} and base were scored on different {r} queries: rerun evaluate")
+            g = nested_bootstrap_gap(100 * hb, 100 * ha, n_boot=scfg.n_boot, seed=scfg.seed, clusters=ca)
+            out["forgetting"][f"{a}.{r}.R@1"] = _as_dict(g)  # base - arm: points of real retrieval lost
     # Table 20: the graded measures of external sets; gaps of the declared contrasts and of every row against base
     pairs += [(a, "base") for a in rows if a != "base" and (a, "base") not in pairs]
     _graded_gaps(out, evals, ranks, rows, pairs, scfg)
