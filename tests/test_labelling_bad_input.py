@@ -124,3 +124,40 @@ def test_nan_is_not_json_and_a_fenced_preference_is_read():
     assert parse_preference('```json {"preferred": "A"}```') == ("A", "")
     assert parse_preference("```\nB\n```") == ("B", "")
     assert parse_preference("```C```") == (None, "answer outside A/B")
+
+
+def test_second_judge_reliability_by_hand():
+    from recipematch.judging import reliability_markdown, second_judge_reliability
+
+    first = [0, 0, 1, 2, 2, 1, 0, 2]
+    second = [0, 1, 1, 2, 0, 0, 0, 1]
+    rel = second_judge_reliability(first, second)
+    # agree on pairs 0, 2, 3, 6; one step apart on 1, 5, 7 (combined: the lower); pair 4 is 2 against 0
+    assert rel["n"] == 8 and rel["exact"] == 0.5 and rel["needs_arbitration"] == 1 and rel["zero_two"] == 0.125
+    assert rel["distribution"]["first"] == {"0": 0.375, "1": 0.25, "2": 0.375}
+    assert rel["distribution"]["combined"] == {"0": round(4 / 7, 6), "1": round(2 / 7, 6), "2": round(1 / 7, 6)}
+    assert rel["at_least_partial"] == {"first": 0.625, "second": 0.5, "combined": round(3 / 7, 6)}
+    md = reliability_markdown(rel, "a", "b")
+    assert "| score 2 | 37.5% | 12.5% | 14.3% |" in md and "1 (12.5%) are a 0 against a 2" in md
+    with pytest.raises(RecipematchError, match="0, 1 or 2"):
+        second_judge_reliability([3], [0])
+
+
+def test_the_reliability_command_joins_two_judging_entries(tmp_path):
+    import pandas as pd
+    from click.testing import CliRunner
+
+    from recipematch.cli import main
+
+    for name, scores, model in (("a", [2, 1, 0, None], "m1"), ("b", [2, 0, 0, 1], "m2")):
+        folder = tmp_path / "artifacts" / "judging" / name
+        folder.mkdir(parents=True)
+        pd.DataFrame({"query_id": ["q0", "q0", "q1", "q1"], "doc_id": ["d0", "d1", "d0", "d2"],
+                      "judge": ["llm", "llm", "llm", "llm"], "score": scores, "model": model}
+                     ).to_parquet(folder / "labels.parquet", index=False)
+    res = CliRunner().invoke(main, ["judging-reliability", "--first", "a", "--second", "b", "--root", str(tmp_path)])
+    assert res.exit_code == 0, res.output
+    rel = json.loads((tmp_path / "reports" / "judging" / "a-vs-b" / "reliability.json").read_text())
+    assert rel["n"] == 3 and rel["exact"] == round(2 / 3, 6) and rel["first_model"] == ["m1"]
+    res = CliRunner().invoke(main, ["judging-reliability", "--first", "a", "--second", "zz", "--root", str(tmp_path)])
+    assert res.exit_code == 2 and "run judging@zz" in res.output

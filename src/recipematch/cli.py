@@ -197,6 +197,54 @@ def survey_cmd(params_path: Path, root: Path, models_file: Path | None, model_ar
     click.echo(run_guarded(go, debug=False))
 
 
+@main.command("judging-reliability")
+@click.option("--first", required=True, help="A judging entry (its LLM labels: artifacts/judging/<first>/labels.parquet).")
+@click.option("--second", required=True, help="Another judging entry over the same pool, with another judge model.")
+@click.option("--root", type=click.Path(file_okay=False, path_type=Path), default=Path("."), show_default=True,
+              help="Project root.")
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Folder for reliability.json and reliability.md (default reports/judging/<first>-vs-<second>).")
+def judging_reliability_cmd(first: str, second: str, root: Path, out: Path | None) -> None:
+    """Reliability against a second judge (the candidate design note): two judging entries'
+    LLM labels on the pairs both scored: each judge's score distribution, the combined label,
+    exact agreement, and the 0-against-2 pairs that need arbitration."""
+    import pandas as pd
+
+    from recipematch.errors import RecipematchError
+    from recipematch.pipeline.door import run_guarded
+
+    def go():
+        from recipematch.config import ENTRY_NAME
+        from recipematch.io import atomic_write_text, canonical_json
+        from recipematch.judging import reliability_markdown, second_judge_reliability
+
+        frames = {}
+        for name in (first, second):
+            if not ENTRY_NAME.fullmatch(name):
+                raise RecipematchError(f"judging entry {name!r}: a name is letters, digits, '_' or '-'")
+            path = root / "artifacts" / "judging" / name / "labels.parquet"
+            if not path.is_file():
+                raise RecipematchError(f"{path} does not exist (run judging@{name})")
+            df = pd.read_parquet(path, columns=["query_id", "doc_id", "judge", "score", "model"])
+            frames[name] = df[(df["judge"] == "llm") & df["score"].notna()]
+        if first == second:
+            raise RecipematchError("--first and --second name the same judging entry")
+        both = frames[first].merge(frames[second], on=["query_id", "doc_id"], suffixes=("_1", "_2"))
+        if both.empty:
+            raise RecipematchError(f"judging entries {first!r} and {second!r} share no LLM-scored pair")
+        rel = second_judge_reliability(both["score_1"].astype(int), both["score_2"].astype(int))
+        rel.update(first=first, second=second, first_model=sorted(set(both["model_1"])),
+                   second_model=sorted(set(both["model_2"])))
+        md = reliability_markdown(rel, first, second)
+        target = out if out is not None else root / "reports" / "judging" / f"{first}-vs-{second}"
+        target.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(target / "reliability.json", canonical_json(rel) + "\n")
+        atomic_write_text(target / "reliability.md", md + "\n")
+        return md
+
+    click.echo(run_guarded(go, debug=False))
+
+
 @main.group("runs")
 def runs_group() -> None:
     """The project's MLflow runs (one per trained arm and seed, and per soup seed)."""

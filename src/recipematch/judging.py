@@ -40,7 +40,8 @@ import pandas as pd
 from recipematch.errors import RecipematchError, short_repr
 
 __all__ = ["Rubric", "load_rubric", "answer_schema", "parse_answer", "render_prompt", "task_id", "route_pairs",
-           "cut_scores", "agreement", "within_query_r2", "train_distilled", "FIELDS", "DEFAULT_RUBRIC"]
+           "cut_scores", "agreement", "within_query_r2", "train_distilled", "second_judge_reliability",
+           "reliability_markdown", "FIELDS", "DEFAULT_RUBRIC"]
 
 #: the design's 8 answer fields, in its order
 FIELDS = ("task_id", "guideline_version", "query_evaluable", "score", "answer_validity", "reason_codes",
@@ -272,6 +273,67 @@ def agreement(llm: np.ndarray, raw: np.ndarray, query_ids: Sequence[str], *, low
             "kappa": None if kappa is None or np.isnan(kappa) else round(kappa, 6),
             "zero_two_flips": round(float((((y == 0) & (d == 2)) | ((y == 2) & (d == 0))).mean()), 6),
             "within_query_r2": None if r2 is None else round(r2, 6), "confusion": conf}
+
+
+def second_judge_reliability(first, second) -> dict[str, Any]:
+    """The design note's reliability table against a second judge: two LLM judges' 0/1/2
+    labels on the same pairs.
+
+    Args:
+        first, second: ``(n,)`` integer scores in {0, 1, 2}, aligned pair by pair (pairs either
+            judge left unscored, ``score: null``, are left out by the caller).
+
+    The combined label is ours (the note does not state its rule): the shared label where the
+    judges agree, the stricter (lower) one where they differ by one step, and no label where one
+    says 0 and the other 2 (such pairs need arbitration, counted).
+
+    Returns:
+        ``{n, exact, needs_arbitration, zero_two, at_least_partial: {first, second, combined},
+        distribution: {first, second, combined}: {"0", "1", "2"}: share}``; shares in [0, 1],
+        rounded to 6 places; ``combined`` shares are over the pairs that have one.
+
+    Raises:
+        RecipematchError: lengths differ or a score outside {0, 1, 2}.
+    """
+    a = np.asarray(first, dtype=np.int64)
+    b = np.asarray(second, dtype=np.int64)
+    if a.shape != b.shape or a.ndim != 1:
+        raise RecipematchError(f"second_judge_reliability needs two aligned 1-D score arrays, got {a.shape}, {b.shape}")
+    if not (np.isin(a, (0, 1, 2)).all() and np.isin(b, (0, 1, 2)).all()):
+        raise RecipematchError("second_judge_reliability: scores must be 0, 1 or 2")
+    n = int(a.size)
+    far = np.abs(a - b) == 2
+    comb = np.minimum(a, b)[~far]
+
+    def dist(x):
+        return {str(s): (round(float((x == s).mean()), 6) if x.size else None) for s in (0, 1, 2)}
+
+    def share(x):
+        return round(float((x >= 1).mean()), 6) if x.size else None
+
+    return {"n": n, "exact": round(float((a == b).mean()), 6) if n else None,
+            "needs_arbitration": int(far.sum()), "zero_two": round(float(far.mean()), 6) if n else None,
+            "at_least_partial": {"first": share(a), "second": share(b), "combined": share(comb)},
+            "distribution": {"first": dist(a), "second": dist(b), "combined": dist(comb)}}
+
+
+def reliability_markdown(rel: Mapping[str, Any], first: str, second: str) -> str:
+    """The reliability table (the design note's shape) of :func:`second_judge_reliability`."""
+    d = rel["distribution"]
+
+    def pct(x):
+        return "—" if x is None else f"{100 * x:.1f}%"
+
+    lines = [f"| | {first} alone | {second} | combined |", "|---|---|---|---|"]
+    for s in ("0", "1", "2"):
+        lines.append(f"| score {s} | {pct(d['first'][s])} | {pct(d['second'][s])} | {pct(d['combined'][s])} |")
+    al = rel["at_least_partial"]
+    lines += ["", f"- {rel['n']} pairs judged by both; exact agreement {pct(rel['exact'])}; "
+              f"{rel['needs_arbitration']} ({pct(rel['zero_two'])}) are a 0 against a 2 and need arbitration.",
+              f"- At least partially relevant (score >= 1): {first} {pct(al['first'])}, {second} {pct(al['second'])}, "
+              f"combined {pct(al['combined'])}.",
+              "- Combined: the shared label, the stricter of two labels one step apart, none for 0 against 2."]
+    return "\n".join(lines)
 
 
 def train_distilled(base_model: str, queries: Sequence[str], documents: Sequence[str], labels: Sequence[float], *,
