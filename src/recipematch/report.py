@@ -355,7 +355,9 @@ def three_scales_markdown(stats: Mapping[str, Any]) -> str:
         cells = []
         for scale in ("points", "log_odds", "error_reduction"):
             d = v[scale]["did"]
-            cells.append(f"{d['estimate']:+.3f} [{d['low']:+.3f}, {d['high']:+.3f}]")
+            # one seed: the seed bootstrap has nothing to redraw, so there is no interval to show
+            cells.append(f"{d['estimate']:+.3f}" + (f" [{d['low']:+.3f}, {d['high']:+.3f}]" if v["points"]["n_seeds"] > 1
+                                                    else " (one seed: no interval)"))
         lines.append(f"| {pair.replace('-', ' − ')} | {evals[b]['label']} − {evals[r]['label']} | " + " | ".join(cells)
                      + f" | {v['points']['n_seeds_did_positive']} / {v['points']['n_seeds']} |")
     if skipped:
