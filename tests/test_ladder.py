@@ -283,8 +283,9 @@ def tiny(tmp_path_factory):
     raw["budget"] = {"rows": 4, "dev_fraction": 0.05, "max_rows_per_source": 1, "shared_sources": []}
     raw["train"] = {**raw["train"], "n_seeds": 1, "max_seq_length": 32}
     raw["evaluate"] = {**raw["evaluate"], "max_seq_length": 48}
-    # this project builds the paper's own sets only (no external copy, no external stage)
-    raw["evaluations"] = {k: v for k, v in raw["evaluations"].items() if v["role"] != "external"}
+    # this project builds the paper's own sets only (no external copy or regenerated version, no stage for them)
+    raw["evaluations"] = {k: v for k, v in raw["evaluations"].items()
+                          if v["role"] != "external" and not v.get("version_of")}
     lay = Layout(root)
     for stage in (corpus_stage, evalsets_stage, gates_stage, specs_stage):
         stage.run(parse_params(raw).view(stage.PARAMS), lay)

@@ -11,8 +11,10 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import tempfile
 from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -283,3 +285,21 @@ def id_problem(value: str) -> str | None:
         if ch in value:
             return f"holds {name} (ids are written to tab-separated, one-row-a-line files)"
     return None
+
+
+@contextmanager
+def building_dir(out: str | os.PathLike[str]) -> Iterator[Path]:
+    """Build a stage's output folder whole or not at all: yields a fresh sibling
+    ``<out>.partial`` folder to write into; when the block ends normally it replaces ``out``,
+    and on any error it is removed and the previous ``out`` is kept."""
+    out = Path(out)
+    tmp = out.with_name(out.name + ".partial")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    try:
+        yield tmp
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    shutil.rmtree(out, ignore_errors=True)
+    tmp.rename(out)

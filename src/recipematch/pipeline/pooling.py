@@ -11,12 +11,11 @@ a gold) with a ``MANIFEST.json`` (routes, settings, input hashes), and the count
 
 from __future__ import annotations
 
-import shutil
 
 import click
 
 from recipematch.errors import RecipematchError
-from recipematch.io import write_json
+from recipematch.io import building_dir, write_json
 from recipematch.pipeline.door import Layout, check_device, progress_option, stage
 
 PARAMS = ("pooling", "arms", "train.model", "train.seed", "train.n_seeds", "train.query_instruction",
@@ -91,11 +90,7 @@ def run(p, lay: Layout, *, name: str, progress: bool = True) -> dict:
     cands = fuse(routes, qids, doc_ids, rrf_k=pc.rrf_k, judge_depth=pc.judge_depth, gold=gold)
     counts = pool_counts(cands, routes, qids, mode=pc.mode, judge_depth=pc.judge_depth, gold=gold)
     counts.update(evaluation=pc.evaluation, n_docs=len(doc_ids), self_mask=own.rule, n_queries_self_masked=own.n_masked)
-    out = lay.p("artifacts", "pooling", name)
-    tmp = out.with_name(out.name + ".partial")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    try:
+    with building_dir(lay.p("artifacts", "pooling", name)) as tmp:
         cands.to_parquet(tmp / "candidates.parquet", index=False)
         write_json(tmp / "MANIFEST.json", {
             "evaluation": pc.evaluation, "folder": ev.folder, "rule": ev.rule,
@@ -107,11 +102,6 @@ def run(p, lay: Layout, *, name: str, progress: bool = True) -> dict:
                          "token_pattern": pc.token_pattern, "ngram_n": pc.ngram_n},
             "columns": list(cands.columns), "n_rows": int(len(cands)),
         })
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    shutil.rmtree(out, ignore_errors=True)
-    tmp.rename(out)
     write_json(lay.metrics / "pooling" / f"{name}.json", counts)
     return counts
 

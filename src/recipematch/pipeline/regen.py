@@ -17,12 +17,11 @@ all, and ``metrics/regen/<name>.json``.
 from __future__ import annotations
 
 import logging
-import shutil
 
 import click
 
 from recipematch.errors import RecipematchError
-from recipematch.io import write_json, write_jsonl
+from recipematch.io import building_dir, write_json, write_jsonl
 from recipematch.pipeline.door import Layout, progress_option, stage
 
 log = logging.getLogger("recipematch")
@@ -98,10 +97,7 @@ def run(p, lay: Layout, name: str, *, progress: bool = True) -> dict:
     version = regenerate(bset.corpus, queries, golds, {q: t for q, t in texts.items() if q in queries},
                          missing=rc.missing, reasons=reasons, query_meta=bset.query_meta, where=f"regen.{name}")
     counts = {**version.counts, **extra, "of": rc.of, "source": rc.source}
-    out = lay.p("artifacts", "regen", name)
-    tmp = out.with_name(out.name + ".partial")
-    shutil.rmtree(tmp, ignore_errors=True)
-    try:
+    with building_dir(lay.p("artifacts", "regen", name)) as tmp:
         write_beir(tmp, version.corpus, version.queries, version.qrels, query_meta=version.query_meta)
         write_jsonl(tmp / "dropped.jsonl", version.dropped)
         write_json(tmp / "MANIFEST.json", {
@@ -111,11 +107,6 @@ def run(p, lay: Layout, name: str, *, progress: bool = True) -> dict:
             "texts_changed": sum(1 for q in version.queries
                                  if doc_text(bset.corpus[golds[q][0]]).strip() != version.corpus[golds[q][0]]["text"].strip()),
         })
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    shutil.rmtree(out, ignore_errors=True)
-    tmp.rename(out)
     write_json(lay.metrics / "regen" / f"{name}.json", counts)
     log.info("regen@%s: %s of %s queries with a regenerated gold (%s dropped), %s duplicates removed", name,
              counts["kept"], counts["queries"], counts["dropped"], counts["duplicates_of_new_golds_removed"])

@@ -37,7 +37,8 @@ def run(p, lay: Layout) -> Path:
         counts[f"cells.{a}"] = read_json(lay.metrics / "cells" / f"{a}.json")
         counts[f"train.{a}"] = read_json(lay.metrics / "train" / f"{a}.json")
     return write_report(stats, cells, counts, lay.reports, params=_report_params(p),
-                        style=read_json(lay.metrics / "style.json"), hits=read_json(lay.metrics / "hits.json"))
+                        style=read_json(lay.metrics / "style.json"),
+                        hits=read_json(lay.metrics / "hits.json") if (lay.metrics / "hits.json").exists() else None)
 
 
 def _report_params(p) -> dict:
