@@ -231,8 +231,9 @@ def hit_accounting(query_ids: Sequence[str], ranks_a, ranks_b, *, queries: Mappi
            "missing_gold_text": missing, "probe": None}
     if probe_hits_a is not None:
         on_probe = [i for i, q in enumerate(qids) if q in probe_hits_a]
-        in_w = [probe_hits_a[qids[i]] for i in on_probe if wins[i]]
-        rest = [probe_hits_a[q] for q in probe_hits_a if q not in {qids[i] for i in on_probe if wins[i]}]
+        win_ids = {qids[i] for i in on_probe if wins[i]}
+        in_w = [probe_hits_a[q] for q in win_ids]
+        rest = [hit for q, hit in probe_hits_a.items() if q not in win_ids]
         out["probe"] = {"n_probe_queries_in_set": len(on_probe), "n_wins_on_probe": len(in_w),
                         "probe_R@1_on_wins": round(100.0 * float(np.mean(in_w)), 4) if in_w else None,
                         "probe_R@1_on_rest": round(100.0 * float(np.mean(rest)), 4) if rest else None,

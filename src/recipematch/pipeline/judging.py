@@ -30,7 +30,7 @@ import numpy as np
 import pandas as pd
 
 from recipematch.errors import RecipematchError
-from recipematch.io import write_json
+from recipematch.io import building_dir, write_json
 from recipematch.pipeline.door import Layout, check_device, progress_option, stage
 
 PARAMS = ("judging", "pooling", "evaluations")
@@ -154,13 +154,9 @@ def run(p, lay: Layout, *, name: str, progress: bool = True) -> dict:
     held_i = [i for i in labelled if pool.at[i, "query_id"] in held]
     dist_i = np.flatnonzero(pool["judge_route"].to_numpy() == "distilled")
     raw = np.full(n, np.nan)
-    out = lay.p("artifacts", "judging", name)
-    tmp = out.with_name(out.name + ".partial")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
     distilled = {"status": "not needed: no pair is routed to it"} if not len(dist_i) else {}
     check = agreement(np.array([], dtype=np.int64), np.array([]), [])
-    try:
+    with building_dir(lay.p("artifacts", "judging", name)) as tmp:
         if len(dist_i) or held_i:
             if len(train_i) < jc.min_train_pairs:
                 distilled = {"status": f"not trained: {len(train_i)} LLM labels outside the held-out queries, "
@@ -212,11 +208,6 @@ def run(p, lay: Layout, *, name: str, progress: bool = True) -> dict:
             "pool": jc.pool, "evaluation": pc.evaluation, "judge_model": jc.model_id, "prompt_sha256": prompt_sha,
             "rubric": rubric.guideline_version, "rubric_sha256": rubric.sha256, "backend": jc.backend,
             "n_pairs": n, "columns": list(labels.columns)})
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    shutil.rmtree(out, ignore_errors=True)
-    tmp.rename(out)
 
     # -- counts, and the top-1 misses the judge calls the same problem
     misses = {}

@@ -26,14 +26,13 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-import shutil
 
 import click
 import numpy as np
 import pandas as pd
 
 from recipematch.errors import RecipematchError
-from recipematch.io import iter_jsonl_strict, write_json
+from recipematch.io import building_dir, iter_jsonl_strict, write_json
 from recipematch.pipeline.door import Layout, progress_option, stage
 
 PARAMS = ("saber",)
@@ -305,11 +304,7 @@ def run(p, lay: Layout, *, name: str, progress: bool = True) -> dict:
         scores = np.concatenate([b.numpy()[0] for _s, _e, b in blocks]) if blocks else np.zeros(len(cand))
         order = [cand[i] for i in sorted(range(len(cand)), key=lambda i: (-scores[i], cand[i]))]
         ndcg.append(ndcg_exponential(qrels[q], order, 10))
-    out = lay.p("artifacts", "saber", name)
-    tmp = out.with_name(out.name + ".partial")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    try:
+    with building_dir(lay.p("artifacts", "saber", name)) as tmp:
         pd.DataFrame([{"query_id": q, "doc_id": d, "category": c, "topic_sim": t, "summary_sim": s}
                       for q in queries for d, c, t, s in selected[q]]).to_parquet(tmp / "candidates.parquet", index=False)
         pd.DataFrame(grade_rows).to_parquet(tmp / "grades.parquet", index=False)
@@ -326,11 +321,6 @@ def run(p, lay: Layout, *, name: str, progress: bool = True) -> dict:
                                                "tau_topic": sc.tau_topic, "tau_summ": sc.tau_summ, "k": sc.k,
                                                "rounds": sc.rounds, "both_orders": sc.both_orders,
                                                "bt_alpha": sc.bt_alpha}})
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    shutil.rmtree(out, ignore_errors=True)
-    tmp.rename(out)
     reasons: dict[str, int] = {}
     for f in failures:
         key = f"{f['step']}: {f['reason']}"
