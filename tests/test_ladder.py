@@ -361,16 +361,18 @@ def test_stats_reads_the_soup_rows_of_every_arm(tmp_path):
     """A WiSE-FT soup (Appendix E) is an evaluated row ``<arm>@soup<alpha>`` beside its arm."""
     raw = _params(arms=["recipe", "verified"], contrasts=["recipe - verified"], evaluations=EVALS,
                   stats={"n_boot": 200, "seed": 0, "paired_seeds": False})
-    raw["train"] = {**raw["train"], "soup_alphas": [0.5]}
+    raw["remedies"] = {**raw.get("remedies", {}), "arms": ["recipe", "verified"], "soup_alphas": [0.5],
+                       "replay_fractions": [0.2], "replay_file": "artifacts/replay/ict.jsonl"}
     raw["evaluate"] = {**raw["evaluate"], "ks": [1]}
     raw["style"] = {**raw["style"], "tracking_set": "easy"}
     lay = Layout(tmp_path)
     rng = np.random.default_rng(1)
     for a in ("base", "bm25"):
         _write_ranks(lay, a, [a], rng)
-    for a in ("recipe", "verified", "recipe@soup0.5", "verified@soup0.5"):
+    for a in ("recipe", "verified", "recipe@soup0.5", "verified@soup0.5", "recipe@mix0.2", "verified@mix0.2"):
         _write_ranks(lay, a, ["42"], rng)
     out = stats_stage.run(parse_params(raw).view(stats_stage.PARAMS), lay)
-    assert {"recipe@soup0.5", "verified@soup0.5"} <= set(out["arms"])
+    assert {"recipe@soup0.5", "verified@soup0.5", "recipe@mix0.2", "verified@mix0.2"} <= set(out["arms"])
+    assert out["remedies"]["recipe"] == {"soups": {"0.5": "recipe@soup0.5"}, "mixes": {"0.2": "recipe@mix0.2"}}
     ranks = pd.read_parquet(lay.eval_dir("recipe@soup0.5") / "easy.parquet")
     assert out["arms"]["recipe@soup0.5"]["easy.R@1"]["mean"] == pytest.approx(100 * (ranks["rank"] == 0).mean(), abs=1e-3)

@@ -427,3 +427,93 @@ def test_style_probe_and_tracking(pipeline):
     assert set(m["tracking"]) == models
     for t in m["tracking"].values():
         assert t["n_queries"] == 5 and -1.0 <= t["rho_mean"] <= 1.0 and 0.0 <= t["top_k_percentile_mean"] <= 100.0
+
+
+def _copy_without_models(lay0, dst: Path, keep=()):
+    """A copy of the module's project for a test that writes into it, with only the trained
+    arms in ``keep`` (the checkpoints are most of its size)."""
+    shutil.copytree(lay0.root, dst, ignore=lambda d, names: ["models"] if Path(d) == lay0.root else [])
+    lay = stages.Layout(dst)
+    for a in keep:
+        shutil.copytree(lay0.models(a), lay.models(a))
+    return lay
+
+
+def test_remedies_soups_and_replay_mixes_give_table_19(pipeline, tmp_path, caplog):
+    """Appendix E, Table 19: one arm souped in weight space and retrained with inverse-cloze
+    replay rows in data space; stats carries the rows, the report the table and the frontier."""
+    import logging
+
+    from recipematch.pairs import read_pair_file
+    from recipematch.pipeline import mix, replay_pool, soup
+
+    params, lay0, _, _ = pipeline
+    lay = _copy_without_models(lay0, tmp_path / "p", keep=("recipe",))
+    params = copy.deepcopy(params)
+    params["remedies"] = {"arms": ["recipe"], "soup_alphas": [0.5], "replay_fractions": [0.5],
+                          "replay_file": "artifacts/replay/ict.jsonl", "ict_seed": 11, "ict_min_chars": 20}
+    pool = replay_pool.run(_view(params, replay_pool), lay)
+    rows = [json.loads(x) for x in lay.p("artifacts", "replay", "ict.jsonl").read_text().splitlines()]
+    n_corpus = len(pd.read_parquet(lay.corpus / "corpus.parquet"))
+    assert pool["rows"] == len(rows) > 0 and pool["problems"] == n_corpus
+    assert pool["rows"] + pool["skipped.one_sentence"] + pool["skipped.no_anchor"] == n_corpus
+    for r in rows:  # the anchor is a sentence taken out of the problem, the positive the rest
+        assert r["anchor"] and r["positive"] and r["anchor"] not in r["positive"] and r["negatives"] == []
+
+    view = _view(params, mix)
+    with pytest.raises(RecipematchError, match=r"--fraction 0.3: not one of remedies.replay_fractions \[0.5\]"):
+        mix.run(view, lay, arm="recipe", fraction="0.3")
+    with pytest.raises(RecipematchError, match=r"--arm 'verified': not in remedies.arms \['recipe'\]"):
+        mix.run(view, lay, arm="verified", fraction="0.5")
+    out = mix.run(view, lay, arm="recipe", fraction="0.5", progress=False)
+    label = "recipe@mix0.5"
+    arm_rec = read_json(lay.models("recipe") / "seed_42.json")
+    rec = read_json(lay.models(label) / "seed_42.json")
+    n_train = sum(1 for r in read_pair_file(lay.cells("recipe") / "seed_42.jsonl") if r["split"] == "train")
+    assert rec["replay_rows"] == n_train  # f = 0.5: as many replay rows as the arm's own training rows
+    assert rec["train_examples"] > arm_rec["train_examples"] and rec["run_key"] != arm_rec["run_key"]
+    assert set(out["train"]) == {"42", "43"} and 0 <= out["eval"]["tier_d1.R@1.mean"] <= 100
+    assert read_json(lay.metrics / "eval" / f"{label}.json") == out["eval"]
+    assert (lay.metrics / "train" / f"{label}.json").exists()
+    before = {p.name: sha256_file(p) for p in sorted(lay.models(label).glob("seed_*.json"))}
+    with caplog.at_level(logging.INFO, logger="recipematch"):
+        mix.run(view, lay, arm="recipe", fraction="0.5", progress=False)  # a rerun trains nothing
+    assert "finished earlier" in caplog.text
+    assert {p.name: sha256_file(p) for p in sorted(lay.models(label).glob("seed_*.json"))} == before
+
+    soup.run(_view(params, soup), lay, arm="recipe", alpha="0.5")
+    st = stats.run(_view(params, stats), lay)
+    assert st["remedies"] == {"recipe": {"soups": {"0.5": "recipe@soup0.5"}, "mixes": {"0.5": label}}}
+    assert {f"{label}.crosslingual.R@1", "recipe@soup0.5.samelang.R@1"} <= set(st["forgetting"])
+    report.run(_view(params, report), lay)
+    text = (lay.reports / "report.md").read_text()
+    assert "## The two remedies: mixing in weight space and in data space (Table 19's shape)" in text
+    table = text.split("(Table 19's shape)")[1].split("\n## ")[0]
+    for row in ("| base | untrained base |", "| recipe@soup0.5 | soup α = 0.5 |", "| recipe | the arm |",
+                f"| {label} | replay 50% of rows |"):
+        assert row in table
+    t1 = text.split("## Table 1")[1].split("\n## ")[0]
+    assert label not in t1 and "recipe@soup0.5" not in t1  # Table 1 keeps base, BM25 and the arms
+    front = json.loads((lay.reports / "frontier.json").read_text())
+    # weight space: base, soup, arm; data space: arm, mix; each on both real sets
+    assert len(front) == 2 * 5 and {x["real_set"] for x in front} == {"crosslingual", "samelang"}
+    mixed = next(x for x in front if x["model"] == label and x["real_set"] == "samelang")
+    assert mixed["share"] == 0.5 and mixed["retention"] == pytest.approx(st["arms"][label]["samelang.R@1"]["mean"], abs=1e-4)
+    assert (lay.reports / "frontier.png").stat().st_size > 10_000
+
+
+def test_replay_file_missing_or_too_small_is_one_line(pipeline, tmp_path):
+    from recipematch.pipeline import mix
+
+    params, lay0, _, _ = pipeline
+    lay = _copy_without_models(lay0, tmp_path / "p")
+    params = copy.deepcopy(params)
+    params["remedies"] = {"arms": ["recipe"], "replay_fractions": [0.5, 0.9], "replay_file": "data/replay.jsonl"}
+    with pytest.raises(RecipematchError, match=r"remedies.replay_file: .*data/replay.jsonl does not exist"):
+        mix.run(_view(params, mix), lay, arm="recipe", fraction="0.5", progress=False)
+    row = {"source_id": "zz", "anchor": "an unrelated sentence about cooking", "positive": "pasta and tomatoes",
+           "negatives": []}
+    lay.p("data", "replay.jsonl").write_text(json.dumps(row) + "\n")
+    with pytest.raises(RecipematchError, match=r"replay rows are needed for .* has 1 usable rows"):
+        mix.run(_view(params, mix), lay, arm="recipe", fraction="0.9", progress=False)
+    assert not list(lay.models("recipe@mix0.9").glob("seed_*.json"))  # nothing half-written

@@ -41,7 +41,7 @@ def test_shipped_params_leave_every_variant_off(repo_root, name):
     p = load_params(repo_root / name)
     s = TrainSettings.pick(p.train)
     assert s.lora is None and s.gradient_checkpointing is False and s.query_instruction == ""
-    assert p.train.replay.fraction == 0.0 and p.train.soup_alphas == ()
+    assert p.train.replay.fraction == 0.0
     # the run's identity (run key, record) is the one it had before the variants existed
     assert list(s.identity()) == ORIGINAL_FIELDS
     assert s.learning_rate == p.train.lr
@@ -69,8 +69,7 @@ def test_lora_settings_come_from_params_and_bring_their_learning_rate(repo_root)
 @pytest.mark.parametrize("train, message", [
     ({"replay": {"file": "", "fraction": 0.2}}, "train.replay.fraction > 0 needs train.replay.file"),
     ({"replay": {"file": "x.jsonl", "fraction": 0.95}}, "train.replay.fraction must lie in"),
-    ({"soup_alphas": [0.5, 0.5]}, "train.soup_alphas lists a value twice"),
-    ({"soup_alphas": [1.5]}, "train.soup_alphas[0] must lie in"),
+    ({"soup_alphas": [0.5]}, "train: unknown key(s) ['soup_alphas']"),
     ({"lora": {"enabled": True, "rank": 0}}, "train.lora.rank must lie in"),
     ({"lora": {"enabled": True, "bogus": 1}}, "train.lora: unknown key(s) ['bogus']"),
 ])
@@ -328,7 +327,8 @@ def test_soup_stage_scores_each_alpha_as_its_own_row(repo_root, tiny_model, trai
     from recipematch.pipeline.door import Layout
 
     raw = load_yaml(repo_root / "params.yaml")
-    raw["train"].update(model=str(tiny_model), n_seeds=1, soup_alphas=[0.5, 1.0])
+    raw["train"].update(model=str(tiny_model), n_seeds=1)
+    raw["remedies"].update(arms=["recipe", "cell"], soup_alphas=[0.5, 1.0], replay_fractions=[])
     raw["evaluate"].update(max_seq_length=16)
     raw["evaluations"] = {"easy": {"folder": "artifacts/evalsets/easy", "rule": "plain", "role": "benchmark",
                                    "label": "easy", "report_ks": [1]}}
@@ -340,8 +340,10 @@ def test_soup_stage_scores_each_alpha_as_its_own_row(repo_root, tiny_model, trai
     (lay.models("recipe") / "seed_42.json").write_text("{}")
     view = parse_params(raw).view(soup.PARAMS)
 
-    with pytest.raises(RecipematchError, match=r"--alpha 0.7: not one of train.soup_alphas \[0.5, 1.0\]"):
+    with pytest.raises(RecipematchError, match=r"--alpha 0.7: not one of remedies.soup_alphas \[0.5, 1.0\]"):
         soup.run(view, lay, arm="recipe", alpha="0.7")
+    with pytest.raises(RecipematchError, match=r"--arm 'verified': not in remedies.arms"):
+        soup.run(view, lay, arm="verified", alpha="0.5")
     with pytest.raises(RecipematchError, match=r"models/cell does not exist \(train it first\)"):
         soup.run(view, lay, arm="cell", alpha="0.5")
 

@@ -418,6 +418,10 @@ def _check_value(v: Any, md: Mapping[str, Any], where: str) -> None:
         raise RecipematchError(f"{where} must be one of {list(choices)}, got {short_repr(v, 120)} ({md['help']})")
 
 
+#: keys an older params.yaml may still carry -> where they live now (named in the unknown-key error)
+MOVED_KEYS = {"train.soup_alphas": "remedies.soup_alphas (with remedies.arms naming the arms souped)"}
+
+
 def _build(raw: Any, cls: type[T], where: str) -> T:
     if not isinstance(raw, Mapping):
         raise RecipematchError(f"{where}: expected a mapping, got {short_repr(raw, 120)}")
@@ -426,7 +430,8 @@ def _build(raw: Any, cls: type[T], where: str) -> T:
     unknown = sorted(set(raw) - set(names), key=str)
     if unknown:
         what = f"{where}: unknown key(s)" if where else "unknown top-level key(s)"
-        raise RecipematchError(f"{what} {unknown}; allowed: {names}")
+        moved = [f"{where}.{k} is now {MOVED_KEYS[f'{where}.{k}']}" for k in unknown if f"{where}.{k}" in MOVED_KEYS]
+        raise RecipematchError(f"{what} {unknown}; allowed: {names}" + (f" ({'; '.join(moved)})" if moved else ""))
     kwargs = {}
     for f in dataclasses.fields(cls):
         key = f"{where}.{f.name}" if where else f.name
@@ -604,9 +609,29 @@ class TrainConfig:
                                    max_len=2000)
     replay: ReplayConfig = _spec("general pairs mixed into each training file (off by default)",
                                  default_factory=ReplayConfig)
-    soup_alphas: tuple[float, ...] = _spec("WiSE-FT soups a*trained + (1-a)*base scored per arm and seed "
-                                           "(paper Table 19: 0.3, 0.5, 0.7; empty = none)", default=(),
-                                           min=0.0, max=1.0, finite=True)
+
+
+@dataclass(frozen=True)
+class RemediesConfig:
+    """The two remedies for forgetting compared in paper Appendix E, Table 19, as a grid over
+    some arms: WiSE-FT soups in weight space (θ = α·θ_ft + (1 − α)·θ_base, one ``soup@<arm>-<α>``
+    stage per arm and α) and retraining with replay rows in data space (one
+    ``mix@<arm>-<fraction>`` stage per arm and fraction). Its own section, so a grid edit
+    retrains no arm. Empty ``arms``: no remedy stage."""
+
+    arms: tuple[str, ...] = _spec("arms of `arms` given both remedies ([] = none)", default=())
+    soup_alphas: tuple[float, ...] = _spec("WiSE-FT soup blends: the trained weights' share (paper Table 19: "
+                                           "0.3, 0.5, 0.7; empty = no soup)", default=(), min=0.0, max=1.0,
+                                           finite=True)
+    replay_fractions: tuple[float, ...] = _spec("replay rows' share of the mixed training split, one retrained "
+                                                "model each (paper V1/V2: 12,000 of 30,323; empty = no mix)",
+                                                default=(), min=0.01, max=0.9, finite=True)
+    replay_file: str = _spec("JSONL pair file the mixes draw replay rows from, relative to the project root "
+                             "(the replay_pool stage writes artifacts/replay/ict.jsonl)", default="", max_len=2000)
+    ict_seed: int = _spec("draws the held-out sentence of each inverse-cloze replay row (replay_pool stage)",
+                          default=11, min=0, max=2**32 - 1)
+    ict_min_chars: int = _spec("shortest sentence, in characters, an inverse-cloze row may use as its anchor",
+                               default=20, min=1, max=100_000)
 
 
 @dataclass(frozen=True)
@@ -1067,6 +1092,8 @@ class Params:
     regen: dict[str, RegenConfig] = _spec("regenerated gold versions of declared benchmarks (Appendix E), by name "
                                           "({} = none; dvc.yaml builds one stage per entry)", default_factory=dict)
     hits: HitsConfig = _spec("hit accounting: sole wins (Section 7)", default_factory=HitsConfig)
+    remedies: RemediesConfig = _spec("the remedies for forgetting (Appendix E, Table 19): soups and replay mixes",
+                                     default_factory=RemediesConfig)
     judge2: Judge2Config = _spec("the second judge (two-judge control)", default_factory=Judge2Config)
     backtranslate: BacktranslateConfig = _spec("the back-translation control", default_factory=BacktranslateConfig)
     engine: EngineConfig = _spec("where training and evaluation units run (execution only)",
@@ -1159,8 +1186,7 @@ def _cross_checks(p: Params) -> None:
         raise RecipematchError("evaluations: declare at least one set with role: benchmark")
     if p.train.replay.fraction > 0 and not p.train.replay.file:
         raise RecipematchError("train.replay.fraction > 0 needs train.replay.file (a JSONL pair file)")
-    if len(set(p.train.soup_alphas)) != len(p.train.soup_alphas):
-        raise RecipematchError(f"train.soup_alphas lists a value twice: {list(p.train.soup_alphas)}")
+    _check_remedies(p)
     if not _URI.match(p.mlflow.tracking_uri):
         raise RecipematchError(f"mlflow.tracking_uri must be sqlite:///PATH, http(s)://HOST[:PORT] or file:PATH, "
                                f"got {short_repr(p.mlflow.tracking_uri, 120)}")
@@ -1365,6 +1391,23 @@ def check_arm_inputs(p) -> None:
                 raise RecipematchError(f"{where}: {missing_input_message(spec, key)}")
 
 
+def _check_remedies(p: Params) -> None:
+    """``remedies``: arms that ``arms`` trains (each once), no value listed twice, a replay
+    file inside the project whenever a mix is declared (Appendix E, Table 19)."""
+    r = p.remedies
+    for key in ("arms", "soup_alphas", "replay_fractions"):
+        vals = list(getattr(r, key))
+        if len(set(vals)) != len(vals):
+            raise RecipematchError(f"remedies.{key} lists a value twice: {vals}")
+    bad = [a for a in r.arms if a not in p.arms]
+    if bad:
+        raise RecipematchError(f"remedies.arms {bad} are not in arms {list(p.arms)} (a remedy starts from a "
+                               f"trained arm)")
+    if r.arms and r.replay_fractions and not r.replay_file:
+        raise RecipematchError("remedies.replay_fractions needs remedies.replay_file (a JSONL pair file)")
+    _check_inside_project("remedies", r, ("replay_file",))
+
+
 def _check_hits(p: Params) -> None:
     """``hits.contrasts`` parse as contrasts (``hits.probe`` is checked by the hits stage, which
     reads the evaluations: a params file whose evaluations have no probe still parses)."""
@@ -1503,5 +1546,7 @@ class ParamsView:
             obj = self._target
             for part in k.split("."):
                 obj = getattr(obj, part)
+            if isinstance(obj, Mapping):  # a section of named entries (evaluations, pooling, ...)
+                obj = {n: dataclasses.asdict(v) if dataclasses.is_dataclass(v) else v for n, v in obj.items()}
             out[self._prefix + k] = dataclasses.asdict(obj) if dataclasses.is_dataclass(obj) else obj
         return out

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from recipematch.io import atomic_write_text
+from recipematch.io import atomic_write_text, canonical_json
 from recipematch.rules import BASELINES
 
 ARM_ORDER = ("base", "bm25", "verified", "reference", "recipe", "cell")
@@ -42,8 +42,12 @@ def _gap(g: Mapping[str, Any] | None) -> str:
 
 
 def _ordered_arms(stats: Mapping[str, Any]) -> list[str]:
+    """Base, BM25 and the arms in report order; the remedies' soups and mixes (Appendix E) are
+    left to Table 19 and the forgetting table."""
+    remedy = {lab for r in (stats.get("remedies") or {}).values() for kind in ("soups", "mixes")
+              for lab in r[kind].values()}
     known = [a for a in ARM_ORDER if a in stats["arms"]]
-    return known + sorted(a for a in stats["arms"] if a not in known)
+    return known + sorted(a for a in stats["arms"] if a not in known and a not in remedy)
 
 
 def table_markdown(stats: Mapping[str, Any], cells: Mapping[str, Mapping[str, str]]) -> str:
@@ -467,6 +471,120 @@ def regen_markdown(stats: Mapping[str, Any]) -> str:
     return "\n".join(out).rstrip()
 
 
+def _remedy_lines(stats: Mapping[str, Any], arm: str) -> tuple[list[tuple[str, str, float]], list[tuple[str, str, float]]]:
+    """One remedied arm's two lines of Table 19 (Appendix E), each a list of ``(label, what,
+    share of the arm)`` from the untrained end to the arm: weight space = base (α 0), the soups
+    by α, the arm (α 1); data space = the arm (no replay), then its mixes by replay fraction
+    (the arm's share of training rows, 1 − f). Rows not scored are left out."""
+    rem = stats["remedies"][arm]
+    have = stats["arms"]
+    soups = sorted(((float(x), lab) for x, lab in rem["soups"].items() if lab in have), key=lambda t: t[0])
+    mixes = sorted(((float(x), lab) for x, lab in rem["mixes"].items() if lab in have), key=lambda t: t[0])
+    weight = [("base", "untrained base", 0.0), *((lab, f"soup α = {a:g}", a) for a, lab in soups if 0 < a < 1),
+              (arm, "the arm", 1.0)]
+    data = [(arm, "the arm, no replay", 1.0), *((lab, f"replay {f:.0%} of rows", 1 - f) for f, lab in mixes)]
+    return weight, data
+
+
+def remedies_markdown(stats: Mapping[str, Any]) -> str:
+    """Table 19's shape (paper Appendix E): for each arm of ``remedies.arms``, the untrained
+    base, the arm, its WiSE-FT soups (mixing in weight space) and its replay mixes (mixing in
+    data space); columns = R@1 / R@5 / R@10 on each benchmark set (no regenerated versions)
+    and R@1 on each real set with the points lost against the base (95% interval, Table 19's
+    retention side). Means over seeds, percent. ``""`` when no arm is remedied."""
+    rem = stats.get("remedies") or {}
+    if not rem:
+        return ""
+    evals = stats["evaluations"]
+    bench = [n for n in _ordered_evals(stats) if evals[n]["role"] == "benchmark" and not evals[n].get("version_of")]
+    real = [n for n in _ordered_evals(stats) if evals[n]["role"] == "real"]
+    head = ["model", "remedy", *(f"{evals[n]['label']} R@{'/'.join(map(str, _ks(stats, n)))}" for n in bench),
+            *(f"{evals[n]['label']} R@1 | lost vs base [95%]" for n in real)]
+    ncol = 2 + len(bench) + 2 * len(real)
+    out = []
+    for arm in rem:
+        weight, data = _remedy_lines(stats, arm)
+        out += [f"Remedied arm: **{arm}**.", "", "| " + " | ".join(head) + " |", "|" + "---|" * ncol]
+        seen = set()
+        for label, what, _share in [*weight, *data]:
+            if label in seen:
+                continue
+            seen.add(label)
+            a = stats["arms"][label]
+            cells = [label, what]
+            cells += [" / ".join(f"{a[f'{n}.R@{k}']['mean']:.2f}" for k in _ks(stats, n)) for n in bench]
+            for n in real:
+                g = (stats.get("forgetting") or {}).get(f"{label}.{n}.R@1")
+                cells += [_fmt(a.get(f"{n}.R@1")), _gap(g) if label != "base" else "—"]
+            out.append("| " + " | ".join(cells) + " |")
+        out.append("")
+    out.append("A soup blends the arm's trained weights with the base's (θ = α·θ_arm + (1 − α)·θ_base); a mix "
+               "retrains the arm's own cell with replay rows making up the stated share of its training split.")
+    return "\n".join(out)
+
+
+def frontier_rows(stats: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The mixing frontier's points (paper Appendix E, Table 19): one per (remedied arm, line,
+    model, real set): ``{arm, remedy: "weight space" | "data space", model, share, real_set,
+    retention, benchmark_set, benchmark}`` with the R@1 means in percent; ``benchmark`` is the
+    headline (first) benchmark set. ``[]`` when no arm is remedied or no set of either role."""
+    rem = stats.get("remedies") or {}
+    evals = stats["evaluations"]
+    bench = [n for n in _ordered_evals(stats) if evals[n]["role"] == "benchmark" and not evals[n].get("version_of")]
+    real = [n for n in _ordered_evals(stats) if evals[n]["role"] == "real"]
+    if not rem or not bench or not real:
+        return []
+    rows = []
+    for arm in rem:
+        for remedy, line in zip(("weight space", "data space"), _remedy_lines(stats, arm)):
+            for label, _what, share in line:
+                a = stats["arms"][label]
+                for r in real:
+                    rows.append({"arm": arm, "remedy": remedy, "model": label, "share": round(share, 6), "real_set": r,
+                                 "retention": round(a[f"{r}.R@1"]["mean"], 4), "benchmark_set": bench[0],
+                                 "benchmark": round(a[f"{bench[0]}.R@1"]["mean"], 4)})
+    return rows
+
+
+def frontier_png(stats: Mapping[str, Any], path: Path) -> None:
+    """The mixing frontier (paper Appendix E, Table 19): one panel per real set, the headline
+    benchmark's R@1 against the real set's R@1 (retention), one line per remedy and remedied
+    arm from the base or the arm outward, the base marked with a star. Nothing is written
+    without frontier points."""
+    rows = frontier_rows(stats)
+    if not rows:
+        return
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    evals = stats["evaluations"]
+    real = list(dict.fromkeys(r["real_set"] for r in rows))
+    fig, axes = plt.subplots(1, len(real), figsize=(5.4 * len(real), 4.4), dpi=110, squeeze=False)
+    for ax, r in zip(axes.flat, real):
+        pts = [x for x in rows if x["real_set"] == r]
+        for (arm, remedy) in dict.fromkeys((x["arm"], x["remedy"]) for x in pts):
+            line = [x for x in pts if x["arm"] == arm and x["remedy"] == remedy]
+            ax.plot([x["retention"] for x in line], [x["benchmark"] for x in line], marker="o",
+                    linestyle="-" if remedy == "weight space" else "--", label=f"{arm}: {remedy}")
+            for x in line:
+                if x["model"] not in ("base", arm):
+                    ax.annotate(x["model"].split("@", 1)[1], (x["retention"], x["benchmark"]), fontsize=7,
+                                xytext=(4, 4), textcoords="offset points")
+        b = next(x for x in pts if x["model"] == "base")
+        ax.scatter([b["retention"]], [b["benchmark"]], marker="*", s=180, color="black", zorder=5, label="base")
+        ax.set_xlabel(f"{evals[r]['label']} R@1 (%)")
+        ax.set_ylabel(f"{evals[pts[0]['benchmark_set']]['label']} R@1 (%)")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7, loc="best")
+    fig.suptitle("Mixing frontier: benchmark score against real retrieval kept")
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, metadata={"Software": None})
+    plt.close(fig)
+
+
 def forgetting_markdown(stats: Mapping[str, Any]) -> str:
     """The forgetting table (paper Appendix E, Table 19's retention side): rows = every
     trained model (arms, then soups), columns = each real set: the model's R@1 and the points
@@ -579,14 +697,17 @@ def who_built_markdown(stats: Mapping[str, Any], k: int = 1) -> str:
 def write_report(stats: Mapping[str, Any], cells: Mapping[str, Mapping[str, str]], counts: Mapping[str, Any], out_dir: Path,
                  *, params: Mapping[str, Any], style: Mapping[str, Any] | None = None,
                  hits: Mapping[str, Any] | None = None) -> Path:
-    """Write ``report.md``, ``figure1.png`` and ``recall.png`` under ``out_dir``; returns the
+    """Write ``report.md``, ``figure1.png``, ``recall.png``, ``frontier.png`` and ``frontier.json``
+    (the frontier's points, a DVC plot) under ``out_dir``; returns the
     report path. ``hits`` is ``metrics/hits.json`` (Section 7), or None."""
     out_dir.mkdir(parents=True, exist_ok=True)
     scatter_png(stats, cells, out_dir / "figure1.png")
     recall_png(stats, out_dir / "recall.png")
+    frontier_png(stats, out_dir / "frontier.png")
+    atomic_write_text(out_dir / "frontier.json", canonical_json(frontier_rows(stats)) + "\n")
     recall, at_seed, scales, sole = (recall_markdown(stats), seed_markdown(stats), three_scales_markdown(stats),
                                      hits_markdown(hits, stats))
-    regen, forgetting = regen_markdown(stats), forgetting_markdown(stats)
+    regen, forgetting, remedies = regen_markdown(stats), forgetting_markdown(stats), remedies_markdown(stats)
     lines = ["# recipematch report", "",
              "Recomputed from this run's pipeline outputs (`dvc repro`). Arms are mean ± sample sd over "
              "training seeds (percent); gaps are percentage points with 95% intervals from a nested bootstrap "
@@ -603,6 +724,8 @@ def write_report(stats: Mapping[str, Any], cells: Mapping[str, Mapping[str, str]
              *(["## One seed, full recall curves (Table 17's shape)", "", at_seed, ""] if at_seed else []),
              *(["## Forgetting: real retrieval lost against the base (Table 19's retention columns)", "",
                 forgetting, ""] if forgetting else []),
+             *(["## The two remedies: mixing in weight space and in data space (Table 19's shape)", "", remedies, "",
+                "![mixing frontier](frontier.png)", ""] if remedies else []),
              *(["## Hit accounting: sole wins (Section 7)", "", sole, ""] if sole else []),
              *(["## The regeneration defence (Table 24's shape)", "",
                 "The same queries with their golds regenerated another way (each version's MANIFEST names how); "

@@ -281,8 +281,22 @@ EXTERNAL_SUBSETS = {
 
 def soup_label(arm: str, alpha: str) -> str:
     """The row name of an arm's WiSE-FT soup at ``alpha`` (Appendix E; the text DVC passes
-    from ``train.soup_alphas``): ``recipe@soup0.5``."""
+    from ``remedies.soup_alphas``): ``recipe@soup0.5``."""
     return f"{arm}@soup{alpha}"
+
+
+def mix_label(arm: str, fraction: str) -> str:
+    """The row name of an arm retrained with replay rows at ``fraction`` of its training split
+    (Appendix E, Table 19's mixing in data space; the text DVC passes from
+    ``remedies.replay_fractions``): ``verified@mix0.2``."""
+    return f"{arm}@mix{fraction}"
+
+
+def remedy_labels(arms, soup_alphas, replay_fractions) -> list[str]:
+    """Every remedy row of Table 19 in report order: per arm its soups, then its mixes
+    (Appendix E). The labels are the folder names the soup and mix stages write."""
+    return [*(soup_label(a, str(x)) for a in arms for x in soup_alphas),
+            *(mix_label(a, str(x)) for a in arms for x in replay_fractions)]
 
 
 def missing_input_message(spec: CellSpec, key: str) -> str:

@@ -1,8 +1,8 @@
 """Stage ``soup@<arm>-<alpha>``: WiSE-FT soups of every seed of one trained arm with the
 untrained base, scored as their own rows (paper Appendix E, Table 19).
 
-One stage per (arm, α) of ``arms`` × ``train.soup_alphas``; the list is empty by default, so
-the default pipeline has no soup stage at all. For each training seed it writes the soup
+One stage per (arm, α) of ``remedies.arms`` × ``remedies.soup_alphas`` (Table 19's mixing in
+weight space; the data-space remedy is the mix stage). For each training seed it writes the soup
 checkpoint ``artifacts/soups/<arm>@soup<α>/seed_<s>/`` (with ``seed_<s>.json``: α, the
 trained checkpoint's and the soup's hashes) and scores it on every declared evaluation
 exactly as the evaluate stage scores an arm: the rows land under the label
@@ -31,11 +31,11 @@ from recipematch.rules import soup_label
 
 log = logging.getLogger("recipematch")
 
-PARAMS = ("train.seed", "train.n_seeds", "train.model", "train.soup_alphas", "train.query_instruction", "evaluate",
-          "evaluations", "mlflow")
+PARAMS = ("train.seed", "train.n_seeds", "train.model", "train.query_instruction", "remedies.arms",
+          "remedies.soup_alphas", "evaluate", "evaluations", "mlflow")
 
 alpha_option = click.option("--alpha", required=True,
-                            help="A value of train.soup_alphas, as written there (it names the soup's folders).")
+                            help="A value of remedies.soup_alphas, as written there (it names the soup's folders).")
 
 
 
@@ -46,7 +46,7 @@ def _alpha(text: str, allowed) -> float:
     except ValueError:
         raise RecipematchError(f"--alpha {text!r} is not a number") from None
     if not math.isfinite(a) or not any(a == float(x) for x in allowed):
-        raise RecipematchError(f"--alpha {text}: not one of train.soup_alphas {list(allowed)}")
+        raise RecipematchError(f"--alpha {text}: not one of remedies.soup_alphas {list(allowed)}")
     return a
 
 
@@ -54,7 +54,9 @@ def run(p, lay: Layout, arm: str, alpha: str) -> dict:
     """Soups of one arm at one alpha: build each seed's soup, score it, log it."""
     from recipematch.soups import build_soup
 
-    a = _alpha(alpha, p.train.soup_alphas)
+    if arm not in p.remedies.arms:
+        raise RecipematchError(f"--arm {arm!r}: not in remedies.arms {list(p.remedies.arms)}")
+    a = _alpha(alpha, p.remedies.soup_alphas)
     check_device("evaluate.device", p.evaluate.device)
     if not lay.models(arm).is_dir():
         raise RecipematchError(f"--arm {arm!r}: {lay.models(arm)} does not exist (train it first)")

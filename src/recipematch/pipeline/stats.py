@@ -11,8 +11,9 @@ Also, for every contrast (Appendix A, Tables 1 and 17):
   gives both where they differ;
 - ``seed_gaps``: the single-run gap at the first training seed (``train.seed``; the paper's
   seed 42 of Table 17), by :func:`recipematch.stats.paired_query_bootstrap`;
-- ``forgetting``: for every trained row (arms and soups) and real set, base − row R@1 with its
+- ``forgetting``: for every trained row (arms, soups and mixes) and real set, base − row R@1 with its
   nested-bootstrap interval (the points of real retrieval training lost; Appendix E, Table 19);
+- ``remedies``: for every arm of ``remedies.arms``, its soup and mix rows by grid value (Table 19);
 - ``did_three_scales``: the DiD on points, log-odds and error reduction, seed-paired, over
   seeds (:func:`recipematch.stats.did_three_scales`, B = 10,000), for two trained arms with the
   same seeds; a pair whose per-seed R@1 touches 0 or 100 (undefined on two of the scales) is
@@ -28,11 +29,12 @@ from typing import Any
 from recipematch.errors import RecipematchError
 from recipematch.io import write_json
 from recipematch.pipeline.door import Layout, stage
-from recipematch.rules import BASELINES, MEASURE_PREFIX, parse_contrast, soup_label
+from recipematch.rules import BASELINES, MEASURE_PREFIX, mix_label, parse_contrast, remedy_labels, soup_label
 
 log = logging.getLogger("recipematch")
 
-PARAMS = ("arms", "contrasts", "stats", "evaluate.ks", "evaluations", "train.soup_alphas", "train.seed")
+PARAMS = ("arms", "contrasts", "stats", "evaluate.ks", "evaluations", "remedies.arms", "remedies.soup_alphas",
+          "remedies.replay_fractions", "train.seed")
 
 
 def _hits(ranks, k: int):
@@ -138,8 +140,9 @@ def run(p, lay: Layout) -> dict:
     from recipematch.stats import did_bootstrap, mean_sd, nested_bootstrap_gap, paired_query_bootstrap
 
     scfg = p.stats
-    # WiSE-FT soups (Appendix E) are evaluated rows like the arms: <arm>@soup<alpha>
-    arms = [*p.arms, *(soup_label(a, str(al)) for a in p.arms for al in p.train.soup_alphas)]
+    # the remedies (Appendix E, Table 19) are evaluated rows like the arms: <arm>@soup<alpha>, <arm>@mix<fraction>
+    rem = p.remedies
+    arms = [*p.arms, *remedy_labels(rem.arms, rem.soup_alphas, rem.replay_fractions)]
     evals = dict(sorted(p.evaluations.items()))
     rows = [*BASELINES, *arms]
     ranks: dict[str, dict[str, Any]] = {}
@@ -227,6 +230,9 @@ def run(p, lay: Layout) -> dict:
                                   real_clusters=hits[r][2], bench_clusters=hits[b][2], paired_seeds=paired)
                 out["did"][f"{pair}.{b}-{r}.R@1"] = _as_dict(d)
                 _three_scales(out, pair, x, y, b, r, ranks)
+    # Table 19's rows (Appendix E): each remedied arm's soups and mixes, by the grid value as written
+    out["remedies"] = {a: {"soups": {str(x): soup_label(a, str(x)) for x in rem.soup_alphas},
+                           "mixes": {str(x): mix_label(a, str(x)) for x in rem.replay_fractions}} for a in rem.arms}
     # Table 19's retention columns (Appendix E): each trained row's R@1 loss against the base on every real set
     out["forgetting"] = {}
     for a in arms:

@@ -53,10 +53,16 @@ def train_unit(unit: dict, _shared=None) -> dict:
                      cfg=unit["cfg"], progress=unit["progress"], work_dir=Path(unit["work_dir"]))
 
 
-def run(p, lay: Layout, arm: str, *, progress: bool = True, engine=None) -> dict:
+def run(p, lay: Layout, arm: str, *, progress: bool = True, engine=None, label: str | None = None,
+        replay_cfg=None) -> dict:
     """Stage 7: train every seed of one arm (one MLflow run per seed), the seeds as units of
     ``engine`` (an :class:`~recipematch.config.EngineConfig`; ``None``: one after another
-    in this process)."""
+    in this process).
+
+    ``label`` (default: ``arm``) names the model folder ``models/<label>/``, the metrics file
+    and the MLflow runs; ``replay_cfg`` (a :class:`~recipematch.config.ReplayConfig`) replaces
+    ``train.replay``. The mix stage passes both to retrain an arm's cells with replay rows
+    (Appendix E, Table 19)."""
     import pandas as pd
 
     import recipematch.training as training_mod
@@ -71,6 +77,9 @@ def run(p, lay: Layout, arm: str, *, progress: bool = True, engine=None) -> dict
 
     spec = arm_spec_from_file(lay, arm)  # an arm without a spec is named before any work
     tcfg = p.train
+    label = label or arm
+    rcfg = replay_cfg if replay_cfg is not None else tcfg.replay
+    rkey = "remedies.replay_file" if replay_cfg is not None else "train.replay.file"
     mcfg = p.mlflow
     engine_mod.check_unit_device(eng, "train.device", tcfg.device)
     if eng.kind == "local":  # a Ray unit checks its device where it runs
@@ -83,15 +92,15 @@ def run(p, lay: Layout, arm: str, *, progress: bool = True, engine=None) -> dict
     settings = TrainSettings.pick(tcfg)
     train_settings = {"model": tcfg.model, **settings.identity()}  # variants join only when on
     replay = None  # general pairs mixed into each training file (Appendix E); off at fraction 0
-    if tcfg.replay.fraction > 0:
-        replay = training_mod.ReplayPool.load(lay.p(tcfg.replay.file), gate)
-        train_settings["replay"] = {"file_sha256": replay.sha256, "fraction": tcfg.replay.fraction}
+    if rcfg.fraction > 0:
+        replay = training_mod.ReplayPool.load(lay.p(rcfg.file), gate, key=rkey)
+        train_settings["replay"] = {"file_sha256": replay.sha256, "fraction": rcfg.fraction}
     uri = mlflow_uri(mcfg.tracking_uri, lay)
     c, exp_id = tracking.open_store(uri, mcfg.experiment, artifact_location=mlflow_artifacts(lay))
     # every write to the store holds its lock: parallel stages (`dvc queue start -j 2`) never
     # write one SQLite file at the same time, and find-or-create of a run key is atomic
     writing = functools.partial(tracking.store_lock, uri)
-    out_root = lay.models(arm)
+    out_root = lay.models(label)
     out_root.mkdir(parents=True, exist_ok=True)
     for stale in out_root.glob("rm-train-*"):  # left by an older version killed mid-training
         import shutil
@@ -109,35 +118,36 @@ def run(p, lay: Layout, arm: str, *, progress: bool = True, engine=None) -> dict
             raise RecipematchError(f"train[{arm}] seed {s}: {pair_path} has not passed validation (hash differs); "
                                    f"run the validate stage")
         gate_sha = sha256_file(ex_path)
-        run_key = sha256_text(canonical_json({"arm": arm, "seed": s, "pairs": pair_sha, "gate": gate_sha,
+        run_key = sha256_text(canonical_json({"arm": arm, **({"label": label} if label != arm else {}), "seed": s, "pairs": pair_sha, "gate": gate_sha,
                                               "train": train_settings, "code": code_sha}))
         ckpt = out_root / f"seed_{s}"
         rec_path = out_root / f"seed_{s}.json"
         if rec_path.exists() and ckpt.exists():
             rec = read_json(rec_path)
             if rec.get("run_key") == run_key and rec.get("checkpoint_sha256") == sha256_tree(ckpt):
-                log.info("train[%s] seed %d: finished earlier (run key %s), skipped", arm, s, run_key[:12])
+                log.info("train[%s] seed %d: finished earlier (run key %s), skipped", label, s, run_key[:12])
                 # a lost tracking store gets the run back from the record; the record is not rewritten
                 with writing():
-                    trained_run(c, exp_id, arm, {"seed": s, "cell": spec.name, **rec})
+                    trained_run(c, exp_id, label, {"seed": s, "cell": spec.name, **rec})
                 summary[str(s)] = _summary(rec)
                 continue
         rows = read_pair_file(pair_path)
         rows, gate_counts, _ = gate.apply(rows)
         if replay is not None:
-            rows, _n_replay = training_mod.mix_replay(rows, replay.rows, fraction=tcfg.replay.fraction, seed=s,
-                                                      source=tcfg.replay.file)
+            rows, _n_replay = training_mod.mix_replay(rows, replay.rows, fraction=rcfg.fraction, seed=s,
+                                                      source=rcfg.file)
         gate_again = {"rows_dropped": sum(v for k, v in gate_counts.items() if k.startswith("rows_dropped.")),
                       "negatives_dropped": sum(v for k, v in gate_counts.items() if k.startswith("negatives_dropped."))}
         with writing():
-            run_id, resumed = tracking.find_or_create_run(c, exp_id, run_key, f"{arm}-{spec.name}-seed{s}",
-                                                         {"arm": arm, "cell": spec.name, "seed": str(s)})
-            tracking.log_params_safe(c, run_id, {"arm": arm, "cell": spec.name, "positives": spec.positives,
+            run_id, resumed = tracking.find_or_create_run(c, exp_id, run_key, f"{label}-{spec.name}-seed{s}",
+                                                         {"arm": label, "cell": spec.name, "seed": str(s),
+                                                          **({"mix_of": arm} if label != arm else {})})
+            tracking.log_params_safe(c, run_id, {"arm": label, "cell": spec.name, "positives": spec.positives,
                                                  "negatives": spec.negatives, "negatives_volume": spec.volume, "seed": s,
                                                  "budget_rows": len(rows), "train.model": tcfg.model,
                                                  **{f"train.{k}": v for k, v in settings.mlflow_params().items()},
-                                                 "train.replay.file": tcfg.replay.file,
-                                                 "train.replay.fraction": tcfg.replay.fraction})
+                                                 "train.replay.file": rcfg.file,
+                                                 "train.replay.fraction": rcfg.fraction})
             c.set_tag(run_id, "pair_file_sha256", pair_sha)
             c.set_tag(run_id, "gate_list_sha256", gate_sha)
             c.set_tag(run_id, "gate_version", ex.version)
@@ -160,7 +170,7 @@ def run(p, lay: Layout, arm: str, *, progress: bool = True, engine=None) -> dict
         s, run_id, ckpt = j["seed"], j["run_id"], j["ckpt"]
         if not ckpt.is_dir():
             raise engine_mod.EngineError(
-                f"train[{arm}] seed {s}: the unit finished but its checkpoint {ckpt} is not visible here; "
+                f"train[{label}] seed {s}: the unit finished but its checkpoint {ckpt} is not visible here; "
                 f"with engine.address every node must see the project folder at the same path (a shared filesystem)")
         ckpt_sha = sha256_tree(ckpt)
         with writing():
@@ -192,10 +202,10 @@ def run(p, lay: Layout, arm: str, *, progress: bool = True, engine=None) -> dict
 
     # work folders live outside the DVC output, one per (arm, seed): train_one clears what a killed run left there
     units = [{"rows": j["rows"], "base_model": base, "out_dir": str(j["ckpt"]), "seed": j["seed"], "cfg": settings,
-              "progress": progress, "work_dir": str(lay.p("cache", "train-tmp", arm, f"seed_{j['seed']}"))}
+              "progress": progress, "work_dir": str(lay.p("cache", "train-tmp", label, f"seed_{j['seed']}"))}
              for j in todo]
     try:
-        engine_mod.map_units(train_unit, units, eng, labels=[f"train[{arm}] seed {j['seed']}" for j in todo],
+        engine_mod.map_units(train_unit, units, eng, labels=[f"train[{label}] seed {j['seed']}" for j in todo],
                              on_done=record)
     except BaseException:
         with writing():
@@ -204,7 +214,7 @@ def run(p, lay: Layout, arm: str, *, progress: bool = True, engine=None) -> dict
                     c.set_terminated(j["run_id"], status="FAILED")
         raise
     summary = {str(s): summary[str(s)] for s in train_seeds(tcfg.seed, tcfg.n_seeds)}
-    write_json(lay.metrics / "train" / f"{arm}.json", summary)
+    write_json(lay.metrics / "train" / f"{label}.json", summary)
     return summary
 
 
