@@ -198,7 +198,7 @@ def test_an_arm_the_configuration_cannot_build_stops_before_any_model_loads(tmp_
     from recipematch.pipeline.door import Layout
 
     raw = load_yaml(Path(__file__).resolve().parents[1] / "params.yaml")
-    bad = parse_params({**raw, **override})
+    bad = parse_params({**raw, **override, "remedies": {**raw["remedies"], "arms": []}})
     with pytest.raises(RecipematchError, match=match):
         check_arm_inputs(bad)
     lay = Layout(tmp_path)

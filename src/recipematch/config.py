@@ -1401,8 +1401,8 @@ def _check_remedies(p: Params) -> None:
             raise RecipematchError(f"remedies.{key} lists a value twice: {vals}")
     bad = [a for a in r.arms if a not in p.arms]
     if bad:
-        raise RecipematchError(f"remedies.arms {bad} are not in arms {list(p.arms)} (a remedy starts from a "
-                               f"trained arm)")
+        raise RecipematchError(f"remedies.arms {bad} are not in arms {list(p.arms)}: a remedy starts from a "
+                               f"trained arm; name arms that train, or no remedy (-S 'remedies.arms=[]')")
     if r.arms and r.replay_fractions and not r.replay_file:
         raise RecipematchError("remedies.replay_fractions needs remedies.replay_file (a JSONL pair file)")
     _check_inside_project("remedies", r, ("replay_file",))
