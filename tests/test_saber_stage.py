@@ -166,3 +166,23 @@ def test_the_parsers_and_bad_inputs(tmp_path: Path) -> None:
                           "model_id": "m"}}
     with pytest.raises(RecipematchError, match=r"saber.x.corpus must be a path inside the project"):
         parse_params(raw)
+
+
+def test_a_run_that_grades_nothing_fails_after_recording_why(tmp_path: Path) -> None:
+    """Every pairwise answer broken: no grade anywhere. The stage writes its failures and
+    counts, then stops with one line (a non-zero exit), never a silent empty benchmark."""
+    from recipematch.pipeline import saber
+
+    p, lay, rows = _project(tmp_path)
+    table = _table(rows, {})
+    for key in list(table):
+        if key[1].startswith("Query:"):
+            table[key] = "maybe"
+    with ChatServer(table, model=JUDGE) as srv:
+        with pytest.raises(RecipematchError, match=r"saber.tiny: no query got a single grade \(1 queries, .*"
+                                                   r"judgment: answer outside A/B"):
+            saber.run(_with_url(p, srv.base_url), lay, name="tiny", progress=False)
+    out = tmp_path / "artifacts" / "saber" / "tiny"
+    assert (out / "failures.jsonl").read_text().count("answer outside A/B") > 0
+    counts = json.loads((tmp_path / "metrics" / "saber" / "tiny.json").read_text())
+    assert counts["queries_without_grades"] == 1 and (out / "qrels.jsonl").read_text() == ""

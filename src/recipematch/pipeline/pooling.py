@@ -11,6 +11,7 @@ a gold) with a ``MANIFEST.json`` (routes, settings, input hashes), and the count
 
 from __future__ import annotations
 
+from pathlib import Path
 
 import click
 
@@ -42,6 +43,16 @@ def _dense_models(p, lay: Layout, models) -> list[tuple[str, str, str]]:
                 raise RecipematchError(f"{ckpt} does not exist: train@{m} has not trained seed {s} (run it first)")
             out.append((f"dense_{m}_s{s}", str(ckpt), p.train.query_instruction))
     return out
+
+
+def _model_identity(p, lay: Layout, path: str) -> str:
+    """What the MANIFEST records for a dense route's model, the same in every clone: a trained
+    checkpoint's path relative to the project root, the base model by its ``train.model``
+    name (its resolved folder lies wherever the package or the cache was installed)."""
+    try:
+        return Path(path).resolve().relative_to(lay.root.resolve()).as_posix()
+    except ValueError:
+        return p.train.model
 
 
 def run(p, lay: Layout, *, name: str, progress: bool = True) -> dict:
@@ -96,7 +107,7 @@ def run(p, lay: Layout, *, name: str, progress: bool = True) -> dict:
             "evaluation": pc.evaluation, "folder": ev.folder, "rule": ev.rule,
             "corpus_sha256": corpus_sha256(bset.corpus), "queries_sha256": queries_sha256(bset.queries),
             "routes": [{"name": r.name, "kind": r.kind, "weight": r.weight} for r in routes],
-            "dense_models": {r: path for r, path, _ in dense},
+            "dense_models": {r: _model_identity(p, lay, path) for r, path, _ in dense},
             "settings": {"route_depth": pc.route_depth, "judge_depth": pc.judge_depth, "mode": pc.mode,
                          "rrf_k": pc.rrf_k, "bm25_k1": pc.bm25_k1, "bm25_b": pc.bm25_b,
                          "token_pattern": pc.token_pattern, "ngram_n": pc.ngram_n},

@@ -337,6 +337,11 @@ def run(p, lay: Layout, *, name: str, progress: bool = True) -> dict:
                                 .value_counts().sort_index().items()},
               "bm25_rerank_ndcg10_exponential": round(float(np.mean(ndcg)), 6) if ndcg else None}
     write_json(lay.metrics / "saber" / f"{name}.json", counts)
+    if not any(qrels[q] for q in queries):  # written first: the failures say why, the call store keeps every answer
+        top = ", ".join(f"{k} ({v})" for k, v in sorted(reasons.items(), key=lambda kv: -kv[1])[:3]) or "none recorded"
+        raise RecipematchError(f"saber.{name}: no query got a single grade ({len(queries)} queries, "
+                               f"{len(judgments)} judgments, {len(failures)} failures: {top}); see "
+                               f"artifacts/saber/{name}/failures.jsonl and metrics/saber/{name}.json")
     return counts
 
 
