@@ -252,3 +252,36 @@ def test_replayed_release_rows_are_inputs(tmp_path):
     assert with_rows["release rows (d1_recipe)"] == "ok"  # data/ is pulled in CI
     without = {i["input"]: i["status"] for i in build_plan(p, tmp_path)["inputs"]}
     assert without["release rows (d1_recipe)"] == without["release rows (d4_restatement)"] == "missing"
+
+
+def test_the_labelling_stages_files_and_servers_are_inputs(tmp_path):
+    """Judging and SABER read files that params name and talk to servers: the plan checks
+    each before any stage runs (a missing recordings file, a server that does not answer)."""
+    import socket
+
+    from recipematch.config import load_yaml
+
+    raw = load_yaml(REPO / "params.yaml")
+    dead = socket.socket()
+    dead.bind(("127.0.0.1", 0))
+    dead_port = dead.getsockname()[1]
+    dead.close()
+    raw["judging"] = {"cl": {"pool": "crosslingual", "prompt": "in/judge.txt", "backend": "replay",
+                             "recordings": "in/answers.jsonl", "model_id": "m"}}
+    raw["saber"] = {"s": {"corpus": "in/corpus.jsonl", "ontology": "in/tree.json", "topics": "in/topics.jsonl",
+                          "judge_prompt": "in/pairwise.txt", "backend": "openai", "model_id": "m",
+                          "base_url": f"http://127.0.0.1:{dead_port}/v1", "api_key_env": "RM_NOT_SET_ANYWHERE"}}
+    raw["remedies"]["replay_file"] = "data/my_replay.jsonl"
+    (tmp_path / "in").mkdir()
+    for f in ("judge.txt", "corpus.jsonl", "tree.json"):
+        (tmp_path / "in" / f).write_text("x\n")
+    inputs = {i["input"]: i for i in build_plan(parse_params(raw), tmp_path)["inputs"]}
+    status = {k: v["status"] for k, v in inputs.items() if k.startswith(("judging.", "saber.", "remedies."))}
+    assert status == {"judging.cl.prompt": "ok", "judging.cl.recordings": "missing", "saber.s.corpus": "ok",
+                      "saber.s.ontology": "ok", "saber.s.topics": "missing", "saber.s.judge_prompt": "missing",
+                      "saber.s.base_url": "missing", "saber.s.api_key_env": "unset",
+                      "remedies.replay_file": "missing"}
+    assert str(dead_port) in inputs["saber.s.base_url"]["detail"]
+    raw["judging"]["cl"]["recordings"] = ""
+    inputs = {i["input"]: i for i in build_plan(parse_params(raw), tmp_path)["inputs"]}
+    assert inputs["judging.cl.recordings"]["detail"] == "backend replay needs a recordings file"

@@ -18,7 +18,9 @@ documents):
 * **inputs**, what the stages will need from outside the pipeline, each checked now: the
   organic source (``data.path``) and MathNet-Retrieve (``data.retrieve``), evaluation folders
   that no stage builds, the base model (resolved as the stages resolve it, nothing
-  downloads), the LLM servers (one TCP connection each, at most ``engine.connect_timeout_s``)
+  downloads), the files and LLM servers of the judging and SABER stages, the regeneration
+  defence's released rows and the remedies' replay file, the LLM servers (one TCP connection
+  each, at most ``engine.connect_timeout_s``)
   and their API-key variables (set or not; the key itself is never read out), and the Ray
   head (``engine.address``). The params schema (``recipematch params --check``) checks values
   only; this is where a path or an address that will fail at run time shows up first.
@@ -386,6 +388,31 @@ def inputs_plan(p, root: Path) -> list[dict[str, str]]:
                        and not any((root / ex.copy / c / s).glob("*.parquet"))]
             if lacking:
                 out[-1] = {**out[-1], "status": "bad", "detail": f"bright copy: lacks {', '.join(lacking)}"}
+    for name, rc in p.regen.items():  # the regeneration defence's released rows (Appendix E)
+        if rc.source == "rows":
+            path(f"regen.{name}.rows", rc.rows, "released regenerated golds", "file")
+    r = p.remedies  # Table 19's replay rows: a user's file (the default's is built by the replay_pool stage)
+    if r.arms and r.replay_fractions and not r.replay_file.startswith("artifacts/"):
+        path("remedies.replay_file", r.replay_file, "replay pair file", "file")
+    # the labelling stages (the candidate design's judging; SABER-Math): their files and clients
+    labelling = [(f"judging.{n}", jc, (("prompt", "judge prompt"), ("system_prompt", "system prompt"),
+                                       ("rubric", "rubric JSON"))) for n, jc in p.judging.items()]
+    labelling += [(f"saber.{n}", sc, (("corpus", "problem corpus"), ("queries", "query ids"),
+                                      ("ontology", "topic tree"), ("topics", "problem topics"),
+                                      ("judge_prompt", "pairwise judge prompt"), ("summaries", "core-idea summaries")))
+                  for n, sc in p.saber.items()]
+    label_servers = []
+    for where, cfg, files in labelling:
+        for key, what in files:
+            if getattr(cfg, key):
+                path(f"{where}.{key}", getattr(cfg, key), what, "file")
+        if cfg.backend == "replay":
+            if cfg.recordings:
+                path(f"{where}.recordings", cfg.recordings, "replayed answers", "file")
+            else:
+                add(f"{where}.recordings", "", "missing", "backend replay needs a recordings file")
+        else:
+            label_servers.append((f"{where}.base_url", cfg.base_url, f"{where}.api_key_env", cfg.api_key_env))
     if p.llm.recipe_prompt:
         path("llm.recipe_prompt", p.llm.recipe_prompt, "recipe prompt sidecar", "file")
     if p.llm.backend == "replay":
@@ -407,7 +434,7 @@ def inputs_plan(p, root: Path) -> list[dict[str, str]]:
                          p.llm.judge_api_key_env)]
     if p.judge2.enabled and p.judge2.backend == "openai":
         servers += [("judge2.base_url", p.judge2.base_url, "judge2.api_key_env", p.judge2.api_key_env)]
-    for key, url, key_env_key, key_env in servers:
+    for key, url, key_env_key, key_env in [*servers, *label_servers]:
         add(key, url, *(_probe_url(url, p.engine.connect_timeout_s) if url else ("missing", "no URL set")))
         if key_env:
             add(key_env_key, key_env, "ok" if os.environ.get(key_env) else "unset",
