@@ -12,10 +12,20 @@ from recipematch.hits import classify, hit_accounting, latex_jaccard, math_spans
 
 
 def test_classes_at_k1_and_k5():
-    a = [1, 3, -1, 1, 2]
-    b = [2, 1, -1, 1, 7]
+    a = [0, 2, -1, 0, 1]  # 0-based ranks as the evaluate stage writes them (0 = first, -1 = no gold)
+    b = [1, 0, -1, 0, 6]
     assert classify(a, b, 1).tolist() == [0, 1, 3, 2, 3]
     assert classify(a, b, 5).tolist() == [2, 2, 3, 2, 0]
+
+
+def test_a_gold_ranked_first_is_a_hit_as_r_at_1_counts_it():
+    """The evaluate stage's rank 0 is the top result: classify agrees with R@1's hit rule."""
+    from recipematch.metrics import hits_at_k
+
+    ranks = np.array([0, 1, -1, 0, 9])
+    for k in (1, 2, 10):
+        assert ((classify(ranks, np.full(5, -1), k) == 0) == hits_at_k(ranks, k)).all()
+    assert classify([0], [1], 1).tolist() == [0] and classify([1], [0], 1).tolist() == [1]
 
 
 def test_classify_refuses_bad_shapes_and_k():
@@ -56,7 +66,7 @@ def test_hit_accounting_counts_features_and_probe():
     corpus = {"g1": "find x such that x plus one is two", "g2a": "show 2 is a prime number",
               "g2b": "prove that two is prime indeed", "g3": "", "g4": "squares summed"}
     golds = {"q1": ["g1"], "q2": ["g2a", "g2b"], "q3": ["g3"], "q4": ["g4"]}
-    out = hit_accounting(["q1", "q2", "q3", "q4"], [1, 1, 4, -1], [5, 1, 1, 2], queries=queries, golds=golds,
+    out = hit_accounting(["q1", "q2", "q3", "q4"], [0, 0, 3, -1], [4, 0, 0, 1], queries=queries, golds=golds,
                          corpus_text=corpus, k=1, style_percentile={"g1": 90.0, "g2a": 10.0, "g2b": 30.0},
                          probe_hits_a={"q1": True, "p9": False, "p8": True})
     assert out["counts"] == {"a_alone": 1, "b_alone": 1, "both": 1, "neither": 1}
@@ -70,7 +80,7 @@ def test_hit_accounting_counts_features_and_probe():
     assert out["features"]["style_percentile"]["n_rest"] == 1  # q4's gold has no style score
     assert out["probe"] == {"n_probe_queries_in_set": 1, "n_wins_on_probe": 1, "probe_R@1_on_wins": 100.0,
                             "probe_R@1_on_rest": 50.0, "n_rest": 2}
-    out = hit_accounting(["q1"], [1], [1], queries=queries, golds=golds, corpus_text=corpus)
+    out = hit_accounting(["q1"], [0], [0], queries=queries, golds=golds, corpus_text=corpus)
     assert "style_percentile" not in out["features"] and out["probe"] is None
     assert out["features"]["length_ratio"]["reason"] == "no sole wins"
 

@@ -297,7 +297,7 @@ def test_hit_accounting_counts_every_query_once(pipeline):
         assert sum(c.values()) == acc["n_queries"] == 5
         df = pd.read_parquet(lay.eval_dir("recipe") / f"{name}.parquet")
         df = df[df["seed"].astype(str) == "42"]
-        assert c["a_alone"] + c["both"] == int((df["rank"] == 1).sum())
+        assert c["a_alone"] + c["both"] == int(df["hit@1"].sum()) == int((df["rank"] == 0).sum())  # R@1's hits
         assert set(acc["features"]) == ({"word_jaccard", "latex_jaccard", "length_ratio", "char3_jaccard"}
                                         | ({"style_percentile"} if name == "tier_d1" else set()))
         assert acc["probe"]["n_probe_queries_in_set"] >= 0

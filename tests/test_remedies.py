@@ -132,3 +132,20 @@ def test_frontier_points_and_plot(tmp_path):
     st["remedies"]["recipe"]["soups"]["0.7"] = "recipe@soup0.7"
     assert "recipe@soup0.7" not in {x["model"] for x in frontier_rows(st)}
     json.dumps(rows)  # the DVC plot file is plain JSON
+
+
+@pytest.mark.parametrize("text, message", [("0.50", "write it as 0.5"), ("1e0", "write it as 1.0"),
+                                           ("1", "write it as 1.0"), ("abc", "is not a number"),
+                                           ("nan", "not one of"), ("0.7", "not one of")])
+def test_a_grid_value_has_one_spelling(text, message):
+    """The soup and mix rows are named by the value's text: 0.50 and 0.5 would be two rows of
+    one soup, and DVC writes a YAML 1 as '1' where the stats stage reads 1.0."""
+    from recipematch.pipeline.mix import _fraction
+    from recipematch.pipeline.soup import _alpha
+
+    with pytest.raises(RecipematchError, match=message):
+        _alpha(text, (0.5, 1.0))
+    if text not in ("1e0", "1"):
+        with pytest.raises(RecipematchError, match=message.replace("1.0", "0.5") if text == "0.50" else message):
+            _fraction(text, (0.5,))
+    assert _alpha("0.5", (0.5, 1.0)) == 0.5 and _fraction("0.5", (0.5,)) == 0.5

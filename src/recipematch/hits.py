@@ -40,6 +40,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from recipematch.errors import RecipematchError
+from recipematch.metrics import hits_at_k
 
 __all__ = ["CLASSES", "FEATURES", "classify", "text_features", "separation", "hit_accounting",
            "word_jaccard", "latex_jaccard"]
@@ -101,9 +102,10 @@ def classify(ranks_a, ranks_b, k: int = 1) -> np.ndarray:
     """Per-query class index into :data:`CLASSES` (0 a alone, 1 b alone, 2 both, 3 neither).
 
     Args:
-        ranks_a, ranks_b: ``(n_queries,)`` 1-based rank of the best gold, same query order;
-            ``-1`` (or any value < 1) means no gold was ranked (a miss).
-        k: a hit is a rank in ``1..k``.
+        ranks_a, ranks_b: ``(n_queries,)`` 0-based rank of the best gold as the evaluate
+            stage writes it (0 = first), same query order; ``-1`` means no gold (a miss).
+        k: a hit is a rank in ``0..k-1`` (:func:`recipematch.metrics.hits_at_k`, the rule
+            R@k uses).
 
     Raises:
         RecipematchError: shapes differ or are not 1-D, or ``k < 1``.
@@ -114,8 +116,7 @@ def classify(ranks_a, ranks_b, k: int = 1) -> np.ndarray:
         raise RecipematchError(f"classify needs two 1-D rank arrays of one length, got {a.shape} and {b.shape}")
     if k < 1:
         raise RecipematchError(f"k must be >= 1, got {k}")
-    ha = (a >= 1) & (a <= k)
-    hb = (b >= 1) & (b <= k)
+    ha, hb = hits_at_k(a, k), hits_at_k(b, k)
     return np.where(ha & ~hb, 0, np.where(hb & ~ha, 1, np.where(ha & hb, 2, 3))).astype(np.int64)
 
 

@@ -87,7 +87,7 @@ def run(p, lay: Layout) -> dict:
             if cfg.probe:
                 if a not in probe_hits:
                     pr = _ranks_at_seed(lay, a, cfg.probe, seed)
-                    probe_hits[a] = {q: r == 1 for q, r in pr.items()}  # probe R@1
+                    probe_hits[a] = {q: r == 0 for q, r in pr.items()}  # probe R@1: the gold ranked first (0-based)
                 probe = probe_hits[a]
             acc = hit_accounting(qids, [ra[q] for q in qids], [rb[q] for q in qids], queries=bset.queries,
                                  golds=golds, corpus_text=texts, k=cfg.k, style_percentile=set_style,

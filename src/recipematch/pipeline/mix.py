@@ -38,6 +38,9 @@ def _fraction(text: str, allowed) -> float:
         f = float(text)
     except ValueError:
         raise RecipematchError(f"--fraction {text!r} is not a number") from None
+    if math.isfinite(f) and text != str(f):  # the row's folder name is this text: one spelling per value
+        raise RecipematchError(f"--fraction {text}: write it as {f} (the folders are named by the value as Python "
+                               f"prints it; in params.yaml write remedies.replay_fractions values as decimals: 1.0, not 1)")
     if not math.isfinite(f) or not any(f == float(x) for x in allowed):
         raise RecipematchError(f"--fraction {text}: not one of remedies.replay_fractions {list(allowed)}")
     return f

@@ -45,6 +45,9 @@ def _alpha(text: str, allowed) -> float:
         a = float(text)
     except ValueError:
         raise RecipematchError(f"--alpha {text!r} is not a number") from None
+    if math.isfinite(a) and text != str(a):  # the row's folder name is this text: one spelling per value
+        raise RecipematchError(f"--alpha {text}: write it as {a} (the folders are named by the value as Python "
+                               f"prints it; in params.yaml write remedies.soup_alphas values as decimals: 1.0, not 1)")
     if not math.isfinite(a) or not any(a == float(x) for x in allowed):
         raise RecipematchError(f"--alpha {text}: not one of remedies.soup_alphas {list(allowed)}")
     return a
