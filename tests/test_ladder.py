@@ -167,6 +167,7 @@ def test_stats_computes_exactly_the_declared_contrasts(tmp_path):
                   stats={"n_boot": 200, "seed": 0, "paired_seeds": True})
     raw["evaluate"] = {**raw["evaluate"], "ks": [1, 5]}
     raw["style"] = {**raw["style"], "tracking_set": "easy"}
+    raw["remedies"] = {**raw["remedies"], "arms": []}  # no soup or replay-mix rows: only the declared contrasts
     lay = Layout(tmp_path)
     rng = np.random.default_rng(0)
     for a in ("base", "bm25"):

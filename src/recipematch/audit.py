@@ -313,6 +313,8 @@ def audit_params(template: Mapping[str, Any], *, control: str, recipe_sidecar: s
     for key in ("pooling", "judging", "saber", "regen"):
         if key in p:
             p[key] = {}
+    if "remedies" in p:  # the audit's one question is recipe vs control: no soups or replay mixes
+        p["remedies"] = {**p["remedies"], "arms": []}
     if "hits" in p:  # the audit's sets carry no near-miss probe of the template's
         p["hits"] = {**p["hits"], "probe": ""}
     if base_model:
