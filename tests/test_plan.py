@@ -186,7 +186,8 @@ def test_inputs_are_checked_before_anything_runs(tmp_path, monkeypatch):
     assert status == {"data.path": "ok", "data.retrieve": "missing", "train.model": "ok", "llm.base_url": "ok",
                       "llm.api_key_env": "unset", "llm.judge_base_url": "missing", "engine.address": "missing",
                       "external.impliret.copy": "missing", "external.bright.copy": "missing",
-                      "external.mirb.copy": "missing", "external.meld.copy": "missing"}
+                      "external.mirb.copy": "missing", "external.sabermath.copy": "missing",
+                      "external.meld.copy": "missing"}
     assert str(dead_port) in inputs["llm.judge_base_url"]["detail"]
     assert "engine.address" in inputs["engine.address"]["detail"]
     monkeypatch.setenv("RM_TEST_KEY", "sk-not-printed")

@@ -702,16 +702,18 @@ class ExternalConfig:
 
     loader: str = _spec("which loader reads the copy: impliret (the release's <style>__<category>.jsonl "
                         "files), bright (BRIGHT's documents/ and examples/ parquet files), meld (MELD's "
-                        "adversarial_theorem_pairs_2.json and distractors_all.json) or mirb (one BEIR folder per "
-                        "MIRB task, <copy>/<task>/)",
+                        "adversarial_theorem_pairs_2.json and distractors_all.json), mirb (one BEIR folder per "
+                        "MIRB task, <copy>/<task>/) or sabermath (<copy>/queries/data/*.parquet and "
+                        "<copy>/documents/data/*.parquet: a reranking benchmark with real-valued 0-5 grades)",
                         choices=EXTERNAL_LOADERS)
     copy: str = _spec("the local copy, a folder relative to the project root (a DVC dependency)", min=1,
                       max_len=2000)
     subsets: tuple[str, ...] = _spec("ImpliRet subsets (<style>__<category>), BRIGHT splits, MELD's pairs_only or "
-                                     "MIRB tasks to build", min=1,
+                                     "MIRB tasks or SABER-Math settings (statement-full, statement-statement, full-full) to build", min=1,
                                      max_len=200)
     revision: str = _spec("the copy's upstream revision, recorded in each MANIFEST.json", default="", max_len=200)
-    max_rows: int = _spec("ImpliRet only: keep each subset's first rows (a documented subsample; 0 = all)",
+    max_rows: int = _spec("ImpliRet and SABER-Math only: keep each subset's first rows (ImpliRet) or the first "
+                          "queries with their candidates (SABER-Math): a documented subsample; 0 = all",
                           default=0, min=0, max=100_000_000)
 
 

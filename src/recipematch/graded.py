@@ -19,6 +19,13 @@ is the run and the rules around it:
   ``2**grade - 1``, the convention of SABER-Math's metric code), applied to every nDCG
   measure that does not name its own ``gains``. trec_eval takes integer grades only, so graded
   measures refuse real-valued grades (:func:`check_grades`); a declared scale bounds them.
+- **Reranking** (SABER-Math's protocol): a folder with :data:`CANDIDATES_FILE` (``query id ->
+  [doc ids]``) ranks each query's own candidates only, by score descending then document id.
+- **Real-valued grades** (SABER-Math's Bradley-Terry ratings in [0, 5]): trec_eval keeps grades
+  as integers, so the library cannot score them. Such qrels take nDCG@k under the exponential
+  gain only, computed by :func:`recipematch.saber.ndcg_exponential` (gain ``2**g - 1``, discount
+  ``1/log2(rank + 1)``, ideal DCG over every judged document: SABER-Math's metric code; a test
+  holds it to scikit-learn's ``ndcg_score`` on the same runs); any other measure or gain is refused.
 - **Our R@k** (the paper's: the best gold within the top k) is the library's ``Success@k``,
   and on single-gold qrels also its ``R@k``: a test holds the two to identical numbers on
   runs without score ties (with ties our rank lets the gold win them, the run orders by id).
@@ -45,7 +52,8 @@ from recipematch.rules import GAINS, MEASURE_PREFIX
 
 __all__ = ["GAINS", "DEFAULT_MEASURES", "DEFAULT_DEPTH", "LIBRARY", "Run", "parse_measures",
            "check_grades", "check_qrels_file", "topk_run", "measure_run", "write_trec_run", "library_version",
-           "EXCLUDED_FILE", "read_excluded", "GradedSpec", "prepare", "score_graded", "MEASURE_PREFIX"]
+           "EXCLUDED_FILE", "read_excluded", "CANDIDATES_FILE", "read_candidates", "measure_real_valued", "GradedSpec",
+           "prepare", "score_graded", "MEASURE_PREFIX", "REAL_VALUED_ENGINE"]
 
 #: what ``recipematch evaluate --measure`` computes unless told otherwise (the paper's Section 6 measure first)
 DEFAULT_MEASURES = ("nDCG@10", "R@10", "R@100", "AP@100")
@@ -58,6 +66,10 @@ ALLOWED = {"nDCG": {"cutoff", "gains", "judged_only"}, "R": {"cutoff", "judged_o
            "RR": {"rel", "judged_only"}, "Success": {"cutoff", "rel", "judged_only"}, "Judged": {"cutoff"}}
 #: a BEIR folder's per-query ids taken out of that query's run (BRIGHT's ``excluded_ids``), when present
 EXCLUDED_FILE = "excluded_ids.json"
+#: a BEIR folder's per-query candidate ids (SABER-Math's reranking protocol), when present
+CANDIDATES_FILE = "candidates.json"
+#: what computes nDCG on real-valued grades (module docstring)
+REAL_VALUED_ENGINE = "recipematch.saber.ndcg_exponential (SABER-Math's metric: trec_eval takes integer grades only)"
 #: grades trec_eval holds in a C int; the exponential gain 2**g - 1 must fit too
 MAX_GRADE = 2**31 - 1
 MAX_EXPONENTIAL_GRADE = 30
@@ -110,9 +122,13 @@ def check_grades(qrels: Mapping[str, Mapping[str, float]], scale: tuple[int, int
 
 
 def check_qrels_file(folder: str | os.PathLike, split: str = "test",
-                     scale: tuple[int, int] | None = None) -> list[int]:
+                     scale: tuple[int, int] | None = None, *, real_valued: bool = False) -> list:
     """:func:`check_grades` on a BEIR folder's qrels file, naming the file, line and field of
     the first bad grade; returns the distinct grades.
+
+    With ``real_valued``, a qrels file holding any non-integer grade is read as real-valued
+    (module docstring): every grade must then be finite, >= 0 and inside ``scale``, and the
+    distinct grades come back as floats.
 
     Raises:
         RecipematchError: a grade :func:`check_grades` refuses (``path:line: field 'score'
@@ -121,8 +137,18 @@ def check_qrels_file(folder: str | os.PathLike, split: str = "test",
     """
     if scale is not None and (scale[0] > scale[1]):
         raise RecipematchError(f"grade scale {scale[0]}..{scale[1]} is empty")
+    rows = list(iter_qrels_rows(folder, split))
+    if real_valued and any(isinstance(raw, float) and not float(raw).is_integer() for *_, raw in rows):
+        reals: set[float] = set()
+        for path, lineno, _qid, _did, raw in rows:
+            g = float(raw)
+            if g < 0 or (scale is not None and not scale[0] <= g <= scale[1]):
+                where = f"outside the declared scale {scale[0]}..{scale[1]}" if scale is not None and g >= 0 else "negative"
+                raise RecipematchError(f"{path}:{lineno}: field 'score' {raw!r} is {where} (real-valued grades)")
+            reals.add(g)
+        return sorted(reals)
     grades: set[int] = set()
-    for path, lineno, _qid, _did, raw in iter_qrels_rows(folder, split):
+    for path, lineno, _qid, _did, raw in rows:
         g, problem = _grade(raw, scale)
         if problem:
             raise RecipematchError(f"{path}:{lineno}: field 'score' {problem}")
@@ -235,7 +261,8 @@ class Run:
 
 def topk_run(bset, model, depth: int = DEFAULT_DEPTH, *, cache_dir=None, bm25_k1: float | None = None,
              bm25_b: float | None = None, self_mask: str | None = None,
-             exclude: Mapping[str, Sequence[str]] | None = None) -> Run:
+             exclude: Mapping[str, Sequence[str]] | None = None,
+             candidates: Mapping[str, Sequence[str]] | None = None) -> Run:
     """The run of ``model`` on ``bset``: its top ``depth`` documents per scored query.
 
     Args:
@@ -247,10 +274,15 @@ def topk_run(bset, model, depth: int = DEFAULT_DEPTH, *, cache_dir=None, bm25_k1
         self_mask: a rule of :mod:`recipematch.retrieval.selfmask`; default the set's.
         exclude: ``query_id -> doc ids`` taken out of that query's ranking before the cut to
             ``depth`` (BRIGHT's ``excluded_ids``); ids not in the corpus are ignored.
+        candidates: ``query_id -> doc ids``: when given, each query ranks its own candidates
+            only (SABER-Math's reranking protocol; :func:`rerank_run`); ``exclude`` and the
+            self-mask do not apply.
 
     Raises:
         RecipematchError: ``depth`` < 1, BM25 without its parameters, or a blank corpus for BM25.
     """
+    if candidates is not None:
+        return rerank_run(bset, model, candidates, depth, cache_dir=cache_dir, bm25_k1=bm25_k1, bm25_b=bm25_b)
     from recipematch.retrieval.bm25 import bm25_settings, bm25_topk
     from recipematch.retrieval.cache import encode_cached
     from recipematch.retrieval.dense import search_topk
@@ -290,6 +322,112 @@ def topk_run(bset, model, depth: int = DEFAULT_DEPTH, *, cache_dir=None, bm25_k1
     else:
         names, scores = names[:, :depth], scores[:, :depth]
     return Run(ids, names, scores, name)
+
+
+def rerank_run(bset, model, candidates: Mapping[str, Sequence[str]], depth: int = DEFAULT_DEPTH, *,
+               cache_dir=None, bm25_k1: float | None = None, bm25_b: float | None = None) -> Run:
+    """The run of ``model`` reranking each query's candidates (SABER-Math's protocol).
+
+    Args:
+        bset: a :class:`recipematch.benchmarks_data.BenchmarkSet`; candidates: ``query_id ->
+            doc ids`` covering every scored query (at most ``depth`` kept per query).
+        model: an encoder (cosine of normalised embeddings) or :data:`recipematch.scoring.BM25`
+            (each query's BM25 score of every corpus document, read at its candidates).
+
+    Returns:
+        A :class:`Run` whose row ``i`` holds query ``i``'s candidates by score descending,
+        then by ascending document id; ``None`` / ``-inf`` pad rows shorter than the widest.
+
+    Raises:
+        RecipematchError: a scored query without candidates, a candidate not in the corpus, or
+            ``depth`` < 1.
+    """
+    from recipematch.retrieval.bm25 import bm25_score_matrix, bm25_settings
+    from recipematch.retrieval.cache import encode_cached
+    from recipematch.scoring import BM25
+
+    if isinstance(depth, bool) or not isinstance(depth, int) or depth < 1:
+        raise RecipematchError(f"run depth must be an integer >= 1, got {short_repr(depth, 40)}")
+    ids = list(bset.query_ids)
+    doc_ids = list(bset.corpus)
+    pos = {d: j for j, d in enumerate(doc_ids)}
+    for q in ids:
+        cand = candidates.get(q)
+        if not cand:
+            raise RecipematchError(f"reranking: query {q!r} has no candidates in {CANDIDATES_FILE}")
+        missing = [d for d in cand if d not in pos]
+        if missing:
+            raise RecipematchError(f"reranking: query {q!r}: candidate {missing[0]!r} is not in the corpus")
+    if isinstance(model, str):
+        if model != BM25:
+            raise RecipematchError(f"model must be an encoder or {BM25!r}, got {short_repr(model, 60)}")
+        if bm25_k1 is None or bm25_b is None:
+            raise RecipematchError("BM25 needs bm25_k1 and bm25_b")
+        full = bm25_score_matrix(bset.corpus, bset.queries, ids, k1=bm25_k1, b=bm25_b)
+        name = json.dumps(bm25_settings(bm25_k1, bm25_b), sort_keys=True)
+    else:
+        doc_emb = np.asarray(encode_cached(model, [doc_text(bset.corpus[d]) for d in doc_ids], cache_dir,
+                                           role="document"), dtype=np.float32)
+        query_emb = np.asarray(encode_cached(model, [bset.queries[q] for q in ids], cache_dir, role="query"),
+                               dtype=np.float32)
+        full = None
+        name = model.cache_key
+    width = min(depth, max(len(candidates[q]) for q in ids))
+    names = np.full((len(ids), width), None, dtype=object)
+    scores = np.full((len(ids), width), -np.inf, dtype=np.float32)
+    for i, q in enumerate(ids):
+        cand = list(dict.fromkeys(candidates[q]))
+        idx = np.fromiter((pos[d] for d in cand), dtype=np.int64, count=len(cand))
+        s = full[i, idx] if full is not None else doc_emb[idx] @ query_emb[i]
+        order = sorted(range(len(cand)), key=lambda j: (-float(s[j]), cand[j]))[:width]
+        names[i, :len(order)] = [cand[j] for j in order]
+        scores[i, :len(order)] = [s[j] for j in order]
+    return Run(ids, names, scores, name)
+
+
+def measure_real_valued(qrels: Mapping[str, Mapping[str, float]], run: Run, measures: Sequence,
+                        gain: str) -> tuple[dict, pd.DataFrame]:
+    """Score ``run`` against real-valued ``qrels`` (module docstring, *real-valued grades*).
+
+    Args:
+        qrels: ``query_id -> {doc_id: grade >= 0}``; every judged document counts toward the
+            ideal DCG. measures: parsed nDCG@k measures. gain: must be ``exponential``.
+
+    Returns:
+        As :func:`measure_run`.
+
+    Raises:
+        RecipematchError: a measure other than nDCG@k, or another gain.
+    """
+    from recipematch.saber import ndcg_exponential
+
+    check_real_valued_measures(measures, gain)
+    per_query = pd.DataFrame({"query_id": run.query_ids,
+                              "n_relevant": [sum(g > 0 for g in (qrels.get(q) or {}).values()) for q in run.query_ids]})
+    values = {}
+    for m in measures:
+        k = int(m.params["cutoff"])
+        col = np.asarray([ndcg_exponential(qrels.get(q) or {}, [d for d in row if d is not None], k)
+                          for q, row in zip(run.query_ids, run.doc_ids)], dtype=np.float64)
+        per_query[str(m)] = col
+        values[str(m)] = float(col.mean()) if col.size else math.nan
+    return values, per_query
+
+
+def check_real_valued_measures(measures: Sequence, gain: str) -> None:
+    """Refuse what real-valued grades cannot be scored by (module docstring).
+
+    Raises:
+        RecipematchError: a gain other than exponential, or a measure other than nDCG@k
+            without its own gains.
+    """
+    if gain != "exponential":
+        raise RecipematchError("real-valued grades (e.g. SABER-Math's 0-5 ratings) are scored by nDCG@k under the "
+                               "exponential gain only (SABER-Math's metric); declare gain: exponential")
+    for m in measures:
+        if m.NAME != "nDCG" or m.params.get("cutoff") is None or "gains" in m.params or m.params.get("judged_only"):
+            raise RecipematchError(f"measure {m}: real-valued grades take nDCG@k only (trec_eval, behind "
+                                   f"{LIBRARY}, keeps grades as integers)")
 
 
 def measure_run(qrels: Mapping[str, Mapping[str, float]], run: Run, measures: Sequence) -> tuple[dict, pd.DataFrame]:
@@ -377,6 +515,32 @@ def read_excluded(folder: str | os.PathLike) -> dict[str, list[str]]:
     return obj
 
 
+def read_candidates(folder: str | os.PathLike) -> dict[str, list[str]]:
+    """``query_id -> candidate doc ids`` of a BEIR folder (e.g. one the SABER-Math loader wrote;
+    empty when the folder has no :data:`CANDIDATES_FILE`).
+
+    Raises:
+        RecipematchError: the file is not a JSON object of non-empty id lists without repeats.
+    """
+    path = Path(folder) / CANDIDATES_FILE
+    if not path.exists() and not path.is_symlink():
+        return {}
+    if not path.is_file():
+        raise RecipematchError(f"{path}: exists but is not a readable file (a folder or a broken link)")
+    try:
+        obj = json.loads(path.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise RecipematchError(f"{path}: not JSON ({exc})") from None
+    if not isinstance(obj, dict):
+        raise RecipematchError(f"{path}: expected an object of query id -> list of document ids")
+    for q, v in obj.items():
+        if not isinstance(v, list) or not v or not all(isinstance(x, str) for x in v):
+            raise RecipematchError(f"{path}: query {short_repr(q, 40)}: expected a non-empty list of document ids")
+        if len(set(v)) != len(v):
+            raise RecipematchError(f"{path}: query {short_repr(q, 40)}: a candidate is listed twice")
+    return obj
+
+
 @dataclass(frozen=True)
 class GradedSpec:
     """What one evaluation computes with the library, checked against its folder
@@ -393,6 +557,10 @@ class GradedSpec:
     #: MELD's distractor statements (:func:`recipematch.external.meld.load_distractors`), when the
     #: folder has them: the separation AUC is computed beside the measures (Appendix A)
     distractors: tuple = ()
+    #: each query's candidates (:data:`CANDIDATES_FILE`: SABER-Math's reranking), when the folder has them
+    candidates: Mapping[str, Sequence[str]] | None = None
+    #: the qrels hold real-valued grades (module docstring): scored by :data:`REAL_VALUED_ENGINE`
+    real_valued: bool = False
 
     @property
     def library_names(self) -> tuple[str, ...]:
@@ -402,7 +570,9 @@ class GradedSpec:
 
     def describe(self, run: Run) -> dict:
         """The settings a result records beside its values."""
-        return {"measure_names": dict(zip(self.names, self.library_names)), "measure_library": library_version(),
+        rerank = {"reranking": {"file": CANDIDATES_FILE, "n_queries": len(self.candidates)}} if self.candidates else {}
+        return {"measure_names": dict(zip(self.names, self.library_names)),
+                "measure_library": REAL_VALUED_ENGINE if self.real_valued else library_version(), **rerank,
                 "gain": self.gain, "grade_scale": list(self.scale) if self.scale else None,
                 "grades": list(self.grades), "run_depth": run.depth,
                 "excluded": {"file": EXCLUDED_FILE if self.excluded else None,
@@ -427,16 +597,31 @@ def prepare(folder: str | os.PathLike, names: Sequence[str], *, n_docs: int, spl
     """
     if isinstance(depth, bool) or not isinstance(depth, int) or depth < 1:
         raise RecipematchError(f"run depth must be an integer >= 1, got {short_repr(depth, 40)}")
-    grades = check_qrels_file(folder, split, scale)
-    parsed = parse_measures(names, gain=gain, grades=grades or (0, 1))
+    grades = check_qrels_file(folder, split, scale, real_valued=True)
+    real = any(not float(g).is_integer() for g in grades)
+    if real:  # SABER-Math's ratings: nDCG@k under the exponential gain, computed as its metric code does
+        parsed = parse_measures(names, gain="linear")
+        try:
+            check_real_valued_measures(parsed, gain)
+        except RecipematchError as exc:
+            raise RecipematchError(f"{where} {exc}") from None
+    else:
+        parsed = parse_measures(names, gain=gain, grades=grades or (0, 1))
+    candidates = read_candidates(folder)
     run_depth = min(depth, n_docs)
+    if candidates:  # a reranking run holds every candidate (up to the depth)
+        run_depth = min(depth, max(len(v) for v in candidates.values()))
+        n_docs = run_depth
     for name, m in zip(names, parsed):
         cutoff = m.params.get("cutoff")
         if run_depth < n_docs and (cutoff is None or cutoff > run_depth):
             raise RecipematchError(f"{where} {name}: cuts at {cutoff or 'the whole ranking'}, deeper than the "
                                    f"run's {run_depth} documents per query; raise the depth")
+    if candidates and read_excluded(folder):
+        raise RecipematchError(f"{folder}: has both {CANDIDATES_FILE} and {EXCLUDED_FILE}; a reranking folder "
+                               "ranks its candidates only")
     return GradedSpec(tuple(names), tuple(parsed), gain, tuple(scale) if scale else None, depth,
-                      read_excluded(folder), tuple(grades))
+                      read_excluded(folder), tuple(grades), candidates=candidates or None, real_valued=real)
 
 
 def score_graded(bset, model, spec: GradedSpec, *, cache_dir=None, bm25_k1: float | None = None,
@@ -458,8 +643,11 @@ def score_graded(bset, model, spec: GradedSpec, *, cache_dir=None, bm25_k1: floa
 
     with tempfile.TemporaryDirectory() as tmp:  # without a cache: the encoder's vectors once more, not its work
         run = topk_run(bset, model, spec.depth, cache_dir=cache_dir or tmp, bm25_k1=bm25_k1, bm25_b=bm25_b,
-                       exclude=spec.excluded)
-    values, table = measure_run(scored_qrels(bset), run, spec.parsed)
+                       exclude=spec.excluded, candidates=spec.candidates)
+    if spec.real_valued:
+        values, table = measure_real_valued(scored_qrels(bset), run, spec.parsed, spec.gain)
+    else:
+        values, table = measure_run(scored_qrels(bset), run, spec.parsed)
     table = table.drop(columns=["n_relevant"]).rename(columns=lambda c: c if c == "query_id" else MEASURE_PREFIX + c)
     return values, table, run
 

@@ -379,7 +379,7 @@ def inputs_plan(p, root: Path) -> list[dict[str, str]]:
             files = (PAIRS_FILE, DISTRACTORS_FILE)
         elif ex.loader == "mirb":
             files = tuple(f"{t}/{f}" for t in ex.subsets for f in ("corpus.jsonl", "queries.jsonl", "qrels/test.jsonl"))
-        else:  # BRIGHT: one parquet per configuration and split
+        else:  # BRIGHT and SABER-Math: parquet files, checked below
             files = ()
         path(f"external.{name}.copy", ex.copy, f"{ex.loader} copy ({', '.join(ex.subsets)})", "dir", files)
         if ex.loader == "bright" and (root / ex.copy).is_dir():
@@ -388,6 +388,11 @@ def inputs_plan(p, root: Path) -> list[dict[str, str]]:
                        and not any((root / ex.copy / c / s).glob("*.parquet"))]
             if lacking:
                 out[-1] = {**out[-1], "status": "bad", "detail": f"bright copy: lacks {', '.join(lacking)}"}
+        if ex.loader == "sabermath" and (root / ex.copy).is_dir():  # one parquet per hub repository
+            lacking = [f"{r}/data/*.parquet" for r in ("queries", "documents")
+                       if not any((root / ex.copy / r / "data").glob("*.parquet"))]
+            if lacking:
+                out[-1] = {**out[-1], "status": "bad", "detail": f"sabermath copy: lacks {', '.join(lacking)}"}
     for name, rc in p.regen.items():  # the regeneration defence's released rows (Appendix E)
         if rc.source == "rows":
             path(f"regen.{name}.rows", rc.rows, "released regenerated golds", "file")

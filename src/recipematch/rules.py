@@ -267,8 +267,8 @@ GAINS = ("linear", "exponential")
 MEASURE_PREFIX = "measure:"
 #: each external loader's subsets (Section 6, Table 20): ImpliRet's six ``<style>__<category>``
 #: files (two styles x three categories), BRIGHT's two math theorem splits, MELD's pairs-only
-#: protocol (Appendix A: each statement queries the others, gold = its partner) and MIRB's
-#: natural-language tasks (Table 22)
+#: protocol (Appendix A: each statement queries the others, gold = its partner), MIRB's
+#: natural-language tasks (Table 22) and SABER-Math's settings (a reranking benchmark)
 EXTERNAL_SUBSETS = {
     "impliret": tuple(f"{s}__{c}" for s in ("unispeaker", "multispeaker") for c in ("arithmetic", "temporal", "wknow")),
     "bright": ("theoremqa_theorems", "aops"),
@@ -276,6 +276,8 @@ EXTERNAL_SUBSETS = {
     # Table 22: MIRB's eleven natural-language tasks, by MIRB's task ids
     "mirb": ("msedup", "modup", "mseqa", "proofwikiqa", "stacksqa", "proofwikips", "stacksps", "realanalysisps",
              "numbertheoryps", "mseformula", "wikiformula"),
+    # SABER-Math's three settings, <query text>-<document text> (its Table 4; statement-full is its Table 1's)
+    "sabermath": ("statement-full", "statement-statement", "full-full"),
 }
 
 

@@ -45,6 +45,12 @@ def run(p, lay: Layout, *, name: str) -> dict:
             for s in ex.subsets:  # every task checked before any folder is written
                 read_task(copy / s)
             manifests = {s: build_folder(copy, tmp / s, s, revision=ex.revision) for s in ex.subsets}
+        elif ex.loader == "sabermath":
+            from recipematch.external.sabermath import build_folder, read_copy
+
+            rows = read_copy(copy, max_rows=ex.max_rows or None)  # checked once, before any folder is written
+            manifests = {s: build_folder(copy, tmp / s, s, revision=ex.revision, max_rows=ex.max_rows or None,
+                                         rows=rows) for s in ex.subsets}
         elif ex.loader == "meld":
             from recipematch.external.meld import build_folder
 

@@ -21,7 +21,7 @@ from recipematch.retrieval.dense import (
 from recipematch.retrieval.results import _build_result, _eval_query_ids
 from recipematch.retrieval.selfmask import own_entries
 
-__all__ = ["BM25_TOKEN_PATTERN", "bm25_ranks", "bm25_settings", "bm25_topk", "evaluate_bm25"]
+__all__ = ["BM25_TOKEN_PATTERN", "bm25_ranks", "bm25_score_matrix", "bm25_settings", "bm25_topk", "evaluate_bm25"]
 
 
 BM25_TOKEN_PATTERN = r"(?u)\b\w+\b"
@@ -104,6 +104,32 @@ def bm25_ranks(
     ranks, ties = _ranks_from_blocks(blocks, len(query_ids), gold, self_idx)
     return RankDetails(ranks=ranks, n_ties_at_gold=ties, n_gold=np.diff(gold.ptr),
                        self_gold_removed=gold.self_gold_removed, self_masked=self_idx >= 0)
+
+
+def bm25_score_matrix(
+    corpus: Mapping[str, Mapping],
+    queries: Mapping[str, str],
+    query_ids: Sequence[str],
+    *,
+    k1: float = 1.5,
+    b: float = 0.75,
+    stopwords: str | None = None,
+) -> np.ndarray:
+    """Every BM25 score of ``query_ids`` over ``corpus`` (one index over the whole corpus, the
+    tokenisation of :func:`bm25_ranks`), for reranking a query's candidates
+    (:func:`recipematch.graded.rerank_run`).
+
+    Returns:
+        ``(n_queries, n_docs)`` float32, columns in ``list(corpus)`` order; no mask.
+
+    Raises:
+        RecipematchError: every corpus document is blank.
+    """
+    _check_not_blank(corpus)
+    out = np.zeros((len(query_ids), len(corpus)), dtype=np.float32)
+    for start, stop, block in _score_blocks(corpus, queries, query_ids, k1, b, stopwords, None):
+        out[start:stop] = block.numpy()
+    return out
 
 
 def bm25_topk(

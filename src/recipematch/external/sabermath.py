@@ -1,0 +1,217 @@
+"""SABER-Math as BEIR folders (the paper, Section 6 and Table 20: an external benchmark no one in
+the project built, scored by nDCG@10 with exponential gain on its real-valued 0-5 grades).
+
+SABER-Math (arXiv 2606.29894; Hugging Face ``INSAIT-Institute/SaberMath-queries`` and
+``INSAIT-Institute/SaberMath-documents``) is a *reranking* benchmark: 1,000 queries, each with
+150 candidate documents graded by a Bradley-Terry fit of pairwise LLM judgments rescaled to
+[0, 5] (SABER-Math, Section 3.5). Each repository ships one parquet file,
+``data/train-00000-of-00001.parquet``; a local copy keeps them as
+``<copy>/queries/data/*.parquet`` and ``<copy>/documents/data/*.parquet`` (the layout a
+snapshot of each repository has). Columns read:
+
+- queries: ``problem``, ``solution`` (strings), ``candidates`` (150 **positional** row indices
+  into the documents file, not its ``original_index`` column), ``relevance_scores`` (150
+  grades in [0, 5], aligned with ``candidates``), ``domains`` (list of top-level branches);
+- documents: ``problem``, ``solution``.
+
+Rules (SABER-Math's own benchmark code, as the paper's Appendix D calibrates against it):
+
+- **Texts by setting** (the subsets): a *statement* is the ``problem`` verbatim; a *full*
+  text is ``"Problem: {problem}\\n\\nSolution: {solution}"``. ``statement-full`` (queries
+  statements, documents full: SABER-Math's Table 1, the paper's Table 20) is the main setting;
+  ``statement-statement`` and ``full-full`` are the other two.
+- **Ids**: query row ``i`` (0-based) is ``q<i:04d>``; document row ``j`` is ``d<j:06d>``. The
+  corpus holds every document some kept query names as a candidate, in row order.
+- **Qrels**: every candidate with its grade as written (real-valued, zeros kept: the ideal
+  DCG is computed over all of a query's candidates, as SABER-Math computes it).
+- **Candidates**: ``candidates.json`` (``query id -> [doc ids]`` in the file's order); a graded
+  run of such a folder ranks each query's candidates only (:mod:`recipematch.graded`: the
+  reranking protocol), by score descending then document id.
+- ``max_rows`` keeps the first queries only (a documented subsample; the corpus shrinks to
+  their candidates).
+- A missing file or column, a candidate index outside the documents, a repeated candidate, a
+  grade that is not a finite number in [0, 5], lists of different lengths, an empty text: one
+  line naming the file, row and field; nothing is written.
+- ``MANIFEST.json``: source, revision, licence, each input's SHA-256, the counts, the protocol.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import shutil
+from pathlib import Path
+
+from recipematch.errors import RecipematchError, short_repr
+from recipematch.rules import EXTERNAL_SUBSETS
+
+__all__ = ["SETTINGS", "SOURCE", "LICENCE", "GRADE_SCALE", "BRANCHES", "full_text", "read_copy", "build_folder"]
+
+#: the three settings SABER-Math reports (its Section 4 and Table 4): ``<query text>-<document text>``
+SETTINGS = EXTERNAL_SUBSETS["sabermath"]
+SOURCE = ("SABER-Math (INSAIT-Institute/SaberMath-queries and INSAIT-Institute/SaberMath-documents, "
+          "arXiv 2606.29894)")
+LICENCE = "as the two dataset cards state (recorded from the copy's revision; not shipped with the copy)"
+#: the grade scale of SABER-Math's ratings (Bradley-Terry scores rescaled to [0, 5], its Section 3.5)
+GRADE_SCALE = (0.0, 5.0)
+#: SABER-Math's five top-level domains (its Section 3.4)
+BRANCHES = ("Algebra", "Geometry", "Number Theory", "Combinatorics", "Calculus and Analysis")
+
+_QUERY_COLUMNS = ("problem", "solution", "candidates", "relevance_scores", "domains")
+_DOC_COLUMNS = ("problem", "solution")
+
+
+def full_text(problem: str, solution: str) -> str:
+    """A problem with its solution, as SABER-Math's benchmark code joins them for the *full*
+    setting: ``"Problem: {problem}\\n\\nSolution: {solution}"``."""
+    return f"Problem: {problem}\n\nSolution: {solution}"
+
+
+def _one_file(root: Path, repo: str) -> Path:
+    files = sorted((root / repo / "data").glob("*.parquet"))
+    if not files:
+        raise RecipematchError(f"SABER-Math: no parquet file under {root / repo / 'data'} (expected "
+                               f"{repo}/data/train-00000-of-00001.parquet, from INSAIT-Institute/SaberMath-{repo})")
+    if len(files) > 1:
+        raise RecipematchError(f"SABER-Math: {len(files)} parquet files under {root / repo / 'data'}; expected one")
+    return files[0]
+
+
+def _table(path: Path, columns: tuple[str, ...]) -> list[dict]:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        table = pq.read_table(path)
+    except (pa.ArrowException, OSError) as exc:
+        raise RecipematchError(f"SABER-Math: {path}: not a readable parquet file "
+                               f"({str(exc).splitlines()[0][:160] if str(exc) else type(exc).__name__})") from None
+    missing = [c for c in columns if c not in table.column_names]
+    if missing:
+        raise RecipematchError(f"SABER-Math: {path}: missing columns {missing} (has {table.column_names})")
+    return table.select(list(columns)).to_pylist()
+
+
+def _text(value, path: Path, row: int, field: str) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise RecipematchError(f"SABER-Math: {path}: row {row}: field {field!r} must be a non-empty string, "
+                               f"got {short_repr(value, 60)}")
+    return value
+
+
+def read_copy(root: str | os.PathLike, *, max_rows: int | None = None) -> tuple[list[dict], list[dict], dict]:
+    """The checked rows of a local SABER-Math copy.
+
+    Args:
+        root: the copy (``queries/data/*.parquet``, ``documents/data/*.parquet``).
+        max_rows: keep the first queries only (``None`` or 0 = all).
+
+    Returns:
+        ``(queries, documents, inputs)``: query rows (the five columns; ``candidates`` as ints,
+        ``relevance_scores`` as floats), every document row, and ``{relative path: SHA-256}``.
+
+    Raises:
+        RecipematchError: any rule of the module docstring (file, row and field named).
+    """
+    root = Path(root)
+    q_path, d_path = _one_file(root, "queries"), _one_file(root, "documents")
+    docs = _table(d_path, _DOC_COLUMNS)
+    for j, r in enumerate(docs):
+        for f in _DOC_COLUMNS:
+            _text(r[f], d_path, j, f)
+    rows = _table(q_path, _QUERY_COLUMNS)
+    if max_rows:
+        rows = rows[:max_rows]
+    if not rows:
+        raise RecipematchError(f"SABER-Math: {q_path}: no queries")
+    lo, hi = GRADE_SCALE
+    for i, r in enumerate(rows):
+        for f in ("problem", "solution"):
+            _text(r[f], q_path, i, f)
+        cand, grades = r["candidates"], r["relevance_scores"]
+        if not isinstance(cand, list) or not cand:
+            raise RecipematchError(f"SABER-Math: {q_path}: row {i}: field 'candidates' must be a non-empty list")
+        if not isinstance(grades, list) or len(grades) != len(cand):
+            raise RecipematchError(f"SABER-Math: {q_path}: row {i}: field 'relevance_scores' must be a list as long "
+                                   f"as 'candidates' ({len(cand)}), got {short_repr(grades, 60)}")
+        for c in cand:
+            if isinstance(c, bool) or not isinstance(c, int) or not 0 <= c < len(docs):
+                raise RecipematchError(f"SABER-Math: {q_path}: row {i}: field 'candidates': {short_repr(c, 30)} is not a "
+                                       f"row of {d_path.name} (positional indices 0..{len(docs) - 1})")
+        if len(set(cand)) != len(cand):
+            raise RecipematchError(f"SABER-Math: {q_path}: row {i}: field 'candidates' names a document twice")
+        for g in grades:
+            if isinstance(g, bool) or not isinstance(g, (int, float)) or not math.isfinite(g) or not lo <= g <= hi:
+                raise RecipematchError(f"SABER-Math: {q_path}: row {i}: field 'relevance_scores': {short_repr(g, 30)} "
+                                       f"is not a grade in [{lo:g}, {hi:g}]")
+        doms = r["domains"]
+        if doms is None:
+            doms = []
+        if not isinstance(doms, list) or not all(isinstance(x, str) for x in doms):
+            raise RecipematchError(f"SABER-Math: {q_path}: row {i}: field 'domains' must be a list of strings")
+        r["candidates"], r["relevance_scores"], r["domains"] = [int(c) for c in cand], [float(g) for g in grades], doms
+    inputs = {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest() for p in (q_path, d_path)}
+    return rows, docs, inputs
+
+
+def build_folder(root: str | os.PathLike, out: str | os.PathLike, setting: str, *, revision: str = "",
+                 max_rows: int | None = None, rows: tuple | None = None) -> dict:
+    """Write SABER-Math under ``setting`` from the local copy ``root`` as a BEIR folder ``out``.
+
+    Args:
+        root: the local copy; out: the folder (replaced whole; written aside, then renamed).
+        setting: one of :data:`SETTINGS`.
+        revision: the copy's upstream revision, recorded.
+        max_rows: keep the first queries only (0/``None`` = all).
+        rows: :func:`read_copy`'s result, when already read (every setting reads the same rows).
+
+    Returns:
+        The manifest written to ``out/MANIFEST.json``.
+
+    Raises:
+        RecipematchError: an unknown setting, or anything :func:`read_copy` refuses.
+    """
+    from recipematch.beir import write_beir
+    from recipematch.external import check_out_folder
+    from recipematch.graded import CANDIDATES_FILE
+
+    if setting not in SETTINGS:
+        raise RecipematchError(f"SABER-Math: unknown setting {short_repr(setting, 60)}; choose from {list(SETTINGS)}")
+    queries_rows, docs, inputs = rows if rows is not None else read_copy(root, max_rows=max_rows)
+    q_kind, d_kind = setting.split("-")
+
+    def text(r: dict, kind: str) -> str:
+        return r["problem"] if kind == "statement" else full_text(r["problem"], r["solution"])
+
+    needed = sorted({c for r in queries_rows for c in r["candidates"]})
+    corpus = {f"d{j:06d}": {"title": "", "text": text(docs[j], d_kind)} for j in needed}
+    queries, qrels, meta, candidates = {}, {}, {}, {}
+    for i, r in enumerate(queries_rows):
+        qid = f"q{i:04d}"
+        queries[qid] = text(r, q_kind)
+        ids = [f"d{c:06d}" for c in r["candidates"]]
+        qrels[qid] = dict(zip(ids, r["relevance_scores"]))
+        candidates[qid] = ids
+        meta[qid] = {"domains": list(r["domains"]), "row": i}
+    by_branch = {b: sum(b in r["domains"] for r in queries_rows) for b in BRANCHES}
+    manifest = {
+        "benchmark": "SABER-Math", "setting": setting, "source": SOURCE, "revision": revision, "licence": LICENCE,
+        "inputs": inputs, "max_rows": max_rows or 0,
+        "n_queries": len(queries), "n_docs": len(corpus), "n_qrels": sum(len(v) for v in qrels.values()),
+        "n_qrels_positive": sum(g > 0 for v in qrels.values() for g in v.values()),
+        "n_candidates_per_query": sorted({len(v) for v in candidates.values()}),
+        "queries_by_domain": by_branch, "grade_scale": list(GRADE_SCALE),
+        "protocol": ("reranking: each query ranks its own candidates (candidates.json); nDCG@10 with gain "
+                     "2**grade - 1, discount 1/log2(rank + 1), ideal DCG over all the query's candidates"),
+    }
+    out = check_out_folder(out, root, "SABER-Math")
+    tmp = out.with_name(out.name + ".partial")
+    shutil.rmtree(tmp, ignore_errors=True)
+    write_beir(tmp, corpus, queries, qrels, query_meta=meta)
+    (tmp / CANDIDATES_FILE).write_text(json.dumps(candidates, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+    (tmp / "MANIFEST.json").write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    shutil.rmtree(out, ignore_errors=True)
+    tmp.rename(out)
+    return manifest
