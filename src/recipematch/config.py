@@ -1204,13 +1204,13 @@ def _cross_checks(p: Params) -> None:
 
 
 def _check_attacks(p) -> None:
-    """Each attack is one of the MELD row sets, its rows a file inside the project; an arm that
+    """Each attack is one of the MELD or SABER row sets, its rows a file inside the project; an arm that
     trains on one needs it declared (one line naming the arm and the file to declare)."""
-    from recipematch.rules import MELD_ATTACKS, NAMED_ARMS, CellSpec, missing_input_message
+    from recipematch.rules import ATTACKS, NAMED_ARMS, CellSpec, missing_input_message
 
     for key, a in p.attacks.items():
-        if key not in MELD_ATTACKS:
-            raise RecipematchError(f"attacks.{key}: unknown row set; choose from {list(MELD_ATTACKS)}")
+        if key not in ATTACKS:
+            raise RecipematchError(f"attacks.{key}: unknown row set; choose from {list(ATTACKS)}")
         if (Path(a.rows).is_absolute() or ".." in Path(a.rows).parts or a.rows.startswith("~")
                 or a.rows.strip() in (".", "", "./") or a.rows.endswith("/") or any(ord(c) < 32 for c in a.rows)):
             raise RecipematchError(f"attacks.{key}.rows must be a file inside the project, relative to its root "
@@ -1218,7 +1218,7 @@ def _check_attacks(p) -> None:
     for arm in p.arms:
         spec = CellSpec(p.positives, p.negatives, p.negatives_volume) if arm == "cell" else NAMED_ARMS.get(arm)
         for key in spec.inputs() if spec else ():
-            if key in MELD_ATTACKS and key not in p.attacks:
+            if key in ATTACKS and key not in p.attacks:
                 raise RecipematchError(f"arms[{arm}]: {missing_input_message(spec, key)}")
 
 

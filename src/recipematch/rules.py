@@ -36,10 +36,23 @@ MELD_ATTACKS = ("meld9", "meld_heldout", "meld9alt", "meld9altm")
 #: the rewritten-prompt control.
 MELD_ATTACK_SYSTEM = {"meld9": "meld_generate", "meld_heldout": "meld_generate", "meld9alt": "meld_altprompt",
                       "meld9altm": "meld_altprompt"}
+#: The SABER-Math attack's row sets (Section 6, Appendix D), written by the ``attack@<key>``
+#: stage from released rows: ``saber_summary``, the summary channel (anchor = a source problem,
+#: positive = its core-idea summary, negatives = other problems' summaries). The document
+#: channel's rows are not released.
+SABER_ATTACKS = ("saber_summary",)
+#: the prompt the summaries were written under: SABER-Math's core-idea prompt, byte for byte (Appendix F)
+SABER_ATTACK_PROMPT = "saber_core_idea"
+#: the ``channel`` value of a summary-channel row in the release
+SABER_ATTACK_CHANNEL = "saber_summary"
+#: the model that wrote the released summaries (Appendix D: Qwen3-32B-AWQ in place of SABER-Math's GPT-OSS-120B)
+SABER_ATTACK_MODEL = "Qwen/Qwen3-32B-AWQ"
+#: every attack row set a params ``attacks`` entry may name
+ATTACKS = MELD_ATTACKS + SABER_ATTACKS
 #: Generators of positives and the pair-file key each reads (paper Tables 11–12; the MELD
 #: attack's row sets, Appendix D).
 POSITIVES = {"cas": "cas", "d1": "d1_recipe", "d2": "d2_paraphrase", "d3": "d3_style", "d4": "d4_restatement",
-             "d5": "d5_survey", "bt": "bt", "bt3": "bt3", **{k: k for k in MELD_ATTACKS}}
+             "d5": "d5_survey", "bt": "bt", "bt3": "bt3", **{k: k for k in ATTACKS}}
 #: Negatives and the pair-file key they come from (``none`` attaches nothing; ``own``: the
 #: near-misses written by the positives' own prompt, in the positives' pair file, Table 9).
 NEGATIVES = {"none": None, "cas": "cas", "recipe": "d1_recipe", "unrelated": "unrelated_negatives", "own": "own"}
@@ -52,8 +65,9 @@ VOLUMES = ("matched", "full")
 #: positives only).
 NEAR_MISS_PROMPTS = frozenset({"d1_recipe", "d2_paraphrase", "d3_style", "unrelated_negatives"})
 #: Pair files whose rows carry negatives of their own (``negatives: own``): the near-miss
-#: prompts' and the MELD attack's (same-framing statements, Appendix D).
-OWN_NEGATIVES = NEAR_MISS_PROMPTS | frozenset(MELD_ATTACKS)
+#: prompts', the MELD attack's (same-framing statements) and the SABER attack's (other
+#: problems' summaries), Appendix D.
+OWN_NEGATIVES = NEAR_MISS_PROMPTS | frozenset(ATTACKS)
 
 
 @dataclass(frozen=True)
@@ -163,6 +177,8 @@ NAMED_ARMS: dict[str, CellSpec] = {
     "meld_heldout": CellSpec("meld_heldout", "own"),
     "meld9alt": CellSpec("meld9alt", "own"),
     "meld9altm": CellSpec("meld9altm", "own"),
+    # Section 6, Appendix D: the SABER attack's summary channel, on other problems' summaries
+    "saber_summary": CellSpec("saber_summary", "own"),
 }
 """Named cells (paper Tables 1, 9, 11 and 12). Any of these names can be listed in ``arms``."""
 
@@ -316,6 +332,9 @@ def missing_input_message(spec: CellSpec, key: str) -> str:
     elif key in MELD_ATTACKS:
         how = (f"the attack@{key} stage writes it from released rows: declare attacks.{key}.rows in params.yaml "
                f"(the peer's release: data/meld_attack/pairs_{key.removeprefix('meld_')}.jsonl)")
+    elif key in SABER_ATTACKS:
+        how = (f"the attack@{key} stage writes it from released rows: declare attacks.{key}.rows in params.yaml "
+               "(the peer's release: data/saber_attack/pairs_summary_channel.jsonl)")
     else:
         how = "the verified (computer-algebra) stage writes it"
     return (f"no input for {which}={val} of cell {spec.name}: pair file '{key}' (artifacts/pairs/{key}.jsonl) "

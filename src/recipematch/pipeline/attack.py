@@ -1,6 +1,8 @@
-"""Stage ``attack@<key>``: one MELD attack row set (paper Section 6, Appendix D) replayed from
-released rows into the pair file ``artifacts/pairs/<key>.jsonl``, with its counts in
-``metrics/attacks/<key>.json``. The arm of the same name (``arms: [..., meld9]``) then
+"""Stage ``attack@<key>``: one MELD or SABER-Math attack row set (paper Section 6, Appendix D)
+replayed from released rows into the pair file ``artifacts/pairs/<key>.jsonl``, with its counts
+in ``metrics/attacks/<key>.json``. A SABER summary-channel row is anchored on the corpus
+problem with its source id (the corpus stage's output). The arm of the same name
+(``arms: [..., meld9]``, ``[..., saber_summary]``) then
 assembles, gates, budgets, validates and trains on it like every cell; the contamination gates
 check each row against every declared evaluation's texts (MELD's own when it is declared).
 """
@@ -10,8 +12,12 @@ from __future__ import annotations
 import click
 
 from recipematch.errors import RecipematchError
+from recipematch.external.meld_attack import read_attack_rows
+from recipematch.external.saber_attack import read_summary_rows
 from recipematch.io import write_json, write_jsonl
 from recipematch.pipeline.door import Layout, stage
+from recipematch.pipeline.inputs import corpus_rows
+from recipematch.rules import SABER_ATTACKS
 
 PARAMS = ("attacks",)
 
@@ -20,12 +26,14 @@ name_option = click.option("--name", "name", required=True, help="A row set name
 
 def run(p, lay: Layout, *, name: str) -> dict:
     """Check the released rows of ``name`` and write its pair file (Appendix D)."""
-    from recipematch.external.meld_attack import read_attack_rows
-
     if name not in p.attacks:
         raise RecipematchError(f"--name {name!r}: not declared in params.yaml attacks (declared: {sorted(p.attacks)})")
     a = p.attacks[name]
-    rows, counts = read_attack_rows(lay.p(a.rows), name, revision=a.revision)
+    if name in SABER_ATTACKS:
+        corpus = {str(r["doc_id"]): r["text"] for r in corpus_rows(lay)}
+        rows, counts = read_summary_rows(lay.p(a.rows), name, corpus, revision=a.revision)
+    else:
+        rows, counts = read_attack_rows(lay.p(a.rows), name, revision=a.revision)
     write_jsonl(lay.pairs / f"{name}.jsonl", rows)
     counts = {"rows": a.rows, **counts}
     write_json(lay.metrics / "attacks" / f"{name}.json", counts)
