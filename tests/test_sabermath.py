@@ -227,4 +227,107 @@ def test_plan_names_a_missing_or_partial_sabermath_copy(tmp_path: Path) -> None:
     copy = _copy(tmp_path / "data" / "sabermath")
     assert status()["status"] == "ok"
     shutil.rmtree(copy / "documents")
-    assert status() | {} == {**status(), "status": "bad", "detail": "sabermath copy: lacks documents/data/*.parquet"}
+    got = status()
+    assert (got["status"], got["detail"]) == ("bad", "sabermath copy: documents/data/ holds 0 parquet files, expected one")
+
+
+def test_a_measure_deeper_than_the_reranking_run_is_refused(tmp_path: Path) -> None:
+    from recipematch.graded import prepare
+
+    build_folder(_copy(tmp_path / "saber"), tmp_path / "sf", "statement-full")
+    with pytest.raises(RecipematchError, match=r"nDCG@4: cuts at 4, deeper than the run's 2 documents per query"):
+        prepare(tmp_path / "sf", ["nDCG@4"], n_docs=6, gain="exponential", depth=2)
+    assert prepare(tmp_path / "sf", ["nDCG@4"], n_docs=6, gain="exponential", depth=4).depth == 4
+
+
+def test_every_query_counts_in_the_mean(tmp_path: Path) -> None:
+    """A query none of whose candidates is graded above 0 is refused, by the loader and by a
+    hand-edited folder's check, instead of leaving BEIR's mean silently."""
+    from recipematch.graded import prepare
+
+    queries = json.loads(json.dumps(QUERIES))
+    queries[1]["relevance_scores"] = [0.0, 0.0, 0.0]
+    with pytest.raises(RecipematchError, match=r"row 1: field 'relevance_scores': no candidate has a grade above 0"):
+        build_folder(_copy(tmp_path / "s0", queries=queries), tmp_path / "o0", "statement-full")
+    build_folder(_copy(tmp_path / "saber"), tmp_path / "sf", "statement-full")
+    tsv = tmp_path / "sf" / "qrels" / "test.tsv"
+    tsv.write_text("".join(line for line in tsv.read_text().splitlines(keepends=True) if not line.startswith("q0001")))
+    with pytest.raises(RecipematchError, match=r"candidates.json: query 'q0001' has no candidate with a grade above 0"):
+        prepare(tmp_path / "sf", ["nDCG@10"], n_docs=6, gain="exponential")
+
+
+@pytest.mark.parametrize("qrels_line, message", [
+    ("q0000\td000000\t1100.5\n", r"'score' 1100.5 is above 30 \(the exponential gain"),
+    ("q0000\td000000\t-0.5\n", r"'score' -0.5 is negative"),
+])
+def test_grades_the_exponential_gain_cannot_take_are_refused(tmp_path: Path, qrels_line, message) -> None:
+    from recipematch.graded import prepare
+
+    build_folder(_copy(tmp_path / "saber"), tmp_path / "sf", "statement-full")
+    tsv = tmp_path / "sf" / "qrels" / "test.tsv"
+    lines = tsv.read_text().splitlines(keepends=True)
+    tsv.write_text(lines[0] + qrels_line + "".join(lines[2:]))
+    with pytest.raises(RecipematchError, match=message):
+        prepare(tmp_path / "sf", ["nDCG@10"], n_docs=6, gain="exponential")
+
+
+def test_an_empty_candidates_file_is_refused_not_read_as_full_retrieval(tmp_path: Path) -> None:
+    from recipematch.graded import prepare
+
+    build_folder(_copy(tmp_path / "saber"), tmp_path / "sf", "statement-full")
+    (tmp_path / "sf" / CANDIDATES_FILE).write_text("{}")
+    with pytest.raises(RecipematchError, match=r"candidates.json: expected a non-empty object"):
+        prepare(tmp_path / "sf", ["nDCG@10"], n_docs=6, gain="exponential")
+    assert read_candidates(tmp_path) is None  # no file: not a reranking folder
+
+
+def test_whole_number_grades_keep_the_measure_name_and_value(tmp_path: Path) -> None:
+    """A subsample whose grades happen to be whole numbers is scored by the same metric under the
+    same name as one with real-valued grades."""
+    from recipematch.benchmarks_data import load_set
+    from recipematch.graded import prepare, score_graded
+    from recipematch.scoring import BM25
+
+    queries = json.loads(json.dumps(QUERIES))
+    queries[0]["relevance_scores"] = [5.0, 1.0, 3.0, 0.0]
+    queries[1]["relevance_scores"] = [5.0, 0.0, 2.0]
+    build_folder(_copy(tmp_path / "saber", queries=queries), tmp_path / "sf", "statement-full")
+    spec = prepare(tmp_path / "sf", ["nDCG@10"], n_docs=6, gain="exponential")
+    assert spec.real_valued and spec.library_names == ("nDCG@10",)
+    with pytest.raises(RecipematchError, match=r"R@10: real-valued grades take nDCG@k only"):
+        prepare(tmp_path / "sf", ["R@10"], n_docs=6, gain="exponential")
+    values, _, _ = score_graded(load_set(tmp_path / "sf", "plain"), BM25, spec, bm25_k1=1.5, bm25_b=0.75)
+    assert 0 < values["nDCG@10"] <= 1
+
+
+def test_unreadable_strings_bad_max_rows_and_unwritable_outputs_are_one_line(tmp_path: Path) -> None:
+    copy = _copy(tmp_path / "saber")
+    bad = pa.array([b"ok", b"\xff\xfe bad", b"x", b"y", b"z", b"w"], pa.binary()).view(pa.string())
+    pq.write_table(pa.table({"problem": bad, "solution": [s for _, s in DOCS]}),
+                   copy / "documents" / "data" / "train-00000-of-00001.parquet")
+    with pytest.raises(RecipematchError, match=r"documents/data/train-00000-of-00001.parquet: field 'problem' cannot be "
+                                               r"read .*UTF-8"):
+        read_copy(copy)
+    copy = _copy(tmp_path / "saber2")
+    for bad_rows in (-1, True, 1.5, "1"):
+        with pytest.raises(RecipematchError, match=r"max_rows must be an integer >= 0"):
+            read_copy(copy, max_rows=bad_rows)
+    (tmp_path / "afile").write_text("x")
+    with pytest.raises(RecipematchError, match=r"SABER-Math: cannot write .*afile/sub"):
+        build_folder(copy, tmp_path / "afile" / "sub", "statement-full")
+    assert not (tmp_path / "afile" / "sub.partial").exists()
+    (tmp_path / "o.partial").write_text("a stale file")
+    build_folder(copy, tmp_path / "o", "statement-full")
+    assert (tmp_path / "o" / "MANIFEST.json").is_file() and not (tmp_path / "o.partial").exists()
+
+
+def test_plan_reads_the_copys_parquet_footers(tmp_path: Path) -> None:
+    from recipematch.plan import _sabermath_copy_problem
+
+    copy = _copy(tmp_path / "saber")
+    assert _sabermath_copy_problem(copy) is None
+    (copy / "queries" / "data" / "extra.parquet").write_bytes(b"PAR1 not really")
+    assert _sabermath_copy_problem(copy) == "queries/data/ holds 2 parquet files, expected one"
+    (copy / "queries" / "data" / "extra.parquet").unlink()
+    (copy / "documents" / "data" / "train-00000-of-00001.parquet").write_bytes(b"random bytes")
+    assert _sabermath_copy_problem(copy).startswith("documents/data/train-00000-of-00001.parquet is not a readable parquet")

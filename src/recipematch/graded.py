@@ -20,7 +20,12 @@ is the run and the rules around it:
   measure that does not name its own ``gains``. trec_eval takes integer grades only, so graded
   measures refuse real-valued grades (:func:`check_grades`); a declared scale bounds them.
 - **Reranking** (SABER-Math's protocol): a folder with :data:`CANDIDATES_FILE` (``query id ->
-  [doc ids]``) ranks each query's own candidates only, by score descending then document id.
+  [doc ids]``) ranks each query's own candidates only, by score descending then document id
+  (SABER-Math's ``argsort`` leaves tied scores in the sort's order; ours is fixed). Every
+  query with a graded candidate needs candidates, and every query with candidates a grade
+  above 0 (BEIR's convention would drop it from the mean); a measure cutting deeper than the
+  run's depth is refused. Under the exponential gain such a folder is always scored by
+  SABER-Math's metric (below), whole-numbered grades or not, so its measure keeps one name.
 - **Real-valued grades** (SABER-Math's Bradley-Terry ratings in [0, 5]): trec_eval keeps grades
   as integers, so the library cannot score them. Such qrels take nDCG@k under the exponential
   gain only, computed by :func:`recipematch.saber.ndcg_exponential` (gain ``2**g - 1``, discount
@@ -142,8 +147,10 @@ def check_qrels_file(folder: str | os.PathLike, split: str = "test",
         reals: set[float] = set()
         for path, lineno, _qid, _did, raw in rows:
             g = float(raw)
-            if g < 0 or (scale is not None and not scale[0] <= g <= scale[1]):
-                where = f"outside the declared scale {scale[0]}..{scale[1]}" if scale is not None and g >= 0 else "negative"
+            if g < 0 or (scale is not None and not scale[0] <= g <= scale[1]) or g > MAX_EXPONENTIAL_GRADE:
+                where = ("negative" if g < 0 else f"outside the declared scale {scale[0]}..{scale[1]}"
+                         if scale is not None and not scale[0] <= g <= scale[1]
+                         else f"above {MAX_EXPONENTIAL_GRADE} (the exponential gain 2**grade - 1 would overflow)")
                 raise RecipematchError(f"{path}:{lineno}: field 'score' {raw!r} is {where} (real-valued grades)")
             reals.add(g)
         return sorted(reals)
@@ -409,6 +416,8 @@ def measure_real_valued(qrels: Mapping[str, Mapping[str, float]], run: Run, meas
         k = int(m.params["cutoff"])
         col = np.asarray([ndcg_exponential(qrels.get(q) or {}, [d for d in row if d is not None], k)
                           for q, row in zip(run.query_ids, run.doc_ids)], dtype=np.float64)
+        if not np.all(np.isfinite(col)):
+            raise RecipematchError(f"{m}: a non-finite value (a grade too large for the exponential gain)")
         per_query[str(m)] = col
         values[str(m)] = float(col.mean()) if col.size else math.nan
     return values, per_query
@@ -426,7 +435,7 @@ def check_real_valued_measures(measures: Sequence, gain: str) -> None:
                                "exponential gain only (SABER-Math's metric); declare gain: exponential")
     for m in measures:
         if m.NAME != "nDCG" or m.params.get("cutoff") is None or "gains" in m.params or m.params.get("judged_only"):
-            raise RecipematchError(f"measure {m}: real-valued grades take nDCG@k only (trec_eval, behind "
+            raise RecipematchError(f"{m}: real-valued grades take nDCG@k only (trec_eval, behind "
                                    f"{LIBRARY}, keeps grades as integers)")
 
 
@@ -515,24 +524,34 @@ def read_excluded(folder: str | os.PathLike) -> dict[str, list[str]]:
     return obj
 
 
-def read_candidates(folder: str | os.PathLike) -> dict[str, list[str]]:
-    """``query_id -> candidate doc ids`` of a BEIR folder (e.g. one the SABER-Math loader wrote;
-    empty when the folder has no :data:`CANDIDATES_FILE`).
+def _positive_qrels(folder: str | os.PathLike, split: str) -> dict[str, set[str]]:
+    """``query_id -> doc ids graded above 0`` of a BEIR folder's qrels."""
+    out: dict[str, set[str]] = {}
+    for _path, _lineno, qid, did, raw in iter_qrels_rows(folder, split):
+        if raw > 0:
+            out.setdefault(qid, set()).add(did)
+    return out
+
+
+def read_candidates(folder: str | os.PathLike) -> dict[str, list[str]] | None:
+    """``query_id -> candidate doc ids`` of a BEIR folder (e.g. one the SABER-Math loader wrote),
+    or ``None`` when the folder has no :data:`CANDIDATES_FILE` (not a reranking folder).
 
     Raises:
-        RecipematchError: the file is not a JSON object of non-empty id lists without repeats.
+        RecipematchError: the file is not a non-empty JSON object of non-empty id lists without
+            repeats.
     """
     path = Path(folder) / CANDIDATES_FILE
     if not path.exists() and not path.is_symlink():
-        return {}
+        return None
     if not path.is_file():
         raise RecipematchError(f"{path}: exists but is not a readable file (a folder or a broken link)")
     try:
         obj = json.loads(path.read_text(encoding="utf-8"))
     except (ValueError, UnicodeDecodeError) as exc:
         raise RecipematchError(f"{path}: not JSON ({exc})") from None
-    if not isinstance(obj, dict):
-        raise RecipematchError(f"{path}: expected an object of query id -> list of document ids")
+    if not isinstance(obj, dict) or not obj:
+        raise RecipematchError(f"{path}: expected a non-empty object of query id -> list of document ids")
     for q, v in obj.items():
         if not isinstance(v, list) or not v or not all(isinstance(x, str) for x in v):
             raise RecipematchError(f"{path}: query {short_repr(q, 40)}: expected a non-empty list of document ids")
@@ -598,7 +617,10 @@ def prepare(folder: str | os.PathLike, names: Sequence[str], *, n_docs: int, spl
     if isinstance(depth, bool) or not isinstance(depth, int) or depth < 1:
         raise RecipematchError(f"run depth must be an integer >= 1, got {short_repr(depth, 40)}")
     grades = check_qrels_file(folder, split, scale, real_valued=True)
-    real = any(not float(g).is_integer() for g in grades)
+    candidates = read_candidates(folder)
+    # real-valued grades, or a reranking folder under the exponential gain (SABER-Math's protocol,
+    # whose subsample may happen to hold whole grades only): SABER-Math's metric, one name
+    real = any(not float(g).is_integer() for g in grades) or (candidates is not None and gain == "exponential")
     if real:  # SABER-Math's ratings: nDCG@k under the exponential gain, computed as its metric code does
         parsed = parse_measures(names, gain="linear")
         try:
@@ -607,17 +629,23 @@ def prepare(folder: str | os.PathLike, names: Sequence[str], *, n_docs: int, spl
             raise RecipematchError(f"{where} {exc}") from None
     else:
         parsed = parse_measures(names, gain=gain, grades=grades or (0, 1))
-    candidates = read_candidates(folder)
+    if candidates is not None:  # a reranking run holds a query's candidates (up to the depth)
+        n_docs = max(len(v) for v in candidates.values())
+        positive = _positive_qrels(folder, split)
+        unscored = sorted(q for q in positive if q not in candidates)
+        if unscored:
+            raise RecipematchError(f"{Path(folder) / CANDIDATES_FILE}: query {unscored[0]!r} has qrels but no candidates")
+        no_gold = sorted(q for q in candidates if q not in positive)
+        if no_gold:
+            raise RecipematchError(f"{Path(folder) / CANDIDATES_FILE}: query {no_gold[0]!r} has no candidate with a "
+                                   "grade above 0 (BEIR's convention would leave it out of every mean)")
     run_depth = min(depth, n_docs)
-    if candidates:  # a reranking run holds every candidate (up to the depth)
-        run_depth = min(depth, max(len(v) for v in candidates.values()))
-        n_docs = run_depth
     for name, m in zip(names, parsed):
         cutoff = m.params.get("cutoff")
         if run_depth < n_docs and (cutoff is None or cutoff > run_depth):
             raise RecipematchError(f"{where} {name}: cuts at {cutoff or 'the whole ranking'}, deeper than the "
                                    f"run's {run_depth} documents per query; raise the depth")
-    if candidates and read_excluded(folder):
+    if candidates is not None and read_excluded(folder):
         raise RecipematchError(f"{folder}: has both {CANDIDATES_FILE} and {EXCLUDED_FILE}; a reranking folder "
                                "ranks its candidates only")
     return GradedSpec(tuple(names), tuple(parsed), gain, tuple(scale) if scale else None, depth,

@@ -28,7 +28,10 @@ Rules (SABER-Math's own benchmark code, as the paper's Appendix D calibrates aga
   run of such a folder ranks each query's candidates only (:mod:`recipematch.graded`: the
   reranking protocol), by score descending then document id.
 - ``max_rows`` keeps the first queries only (a documented subsample; the corpus shrinks to
-  their candidates).
+  their candidates, and with it the collection statistics BM25 reads, so a query's BM25 score
+  depends on which others are kept; an encoder's does not).
+- A query none of whose candidates has a grade above 0 is refused (SABER-Math rescales each
+  query's ratings to [0, 5]; BEIR's convention would leave such a query out of every mean).
 - A missing file or column, a candidate index outside the documents, a repeated candidate, a
   grade that is not a finite number in [0, 5], lists of different lengths, an empty text: one
   line naming the file, row and field; nothing is written.
@@ -47,7 +50,8 @@ from pathlib import Path
 from recipematch.errors import RecipematchError, short_repr
 from recipematch.rules import EXTERNAL_SUBSETS
 
-__all__ = ["SETTINGS", "SOURCE", "LICENCE", "GRADE_SCALE", "BRANCHES", "full_text", "read_copy", "build_folder"]
+__all__ = ["SETTINGS", "SOURCE", "LICENCE", "GRADE_SCALE", "BRANCHES", "REQUIRED_COLUMNS", "full_text", "read_copy",
+           "build_folder"]
 
 #: the three settings SABER-Math reports (its Section 4 and Table 4): ``<query text>-<document text>``
 SETTINGS = EXTERNAL_SUBSETS["sabermath"]
@@ -61,6 +65,8 @@ BRANCHES = ("Algebra", "Geometry", "Number Theory", "Combinatorics", "Calculus a
 
 _QUERY_COLUMNS = ("problem", "solution", "candidates", "relevance_scores", "domains")
 _DOC_COLUMNS = ("problem", "solution")
+#: the columns the loader reads, by repository folder (what ``recipematch plan`` checks)
+REQUIRED_COLUMNS = {"queries": _QUERY_COLUMNS, "documents": _DOC_COLUMNS}
 
 
 def full_text(problem: str, solution: str) -> str:
@@ -91,7 +97,15 @@ def _table(path: Path, columns: tuple[str, ...]) -> list[dict]:
     missing = [c for c in columns if c not in table.column_names]
     if missing:
         raise RecipematchError(f"SABER-Math: {path}: missing columns {missing} (has {table.column_names})")
-    return table.select(list(columns)).to_pylist()
+    cols = {}
+    for c in columns:  # column by column, so a bad value is named by its field
+        try:
+            cols[c] = table.column(c).to_pylist()
+        except (UnicodeDecodeError, pa.ArrowException) as exc:
+            raise RecipematchError(f"SABER-Math: {path}: field {c!r} cannot be read "
+                                   f"({type(exc).__name__}: {str(exc).splitlines()[0][:120] if str(exc) else ''}; "
+                                   "strings must be UTF-8)") from None
+    return [dict(zip(columns, vals)) for vals in zip(*(cols[c] for c in columns))] if columns else []
 
 
 def _text(value, path: Path, row: int, field: str) -> str:
@@ -115,9 +129,13 @@ def read_copy(root: str | os.PathLike, *, max_rows: int | None = None) -> tuple[
     Raises:
         RecipematchError: any rule of the module docstring (file, row and field named).
     """
+    if max_rows is not None and (isinstance(max_rows, bool) or not isinstance(max_rows, int) or max_rows < 0):
+        raise RecipematchError(f"SABER-Math: max_rows must be an integer >= 0 (0 = all), got {short_repr(max_rows, 40)}")
     root = Path(root)
     q_path, d_path = _one_file(root, "queries"), _one_file(root, "documents")
     docs = _table(d_path, _DOC_COLUMNS)
+    if not docs:
+        raise RecipematchError(f"SABER-Math: {d_path}: no documents")
     for j, r in enumerate(docs):
         for f in _DOC_COLUMNS:
             _text(r[f], d_path, j, f)
@@ -143,9 +161,16 @@ def read_copy(root: str | os.PathLike, *, max_rows: int | None = None) -> tuple[
         if len(set(cand)) != len(cand):
             raise RecipematchError(f"SABER-Math: {q_path}: row {i}: field 'candidates' names a document twice")
         for g in grades:
-            if isinstance(g, bool) or not isinstance(g, (int, float)) or not math.isfinite(g) or not lo <= g <= hi:
+            if isinstance(g, bool) or not isinstance(g, (int, float)):
+                raise RecipematchError(f"SABER-Math: {q_path}: row {i}: field 'relevance_scores': {short_repr(g, 30)} "
+                                       "is not a number (int or float)")
+            if not math.isfinite(g) or not lo <= g <= hi:
                 raise RecipematchError(f"SABER-Math: {q_path}: row {i}: field 'relevance_scores': {short_repr(g, 30)} "
                                        f"is not a grade in [{lo:g}, {hi:g}]")
+        if not any(g > 0 for g in grades):  # each query's ratings are rescaled to [0, 5]: its best is 5
+            raise RecipematchError(f"SABER-Math: {q_path}: row {i}: field 'relevance_scores': no candidate has a grade "
+                                   "above 0 (SABER-Math rescales each query's ratings to [0, 5]; such a query would "
+                                   "be left out of every mean)")
         doms = r["domains"]
         if doms is None:
             doms = []
@@ -208,10 +233,16 @@ def build_folder(root: str | os.PathLike, out: str | os.PathLike, setting: str, 
     }
     out = check_out_folder(out, root, "SABER-Math")
     tmp = out.with_name(out.name + ".partial")
+    if tmp.is_file() or tmp.is_symlink():
+        tmp.unlink()
     shutil.rmtree(tmp, ignore_errors=True)
-    write_beir(tmp, corpus, queries, qrels, query_meta=meta)
-    (tmp / CANDIDATES_FILE).write_text(json.dumps(candidates, indent=1, sort_keys=True) + "\n", encoding="utf-8")
-    (tmp / "MANIFEST.json").write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-    shutil.rmtree(out, ignore_errors=True)
-    tmp.rename(out)
+    try:
+        write_beir(tmp, corpus, queries, qrels, query_meta=meta)
+        (tmp / CANDIDATES_FILE).write_text(json.dumps(candidates, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+        (tmp / "MANIFEST.json").write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+        shutil.rmtree(out, ignore_errors=True)
+        tmp.rename(out)
+    except OSError as exc:
+        shutil.rmtree(tmp, ignore_errors=True)  # nothing half-written; the last build, if any, stays
+        raise RecipematchError(f"SABER-Math: cannot write {out}: {exc.strerror or exc}") from None
     return manifest
