@@ -98,7 +98,7 @@ def ray_session(cfg: Any):
         import ray
     except ImportError:
         raise EngineError("engine.kind is ray but Ray is not installed in this environment "
-                          "(pip install ray; see the README's Fan-out section)") from None
+                          "(pip install ray; see docs/fan-out.md)") from None
     address = cfg.address
     if address:
         check_address(address, cfg.connect_timeout_s)
