@@ -92,3 +92,22 @@ def test_hit_accounting_refuses_unknown_or_empty_queries():
         hit_accounting(["q"], [1], [2], queries={"q": "  "}, golds={"q": ["g"]}, corpus_text={"g": "text"})
     with pytest.raises(RecipematchError, match="query ids"):
         hit_accounting(["q", "r"], [1], [2], queries={"q": "a"}, golds={}, corpus_text={})
+
+
+@pytest.mark.parametrize("contrasts, message", [
+    (["recipe - nosuch"], r"hits.contrasts\[0\] 'recipe - nosuch' names \['nosuch'\]"),
+    (["recipe - verified", "recipe - verified"], r"hits.contrasts\[1\] 'recipe - verified' is declared twice"),
+    (["recipe@soup0.5 - recipe"], r"names \['recipe@soup0.5'\]: not a named arm"),
+])
+def test_hit_contrasts_are_checked_as_contrasts_are(contrasts, message):
+    """Breaker round: a typo in hits.contrasts was skipped by the hits stage as 'not run'."""
+    from conftest import REPO
+
+    from recipematch.config import load_yaml, parse_params
+
+    raw = load_yaml(REPO / "params.yaml")
+    raw["hits"] = {**raw["hits"], "contrasts": contrasts}
+    with pytest.raises(RecipematchError, match=message):
+        parse_params(raw)
+    raw["hits"]["contrasts"] = ["recipe@soup0.3 - recipe"]  # a declared remedy row is a row the hits stage reads
+    parse_params(raw)

@@ -128,3 +128,12 @@ def test_regen_params_are_checked(tmp_path):
     with pytest.raises(RecipematchError, match="version_of"):
         parse_params(_params(tmp_path, {"v": ok}, version))
     assert parse_params(_params(tmp_path, {"v": ok}, {**version, "version_of": "tier"})).regen["v"].variant == "style"
+
+
+def test_two_queries_given_one_regenerated_text_are_refused():
+    """Breaker: the corpus would hold the new gold text twice, each copy another query's gold."""
+    from recipematch.regen import regenerate
+
+    corpus = {"g1": {"text": "old one"}, "g2": {"text": "old two"}, "x": {"text": "other"}}
+    with pytest.raises(RecipematchError, match=r"queries 'q1' and 'q2' got the same regenerated gold text"):
+        regenerate(corpus, {"q1": "a", "q2": "b"}, {"q1": ["g1"], "q2": ["g2"]}, {"q1": "same", "q2": "same "})

@@ -75,6 +75,11 @@ def test_default_remedies_the_recipe_arm(repo_root):
     ({"replay_file": "../outside.jsonl"}, "remedies.replay_file must be a path inside the project"),
     ({"replay_file": "/abs/replay.jsonl"}, "remedies.replay_file must be a path inside the project"),
     ({"soup_alphas": "0.5"}, "remedies.soup_alphas"),
+    # the breaker: DVC passes these as written, and the soup and mix stages refuse them mid-run
+    ({"soup_alphas": [1]}, "remedies.soup_alphas: write 1 as a decimal number such as 1.0"),
+    ({"soup_alphas": ["0.50"]}, "remedies.soup_alphas: write '0.50' as a decimal number"),
+    ({"replay_fractions": ["0.20"]}, "remedies.replay_fractions: write '0.20' as a decimal number"),
+    ({"soup_alphas": [-0.0]}, "remedies.soup_alphas: write -0.0 as 0.0"),
 ])
 def test_bad_remedies_are_one_line_naming_the_key(repo_root, over, message):
     with pytest.raises(RecipematchError, match=r".*" + __import__("re").escape(message)):

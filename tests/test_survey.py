@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 import yaml
 from click.testing import CliRunner
@@ -142,3 +143,67 @@ def test_model_specs_are_checked():
     with pytest.raises(RecipematchError, match="non-empty list"):
         parse_models([])
     assert parse_models({"models": [{"name": "a", "path": "bm25"}]})[0] == SurveyModel("a", "bm25")
+
+
+def test_bad_models_file_bad_out_and_a_failing_store_are_one_line_with_nothing_written(project, tmp_path):
+    """Breaker round: a --models file that is not UTF-8, an --out below a file, and an MLflow store
+    that cannot be opened each stop in one line; the store is written before the files, so a
+    failing one leaves no finished-looking survey."""
+    binary = tmp_path / "models.bin"
+    binary.write_bytes(b"\x90\xff\x00 not text")
+    res = CliRunner().invoke(main, ["survey", "--root", str(project), "--models", str(binary), "--no-mlflow"])
+    assert res.exit_code == 2 and "not UTF-8 text" in res.output and "Traceback" not in res.output
+    (tmp_path / "afile").write_text("x")
+    res = _survey(project, "--out", str(tmp_path / "afile" / "sub"), "--no-mlflow")
+    assert res.exit_code == 2 and "afile is a file" in res.output
+    (project / "params-badml.yaml").write_text((project / "params.yaml").read_text())
+    raw = yaml.safe_load((project / "params-badml.yaml").read_text())
+    raw["mlflow"]["tracking_uri"] = f"sqlite:///{project / 'params.yaml'}/m.db"  # a file where a folder must be
+    (project / "params-badml.yaml").write_text(yaml.safe_dump(raw))
+    (project / "bm25.yaml").write_text(yaml.safe_dump([{"name": "lex", "path": "bm25"}]))
+    res = CliRunner().invoke(main, ["survey", "--root", str(project), "--params", str(project / "params-badml.yaml"),
+                                    "--models", str(project / "bm25.yaml"), "--out", "ml-out"])
+    assert res.exit_code == 2 and "the survey could not be logged" in res.output
+    assert not (project / "ml-out" / "survey.json").exists() and not (project / "ml-out" / "survey.md").exists()
+
+
+def test_remote_code_is_found_behind_links_and_in_tokenizer_configs(tmp_path):
+    """Breaker round: a symlinked module folder whose config has an auto_map, and an auto_map in
+    tokenizer_config.json, are refused before loading, as a top-level one is."""
+    evil = tmp_path / "evil"
+    evil.mkdir()
+    (evil / "config.json").write_text(json.dumps({"model_type": "bert", "auto_map": {"AutoModel": "m.X"}}))
+    linked = tmp_path / "linked"
+    linked.mkdir()
+    (linked / "config.json").write_text(json.dumps({"model_type": "bert"}))
+    (linked / "0_Transformer").symlink_to(evil, target_is_directory=True)
+    (linked / "loop").symlink_to(linked, target_is_directory=True)  # a link back up is walked once
+    with pytest.raises(RecipematchError, match=r"0_Transformer/config.json has an auto_map"):
+        check_folder(SurveyModel("linked", str(linked)))
+    tok = tmp_path / "tok"
+    tok.mkdir()
+    (tok / "config.json").write_text(json.dumps({"model_type": "bert"}))
+    (tok / "tokenizer_config.json").write_text(json.dumps({"auto_map": {"AutoTokenizer": ["t.T", None]}}))
+    with pytest.raises(RecipematchError, match=r"tokenizer_config.json has an auto_map"):
+        check_folder(SurveyModel("tok", str(tok)))
+    (tok / "tokenizer_config.json").write_text("{}")
+    (tok / "sentence_bert_config.json").write_text(json.dumps({"trust_remote_code": True}))
+    with pytest.raises(RecipematchError, match=r"sentence_bert_config.json sets trust_remote_code"):
+        check_folder(SurveyModel("tok", str(tok)))
+
+
+def test_a_folders_default_prompt_is_not_applied_behind_the_recorded_convention(tmp_path):
+    """Breaker round: a folder whose config_sentence_transformers.json names a default prompt is
+    encoded without it when no prompt is declared, as its settings record."""
+    from recipematch.retrieval.encoders import SentenceTransformerEncoder
+
+    plain = _tiny_st(tmp_path / "plain", "mean")
+    prompted = _tiny_st(tmp_path / "prompted", "mean")
+    cfg = prompted / "config_sentence_transformers.json"
+    data = json.loads(cfg.read_text()) if cfg.exists() else {}
+    data.update(prompts={"query": "zzz xyzzy plugh "}, default_prompt_name="query")
+    cfg.write_text(json.dumps(data))
+    a = SentenceTransformerEncoder(str(plain), device="cpu", max_seq_length=24)
+    b = SentenceTransformerEncoder(str(prompted), device="cpu", max_seq_length=24)
+    assert b.settings["query_prompt"] is None
+    np.testing.assert_array_equal(a.encode(["prove w1 w2"]), b.encode(["prove w1 w2"]))

@@ -163,6 +163,8 @@ def survey_cmd(params_path: Path, root: Path, models_file: Path | None, model_ar
                 raw = yaml.safe_load(models_file.read_text(encoding="utf-8"))
             except OSError as e:
                 raise RecipematchError(f"--models {models_file}: cannot be read ({e.strerror or e})") from None
+            except UnicodeDecodeError:
+                raise RecipematchError(f"--models {models_file}: not UTF-8 text (a YAML list of models)") from None
             except yaml.YAMLError as e:
                 raise RecipematchError(f"--models {models_file}: not YAML ({str(e).splitlines()[0]})") from None
             models = parse_models(raw, where=f"--models {models_file}")
@@ -177,21 +179,37 @@ def survey_cmd(params_path: Path, root: Path, models_file: Path | None, model_ar
         models = parse_models([{k: v for k, v in vars(m).items()} for m in models], where="models")
         target = out if out.is_absolute() else root / out
         inputs = {f"evaluations.{n}.folder": root / ev.folder for n, ev in p.evaluations.items()}
-        inputs.update({f"model {m.name}": Path(m.path) for m in models if Path(m.path).is_dir()})
+        from recipematch.eval_cli import resolve_model
+
+        for m in models:  # a model named by an alias is protected as the folder it resolves to
+            folder = Path(m.path) if Path(m.path).is_dir() else Path(resolve_model(m.path))
+            if folder.is_dir():
+                inputs[f"model {m.name}"] = folder.resolve()
         check_outputs_outside({"--out": target}, inputs)
+        blocker = next((a for a in (target, *target.parents) if a.exists() and not a.is_dir()), None)
+        if blocker is not None:  # before any model is scored, and nothing created yet
+            raise RecipematchError(f"--out {out}: {blocker} is a file, so the folder cannot be made")
         res = run_survey(p, root, models, cache_dir=root / "cache" / "embeddings", progress=click.echo)
         md = "# Public models on every declared set (Table 18's shape)\n\n" + survey_table(res) + "\n"
+        if use_mlflow:  # logged before the files are written: a store that fails leaves no finished-looking output
+            from recipematch.pipeline.door import Layout
+            from recipematch.pipeline.inputs import mlflow_uri
+
+            uri = mlflow_uri(p.mlflow.tracking_uri, Layout(root.resolve()))
+            try:
+                log_survey(res, uri, f"{p.mlflow.experiment}-survey")
+            except RecipematchError:
+                raise
+            except Exception as e:  # noqa: BLE001 - MLflow and its stores raise many kinds; all mean "not logged"
+                raise RecipematchError(f"mlflow.tracking_uri {p.mlflow.tracking_uri}: the survey could not be logged "
+                                       f"({type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else ''}); "
+                                       "nothing was written (--no-mlflow skips the log)") from None
         target.mkdir(parents=True, exist_ok=True)
         tmp_json, tmp_md = target / ".survey.json.partial", target / ".survey.md.partial"
         atomic_write_text(tmp_json, canonical_json(res) + "\n")
         atomic_write_text(tmp_md, md)
         os.replace(tmp_json, target / "survey.json")
         os.replace(tmp_md, target / "survey.md")
-        if use_mlflow:
-            from recipematch.pipeline.door import Layout
-            from recipematch.pipeline.inputs import mlflow_uri
-
-            log_survey(res, mlflow_uri(p.mlflow.tracking_uri, Layout(root.resolve())), f"{p.mlflow.experiment}-survey")
         return md
 
     click.echo(run_guarded(go, debug=False))

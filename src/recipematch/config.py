@@ -1411,15 +1411,27 @@ def _check_remedies(p: Params) -> None:
 
 
 def _check_hits(p: Params) -> None:
-    """``hits.contrasts`` parse as contrasts (``hits.probe`` is checked by the hits stage, which
-    reads the evaluations: a params file whose evaluations have no probe still parses)."""
-    from recipematch.rules import parse_contrast
+    """``hits.contrasts`` are contrasts as ``contrasts`` are: over known names (a named cell,
+    ``cell``, a baseline, or a declared remedy row), none twice (``hits.probe`` is checked by the
+    hits stage, which reads the evaluations: a params file whose evaluations have no probe still
+    parses)."""
+    from recipematch.rules import BASELINES, NAMED_ARMS, parse_contrast, remedy_labels
 
+    r = p.remedies
+    remedies = set(remedy_labels(r.arms, r.soup_alphas, r.replay_fractions))
+    seen = set()
     for i, text in enumerate(p.hits.contrasts):
         try:
-            parse_contrast(text)
+            a, b = parse_contrast(text)
         except RecipematchError as e:
             raise RecipematchError(f"hits.contrasts[{i}]: {e}") from None
+        bad = [x for x in (a, b) if x not in NAMED_ARMS and x != "cell" and x not in BASELINES and x not in remedies]
+        if bad:
+            raise RecipematchError(f"hits.contrasts[{i}] {short_repr(text, 120)} names {bad}: not a named arm, 'cell', "
+                                   f"a baseline {list(BASELINES)} or a declared remedy row")
+        if (a, b) in seen:
+            raise RecipematchError(f"hits.contrasts[{i}] {short_repr(text, 120)} is declared twice")
+        seen.add((a, b))
 
 
 def _check_contrasts(p: Params) -> None:
@@ -1451,9 +1463,38 @@ def parse_params(raw: Mapping[str, Any]) -> Params:
         RecipematchError: naming the dotted key: unknown, missing, wrong type, out of range,
             or breaking a rule that joins keys (arms, prompts, the cell under test, ...).
     """
+    _check_grid_spelling(raw)
     p = _build(raw, Params, "")
     _cross_checks(p)
     return p
+
+
+def _check_grid_spelling(raw: Mapping[str, Any]) -> None:
+    """``remedies.soup_alphas`` and ``remedies.replay_fractions`` as written: DVC passes each value
+    to its stage as YAML spelled it, and the stage names its folder by the value as Python prints
+    it (``recipe@soup0.3``), so a value must be a decimal number (``1.0``, not ``1`` or
+    ``"0.50"``) and not ``-0.0`` (Appendix E, Table 19).
+
+    Raises:
+        RecipematchError: naming the key and the value.
+    """
+    import math
+
+    rem = raw.get("remedies") if isinstance(raw, Mapping) else None
+    if not isinstance(rem, Mapping):
+        return
+    for key in ("soup_alphas", "replay_fractions"):
+        vals = rem.get(key)
+        if not isinstance(vals, list):
+            continue
+        for v in vals:
+            if isinstance(v, bool) or not isinstance(v, (int, float, str)):
+                continue  # the type check names it
+            if not isinstance(v, float):
+                raise RecipematchError(f"remedies.{key}: write {v!r} as a decimal number such as 1.0 or 0.5 (DVC "
+                                       "passes the value as written and the stage names its folder by it)")
+            if v == 0 and math.copysign(1.0, v) < 0:
+                raise RecipematchError(f"remedies.{key}: write -0.0 as 0.0")
 
 
 def load_params_raw(path: str | Path) -> dict[str, Any]:

@@ -106,8 +106,9 @@ def regenerate(corpus: Mapping[str, Mapping], queries: Mapping[str, str], golds:
 
     Raises:
         RecipematchError: a query with no gold or with several, a gold shared by two queries, a
-            regenerated text that is empty, or (``missing="error"``) a query without one; the
-            message gives how many and the first few ids with their reasons.
+            regenerated text that is empty, two queries given the same regenerated text, or
+            (``missing="error"``) a query without one; the message gives how many and the first
+            few ids with their reasons.
     """
     reasons = dict(reasons or {})
     gold_of: dict[str, str] = {}
@@ -132,6 +133,12 @@ def regenerate(corpus: Mapping[str, Mapping], queries: Mapping[str, str], golds:
         raise RecipematchError(f"{where}: {len(lacking)} of {len(queries)} queries got no regenerated gold "
                                f"(first: {first}); set missing: drop to leave them out, or regenerate them")
     keep = [q for q in queries if q not in set(lacking)]
+    same: dict[str, str] = {}
+    for q in keep:  # two queries' new golds with one text: each would be the other's gold's twin
+        first = same.setdefault(new_texts[q].strip(), q)
+        if first != q:
+            raise RecipematchError(f"{where}: queries {first!r} and {q!r} got the same regenerated gold text; the "
+                                   "corpus would hold it twice, as two different golds")
     replaced = {gold_of[q]: new_texts[q] for q in keep}
     new_stripped = {t.strip() for t in replaced.values()}
     out_corpus: dict[str, dict] = {}

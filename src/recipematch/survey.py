@@ -102,15 +102,35 @@ def parse_models(raw: Any, where: str = "models") -> list[SurveyModel]:
     return out
 
 
+def _config_files(folder: Path) -> list[Path]:
+    """Every ``*config*.json`` under ``folder``, symlinked sub-folders followed once each
+    (``config.json``, ``tokenizer_config.json``, ``sentence_bert_config.json``, ...)."""
+    import os
+
+    out, seen = [], set()
+    for dirpath, dirnames, filenames in os.walk(folder, followlinks=True):
+        real = os.path.realpath(dirpath)
+        if real in seen:  # a link back up the tree: walked once
+            dirnames[:] = []
+            continue
+        seen.add(real)
+        out.extend(Path(dirpath) / f for f in filenames if f.endswith(".json") and "config" in f)
+    return sorted(out)
+
+
 def _remote_code_reason(folder: Path) -> str | None:
-    """Why ``folder`` would need remote code, or None."""
-    for cfg in sorted(folder.rglob("config.json")):
+    """Why ``folder`` would need remote code, or None: an ``auto_map`` in any of its config
+    files (model, tokenizer, sub-modules, symlinked folders included) or ``trust_remote_code``
+    set in one."""
+    for cfg in _config_files(folder):
         try:
             data = json.loads(cfg.read_text(encoding="utf-8"))
         except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
             return f"{cfg} cannot be read as JSON ({type(exc).__name__})"
         if isinstance(data, dict) and data.get("auto_map"):
             return f"{cfg} has an auto_map (custom model code)"
+        if isinstance(data, dict) and data.get("trust_remote_code"):
+            return f"{cfg} sets trust_remote_code"
     mod = folder / "modules.json"
     if mod.is_file():
         try:

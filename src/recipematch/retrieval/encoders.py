@@ -221,7 +221,9 @@ class SentenceTransformerEncoder:
                 self.model.get_sentence_embedding_dimension)
             dim = get_dim() or 0
             return np.zeros((0, dim), dtype=np.float32)
-        emb = self.model.encode(texts, batch_size=self.batch_size, prompt=prompt,
+        # "" (not None) when no prompt is ours: a folder's own default_prompt_name would otherwise be
+        # prepended to every text while the settings record no prompt
+        emb = self.model.encode(texts, batch_size=self.batch_size, prompt=prompt if prompt is not None else "",
                                 convert_to_numpy=True, show_progress_bar=False,
                                 normalize_embeddings=False)
         return _l2_normalise(np.asarray(emb, dtype=np.float32))  # (n, dim)
