@@ -17,6 +17,12 @@ import time
 import numpy as np
 
 
+def unit_vectors(rng: np.random.Generator, n: int, dim: int) -> np.ndarray:
+    """``(n, dim)`` float32 random unit rows (shared by the benchmark scripts)."""
+    x = rng.standard_normal((n, dim), dtype=np.float32)
+    return x / np.linalg.norm(x, axis=1, keepdims=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--queries", type=int, default=2000)
@@ -30,12 +36,7 @@ def main() -> None:
     from recipematch.retrieval.dense import search_topk
 
     rng = np.random.default_rng(a.seed)
-
-    def unit(n):
-        x = rng.standard_normal((n, a.dim), dtype=np.float32)
-        return x / np.linalg.norm(x, axis=1, keepdims=True)
-
-    q, d = unit(a.queries), unit(a.docs)
+    q, d = unit_vectors(rng, a.queries, a.dim), unit_vectors(rng, a.docs, a.dim)
     qids = [f"q{i}" for i in range(a.queries)]
     dids = [f"d{i}" for i in range(a.docs)]
     golds = rng.integers(0, a.docs, size=(a.queries, 3))

@@ -30,13 +30,10 @@ def main() -> None:
 
     from recipematch.graded import measure_real_valued, parse_measures, rerank_run
 
+    from bench_graded import unit_vectors  # the sibling script (run from benchmarks/ or as a path)
+
     rng = np.random.default_rng(a.seed)
-
-    def unit(n):
-        x = rng.standard_normal((n, a.dim), dtype=np.float32)
-        return x / np.linalg.norm(x, axis=1, keepdims=True)
-
-    vectors = {"q": unit(a.queries), "d": unit(a.docs)}
+    vectors = {"q": unit_vectors(rng, a.queries, a.dim), "d": unit_vectors(rng, a.docs, a.dim)}
 
     class Stored:  # the encoder's work is not what is timed: texts are "q<i>" / "d<i>"
         cache_key = f"stored-{a.seed}"

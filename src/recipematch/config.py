@@ -1410,28 +1410,35 @@ def _check_remedies(p: Params) -> None:
     _check_inside_project("remedies", r, ("replay_file",))
 
 
-def _check_hits(p: Params) -> None:
-    """``hits.contrasts`` are contrasts as ``contrasts`` are: over known names (a named cell,
-    ``cell``, a baseline, or a declared remedy row), none twice (``hits.probe`` is checked by the
-    hits stage, which reads the evaluations: a params file whose evaluations have no probe still
-    parses)."""
-    from recipematch.rules import BASELINES, NAMED_ARMS, parse_contrast, remedy_labels
+def _check_contrast_list(key: str, texts, extra: set[str] = frozenset()) -> None:
+    """Each of ``texts`` is 'arm - arm' over known names (a named cell, ``cell``, a baseline,
+    or one of ``extra``), none declared twice; errors name ``key[i]``."""
+    from recipematch.rules import BASELINES, NAMED_ARMS, parse_contrast
 
-    r = p.remedies
-    remedies = set(remedy_labels(r.arms, r.soup_alphas, r.replay_fractions))
     seen = set()
-    for i, text in enumerate(p.hits.contrasts):
+    for i, text in enumerate(texts):
         try:
             a, b = parse_contrast(text)
         except RecipematchError as e:
-            raise RecipematchError(f"hits.contrasts[{i}]: {e}") from None
-        bad = [x for x in (a, b) if x not in NAMED_ARMS and x != "cell" and x not in BASELINES and x not in remedies]
+            raise RecipematchError(f"{key}[{i}]: {e}") from None
+        bad = [x for x in (a, b) if x not in NAMED_ARMS and x != "cell" and x not in BASELINES and x not in extra]
         if bad:
-            raise RecipematchError(f"hits.contrasts[{i}] {short_repr(text, 120)} names {bad}: not a named arm, 'cell', "
-                                   f"a baseline {list(BASELINES)} or a declared remedy row")
+            what = " or a declared remedy row" if extra else ""
+            raise RecipematchError(f"{key}[{i}] {short_repr(text, 120)} names {bad}: not a named arm, 'cell' "
+                                   f"or a baseline {list(BASELINES)}{what}")
         if (a, b) in seen:
-            raise RecipematchError(f"hits.contrasts[{i}] {short_repr(text, 120)} is declared twice")
+            raise RecipematchError(f"{key}[{i}] {short_repr(text, 120)} is declared twice")
         seen.add((a, b))
+
+
+def _check_hits(p: Params) -> None:
+    """``hits.contrasts`` are contrasts as ``contrasts`` are, a declared remedy row allowed too
+    (``hits.probe`` is checked by the hits stage, which reads the evaluations: a params file
+    whose evaluations have no probe still parses)."""
+    from recipematch.rules import remedy_labels
+
+    r = p.remedies
+    _check_contrast_list("hits.contrasts", p.hits.contrasts, set(remedy_labels(r.arms, r.soup_alphas, r.replay_fractions)))
 
 
 def _check_contrasts(p: Params) -> None:
@@ -1439,21 +1446,7 @@ def _check_contrasts(p: Params) -> None:
     the baselines base and bm25), and no contrast is declared twice (paper Table 1: the gaps
     the report shows). A contrast whose arms are not both run (in ``arms``, or a baseline) is
     skipped by the stats stage and listed there, so ``-S arms=...`` needs no contrasts edit."""
-    from recipematch.rules import BASELINES, NAMED_ARMS, parse_contrast
-
-    seen = set()
-    for i, text in enumerate(p.contrasts):
-        try:
-            a, b = parse_contrast(text)
-        except RecipematchError as e:
-            raise RecipematchError(f"contrasts[{i}]: {e}") from None
-        bad = [x for x in (a, b) if x not in NAMED_ARMS and x != "cell" and x not in BASELINES]
-        if bad:
-            raise RecipematchError(f"contrasts[{i}] {short_repr(text, 120)} names {bad}: not a named arm, 'cell' "
-                                   f"or a baseline {list(BASELINES)}")
-        if (a, b) in seen:
-            raise RecipematchError(f"contrasts[{i}] {short_repr(text, 120)} is declared twice")
-        seen.add((a, b))
+    _check_contrast_list("contrasts", p.contrasts)
 
 
 def parse_params(raw: Mapping[str, Any]) -> Params:

@@ -502,6 +502,22 @@ def write_trec_run(path: str | os.PathLike, run: Run, tag: str = "recipematch") 
     return path
 
 
+def _read_json_file(path: Path):
+    """A folder's optional JSON file: ``None`` when absent, else its parsed value.
+
+    Raises:
+        RecipematchError: the path is a folder or a broken link, or not JSON.
+    """
+    if not path.exists() and not path.is_symlink():
+        return None
+    if not path.is_file():
+        raise RecipematchError(f"{path}: exists but is not a readable file (a folder or a broken link)")
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise RecipematchError(f"{path}: not JSON ({exc})") from None
+
+
 def read_excluded(folder: str | os.PathLike) -> dict[str, list[str]]:
     """``query_id -> excluded doc ids`` of a BEIR folder (e.g. one the BRIGHT loader wrote) (empty
     when the folder has no :data:`EXCLUDED_FILE`).
@@ -510,14 +526,9 @@ def read_excluded(folder: str | os.PathLike) -> dict[str, list[str]]:
         RecipematchError: the file is not a JSON object of id lists.
     """
     path = Path(folder) / EXCLUDED_FILE
-    if not path.exists() and not path.is_symlink():
+    obj = _read_json_file(path)
+    if obj is None:
         return {}
-    if not path.is_file():
-        raise RecipematchError(f"{path}: exists but is not a readable file (a folder or a broken link)")
-    try:
-        obj = json.loads(path.read_text(encoding="utf-8"))
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise RecipematchError(f"{path}: not JSON ({exc})") from None
     if not isinstance(obj, dict) or not all(isinstance(v, list) and all(isinstance(x, str) for x in v)
                                             for v in obj.values()):
         raise RecipematchError(f"{path}: expected an object of query id -> list of document ids")
@@ -542,14 +553,9 @@ def read_candidates(folder: str | os.PathLike) -> dict[str, list[str]] | None:
             repeats.
     """
     path = Path(folder) / CANDIDATES_FILE
-    if not path.exists() and not path.is_symlink():
+    obj = _read_json_file(path)
+    if obj is None:
         return None
-    if not path.is_file():
-        raise RecipematchError(f"{path}: exists but is not a readable file (a folder or a broken link)")
-    try:
-        obj = json.loads(path.read_text(encoding="utf-8"))
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise RecipematchError(f"{path}: not JSON ({exc})") from None
     if not isinstance(obj, dict) or not obj:
         raise RecipematchError(f"{path}: expected a non-empty object of query id -> list of document ids")
     for q, v in obj.items():

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from recipematch.errors import RecipematchError
 
-__all__ = ["check_out_folder"]
+__all__ = ["check_out_folder", "check_rows_file", "iter_row_objects"]
 
 
 def check_out_folder(out: str | os.PathLike, src: str | os.PathLike, what: str) -> Path:
@@ -26,3 +26,45 @@ def check_out_folder(out: str | os.PathLike, src: str | os.PathLike, what: str) 
     if o.exists() and not o.is_dir():
         raise RecipematchError(f"{what}: the output {out} exists and is not a folder")
     return o
+
+
+def check_rows_file(path: str | os.PathLike, key: str, release_path: str) -> Path:
+    """An attack's released rows file (paper Appendix D), before it is read.
+
+    Args:
+        path: the file ``attacks.<key>.rows`` names; release_path: where the peer's release keeps it.
+
+    Raises:
+        RecipematchError: the path is a folder or does not exist (naming the key and the release path).
+    """
+    path = Path(path)
+    if path.is_dir():
+        raise RecipematchError(f"attacks.{key}.rows: {path} is a folder, not the rows file")
+    if not path.is_file():
+        raise RecipematchError(f"attacks.{key}.rows: {path} does not exist (the peer's release keeps it as "
+                               f"{release_path}; nothing downloads)")
+    return path
+
+
+def iter_row_objects(path: Path, text_fields: tuple[str, ...]):
+    """Each line of a released rows file as ``(where, obj)``: ``where`` is ``path:line``, ``obj``
+    a JSON object whose ``text_fields`` are non-empty strings (paper Appendix D's row files).
+
+    Raises:
+        RecipematchError: a line that is not JSON or not an object, or a text field missing,
+            empty or not a string (file, line and field).
+    """
+    from recipematch.errors import short_repr
+    from recipematch.external.meld import is_text
+    from recipematch.io import BadLine, iter_jsonl
+
+    for lineno, obj in iter_jsonl(path):
+        where = f"{path}:{lineno}"
+        if isinstance(obj, BadLine):
+            raise RecipematchError(f"{where}: {obj.reason}")
+        if not isinstance(obj, dict):
+            raise RecipematchError(f"{where}: expected a JSON object")
+        for f in text_fields:
+            if not is_text(obj.get(f)):
+                raise RecipematchError(f"{where}: field {f!r} must be a non-empty string, got {short_repr(obj.get(f), 60)}")
+        yield where, obj

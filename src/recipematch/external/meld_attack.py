@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from recipematch.errors import RecipematchError, short_repr
+from recipematch.external import check_rows_file, iter_row_objects
 from recipematch.external.meld import is_text
 
 __all__ = ["attack_prompt_sha256", "read_attack_rows"]
@@ -63,33 +64,19 @@ def read_attack_rows(path: str | os.PathLike, key: str, *, revision: str = "") -
             so a budget of one row per source draws one and both land on the same split), or a
             file without rows.
     """
-    from recipematch.io import BadLine, iter_jsonl
     from recipematch.pairs import sort_rows
     from recipematch.rules import MELD_ATTACK_SYSTEM
 
     if key not in MELD_ATTACK_SYSTEM:
         raise RecipematchError(f"MELD attack: unknown row set {key!r}; choose from {sorted(MELD_ATTACK_SYSTEM)}")
-    path = Path(path)
-    if path.is_dir():
-        raise RecipematchError(f"attacks.{key}.rows: {path} is a folder, not the rows file")
-    if not path.is_file():
-        raise RecipematchError(f"attacks.{key}.rows: {path} does not exist (the peer's release keeps it as "
-                               f"data/meld_attack/pairs_{key.removeprefix('meld_')}.jsonl; nothing downloads)")
+    path = check_rows_file(path, key, f"data/meld_attack/pairs_{key.removeprefix('meld_')}.jsonl")
     system = MELD_ATTACK_SYSTEM[key]
     sha = attack_prompt_sha256(system)
     group = key.removeprefix("meld_")
     rows, seen = [], set()
     domains: dict[str, int] = defaultdict(int)
     models: dict[str, int] = defaultdict(int)
-    for lineno, obj in iter_jsonl(path):
-        where = f"{path}:{lineno}"
-        if isinstance(obj, BadLine):
-            raise RecipematchError(f"{where}: {obj.reason}")
-        if not isinstance(obj, dict):
-            raise RecipematchError(f"{where}: expected a JSON object")
-        for f in ("source_id", "anchor_text", "positive_text"):
-            if not is_text(obj.get(f)):
-                raise RecipematchError(f"{where}: field {f!r} must be a non-empty string, got {short_repr(obj.get(f), 60)}")
+    for where, obj in iter_row_objects(path, ("source_id", "anchor_text", "positive_text")):
         negs = obj.get("negatives")
         if (not isinstance(negs, list) or not negs
                 or not all(isinstance(n, dict) and is_text(n.get("text")) for n in negs)):

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from recipematch.errors import RecipematchError, short_repr
+from recipematch.external import check_rows_file, iter_row_objects
 from recipematch.external.meld import is_text
 
 __all__ = ["saber_prompt_sha256", "read_summary_rows"]
@@ -66,31 +67,17 @@ def read_summary_rows(path: str | os.PathLike, key: str, corpus: Mapping[str, st
             wrong type (file, line and field), a ``channel`` other than ``saber_summary``, a
             ``source_id`` given twice or not in the corpus, or a file without rows.
     """
-    from recipematch.io import BadLine, iter_jsonl
     from recipematch.pairs import sort_rows
     from recipematch.rules import SABER_ATTACK_CHANNEL, SABER_ATTACK_MODEL, SABER_ATTACK_PROMPT, SABER_ATTACKS
 
     if key not in SABER_ATTACKS:
         raise RecipematchError(f"SABER attack: unknown row set {key!r}; choose from {list(SABER_ATTACKS)}")
-    path = Path(path)
-    if path.is_dir():
-        raise RecipematchError(f"attacks.{key}.rows: {path} is a folder, not the rows file")
-    if not path.is_file():
-        raise RecipematchError(f"attacks.{key}.rows: {path} does not exist (the peer's release keeps it as "
-                               "data/saber_attack/pairs_summary_channel.jsonl; nothing downloads)")
+    path = check_rows_file(path, key, "data/saber_attack/pairs_summary_channel.jsonl")
     sha = saber_prompt_sha256()
     rows: list[dict] = []
     seen: set[str] = set()
     models: dict[str, int] = {}
-    for lineno, obj in iter_jsonl(path):
-        where = f"{path}:{lineno}"
-        if isinstance(obj, BadLine):
-            raise RecipematchError(f"{where}: {obj.reason}")
-        if not isinstance(obj, dict):
-            raise RecipematchError(f"{where}: expected a JSON object")
-        for f in ("source_id", "positive_text"):
-            if not is_text(obj.get(f)):
-                raise RecipematchError(f"{where}: field {f!r} must be a non-empty string, got {short_repr(obj.get(f), 60)}")
+    for where, obj in iter_row_objects(path, ("source_id", "positive_text")):
         if obj.get("channel") != SABER_ATTACK_CHANNEL:
             raise RecipematchError(f"{where}: field 'channel' is {short_repr(obj.get('channel'), 40)}, not "
                                    f"{SABER_ATTACK_CHANNEL!r} (this row set is the summary channel)")
