@@ -130,10 +130,14 @@ def test_regen_params_are_checked(tmp_path):
     assert parse_params(_params(tmp_path, {"v": ok}, {**version, "version_of": "tier"})).regen["v"].variant == "style"
 
 
-def test_two_queries_given_one_regenerated_text_are_refused():
-    """Breaker: the corpus would hold the new gold text twice, each copy another query's gold."""
+def test_two_queries_given_one_regenerated_text_keep_a_gold_each_and_are_counted():
+    """Breaker: the corpus then holds the new text twice, each copy another query's gold. The sample
+    has such a pair (01op and 01or: one problem printed twice, so one D4 restatement), so the
+    version keeps both and counts them instead of refusing."""
     from recipematch.regen import regenerate
 
     corpus = {"g1": {"text": "old one"}, "g2": {"text": "old two"}, "x": {"text": "other"}}
-    with pytest.raises(RecipematchError, match=r"queries 'q1' and 'q2' got the same regenerated gold text"):
-        regenerate(corpus, {"q1": "a", "q2": "b"}, {"q1": ["g1"], "q2": ["g2"]}, {"q1": "same", "q2": "same "})
+    out = regenerate(corpus, {"q1": "a", "q2": "b", "q3": "c"}, {"q1": ["g1"], "q2": ["g2"], "q3": ["x"]},
+                     {"q1": "same", "q2": "same ", "q3": "new"})
+    assert out.counts["queries_sharing_a_new_gold_text"] == 2
+    assert out.qrels == {"q1": {"g1": 1}, "q2": {"g2": 1}, "q3": {"x": 1}}

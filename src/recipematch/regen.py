@@ -106,9 +106,10 @@ def regenerate(corpus: Mapping[str, Mapping], queries: Mapping[str, str], golds:
 
     Raises:
         RecipematchError: a query with no gold or with several, a gold shared by two queries, a
-            regenerated text that is empty, two queries given the same regenerated text, or
-            (``missing="error"``) a query without one; the message gives how many and the first
-            few ids with their reasons.
+            regenerated text that is empty, or (``missing="error"``) a query without one; the
+            message gives how many and the first few ids with their reasons. Two queries given
+            the same regenerated text keep a gold each and are counted
+            (``queries_sharing_a_new_gold_text``).
     """
     reasons = dict(reasons or {})
     gold_of: dict[str, str] = {}
@@ -133,12 +134,13 @@ def regenerate(corpus: Mapping[str, Mapping], queries: Mapping[str, str], golds:
         raise RecipematchError(f"{where}: {len(lacking)} of {len(queries)} queries got no regenerated gold "
                                f"(first: {first}); set missing: drop to leave them out, or regenerate them")
     keep = [q for q in queries if q not in set(lacking)]
-    same: dict[str, str] = {}
-    for q in keep:  # two queries' new golds with one text: each would be the other's gold's twin
-        first = same.setdefault(new_texts[q].strip(), q)
-        if first != q:
-            raise RecipematchError(f"{where}: queries {first!r} and {q!r} got the same regenerated gold text; the "
-                                   "corpus would hold it twice, as two different golds")
+    # two queries given one new gold text (their source problems are themselves duplicates: the
+    # sample's 01op and 01or are one problem printed twice) keep one gold each; counted, as each
+    # query's rank then ties with the other's gold
+    by_text: dict[str, int] = {}
+    for q in keep:
+        by_text[new_texts[q].strip()] = by_text.get(new_texts[q].strip(), 0) + 1
+    sharing = sum(n for n in by_text.values() if n > 1)
     replaced = {gold_of[q]: new_texts[q] for q in keep}
     new_stripped = {t.strip() for t in replaced.values()}
     out_corpus: dict[str, dict] = {}
@@ -154,7 +156,8 @@ def regenerate(corpus: Mapping[str, Mapping], queries: Mapping[str, str], golds:
     counts = {"queries": len(queries), "kept": len(keep), "dropped": len(lacking),
               "dropped_by_reason": {r: sum(1 for q in lacking if reasons[q] == r) for r in sorted({reasons[q] for q in lacking})},
               "golds_replaced": len(replaced), "golds_unchanged_text": unchanged,
-              "corpus_in": len(corpus), "corpus_out": len(out_corpus), "duplicates_of_new_golds_removed": len(removed)}
+              "corpus_in": len(corpus), "corpus_out": len(out_corpus), "duplicates_of_new_golds_removed": len(removed),
+              "queries_sharing_a_new_gold_text": sharing}
     meta = {q: dict((query_meta or {}).get(q, {})) for q in keep}
     return Regenerated(corpus=out_corpus, queries={q: queries[q] for q in keep},
                        qrels={q: {gold_of[q]: 1} for q in keep}, query_meta=meta, counts=counts,
