@@ -302,3 +302,18 @@ def test_bad_cluster_labels_and_empty_replicates_are_refused():
         nested_bootstrap_gap(a, a, n_boot=100, clusters=np.array(["x", None, "y"], dtype=object))
     with pytest.raises(ValueError, match="no replicates"):
         percentile_interval([])
+
+
+def test_the_did_share_is_null_with_a_reason_where_the_benchmark_gap_is_zero():
+    """The newcomer's run: cell - verified had a benchmark gap of exactly 0, and stats.json
+    carried -Infinity and NaN shares (not JSON); the share is now null with its reason."""
+    import json as _json
+
+    from recipematch.stats import did_three_scales
+
+    same = np.array([0.2, 0.3])
+    out = did_three_scales(same, same, np.array([0.5, 0.6]), np.array([0.4, 0.5]), n_boot=200, seed=0)
+    for scale in ("points", "log_odds", "error_reduction"):
+        assert out[scale]["share"] == {"estimate": None, "low": None, "high": None,
+                                       "undefined": "the benchmark gap is 0"}
+    _json.loads(_json.dumps(out, allow_nan=False))  # no NaN or infinity anywhere

@@ -527,6 +527,18 @@ _SCALES = {
 }
 
 
+def _share_block(did_mean: float, gap_mean: float, rep_share: np.ndarray, block) -> dict:
+    """DiD / bench gap with its interval, or nulls with the reason where it is undefined: a
+    benchmark gap of 0 in the estimate (no share of nothing) or in a drawn replicate (the
+    interval would read an infinite replicate). Never a NaN or an infinity in the JSON."""
+    if gap_mean == 0:
+        return {"estimate": None, "low": None, "high": None, "undefined": "the benchmark gap is 0"}
+    if not np.isfinite(rep_share).all():
+        return {"estimate": float(did_mean / gap_mean), "low": None, "high": None,
+                "undefined": "the benchmark gap is 0 in a drawn replicate"}
+    return block(did_mean / gap_mean, rep_share)
+
+
 def did_three_scales(bench_a, bench_b, real_a, real_b, *, n_boot: int = 10_000,
                      seed: int = 0, level: float = 0.95) -> dict[str, dict]:
     """The DiD on three scales, seed-paired, bootstrap over seeds (Appendix A).
@@ -576,7 +588,7 @@ def did_three_scales(bench_a, bench_b, real_a, real_b, *, n_boot: int = 10_000,
             "did": block(did.mean(), rep_did),
             "bench_gap": block(g.mean(), rep_g),
             "real_gap": block(h.mean(), rep_h),
-            "share": block(did.mean() / g.mean(), rep_share),
+            "share": _share_block(did.mean(), g.mean(), rep_share, block),
             "n_seeds_did_positive": int((did > 0).sum()),
             "n_seeds": int(n),
         }
