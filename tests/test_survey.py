@@ -207,3 +207,15 @@ def test_a_folders_default_prompt_is_not_applied_behind_the_recorded_convention(
     b = SentenceTransformerEncoder(str(prompted), device="cpu", max_seq_length=24)
     assert b.settings["query_prompt"] is None
     np.testing.assert_array_equal(a.encode(["prove w1 w2"]), b.encode(["prove w1 w2"]))
+
+
+def test_dot_names_are_refused_and_bm25_reads_as_lexical_in_any_case():
+    """Breaker round: '.' and '..' passed as model names; 'BM25' got a dense convention column."""
+    from recipematch.survey import survey_table
+
+    for bad in (".", ".."):
+        with pytest.raises(RecipematchError, match=r"not '\.' or '\.\.'"):
+            parse_models([{"name": bad, "path": "bm25"}])
+    res = {"headline": "b", "ks": [1], "sets": {"b": {"label": "tier"}},
+           "models": [{"name": "lex", "path": "BM25", "convention": {}, "scores": {"b": {"R@1": 10.0}}}]}
+    assert "| lex | lexical |" in survey_table(res)

@@ -65,9 +65,9 @@ def _check_spec(raw: Any, where: str) -> SurveyModel:
     for key in ("name", "path"):
         if not isinstance(raw.get(key), str) or not raw[key].strip():
             raise RecipematchError(f"{where}.{key}: a non-empty string is required")
-    if not re.fullmatch(r"[A-Za-z0-9._-]{1,64}", raw["name"]):
+    if not re.fullmatch(r"[A-Za-z0-9._-]{1,64}", raw["name"]) or raw["name"] in (".", ".."):
         raise RecipematchError(f"{where}.name {short_repr(raw['name'], 80)}: use letters, digits, '.', '_' or '-' "
-                               "(at most 64)")
+                               "(at most 64; not '.' or '..')")
     qp = raw.get("query_prompt", "")
     if not isinstance(qp, str) or len(qp) > 2000:
         raise RecipematchError(f"{where}.query_prompt: a string of at most 2,000 characters is required")
@@ -188,7 +188,7 @@ def survey_table(result: Mapping[str, Any]) -> str:
     lines = ["| model | convention | " + " | ".join(cols) + " |", "|" + "---|" * (len(cols) + 2)]
     for m in rows:
         conv = m["convention"]
-        c = "lexical" if m["path"] == "bm25" else (
+        c = "lexical" if m["path"].strip().lower() == "bm25" else (
             f"max_seq_length {conv.get('max_seq_length')}, pooling {conv.get('pooling')}, "
             f"{conv.get('dtype')}" + (", query instruction" if conv.get("query_prompt") else ""))
         cells = [" / ".join(f"{m['scores'][n][f'R@{k}']:.2f}" for k in ks) for n in sets]
