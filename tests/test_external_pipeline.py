@@ -235,6 +235,14 @@ def test_the_report_renders_table_20_and_keeps_external_sets_out_of_table_1() ->
     assert "| recipe − base | -6.80 [-8.00, -5.50] |" in md
     assert "ImpliRet" not in table_markdown(stats, {})
     assert external_markdown({**stats, "graded": {}}) == ""
+    # a remedy row (Appendix E) is Table 19's: neither its row nor its gap shows here
+    soup = {"imp.measure.nDCG@10": {"mean": 12.0, "sd": None}, "group:impliret.measure.nDCG@10": {"mean": 12.0, "sd": None}}
+    with_soup = {**stats, "arms": {**stats["arms"], "recipe@soup0.3": soup},
+                 "remedies": {"recipe": {"soups": {"0.3": "recipe@soup0.3"}, "mixes": {}}},
+                 "gaps": {**stats["gaps"], "recipe@soup0.3-base.imp.nDCG@10": {"estimate": -4.0, "low": -5.0, "high": -3.0}},
+                 "graded": {**stats["graded"], "pairs": ["recipe-base", "recipe@soup0.3-base"]}}
+    md = external_markdown(with_soup)
+    assert "soup" not in md and "| recipe − base | -6.80 [-8.00, -5.50] |" in md
 
 
 def test_plan_names_a_missing_external_copy(tmp_path: Path) -> None:

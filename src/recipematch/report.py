@@ -41,11 +41,16 @@ def _gap(g: Mapping[str, Any] | None) -> str:
     return f"{est:+.2f} [{lo:+.2f}, {hi:+.2f}]"
 
 
+def _remedy_rows(stats: Mapping[str, Any]) -> set[str]:
+    """The remedies' soup and mix rows (Appendix E), which Table 19 and the forgetting table show."""
+    return {lab for r in (stats.get("remedies") or {}).values() for kind in ("soups", "mixes")
+            for lab in r[kind].values()}
+
+
 def _ordered_arms(stats: Mapping[str, Any]) -> list[str]:
     """Base, BM25 and the arms in report order; the remedies' soups and mixes (Appendix E) are
     left to Table 19 and the forgetting table."""
-    remedy = {lab for r in (stats.get("remedies") or {}).values() for kind in ("soups", "mixes")
-              for lab in r[kind].values()}
+    remedy = _remedy_rows(stats)
     known = [a for a in ARM_ORDER if a in stats["arms"]]
     return known + sorted(a for a in stats["arms"] if a not in known and a not in remedy)
 
@@ -646,7 +651,10 @@ def external_markdown(stats: Mapping[str, Any]) -> str:
     for a in _ordered_arms(stats):
         lines.append(f"| {a} | " + " | ".join(_fmt(stats["arms"][a].get(c[1])) for c in cols) + " |")
     lines += ["", "| gap | " + " | ".join(c[2] for c in cols) + " |", "|" + "---|" * (len(cols) + 1)]
+    remedy = _remedy_rows(stats)  # their rows are Table 19's, so are their gaps
     for pair in graded.get("pairs") or []:
+        if any(side in remedy for side in pair.split("-", 1)):
+            continue
         lines.append(f"| {pair.replace('-', ' − ')} | " + " | ".join(_gap(stats["gaps"].get(f"{pair}.{c[3]}"))
                                                                    for c in cols) + " |")
     return "\n".join(lines)
