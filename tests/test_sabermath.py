@@ -322,7 +322,7 @@ def test_unreadable_strings_bad_max_rows_and_unwritable_outputs_are_one_line(tmp
 
 
 def test_plan_reads_the_copys_parquet_footers(tmp_path: Path) -> None:
-    from recipematch.plan import _sabermath_copy_problem
+    from recipematch.external.sabermath import copy_problem as _sabermath_copy_problem
 
     copy = _copy(tmp_path / "saber")
     assert _sabermath_copy_problem(copy) is None

@@ -266,6 +266,24 @@ class Run:
                 for q, row in zip(self.query_ids, self.doc_ids)}
 
 
+def _is_bm25(model, bm25_k1: float | None, bm25_b: float | None) -> bool:
+    """Whether a run's ``model`` is the BM25 baseline (then with both its parameters) rather
+    than an encoder.
+
+    Raises:
+        RecipematchError: a string other than BM25's name, or BM25 without its parameters.
+    """
+    from recipematch.scoring import BM25
+
+    if not isinstance(model, str):
+        return False
+    if model != BM25:
+        raise RecipematchError(f"model must be an encoder or {BM25!r}, got {short_repr(model, 60)}")
+    if bm25_k1 is None or bm25_b is None:
+        raise RecipematchError("BM25 needs bm25_k1 and bm25_b")
+    return True
+
+
 def topk_run(bset, model, depth: int = DEFAULT_DEPTH, *, cache_dir=None, bm25_k1: float | None = None,
              bm25_b: float | None = None, self_mask: str | None = None,
              exclude: Mapping[str, Sequence[str]] | None = None,
@@ -294,7 +312,6 @@ def topk_run(bset, model, depth: int = DEFAULT_DEPTH, *, cache_dir=None, bm25_k1
     from recipematch.retrieval.cache import encode_cached
     from recipematch.retrieval.dense import search_topk
     from recipematch.retrieval.selfmask import own_entries
-    from recipematch.scoring import BM25
 
     if isinstance(depth, bool) or not isinstance(depth, int) or depth < 1:
         raise RecipematchError(f"run depth must be an integer >= 1, got {short_repr(depth, 40)}")
@@ -305,11 +322,7 @@ def topk_run(bset, model, depth: int = DEFAULT_DEPTH, *, cache_dir=None, bm25_k1
     wide = min(len(doc_ids), depth + max((len(v) for v in exclude.values()), default=0))
     own = own_entries(ids, [bset.queries[q] for q in ids], doc_ids, [bset.corpus[d] for d in doc_ids],
                       self_mask or bset.self_mask)
-    if isinstance(model, str):
-        if model != BM25:
-            raise RecipematchError(f"model must be an encoder or {BM25!r}, got {short_repr(model, 60)}")
-        if bm25_k1 is None or bm25_b is None:
-            raise RecipematchError("BM25 needs bm25_k1 and bm25_b")
+    if _is_bm25(model, bm25_k1, bm25_b):
         idx, scores = bm25_topk(bset.corpus, bset.queries, wide, query_ids=ids, self_mask=own.index,
                                 k1=bm25_k1, b=bm25_b)
         name = json.dumps(bm25_settings(bm25_k1, bm25_b), sort_keys=True)
@@ -351,7 +364,6 @@ def rerank_run(bset, model, candidates: Mapping[str, Sequence[str]], depth: int 
     """
     from recipematch.retrieval.bm25 import bm25_score_matrix, bm25_settings
     from recipematch.retrieval.cache import encode_cached
-    from recipematch.scoring import BM25
 
     if isinstance(depth, bool) or not isinstance(depth, int) or depth < 1:
         raise RecipematchError(f"run depth must be an integer >= 1, got {short_repr(depth, 40)}")
@@ -365,11 +377,7 @@ def rerank_run(bset, model, candidates: Mapping[str, Sequence[str]], depth: int 
         missing = [d for d in cand if d not in pos]
         if missing:
             raise RecipematchError(f"reranking: query {q!r}: candidate {missing[0]!r} is not in the corpus")
-    if isinstance(model, str):
-        if model != BM25:
-            raise RecipematchError(f"model must be an encoder or {BM25!r}, got {short_repr(model, 60)}")
-        if bm25_k1 is None or bm25_b is None:
-            raise RecipematchError("BM25 needs bm25_k1 and bm25_b")
+    if _is_bm25(model, bm25_k1, bm25_b):
         full = bm25_score_matrix(bset.corpus, bset.queries, ids, k1=bm25_k1, b=bm25_b)
         name = json.dumps(bm25_settings(bm25_k1, bm25_b), sort_keys=True)
     else:

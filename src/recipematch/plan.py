@@ -257,28 +257,6 @@ def llm_plan(p, root: Path, corpus) -> list[dict[str, Any]]:
     return out
 
 
-def _sabermath_copy_problem(copy: Path) -> str | None:
-    """What a SABER-Math copy lacks for its loader (one parquet per repository, readable, with
-    the loader's columns), read from the parquet footers only; ``None`` when it is usable."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    from recipematch.external.sabermath import REQUIRED_COLUMNS
-
-    for repo, columns in REQUIRED_COLUMNS.items():
-        files = sorted(p for p in (copy / repo / "data").glob("*.parquet"))
-        if len(files) != 1:
-            return f"{repo}/data/ holds {len(files)} parquet files, expected one"
-        try:
-            names = pq.read_schema(files[0]).names
-        except (pa.ArrowException, OSError) as exc:
-            return f"{files[0].relative_to(copy)} is not a readable parquet file ({type(exc).__name__})"
-        missing = [c for c in columns if c not in names]
-        if missing:
-            return f"{files[0].relative_to(copy)} lacks columns {missing}"
-    return None
-
-
 def build_plan(p, root: Path, *, train_examples_per_s: float | None = None,
                encode_texts_per_s: float | None = None, llm_calls_per_s: float | None = None) -> dict[str, Any]:
     """The whole plan for checked params ``p`` of the project at ``root`` (see module
@@ -411,7 +389,9 @@ def inputs_plan(p, root: Path) -> list[dict[str, str]]:
             if lacking:
                 out[-1] = {**out[-1], "status": "bad", "detail": f"bright copy: lacks {', '.join(lacking)}"}
         if ex.loader == "sabermath" and (root / ex.copy).is_dir():  # one parquet per hub repository
-            problem = _sabermath_copy_problem(root / ex.copy)
+            from recipematch.external.sabermath import copy_problem
+
+            problem = copy_problem(root / ex.copy)
             if problem:
                 out[-1] = {**out[-1], "status": "bad", "detail": f"sabermath copy: {problem}"}
     for name, rc in p.regen.items():  # the regeneration defence's released rows (Appendix E)

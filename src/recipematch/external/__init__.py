@@ -8,7 +8,7 @@ from pathlib import Path
 
 from recipematch.errors import RecipematchError
 
-__all__ = ["check_out_folder", "check_rows_file", "iter_row_objects"]
+__all__ = ["check_out_folder", "check_rows_file", "iter_row_objects", "read_parquet_rows"]
 
 
 def check_out_folder(out: str | os.PathLike, src: str | os.PathLike, what: str) -> Path:
@@ -68,3 +68,34 @@ def iter_row_objects(path: Path, text_fields: tuple[str, ...]):
             if not is_text(obj.get(f)):
                 raise RecipematchError(f"{where}: field {f!r} must be a non-empty string, got {short_repr(obj.get(f), 60)}")
         yield where, obj
+
+
+def read_parquet_rows(path: Path, columns: tuple[str, ...], what: str) -> list[dict]:
+    """The rows of a benchmark's parquet file, ``columns`` only, as dicts (BRIGHT's and
+    SABER-Math's copies, Section 6).
+
+    Raises:
+        RecipematchError: ``"<what>: <path>: ..."`` for a file that is not readable parquet, a
+            missing column, or a column that cannot be read as Python values (e.g. strings that
+            are not UTF-8), naming the field.
+    """
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        table = pq.read_table(path)
+    except (pa.ArrowException, OSError) as exc:
+        raise RecipematchError(f"{what}: {path}: not a readable parquet file "
+                               f"({str(exc).splitlines()[0][:160] if str(exc) else type(exc).__name__})") from None
+    missing = [c for c in columns if c not in table.column_names]
+    if missing:
+        raise RecipematchError(f"{what}: {path}: missing columns {missing} (has {table.column_names})")
+    cols = {}
+    for c in columns:  # column by column, so a bad value is named by its field
+        try:
+            cols[c] = table.column(c).to_pylist()
+        except (UnicodeDecodeError, pa.ArrowException) as exc:
+            raise RecipematchError(f"{what}: {path}: field {c!r} cannot be read "
+                                   f"({type(exc).__name__}: {str(exc).splitlines()[0][:120] if str(exc) else ''}; "
+                                   "strings must be UTF-8)") from None
+    return [dict(zip(columns, vals)) for vals in zip(*(cols[c] for c in columns))]

@@ -30,6 +30,7 @@ import shutil
 from pathlib import Path
 
 from recipematch.errors import RecipematchError, short_repr
+from recipematch.external import read_parquet_rows
 from recipematch.rules import EXTERNAL_SUBSETS
 from recipematch.graded import EXCLUDED_FILE, read_excluded
 
@@ -51,20 +52,6 @@ def _one_file(root: Path, config: str, split: str) -> Path:
         raise RecipematchError(f"BRIGHT: {len(files)} {config} files for split {split!r}: {[str(f) for f in files]}; "
                                "expected one")
     return files[0]
-
-
-def _table(path: Path, columns: tuple[str, ...]) -> list[dict]:
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    try:
-        table = pq.read_table(path)
-    except (pa.ArrowException, OSError) as exc:
-        raise RecipematchError(f"BRIGHT: {path}: not a readable parquet file ({str(exc).splitlines()[0][:160]})") from None
-    missing = [c for c in columns if c not in table.column_names]
-    if missing:
-        raise RecipematchError(f"BRIGHT: {path}: missing columns {missing} (has {table.column_names})")
-    return table.select(list(columns)).to_pylist()
 
 
 def _id(value, path: Path, row: int, field: str) -> str:
@@ -111,7 +98,7 @@ def build_folder(root: str | os.PathLike, out: str | os.PathLike, split: str, *,
         raise RecipematchError(f"BRIGHT: split must be a plain name such as {SPLITS[0]!r}, got {short_repr(split, 60)}")
     doc_path, ex_path = _one_file(root, "documents", split), _one_file(root, "examples", split)
     corpus: dict[str, dict] = {}
-    for i, r in enumerate(_table(doc_path, ("id", "content"))):
+    for i, r in enumerate(read_parquet_rows(doc_path, ("id", "content"), "BRIGHT")):
         did, text = _id(r["id"], doc_path, i, "id"), r["content"]
         if not isinstance(text, str):
             raise RecipematchError(f"BRIGHT: {doc_path}: row {i}: 'content' must be a string")
@@ -119,7 +106,8 @@ def build_folder(root: str | os.PathLike, out: str | os.PathLike, split: str, *,
             raise RecipematchError(f"BRIGHT: {doc_path}: row {i}: duplicate document id {did!r}")
         corpus[did] = {"title": "", "text": text}
     queries, qrels, meta, excluded = {}, {}, {}, {}
-    for i, r in enumerate(_table(ex_path, ("id", "query", "gold_ids", "gold_ids_long", "excluded_ids"))):
+    ex_columns = ("id", "query", "gold_ids", "gold_ids_long", "excluded_ids")
+    for i, r in enumerate(read_parquet_rows(ex_path, ex_columns, "BRIGHT")):
         qid, text = _id(r["id"], ex_path, i, "id"), r["query"]
         if not isinstance(text, str) or not text.strip():
             raise RecipematchError(f"BRIGHT: {ex_path}: row {i}: 'query' must be a non-empty string")

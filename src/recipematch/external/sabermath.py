@@ -48,10 +48,11 @@ import shutil
 from pathlib import Path
 
 from recipematch.errors import RecipematchError, short_repr
+from recipematch.external import read_parquet_rows
 from recipematch.rules import EXTERNAL_SUBSETS
 
-__all__ = ["SETTINGS", "SOURCE", "LICENCE", "GRADE_SCALE", "BRANCHES", "REQUIRED_COLUMNS", "full_text", "read_copy",
-           "build_folder"]
+__all__ = ["SETTINGS", "SOURCE", "LICENCE", "GRADE_SCALE", "BRANCHES", "REQUIRED_COLUMNS", "full_text", "copy_problem",
+           "read_copy", "build_folder"]
 
 #: the three settings SABER-Math reports (its Section 4 and Table 4): ``<query text>-<document text>``
 SETTINGS = EXTERNAL_SUBSETS["sabermath"]
@@ -75,37 +76,41 @@ def full_text(problem: str, solution: str) -> str:
     return f"Problem: {problem}\n\nSolution: {solution}"
 
 
+def _parquet_files(root: Path, repo: str) -> list[Path]:
+    """A repository snapshot's parquet files (the layout of the module docstring)."""
+    return sorted((root / repo / "data").glob("*.parquet"))
+
+
+def copy_problem(root: str | os.PathLike) -> str | None:
+    """What a local copy lacks for :func:`read_copy` (one parquet per repository, readable,
+    with the loader's columns), read from the parquet footers only (``recipematch plan``);
+    ``None`` when it is usable."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    root = Path(root)
+    for repo, columns in REQUIRED_COLUMNS.items():
+        files = _parquet_files(root, repo)
+        if len(files) != 1:
+            return f"{repo}/data/ holds {len(files)} parquet files, expected one"
+        try:
+            names = pq.read_schema(files[0]).names
+        except (pa.ArrowException, OSError) as exc:
+            return f"{files[0].relative_to(root)} is not a readable parquet file ({type(exc).__name__})"
+        missing = [c for c in columns if c not in names]
+        if missing:
+            return f"{files[0].relative_to(root)} lacks columns {missing}"
+    return None
+
+
 def _one_file(root: Path, repo: str) -> Path:
-    files = sorted((root / repo / "data").glob("*.parquet"))
+    files = _parquet_files(root, repo)
     if not files:
         raise RecipematchError(f"SABER-Math: no parquet file under {root / repo / 'data'} (expected "
                                f"{repo}/data/train-00000-of-00001.parquet, from INSAIT-Institute/SaberMath-{repo})")
     if len(files) > 1:
         raise RecipematchError(f"SABER-Math: {len(files)} parquet files under {root / repo / 'data'}; expected one")
     return files[0]
-
-
-def _table(path: Path, columns: tuple[str, ...]) -> list[dict]:
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    try:
-        table = pq.read_table(path)
-    except (pa.ArrowException, OSError) as exc:
-        raise RecipematchError(f"SABER-Math: {path}: not a readable parquet file "
-                               f"({str(exc).splitlines()[0][:160] if str(exc) else type(exc).__name__})") from None
-    missing = [c for c in columns if c not in table.column_names]
-    if missing:
-        raise RecipematchError(f"SABER-Math: {path}: missing columns {missing} (has {table.column_names})")
-    cols = {}
-    for c in columns:  # column by column, so a bad value is named by its field
-        try:
-            cols[c] = table.column(c).to_pylist()
-        except (UnicodeDecodeError, pa.ArrowException) as exc:
-            raise RecipematchError(f"SABER-Math: {path}: field {c!r} cannot be read "
-                                   f"({type(exc).__name__}: {str(exc).splitlines()[0][:120] if str(exc) else ''}; "
-                                   "strings must be UTF-8)") from None
-    return [dict(zip(columns, vals)) for vals in zip(*(cols[c] for c in columns))] if columns else []
 
 
 def _text(value, path: Path, row: int, field: str) -> str:
@@ -133,13 +138,13 @@ def read_copy(root: str | os.PathLike, *, max_rows: int | None = None) -> tuple[
         raise RecipematchError(f"SABER-Math: max_rows must be an integer >= 0 (0 = all), got {short_repr(max_rows, 40)}")
     root = Path(root)
     q_path, d_path = _one_file(root, "queries"), _one_file(root, "documents")
-    docs = _table(d_path, _DOC_COLUMNS)
+    docs = read_parquet_rows(d_path, _DOC_COLUMNS, "SABER-Math")
     if not docs:
         raise RecipematchError(f"SABER-Math: {d_path}: no documents")
     for j, r in enumerate(docs):
         for f in _DOC_COLUMNS:
             _text(r[f], d_path, j, f)
-    rows = _table(q_path, _QUERY_COLUMNS)
+    rows = read_parquet_rows(q_path, _QUERY_COLUMNS, "SABER-Math")
     if max_rows:
         rows = rows[:max_rows]
     if not rows:
