@@ -153,7 +153,7 @@ def survey_cmd(params_path: Path, root: Path, models_file: Path | None, model_ar
     def go():
         from dataclasses import replace
 
-        from recipematch.eval_cli import check_outputs_outside
+        from recipematch.eval_cli import check_outputs_outside, resolve_model
         from recipematch.io import atomic_write_text, canonical_json
 
         path = params_path if params_path.is_absolute() else root / params_path
@@ -179,8 +179,6 @@ def survey_cmd(params_path: Path, root: Path, models_file: Path | None, model_ar
         models = parse_models([{k: v for k, v in vars(m).items()} for m in models], where="models")
         target = out if out.is_absolute() else root / out
         inputs = {f"evaluations.{n}.folder": root / ev.folder for n, ev in p.evaluations.items()}
-        from recipematch.eval_cli import resolve_model
-
         for m in models:  # a model named by an alias is protected as the folder it resolves to
             folder = Path(m.path) if Path(m.path).is_dir() else Path(resolve_model(m.path))
             if folder.is_dir():
