@@ -93,14 +93,15 @@ def _judging_project(tmp_path: Path, monkeypatch, **judging):
     queries["q2"] = "as shown in the figure, find the angle"
     qrels["q2"] = {"d3": 1}
     write_beir(folder, corpus, queries, qrels)
-    (tmp_path / "judge_prompt.txt").write_text(TEMPLATE, encoding="utf-8")
+    (tmp_path / "judge").mkdir(exist_ok=True)
+    (tmp_path / "judge" / "judge_prompt.txt").write_text(TEMPLATE, encoding="utf-8")
     raw = load_yaml(REPO / "params.yaml")
     raw["evaluations"] = {"tiny": {"folder": "artifacts/evalsets/tiny", "rule": "plain", "role": "benchmark",
                                    "label": "tiny", "report_ks": [1]}}
     raw["style"]["tracking_set"] = "tiny"
     raw["pooling"] = {"tiny": {**raw["pooling"]["crosslingual"], "evaluation": "tiny", "dense": ["base"],
                                "route_depth": 6, "judge_depth": 6, "ngram_n": 3}}
-    raw["judging"] = {"tiny": {"pool": "tiny", "prompt": "judge_prompt.txt", "backend": "openai",
+    raw["judging"] = {"tiny": {"pool": "tiny", "folder": "judge", "prompt": "judge/judge_prompt.txt", "backend": "openai",
                                "base_url": "http://127.0.0.1:9", "model_id": JUDGE, "max_retries": 0,
                                "distilled_epochs": 1, "distilled_batch_size": 4, "distilled_max_length": 64,
                                **judging}}
@@ -177,6 +178,10 @@ def test_pool_judge_graded_qrels_and_ndcg_end_to_end(tmp_path: Path, monkeypatch
     for route, m in counts["top1_misses"].items():
         first = cands[(cands[f"rank_{route}"] == 1) & ~cands["is_gold"]]
         assert m["top1_misses"] == len(first) and m["called_same_problem"] == 0  # only golds are 2 here
+    report = (tmp_path / "reports" / "judging" / "tiny.md").read_text()
+    for route, m in counts["top1_misses"].items():
+        share = "—" if not m["judged"] else "0.0%"
+        assert f"| {route} | {m['top1_misses']} | {m['judged']} | 0 | {m['called_partial']} | {share} |" in report
     # a rerun answers from the call store: nothing is sent, the same labels come out
     again = judging.run(p, lay, name="tiny", progress=False)
     assert again["calls"]["sent"] == 0 and again["calls"]["from_store"] == 18
@@ -232,15 +237,25 @@ def test_judging_without_recordings_stops_in_one_line_and_bad_params_are_named(t
         judging.run(p, lay, name="tiny", progress=False)
     assert "\n" not in str(err.value) and not (tmp_path / "artifacts" / "judging" / "tiny").exists()
     raw = load_yaml(REPO / "params.yaml")
-    raw["judging"] = {"x": {"pool": "nosuch", "prompt": "p.txt", "model_id": "m"}}
+    raw["judging"] = {"x": {"pool": "nosuch", "folder": "j", "prompt": "j/p.txt", "model_id": "m"}}
     with pytest.raises(RecipematchError, match=r"judging.x.pool: 'nosuch' is not a pooling entry"):
         parse_params(raw)
-    raw["judging"] = {"x": {"pool": "crosslingual", "prompt": "../p.txt", "model_id": "m"}}
+    raw["judging"] = {"x": {"pool": "crosslingual", "folder": "j", "prompt": "../p.txt", "model_id": "m"}}
     with pytest.raises(RecipematchError, match=r"judging.x.prompt must be a path inside the project"):
         parse_params(raw)
-    raw["judging"] = {"x": {"pool": "crosslingual", "prompt": "p.txt", "model_id": "m", "cut_low": 2.0}}
+    raw["judging"] = {"x": {"pool": "crosslingual", "folder": "j", "prompt": "j/p.txt", "model_id": "m", "cut_low": 2.0}}
     with pytest.raises(RecipematchError, match=r"cut_low 2.0 must be below cut_high 1.5"):
         parse_params(raw)
-    raw["judging"] = {"x": {"pool": "crosslingual", "prompt": "p.txt", "model_id": "m", "backend": "openai"}}
+    raw["judging"] = {"x": {"pool": "crosslingual", "folder": "j", "prompt": "j/p.txt", "model_id": "m", "backend": "openai"}}
     with pytest.raises(RecipematchError, match=r"backend openai needs base_url"):
         parse_params(raw)
+
+
+def test_the_misses_report_row_counts_and_shares_by_hand() -> None:
+    from recipematch.judging import misses_markdown
+
+    md = misses_markdown({"dense_base": {"top1_misses": 4, "judged": 3, "called_same_problem": 2, "called_partial": 1},
+                          "bm25": {"top1_misses": 2, "judged": 0, "called_same_problem": 0, "called_partial": 0}},
+                         name="cl", evaluation="crosslingual", judge_model="m")
+    assert "| dense_base | 4 | 3 | 2 | 1 | 66.7% |" in md and "| bm25 | 2 | 0 | 0 | 0 | — |" in md
+    assert md.startswith("## Top-1 misses the judge calls the same problem: judging@cl (crosslingual; judge m)")

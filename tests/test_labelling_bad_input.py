@@ -21,8 +21,9 @@ from recipematch.errors import RecipematchError
 def test_a_labelling_server_url_gets_the_llm_url_check(section, url, why):
     raw = load_yaml(REPO / "params.yaml")
     entry = {"model_id": "m", "backend": "openai", "base_url": url}
-    raw[section] = {"x": {"pool": "crosslingual", "prompt": "p.txt", **entry} if section == "judging" else
-                    {"corpus": "c.jsonl", "ontology": "o.json", "topics": "t.jsonl", "judge_prompt": "j.txt", **entry}}
+    raw[section] = {"x": {"pool": "crosslingual", "folder": "in", "prompt": "in/p.txt", **entry} if section == "judging"
+                    else {"folder": "in", "corpus": "in/c.jsonl", "ontology": "in/o.json", "topics": "in/t.jsonl",
+                          "judge_prompt": "in/j.txt", **entry}}
     with pytest.raises(RecipematchError, match=rf"{section}.base_url .*{why}") as err:
         parse_params(raw)
     assert "SECRET" not in str(err.value) and "sk-1" not in str(err.value)
@@ -49,8 +50,8 @@ def test_judging_refuses_a_pool_built_over_other_queries(tmp_path, monkeypatch):
     from recipematch.pipeline import judging, pooling
 
     p, lay, _c, _q = _judging_project(tmp_path, monkeypatch, backend="replay", base_url="",
-                                      recordings="rec.jsonl")
-    (tmp_path / "rec.jsonl").write_text("")
+                                      recordings="judge/rec.jsonl")
+    (tmp_path / "judge" / "rec.jsonl").write_text("")
     pooling.run(p, lay, name="tiny", progress=False)
     folder = tmp_path / "artifacts" / "evalsets" / "tiny"
     corpus, queries, qrels = load_beir(folder)

@@ -267,9 +267,9 @@ def test_the_labelling_stages_files_and_servers_are_inputs(tmp_path):
     dead.bind(("127.0.0.1", 0))
     dead_port = dead.getsockname()[1]
     dead.close()
-    raw["judging"] = {"cl": {"pool": "crosslingual", "prompt": "in/judge.txt", "backend": "replay",
+    raw["judging"] = {"cl": {"pool": "crosslingual", "folder": "in", "prompt": "in/judge.txt", "backend": "replay",
                              "recordings": "in/answers.jsonl", "model_id": "m"}}
-    raw["saber"] = {"s": {"corpus": "in/corpus.jsonl", "ontology": "in/tree.json", "topics": "in/topics.jsonl",
+    raw["saber"] = {"s": {"folder": "in", "corpus": "in/corpus.jsonl", "ontology": "in/tree.json", "topics": "in/topics.jsonl",
                           "judge_prompt": "in/pairwise.txt", "backend": "openai", "model_id": "m",
                           "base_url": f"http://127.0.0.1:{dead_port}/v1", "api_key_env": "RM_NOT_SET_ANYWHERE"}}
     raw["remedies"]["replay_file"] = "data/my_replay.jsonl"

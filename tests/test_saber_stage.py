@@ -53,7 +53,7 @@ def _project(tmp_path: Path, **saber):
     (tmp_path / "in" / "ontology.json").write_text(json.dumps(TREE))
     (tmp_path / "in" / "pairwise.txt").write_text(PAIRWISE)
     raw = load_yaml(REPO / "params.yaml")
-    raw["saber"] = {"tiny": {"corpus": "in/corpus.jsonl", "queries": "in/queries.jsonl", "ontology": "in/ontology.json",
+    raw["saber"] = {"tiny": {"folder": "in", "corpus": "in/corpus.jsonl", "queries": "in/queries.jsonl", "ontology": "in/ontology.json",
                              "topics": "in/topics.jsonl", "judge_prompt": "in/pairwise.txt", "backend": "openai",
                              "base_url": "http://127.0.0.1:9", "model_id": JUDGE, "max_retries": 0, "k": 2,
                              "rounds": 20, "tau_topic": 0.5, "tau_summ": 0.5, **saber}}
@@ -162,7 +162,7 @@ def test_the_parsers_and_bad_inputs(tmp_path: Path) -> None:
     with pytest.raises(RecipematchError, match=r"^ontology: cycle through node '(math|geometry|circles)'$"):
         saber.run(p, lay, name="tiny", progress=False)
     raw = load_yaml(REPO / "params.yaml")
-    raw["saber"] = {"x": {"corpus": "/etc/c.jsonl", "ontology": "o", "topics": "t", "judge_prompt": "j",
+    raw["saber"] = {"x": {"folder": "in", "corpus": "/etc/c.jsonl", "ontology": "o", "topics": "t", "judge_prompt": "j",
                           "model_id": "m"}}
     with pytest.raises(RecipematchError, match=r"saber.x.corpus must be a path inside the project"):
         parse_params(raw)

@@ -822,6 +822,8 @@ class JudgingConfig(_ClientConfig):
     _section = "judging"
 
     pool: str = _spec("the pooling entry whose pool is judged", min=1, max_len=64)
+    folder: str = _spec("the folder holding this run's own files (prompt, system_prompt, rubric, recordings: each "
+                        "must lie inside it); dvc.yaml tracks it whole", min=1, max_len=2000)
     prompt: str = _spec("the judge prompt template (a file in the project; the user message, with the slots "
                         "{{task_id}}, {{query}} and {{document}})", min=1, max_len=2000)
     system_prompt: str = _spec("a file holding the system message ('' = none)", default="", max_len=2000)
@@ -870,10 +872,21 @@ class SaberConfig(_ClientConfig):
 
     _section = "saber"
 
+    folder: str = _spec("the folder holding this run's files (corpus, ontology, topics, prompts, queries, "
+                        "summaries, recordings: each must lie inside it); dvc.yaml tracks it whole", min=1,
+                        max_len=2000)
     corpus: str = _spec("the problems: a BEIR corpus.jsonl (rows may carry a 'solution' field)", min=1, max_len=2000)
     ontology: str = _spec("the topic tree: JSON {node: parent or null}", min=1, max_len=2000)
-    topics: str = _spec("JSONL {\"_id\", \"topics\": [nodes]} for the problems (their most specific topics)",
-                        min=1, max_len=2000)
+    topics: str = _spec("JSONL {\"_id\", \"topics\": [nodes]} for the problems (their most specific topics; '' "
+                        "= assigned by the LLM's top-down walk of the ontology with topic_prompt)", default="",
+                        max_len=2000)
+    topic_prompt: str = _spec("the topic scorer's template, read when topics is '' (a file; slots {{text}} and "
+                              "{{tags}}; the answer is JSON {tag: score in [0, 1]}; SABER-Math Appendix F.1 "
+                              "gives one); none ships", default="", max_len=2000)
+    topic_system_prompt: str = _spec("a file holding the topic scorer's system message ('' = none)", default="",
+                                     max_len=2000)
+    tau_assign: float = _spec("a child is kept when its score over the largest of its node's call exceeds this "
+                              "(SABER-Math Section 3.2.2: 0.85)", default=0.85, min=0.0, max=0.999999, finite=True)
     judge_prompt: str = _spec("the pairwise judge's template (a file; slots {{query}}, {{first}}, {{second}}; the "
                               "answer is A or B, bare or as JSON {\"preferred\": ...}); none ships", min=1,
                               max_len=2000)
@@ -889,6 +902,8 @@ class SaberConfig(_ClientConfig):
     k: int = _spec("candidates drawn per category and query (SABER-Math: K = 50)", default=50, min=1, max=100_000)
     max_queries: int = _spec("queries kept among the eligible, drawn uniformly (SABER-Math: 1,000; 0 = all)",
                              default=1000, min=0, max=10_000_000)
+    stratify: bool = _spec("draw max_queries evenly over the top-level topics (the root's children; SABER-Math "
+                           "Section 3.4) rather than uniformly over all eligible", default=True)
     rounds: int = _spec("Swiss tournament rounds (SABER-Math: R = 20)", default=20, min=1, max=10_000)
     both_orders: bool = _spec("judge every pair in both orders; disagreeing orders are a failure", default=False)
     bt_alpha: float = _spec("L2 regularisation of the Bradley-Terry fit (choix)", default=0.01, min=1e-12, max=1e6,
@@ -1248,6 +1263,20 @@ def _check_inside_project(where: str, cfg: Any, keys: Iterable[str]) -> None:
             raise RecipematchError(f"{where}.{key} must be a path inside the project, got {short_repr(val, 100)}")
 
 
+def _check_inside_folder(where: str, cfg: Any, keys: Iterable[str]) -> None:
+    """``cfg.folder`` is inside the project and each set file key of ``keys`` lies inside it:
+    a labelling stage's dvc.yaml entry declares that folder, so every file it reads is a dep."""
+    _check_inside_project(where, cfg, ("folder", *keys))
+    top = Path(cfg.folder)
+    if top.parts in ((), (".",)):
+        raise RecipematchError(f"{where}.folder must name a folder below the project root, got {cfg.folder!r}")
+    for key in keys:
+        val = getattr(cfg, key)
+        if val and top not in Path(val).parents:
+            raise RecipematchError(f"{where}.{key} must lie inside {where}.folder {short_repr(cfg.folder, 100)} "
+                                   f"(dvc.yaml tracks that folder), got {short_repr(val, 100)}")
+
+
 def _check_pooling(p) -> None:
     """Each pool: a name that is a path part, a declared evaluation, dense models that are base
     or a declared arm (each once), a judge depth within the route depth, a usable token regex."""
@@ -1314,7 +1343,7 @@ def _check_judging(p) -> None:
         if jc.pool not in p.pooling:
             raise RecipematchError(f"{where}.pool: {short_repr(jc.pool, 60)} is not a pooling entry "
                                    f"(declared: {sorted(p.pooling)})")
-        _check_inside_project(where, jc, ("prompt", "system_prompt", "rubric", "recordings"))
+        _check_inside_folder(where, jc, ("prompt", "system_prompt", "rubric", "recordings"))
 
 
 def _check_saber(p) -> None:
@@ -1322,7 +1351,10 @@ def _check_saber(p) -> None:
     for name, sc in p.saber.items():
         where = f"saber.{name}"
         _check_entry_name(where, name)
-        _check_inside_project(where, sc, ("corpus", "queries", "ontology", "topics", "summaries", "judge_prompt", "recordings"))
+        _check_inside_folder(where, sc, ("corpus", "queries", "ontology", "topics", "summaries", "judge_prompt",
+                                         "topic_prompt", "topic_system_prompt", "recordings"))
+        if not sc.topics and not sc.topic_prompt:
+            raise RecipematchError(f"{where}: give topics (a file) or topic_prompt (the LLM assigns them)")
 
 
 def _check_external(p) -> None:

@@ -41,7 +41,7 @@ from recipematch.errors import RecipematchError, short_repr
 
 __all__ = ["Rubric", "load_rubric", "answer_schema", "parse_answer", "render_prompt", "task_id", "route_pairs",
            "cut_scores", "agreement", "within_query_r2", "train_distilled", "second_judge_reliability",
-           "reliability_markdown", "FIELDS", "DEFAULT_RUBRIC"]
+           "reliability_markdown", "misses_markdown", "FIELDS", "DEFAULT_RUBRIC"]
 
 #: the design's 8 answer fields, in its order
 FIELDS = ("task_id", "guideline_version", "query_evaluable", "score", "answer_validity", "reason_codes",
@@ -334,6 +334,31 @@ def reliability_markdown(rel: Mapping[str, Any], first: str, second: str) -> str
               f"combined {pct(al['combined'])}.",
               "- Combined: the shared label, the stricter of two labels one step apart, none for 0 against 2."]
     return "\n".join(lines)
+
+
+def misses_markdown(misses: Mapping[str, Mapping[str, int]], *, name: str, evaluation: str, judge_model: str) -> str:
+    """The report row per model of the judged pool (the candidate design's question: how many
+    of a model's top-1 misses on the labelled golds are unlabelled duplicates).
+
+    Args:
+        misses: ``route -> {"top1_misses", "judged", "called_same_problem", "called_partial"}``
+            (a route is a dense model or BM25 / n-gram), as the judging stage counts them.
+        name, evaluation, judge_model: the judging entry, its evaluation and the judge, for the title.
+
+    Returns:
+        A Markdown section: one row per route; the share is of the judged misses ("—" when
+        none was judged).
+    """
+    lines = [f"## Top-1 misses the judge calls the same problem: judging@{name} ({evaluation}; judge {judge_model})",
+             "", "| route | top-1 misses | judged | same problem (2) | partial (1) | same problem, share of judged |",
+             "|---|---:|---:|---:|---:|---:|"]
+    for route, m in misses.items():
+        share = "—" if not m["judged"] else f"{100 * m['called_same_problem'] / m['judged']:.1f}%"
+        lines.append(f"| {route} | {m['top1_misses']} | {m['judged']} | {m['called_same_problem']} | "
+                     f"{m['called_partial']} | {share} |")
+    lines += ["", "A miss is a route's rank-1 document that is not a labelled gold of the query. A miss the judge "
+              "scores 2 is a candidate unlabelled duplicate: the model's R@1 undercounts it."]
+    return "\n".join(lines) + "\n"
 
 
 def train_distilled(base_model: str, queries: Sequence[str], documents: Sequence[str], labels: Sequence[float], *,

@@ -405,12 +405,14 @@ def inputs_plan(p, root: Path) -> list[dict[str, str]]:
                                        ("rubric", "rubric JSON"))) for n, jc in p.judging.items()]
     labelling += [(f"saber.{n}", sc, (("corpus", "problem corpus"), ("queries", "query ids"),
                                       ("ontology", "topic tree"), ("topics", "problem topics"),
-                                      ("judge_prompt", "pairwise judge prompt"), ("summaries", "core-idea summaries")))
+                                      ("judge_prompt", "pairwise judge prompt"), ("summaries", "core-idea summaries"),
+                                      ("topic_prompt" if not sc.topics else "", "topic scorer prompt"),
+                                      ("topic_system_prompt", "topic scorer system prompt")))
                   for n, sc in p.saber.items()]
     label_servers = []
     for where, cfg, files in labelling:
         for key, what in files:
-            if getattr(cfg, key):
+            if key and getattr(cfg, key):
                 path(f"{where}.{key}", getattr(cfg, key), what, "file")
         if cfg.backend == "replay":
             if cfg.recordings:

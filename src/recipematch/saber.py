@@ -50,8 +50,8 @@ import numpy as np
 
 from recipematch.errors import RecipematchError, short_repr
 
-__all__ = ["Ontology", "information_content", "lin_similarity", "topic_similarity", "summary_tokens",
-           "jaccard", "select_candidates", "swiss_pairings", "Judgment", "Tournament", "run_tournament", "SwissTournament", "combine_orders",
+__all__ = ["Ontology", "information_content", "lin_similarity", "topic_similarity", "SimilarityIndex", "summary_tokens",
+           "jaccard", "select_candidates", "stratified_draw", "swiss_pairings", "Judgment", "Tournament", "run_tournament", "SwissTournament", "combine_orders",
            "bradley_terry", "rescale", "ndcg_exponential", "JudgeFailure", "SELECTION_CATEGORIES"]
 
 #: Section 3.4's three candidate categories, in the order they are drawn
@@ -72,6 +72,7 @@ class Ontology:
 
     parent: Mapping[str, str | None]
     _chain: Mapping[str, tuple[str, ...]] = field(repr=False, compare=False)
+    _kids: Mapping[str, tuple[str, ...]] = field(repr=False, compare=False, default_factory=dict)
 
     @classmethod
     def from_parents(cls, parents: Mapping[str, str | None]) -> Ontology:
@@ -107,7 +108,11 @@ class Ontology:
         if len(roots) != 1:
             raise RecipematchError(f"ontology: a tree has one root (a node whose parent is null), found {len(roots)}"
                                    + (f": {sorted(roots)[:5]}" if roots else ""))
-        return cls(dict(parents), chains)
+        kids: dict[str, list[str]] = {}
+        for node, par in parents.items():
+            if par is not None:
+                kids.setdefault(par, []).append(node)
+        return cls(dict(parents), chains, {n: tuple(sorted(k)) for n, k in kids.items()})
 
     def ancestors(self, node: str) -> tuple[str, ...]:
         """``node`` and its ancestors, the root last. Raises ``KeyError`` for an unknown node."""
@@ -117,6 +122,23 @@ class Ontology:
         """The lowest common ancestor of two nodes."""
         up = set(self._chain[b])
         return next(n for n in self._chain[a] if n in up)
+
+    @property
+    def root(self) -> str:
+        """The one node whose parent is ``None``."""
+        return next(n for n, par in self.parent.items() if par is None)
+
+    def children(self, node: str) -> list[str]:
+        """``node``'s children, sorted. Raises ``KeyError`` for an unknown node."""
+        if node not in self.parent:
+            raise KeyError(node)
+        return list(self._kids.get(node, ()))
+
+    def domains(self, topics: Iterable[str]) -> list[str]:
+        """The top-level topics (children of the root) above ``topics``, sorted: the strata of
+        SABER-Math's query selection (Section 3.4: Algebra, Geometry, Number Theory,
+        Combinatorics, Calculus and Analysis)."""
+        return sorted({self._chain[t][-2] for t in topics if len(self._chain[t]) >= 2})
 
 
 def _check_topics(ont: Ontology, topics: Mapping[str, Iterable[str]]) -> None:
@@ -173,6 +195,119 @@ def topic_similarity(ont: Ontology, ic: Mapping[str, float], tx: Sequence[str], 
     return float((sim.max(axis=1).sum() + sim.max(axis=0).sum()) / (len(tx) + len(ty)))
 
 
+class SimilarityIndex:
+    """Both candidate signals of Sections 3.2-3.3 for one corpus, vectorised: a query's topic
+    best-match average and summary Jaccard against every document at once, with the same
+    values as :func:`topic_similarity` and :func:`jaccard` (the per-pair reference).
+
+    The Lin similarities among the nodes problems carry are one ``(m, m)`` float64 matrix
+    (``m`` distinct carried topics; 10,000 take 800 MB); a document's topics are a segment of
+    one flat index array, so the best-match average is two segment reductions
+    (``numpy.maximum.reduceat`` / ``add.reduceat``); summaries are a binary sparse
+    ``(n_docs, vocabulary)`` matrix, so the intersections are one sparse product.
+
+    Args:
+        ont, ic: the tree and :func:`information_content` over it.
+        doc_ids: the corpus, in the order of every returned row.
+        topics: ``doc id -> its topics``; a document with none has topic similarity 0.
+        tokens: ``doc id -> its summary tokens`` (:func:`summary_tokens`); a document with no
+            entry has summary similarity 0.
+
+    Raises:
+        RecipematchError: a topic that is not a node or that no problem carries (infinite IC).
+    """
+
+    def __init__(self, ont: Ontology, ic: Mapping[str, float], doc_ids: Sequence[str],
+                 topics: Mapping[str, Sequence[str]], tokens: Mapping[str, frozenset[str]]) -> None:
+        from scipy import sparse
+
+        self.doc_ids = list(doc_ids)
+        self._pos = {d: i for i, d in enumerate(self.doc_ids)}
+        sets = {d: list(dict.fromkeys(topics.get(d, []))) for d in self.doc_ids}
+        _check_topics(ont, sets)
+        nodes = sorted({t for ts in sets.values() for t in ts})
+        bad = [t for t in nodes if math.isinf(ic[t])][:3]
+        if bad:
+            raise RecipematchError(f"topics {bad}: a topic no problem carries has no information content")
+        self._node = {t: i for i, t in enumerate(nodes)}
+        self._lin = self._lin_matrix(ont, ic, nodes)
+        with_topics = [i for i, d in enumerate(self.doc_ids) if sets[d]]
+        self._with = np.asarray(with_topics, dtype=np.int64)
+        self._flat = np.asarray([self._node[t] for i in with_topics for t in sets[self.doc_ids[i]]], dtype=np.int64)
+        sizes = np.asarray([len(sets[self.doc_ids[i]]) for i in with_topics], dtype=np.int64)
+        self._starts = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64) if sizes.size else sizes
+        self._sizes = sizes.astype(np.float64)
+        self._sets = sets
+        vocab: dict[str, int] = {}
+        rows, cols = [], []
+        self._has_summary = np.zeros(len(self.doc_ids), dtype=bool)
+        for i, d in enumerate(self.doc_ids):
+            if d in tokens:
+                self._has_summary[i] = True
+                for tok in sorted(tokens[d]):
+                    rows.append(i)
+                    cols.append(vocab.setdefault(tok, len(vocab)))
+        self._vocab = vocab
+        self._bags = sparse.csr_matrix((np.ones(len(rows), dtype=np.float64), (rows, cols)),
+                                       shape=(len(self.doc_ids), max(len(vocab), 1)))
+        self._bag_sizes = np.asarray(self._bags.sum(axis=1)).ravel()
+
+    @staticmethod
+    def _lin_matrix(ont: Ontology, ic: Mapping[str, float], nodes: list[str]) -> np.ndarray:
+        if not nodes:
+            return np.zeros((0, 0), dtype=np.float64)
+        chains = [ont.ancestors(t)[::-1] for t in nodes]  # root first
+        depth = max(len(c) for c in chains)
+        every = sorted({a for c in chains for a in c})
+        gid = {a: i for i, a in enumerate(every)}
+        anc = np.full((len(nodes), depth), -1, dtype=np.int64)
+        for i, c in enumerate(chains):
+            anc[i, : len(c)] = [gid[a] for a in c]
+        icv = np.asarray([ic[a] for a in every], dtype=np.float64)
+        own = icv[anc[np.arange(len(nodes)), [len(c) - 1 for c in chains]]]
+        out = np.empty((len(nodes), len(nodes)), dtype=np.float64)
+        for lo in range(0, len(nodes), 512):
+            block = anc[lo: lo + 512]
+            same = np.cumprod((block[:, None, :] == anc[None, :, :]) & (block[:, None, :] >= 0), axis=2)
+            shared = same.sum(axis=2)  # >= 1: every chain starts at the root
+            lca = block[np.arange(len(block))[:, None], shared - 1]
+            den = own[lo: lo + 512, None] + own[None, :]
+            with np.errstate(invalid="ignore", divide="ignore"):
+                out[lo: lo + 512] = np.where(den == 0, 1.0, 2.0 * icv[lca] / np.where(den == 0, 1.0, den))
+        return out
+
+    def topic_row(self, query_topics: Sequence[str]) -> np.ndarray:
+        """``(n_docs,)`` best-match averages of ``query_topics`` against every document, in
+        ``[0, 1]``; all 0 for a query with no topics. Raises ``KeyError`` for a topic no
+        document of the index carries."""
+        tx = [self._node[t] for t in dict.fromkeys(query_topics)]
+        out = np.zeros(len(self.doc_ids), dtype=np.float64)
+        if not tx or not self._with.size:
+            return out
+        sim = self._lin[np.ix_(tx, self._flat)]  # (|Tx|, all document topics)
+        term_t = np.maximum.reduceat(sim, self._starts, axis=1).sum(axis=0)  # sum_t max_u, per document
+        term_u = np.add.reduceat(sim.max(axis=0), self._starts)  # sum_u max_t, per document
+        out[self._with] = (term_t + term_u) / (len(tx) + self._sizes)
+        return out
+
+    def topic_row_of(self, doc_id: str) -> np.ndarray:
+        """:meth:`topic_row` for a document of the index, by id."""
+        return self.topic_row(self._sets[doc_id])
+
+    def summary_row(self, doc_id: str) -> np.ndarray:
+        """``(n_docs,)`` summary Jaccard of ``doc_id``'s summary against every document, in
+        ``[0, 1]``; all 0 when it has no summary. Raises ``KeyError`` for an unknown id."""
+        i = self._pos[doc_id]
+        out = np.zeros(len(self.doc_ids), dtype=np.float64)
+        if not self._has_summary[i]:
+            return out
+        inter = np.asarray((self._bags @ self._bags[i].T).todense()).ravel()
+        union = self._bag_sizes + self._bag_sizes[i] - inter
+        ok = self._has_summary & (union > 0)
+        out[ok] = inter[ok] / union[ok]
+        return out
+
+
 def summary_tokens(text: str, extra_stop_words: Iterable[str] = ()) -> frozenset[str]:
     """A summary's token set: lowercased ``[a-z0-9]+`` runs less scikit-learn's English stop
     words and ``extra_stop_words`` (Appendix B.1). Raises ``TypeError`` for a non-string."""
@@ -224,6 +359,45 @@ def select_candidates(doc_ids: Sequence[str], topic_sim: np.ndarray, summ_sim: n
         pool = np.sort(ids[masks[c]])
         out[c] = sorted(pool[rng.choice(len(pool), size=k, replace=False)].tolist())
     return out
+
+
+def stratified_draw(eligible: Sequence[str], strata: Mapping[str, Sequence[str]], n: int,
+                    rng: np.random.Generator) -> list[str]:
+    """``n`` queries spread evenly over strata (Section 3.4: the 1,000 queries span the five
+    top-level topics uniformly).
+
+    Each stratum's eligible queries are shuffled (from their sorted order, by ``rng``); the
+    strata, in sorted order, then take turns adding their next query not yet drawn, until
+    ``n`` are drawn or none is left. A stratum that runs out leaves its turns to the others,
+    and a query in several strata counts for the first that draws it.
+
+    Args:
+        eligible: the queries that have their K candidates in every category.
+        strata: ``query -> its strata`` (its top-level topics; ``[]`` puts it in the stratum
+            ``""``).
+        n: queries to draw, >= 0 (all eligible when ``n`` >= their number).
+        rng: the selection's generator.
+
+    Returns:
+        The drawn queries, sorted.
+    """
+    members: dict[str, list[str]] = {}
+    for q in sorted(eligible):
+        for s_ in (strata.get(q) or [""]):
+            members.setdefault(s_, []).append(q)
+    queues = {s_: [qs[i] for i in rng.permutation(len(qs))] for s_, qs in sorted(members.items())}
+    drawn: list[str] = []
+    taken: set[str] = set()
+    while len(drawn) < n and any(queues.values()):
+        for s_ in sorted(queues):
+            queue = queues[s_]
+            while queue and queue[0] in taken:
+                queue.pop(0)
+            if queue and len(drawn) < n:
+                q = queue.pop(0)
+                taken.add(q)
+                drawn.append(q)
+    return sorted(drawn)
 
 
 def swiss_pairings(wins: np.ndarray, met: set[frozenset[int]], rng: np.random.Generator

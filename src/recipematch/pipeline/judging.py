@@ -58,7 +58,7 @@ def run(p, lay: Layout, *, name: str, progress: bool = True) -> dict:
     from recipematch.benchmarks_data import load_set
     from recipematch.judging import (
         agreement, answer_schema, cut_scores, load_rubric, parse_answer, render_prompt, route_pairs, task_id,
-        train_distilled)
+        misses_markdown, train_distilled)
     from recipematch.llm.backends import GenerationRequest
     from recipematch.llm.pipeline import _through_store
     from recipematch.llm.serving import check_recordings, client_store_path, open_client
@@ -236,6 +236,10 @@ def run(p, lay: Layout, *, name: str, progress: bool = True) -> dict:
     counts["label_mix"] = {j: {("null" if k == "<NA>" else k): v for k, v in m.items()} for j, m in
                            counts["label_mix"].items()}
     write_json(lay.metrics / "judging" / f"{name}.json", counts)
+    report = lay.p("reports", "judging", f"{name}.md")
+    report.parent.mkdir(parents=True, exist_ok=True)
+    report.write_text(misses_markdown(misses, name=name, evaluation=pc.evaluation, judge_model=jc.model_id),
+                      encoding="utf-8")
     return counts
 
 

@@ -119,6 +119,37 @@ def parse_preference(raw: str | None) -> tuple[str | None, str]:
     return None, "answer outside A/B"
 
 
+def _assign_topics(sc, ont, ids, corpus, texts, template, system, sampling, ask, failures, name):
+    """Each problem's topics by SABER-Math's top-down walk (:mod:`recipematch.saber_topics`):
+    the scorer reads the problem's text and solution and the comma-separated node and children
+    (``{{text}}``, ``{{tags}}``); one batch of calls per level. Returns ``(topics, calls)``;
+    a failed call or a problem left without topics is appended to ``failures``."""
+    from recipematch.llm.backends import GenerationRequest
+    from recipematch.saber_topics import TopicTraversal, parse_topic_scores
+
+    sha = hashlib.sha256((system + "\x00" + template).encode("utf-8")).hexdigest()
+    walk = TopicTraversal(ont, ids, sc.tau_assign)
+    level = 0
+    while calls := walk.next_calls():
+        level += 1
+        reqs = []
+        for pid, node, tags in calls:
+            sol = corpus[pid].get("solution")
+            text = texts[pid] + (f"\n\nSolution:\n{sol}" if isinstance(sol, str) and sol.strip() else "")
+            reqs.append(GenerationRequest(
+                prompt_name=f"saber_{name}_topics", prompt_sha256=sha, system=system,
+                user=_fill(template, {"text": text[: sc.max_doc_chars], "tags": ", ".join(tags)}), source_id=pid,
+                variant=hashlib.sha256(json.dumps([pid, node]).encode()).hexdigest()[:16], sampling=sampling,
+                seed=sc.seed, model_id=sc.model_id))
+        for (pid, node, tags), rec in zip(calls, ask(reqs, f"saber@{name} topics, level {level}")):
+            scores, why = (None, f"call_failed: {rec['error']}") if rec.get("error") else \
+                parse_topic_scores(rec["raw_text"], tags)
+            walk.record(pid, node, scores, why)
+    out = walk.topics()
+    failures.extend(walk.failures)
+    return out, walk.calls_made
+
+
 def run(p, lay: Layout, *, name: str, progress: bool = True) -> dict:
     """Label one problem corpus the SABER-Math way."""
     from recipematch.beir import doc_text, read_corpus
@@ -128,8 +159,8 @@ def run(p, lay: Layout, *, name: str, progress: bool = True) -> dict:
     from recipematch.llm.store import CallStore
     from recipematch.retrieval.bm25 import _score_blocks
     from recipematch.saber import (
-        Ontology, SwissTournament, bradley_terry, combine_orders, information_content, jaccard, ndcg_exponential,
-        rescale, select_candidates, summary_tokens, topic_similarity)
+        Ontology, SimilarityIndex, SwissTournament, bradley_terry, combine_orders, information_content,
+        ndcg_exponential, rescale, select_candidates, stratified_draw, summary_tokens)
 
     if name not in p.saber:
         raise RecipematchError(f"--name {name!r}: not declared in params.yaml saber (declared: {sorted(p.saber)})")
@@ -143,12 +174,17 @@ def run(p, lay: Layout, *, name: str, progress: bool = True) -> dict:
     if not isinstance(parents, dict):
         raise RecipematchError(f"{where}.ontology: a JSON object {{node: parent or null}}")
     ont = Ontology.from_parents(parents)
-    topics = _jsonl(_file(lay, sc.topics, f"{where}.topics"), f"{where}.topics", "topics", list)
+    topics = _jsonl(_file(lay, sc.topics, f"{where}.topics"), f"{where}.topics", "topics", list) if sc.topics else None
     judge_t = _file(lay, sc.judge_prompt, f"{where}.judge_prompt").read_text(encoding="utf-8")
     _fill(judge_t, {"query": "", "first": "", "second": ""})  # a template lacking a slot stops here
+    if topics is None:
+        topic_t = _file(lay, sc.topic_prompt, f"{where}.topic_prompt").read_text(encoding="utf-8")
+        _fill(topic_t, {"text": "", "tags": ""})
+        topic_sys = (_file(lay, sc.topic_system_prompt, f"{where}.topic_system_prompt").read_text(encoding="utf-8")
+                     if sc.topic_system_prompt else "")
     recordings = lay.p(sc.recordings) if sc.recordings else None
     check_recordings(sc, recordings, where)
-    unknown = sorted(set(topics) - set(corpus))[:3]
+    unknown = sorted(set(topics or ()) - set(corpus))[:3]
     if unknown:
         raise RecipematchError(f"{where}.topics: ids {unknown} are not in the corpus")
     ids = list(corpus)
@@ -196,9 +232,19 @@ def run(p, lay: Layout, *, name: str, progress: bool = True) -> dict:
                     failures.append({"step": "summary", "_id": d, "reason": why})
                 else:
                     summaries[d] = s
+        # 1b. topics: SABER-Math's top-down walk, one LLM batch per ontology level
+        topic_calls = 0
+        if topics is None:
+            topics, topic_calls = _assign_topics(sc, ont, ids, corpus, texts, topic_t, topic_sys, sampling, ask,
+                                                 failures, name)
         # 2. similarities
+        if not any(topics.values()):
+            top = sorted({f["reason"] for f in failures if f["step"] == "topics"})[:3]
+            raise RecipematchError(f"{where}: no problem has a topic (the walk's failures: {top or 'none'}; every "
+                                   f"answer is kept in the call store)")
         ic = information_content(ont, topics)
         toks = {d: summary_tokens(summaries[d], sc.extra_stop_words) for d in ids if d in summaries}
+        index = SimilarityIndex(ont, ic, ids, topics, toks)
         if sc.queries:
             qids = list(_jsonl(_file(lay, sc.queries, f"{where}.queries"), f"{where}.queries", "_id", str))
             missing = [q for q in qids if q not in corpus][:3]
@@ -207,14 +253,15 @@ def run(p, lay: Layout, *, name: str, progress: bool = True) -> dict:
         else:
             qids = ids
         rng = np.random.default_rng(sc.selection_seed)
+        position, position_of = np.arange(len(ids)), {d: i for i, d in enumerate(ids)}
         selected, skipped = {}, {}
         for q in qids:
             if q not in topics and q not in toks:
                 skipped[q] = "no topics and no summary"
                 continue
-            others = [d for d in ids if d != q]
-            ts = np.array([topic_similarity(ont, ic, topics.get(q, []), topics.get(d, [])) for d in others])
-            ss = np.array([jaccard(toks[q], toks[d]) if q in toks and d in toks else 0.0 for d in others])
+            keep = position != position_of[q]
+            others = [d for d, k in zip(ids, keep) if k]
+            ts, ss = index.topic_row_of(q)[keep], index.summary_row(q)[keep]
             try:
                 cats = select_candidates(others, ts, ss, tau_topic=sc.tau_topic, tau_summ=sc.tau_summ, k=sc.k, rng=rng)
             except RecipematchError as e:
@@ -224,9 +271,17 @@ def run(p, lay: Layout, *, name: str, progress: bool = True) -> dict:
             selected[q] = [(d, c, *sim[d]) for c in cats for d in cats[c]]
         eligible = sorted(selected)
         if sc.max_queries and len(eligible) > sc.max_queries:
-            keep = set(rng.choice(eligible, size=sc.max_queries, replace=False).tolist())
-            selected = {q: v for q, v in selected.items() if q in keep}
+            if sc.stratify:
+                drawn = set(stratified_draw(eligible, {q: ont.domains(topics.get(q, [])) for q in eligible},
+                                            sc.max_queries, rng))
+            else:
+                drawn = set(rng.choice(eligible, size=sc.max_queries, replace=False).tolist())
+            selected = {q: v for q, v in selected.items() if q in drawn}
         queries = sorted(selected)
+        strata: dict[str, int] = {}
+        for q in queries:
+            for dom in ont.domains(topics.get(q, [])) or [""]:
+                strata[dom] = strata.get(dom, 0) + 1
         # 4. tournaments, one LLM batch per round
         judge_sha = hashlib.sha256(judge_t.encode("utf-8")).hexdigest()
         tours = {q: SwissTournament(sorted(d for d, *_ in selected[q]), rounds=sc.rounds,
@@ -308,6 +363,10 @@ def run(p, lay: Layout, *, name: str, progress: bool = True) -> dict:
         pd.DataFrame([{"query_id": q, "doc_id": d, "category": c, "topic_sim": t, "summary_sim": s}
                       for q in queries for d, c, t, s in selected[q]]).to_parquet(tmp / "candidates.parquet", index=False)
         pd.DataFrame(grade_rows).to_parquet(tmp / "grades.parquet", index=False)
+        with open(tmp / "topics.jsonl", "w", encoding="utf-8") as fh:
+            for d in ids:
+                if topics.get(d):
+                    fh.write(json.dumps({"_id": d, "topics": list(topics[d])}, ensure_ascii=False) + "\n")
         for fname, rows in (("judgments.jsonl", judgments), ("failures.jsonl", failures)):
             with open(tmp / fname, "w", encoding="utf-8") as fh:
                 for r in rows:
@@ -329,7 +388,9 @@ def run(p, lay: Layout, *, name: str, progress: bool = True) -> dict:
     for why in skipped.values():
         k = why.split(" (counts")[0]
         skip_kinds[k] = skip_kinds.get(k, 0) + 1
-    counts = {"n_problems": len(ids), "n_summaries": len(summaries), "queries_considered": len(qids),
+    counts = {"n_problems": len(ids), "n_summaries": len(summaries), "n_with_topics": sum(1 for d in ids if topics.get(d)),
+              "topic_calls": topic_calls, "queries_by_top_level_topic": dict(sorted(strata.items())),
+              "queries_considered": len(qids),
               "queries_eligible": len(eligible), "queries": len(queries), "queries_skipped": skip_kinds,
               "judgments": len(judgments), "failures": reasons, "n_failures": len(failures),
               "ungraded_candidates": ungraded["candidates"], "queries_without_grades": ungraded["queries"],
