@@ -178,7 +178,7 @@ def test_pool_judge_graded_qrels_and_ndcg_end_to_end(tmp_path: Path, monkeypatch
     for route, m in counts["top1_misses"].items():
         first = cands[(cands[f"rank_{route}"] == 1) & ~cands["is_gold"]]
         assert m["top1_misses"] == len(first) and m["called_same_problem"] == 0  # only golds are 2 here
-    report = (tmp_path / "reports" / "judging" / "tiny.md").read_text()
+    report = (out / "misses.md").read_text()
     for route, m in counts["top1_misses"].items():
         share = "—" if not m["judged"] else "0.0%"
         assert f"| {route} | {m['top1_misses']} | {m['judged']} | 0 | {m['called_partial']} | {share} |" in report

@@ -153,13 +153,17 @@ def test_the_parsers_and_bad_inputs(tmp_path: Path) -> None:
     assert parse_core_idea('{"noCoreIdea": false, "coreIdea": "use parity", "supportingIdeas": ["mod 2"]}') == \
         ("use parity mod 2", "")
     assert parse_core_idea('{"noCoreIdea": "no"}')[1].startswith("schema")
-    assert parse_core_idea("nope") == (None, "invalid_json")
+    assert parse_core_idea("nope") == (None, "no_json_after_preamble")
+    assert parse_core_idea('{"noCoreIdea": false, "coreIdea": "x", "coreIdea": "y"}') == (None, "duplicate_key")
+    assert parse_core_idea('{"noCoreIdea": ' + "1" * 5000 + "}") == (None, "invalid_json")
+    assert parse_preference('{"preferred": "A", "x": ' + "1" * 5000 + "}") == (None, "answer outside A/B")
     p, lay, _rows = _project(tmp_path, backend="replay", base_url="")
     with pytest.raises(RecipematchError, match=r"saber.tiny: backend replay needs recordings"):
         saber.run(p, lay, name="tiny", progress=False)
     p, lay, _rows = _project(tmp_path / "again")
     (tmp_path / "again" / "in" / "ontology.json").write_text(json.dumps({**TREE, "math": "circles"}))
-    with pytest.raises(RecipematchError, match=r"^ontology: cycle through node '(math|geometry|circles)'$"):
+    with pytest.raises(RecipematchError, match=r"^saber.tiny.ontology: .*ontology.json: ontology: cycle through node "
+                                               r"'(math|geometry|circles)'$"):
         saber.run(p, lay, name="tiny", progress=False)
     raw = load_yaml(REPO / "params.yaml")
     raw["saber"] = {"x": {"folder": "in", "corpus": "/etc/c.jsonl", "ontology": "o", "topics": "t", "judge_prompt": "j",

@@ -79,12 +79,16 @@ def test_the_walk_stops_where_the_parent_outscores_its_children() -> None:
 
 
 @pytest.mark.parametrize("raw, reason", [
-    (None, "no_answer_text"), ("nope", "invalid_json"), ("[1]", "schema: the answer must be a JSON object"),
+    (None, "no_answer_text"), ("nope", "no_json_after_preamble"), ("[1]", "no_json_after_preamble"),
+    ('{"math": 1, "algebra": 0.1, "algebra": 0.95, "geometry": 0, "number theory": 0}', "duplicate_key"),
+    ('{"math": 1, "algebra": ' + "1" * 5000 + ', "geometry": 0, "number theory": 0}', "invalid_json"),
+    ('{"math": 1, "algebra": 1' + "0" * 400 + ', "geometry": 0, "number theory": 0}', "invalid_json"),
+    ('{"math": 1, "algebra": 1e999, "geometry": 0, "number theory": 0}', "schema: the score of 'algebra'"),
     ('{"math": 1.0, "algebra": 0.2}', "schema: tags not scored"),
     ('{"math": 1, "algebra": 0, "geometry": 0, "number theory": 0, "x": 1}', "schema: tags not offered"),
     ('{"math": 1, "algebra": 1.5, "geometry": 0, "number theory": 0}', "schema: the score of 'algebra'"),
     ('{"math": 1, "algebra": true, "geometry": 0, "number theory": 0}', "schema: the score of 'algebra'"),
-    ('{"math": 1, "algebra": NaN, "geometry": 0, "number theory": 0}', "schema: the score of 'algebra'"),
+    ('{"math": 1, "algebra": NaN, "geometry": 0, "number theory": 0}', "invalid_json"),
 ])
 def test_an_answer_outside_the_schema_is_a_counted_record_and_stops_that_branch(raw, reason) -> None:
     ont = Ontology.from_parents(BIG)
@@ -97,8 +101,11 @@ def test_an_answer_outside_the_schema_is_a_counted_record_and_stops_that_branch(
     assert walk.topics() == {"good": ["vieta"]}
     assert [(f["_id"], f["node"]) for f in walk.failures] == [("bad", "math")]
     assert walk.failures[0]["reason"].startswith(reason)
-    assert parse_topic_scores('```json\n{"math": 1, "algebra": 0, "geometry": 0.5, "number theory": 0}\n```',
-                              tags)[0] == {"math": 1.0, "algebra": 0.0, "geometry": 0.5, "number theory": 0.0}
+    for wrapped in ('```json\n{"math": 1, "algebra": 0, "geometry": 0.5, "number theory": 0}\n```',
+                    '```JSON\n{"math": 1, "algebra": 0, "geometry": 0.5, "number theory": 0}\n```',
+                    '<think>which?</think>\n{"math": 1, "algebra": 0, "geometry": 0.5, "number theory": 0}'):
+        assert parse_topic_scores(wrapped, tags)[0] == {"math": 1.0, "algebra": 0.0, "geometry": 0.5,
+                                                        "number theory": 0.0}
 
 
 def test_a_problem_that_keeps_nothing_is_recorded() -> None:
@@ -218,3 +225,64 @@ def test_params_need_topics_or_a_topic_prompt_and_files_inside_the_folder(tmp_pa
         parse_params(raw)
     raw["saber"] = {"x": {**base, "topics": "in/t.jsonl"}}
     assert dataclasses.asdict(parse_params(raw).saber["x"])["stratify"] is True
+
+
+def test_a_node_that_cannot_be_a_tag_and_problems_without_text() -> None:
+    """A comma or a control character in a node name would make the comma-separated tag list
+    ambiguous: the walk refuses the tree in one line naming the node."""
+    for bad in ("sums, products", "a\nb", " padded"):
+        ont = Ontology.from_parents({"math": None, bad: "math"})
+        with pytest.raises(RecipematchError, match=r"^ontology: node .* cannot be offered as a tag"):
+            TopicTraversal(ont, ["p"])
+    with pytest.raises(ValueError, match="n must be an integer >= 0"):
+        stratified_draw(["a"], {}, -1, np.random.default_rng(0))
+    with pytest.raises(ValueError, match="n must be an integer >= 0"):
+        stratified_draw(["a"], {}, 2.5, np.random.default_rng(0))
+
+
+def test_the_stage_records_a_problem_without_text_and_names_bad_input_files(tmp_path: Path) -> None:
+    from recipematch.pipeline import saber
+
+    p, lay, rows = _project(tmp_path, topics="", topic_prompt="in/topic_prompt.txt")
+    (tmp_path / "in" / "topic_prompt.txt").write_text(TOPIC_PROMPT)
+    with open(tmp_path / "in" / "corpus.jsonl", "a") as fh:
+        fh.write(json.dumps({"_id": "blank", "title": "", "text": "   ", "solution": ""}) + "\n")
+    ont = Ontology.from_parents(TREE)
+    table = _table(rows, {f"b{i}": 10 + i for i in range(6)} | {"s0": 5, "s1": 4, "t0": 3, "t1": 2})
+    for d, (text, sol, truth) in rows.items():
+        for node in ("math", "algebra", "geometry"):
+            tags = [node, *ont.children(node)]
+            table[("", _fill(TOPIC_PROMPT, {"text": f"{text}\n\nSolution:\n{sol}", "tags": ", ".join(tags)}))] = \
+                json.dumps(_scorer(ont, set(truth))(node, tags))
+    with ChatServer(table, model=JUDGE) as srv:
+        counts = saber.run(_with_url(p, srv.base_url), lay, name="tiny", progress=False)
+        asked = [b["messages"][-1]["content"] for b in srv.bodies]
+    assert not any("Text:\n   " in a or a.startswith("Text:\n\n") for a in asked)  # never asked with no text
+    assert counts["failures"]["topics: no text"] == 1
+    (tmp_path / "in" / "ontology.json").write_text('{"math": null, "algebra": "math", "algebra": "math"}')
+    with pytest.raises(RecipematchError, match=r"^saber.tiny.ontology: .*ontology.json: not a JSON object .*duplicate_key"):
+        saber.run(p, lay, name="tiny", progress=False)
+    (tmp_path / "in" / "ontology.json").write_text("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(RecipematchError, match=r"^saber.tiny.ontology: .*not a JSON object"):
+        saber.run(p, lay, name="tiny", progress=False)
+    (tmp_path / "in" / "ontology.json").write_text(json.dumps(TREE))
+    p2, lay2, _ = _project(tmp_path / "t")
+    with open(tmp_path / "t" / "in" / "topics.jsonl", "a") as fh:
+        fh.write(json.dumps({"_id": "c0x", "topics": []}) + "\n")
+    (tmp_path / "t" / "in" / "topics.jsonl").write_text(json.dumps({"_id": "q0", "topics": ["nosuch"]}) + "\n")
+    with pytest.raises(RecipematchError, match=r"^saber.tiny.topics: .*topics.jsonl: problem 'q0': topics \['nosuch'\]"):
+        saber.run(p2, lay2, name="tiny", progress=False)
+
+
+@pytest.mark.parametrize("folder", ["artifacts", "artifacts/saber/x", "metrics", "cache", "reports/x", "~", "in ",
+                                    "a$b", "src/recipematch"])
+def test_a_folder_that_holds_outputs_caches_or_code_is_refused(folder) -> None:
+    from recipematch.config import load_yaml, parse_params
+    from conftest import REPO
+
+    raw = load_yaml(REPO / "params.yaml")
+    raw["saber"] = {"x": {"folder": folder, "corpus": f"{folder}/c.jsonl", "ontology": f"{folder}/o.json",
+                          "topics": f"{folder}/t.jsonl", "judge_prompt": f"{folder}/j.txt", "model_id": "m",
+                          "backend": "openai", "base_url": "http://127.0.0.1:9"}}
+    with pytest.raises(RecipematchError, match=r"saber.x.folder"):
+        parse_params(raw)

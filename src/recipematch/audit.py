@@ -310,7 +310,7 @@ def audit_params(template: Mapping[str, Any], *, control: str, recipe_sidecar: s
                   "tracking_set": "benchmark"}
     p["budget"] = {**p["budget"], "shared_sources": []}
     # the template's pools, judging, SABER and regen runs name the template's own evaluations
-    for key in ("pooling", "judging", "saber", "regen"):
+    for key in ("pooling", "judging", "saber", "regen", "meld_generate"):
         if key in p:
             p[key] = {}
     if "remedies" in p:  # the audit's one question is recipe vs control: no soups or replay mixes

@@ -23,7 +23,7 @@ STAGE_COMMANDS = (
     ("recordings", "recordings"), ("llm", "llm"), ("judge2", "judge2"), ("backtranslate", "backtranslate"), ("specs", "specs"), ("cells", "cells"), ("validate", "validate"),
     ("train", "train"), ("evaluate-arm", "evaluate"), ("evaluate-base", "evaluate_base"),
     ("evaluate-bm25", "evaluate_bm25"), ("soup", "soup"), ("stats", "stats"), ("style", "style"), ("hits", "hits"), ("report", "report"),
-    ("external", "external"), ("attack", "attack"), ("pooling", "pooling"), ("regen", "regen"), ("judging", "judging"), ("saber", "saber"), ("audit-report", "audit"),
+    ("external", "external"), ("attack", "attack"), ("pooling", "pooling"), ("regen", "regen"), ("judging", "judging"), ("saber", "saber"), ("meld-generate", "meld_generate"), ("audit-report", "audit"),
 )
 
 

@@ -918,6 +918,39 @@ class SaberConfig(_ClientConfig):
                                max=100_000_000)
 
 
+@dataclass(frozen=True, kw_only=True)
+class MeldGenerateConfig(_ClientConfig):
+    """One MELD attack row set generated through the LLM backends (:mod:`recipematch.external.meld_generate`;
+    paper Section 6, Appendix D): the reconstructed MELD procedure (or the rewritten-prompt control, by
+    the entry's name), MELD's validity and equivalence screen, rows in the release's schema. The entry's
+    name is the row set (meld9, meld_heldout, meld9alt, meld9altm); point ``attacks.<name>.rows`` at
+    ``artifacts/meld_generate/<name>/pairs.jsonl`` to train on them."""
+
+    _section = "meld_generate"
+
+    folder: str = _spec("the folder holding this run's files (domains, recordings: each must lie inside it); "
+                        "dvc.yaml tracks it whole", min=1, max_len=2000)
+    domains: str = _spec("the domain table: JSONL {domain, field_1, field_2, connection} per domain pair (MELD's nine "
+                         "framing pairs for meld9; the connection texts are the attacker's)", min=1, max_len=2000)
+    n_pairs: int = _spec("pairs asked for per call (MELD: 30)", default=30, min=1, max=1000)
+    rounds: int = _spec("calls per domain pair; later rounds pass back the topics already written", default=24,
+                        min=1, max=10_000)
+    target_pairs: int = _spec("stop after the round in which this many pairs have passed the screen (0 = run every "
+                              "round)", default=0, min=0, max=10_000_000)
+    greedy_first_round: bool = _spec("round 1 at temperature 0 (the paper's meld9 arm)", default=True)
+    screen: bool = _spec("MELD's three-question screen; a pair is kept when both statements are valid and "
+                         "equivalent (false: every parsed pair is kept)", default=True)
+    negatives: int = _spec("same-framing negatives per row, from the run's own kept pool (the paper: 3)", default=3,
+                           min=1, max=100)
+    direction: str = _spec("random: one row per pair, the anchor side drawn; both: a row each way",
+                           default="random", choices=("random", "both"))
+    row_seed: int = _spec("seed of the directions and negatives", default=42, min=0, max=2**31 - 1)
+    temperature: float = _spec("sampling temperature of the generation rounds after the first (the paper: 1.0; the "
+                               "screen runs at 0)", default=1.0, min=0.0, max=2.0, finite=True)
+    max_tokens: int = _spec("answer length cap in tokens (30 LaTeX pairs need several thousand)", default=8192,
+                            min=1, max=131_072)
+
+
 @dataclass(frozen=True)
 class StatsConfig:
     """Statistics (paper Appendix A: nested bootstrap, B = 5,000)."""
@@ -1106,6 +1139,9 @@ class Params:
     judging: dict[str, JudgingConfig] = _spec("graded judging of candidate pools, by name ({} = none; required like "
                                               "pooling: dvc.yaml builds one stage per entry)")
     saber: dict[str, SaberConfig] = _spec("SABER-Math labelling runs, by name ({} = none; required like pooling)")
+    meld_generate: dict[str, MeldGenerateConfig] = _spec("MELD attack row sets generated through the LLM backends "
+                                                         "(Appendix D), by row-set name ({} = none; dvc.yaml builds "
+                                                         "one stage per entry)", default_factory=dict)
     regen: dict[str, RegenConfig] = _spec("regenerated gold versions of declared benchmarks (Appendix E), by name "
                                           "({} = none; dvc.yaml builds one stage per entry)", default_factory=dict)
     hits: HitsConfig = _spec("hit accounting: sole wins (Section 7)", default_factory=HitsConfig)
@@ -1187,6 +1223,7 @@ def _cross_checks(p: Params) -> None:
     _check_regen(p)
     _check_judging(p)
     _check_saber(p)
+    _check_meld_generate(p)
     e = p.engine
     if e.kind == "local" and (e.workers != 1 or e.address or e.num_gpus):
         raise RecipematchError("engine.workers, engine.address and engine.num_gpus need engine.kind: ray "
@@ -1263,6 +1300,11 @@ def _check_inside_project(where: str, cfg: Any, keys: Iterable[str]) -> None:
             raise RecipematchError(f"{where}.{key} must be a path inside the project, got {short_repr(val, 100)}")
 
 
+#: top-level folders that hold stage outputs, caches or code: never a labelling run's input folder
+_NOT_INPUT_FOLDERS = frozenset({"artifacts", "metrics", "reports", "cache", "models", "mlruns", ".git", ".dvc",
+                                "src", "stages", "tests", ".venv"})
+
+
 def _check_inside_folder(where: str, cfg: Any, keys: Iterable[str]) -> None:
     """``cfg.folder`` is inside the project and each set file key of ``keys`` lies inside it:
     a labelling stage's dvc.yaml entry declares that folder, so every file it reads is a dep."""
@@ -1270,6 +1312,11 @@ def _check_inside_folder(where: str, cfg: Any, keys: Iterable[str]) -> None:
     top = Path(cfg.folder)
     if top.parts in ((), (".",)):
         raise RecipematchError(f"{where}.folder must name a folder below the project root, got {cfg.folder!r}")
+    if (top.parts[0] in _NOT_INPUT_FOLDERS or cfg.folder != cfg.folder.strip()
+            or any(c in cfg.folder for c in "~$\\") or any(ord(c) < 32 for c in cfg.folder)):
+        raise RecipematchError(f"{where}.folder {short_repr(cfg.folder, 100)} must be a plain folder of inputs, not "
+                               f"under {sorted(_NOT_INPUT_FOLDERS)} (stage outputs, caches and code) and without "
+                               "'~', '$', backslashes or surrounding spaces")
     for key in keys:
         val = getattr(cfg, key)
         if val and top not in Path(val).parents:
@@ -1344,6 +1391,18 @@ def _check_judging(p) -> None:
             raise RecipematchError(f"{where}.pool: {short_repr(jc.pool, 60)} is not a pooling entry "
                                    f"(declared: {sorted(p.pooling)})")
         _check_inside_folder(where, jc, ("prompt", "system_prompt", "rubric", "recordings"))
+
+
+def _check_meld_generate(p) -> None:
+    """Each generation run: a MELD row set's name (it decides the system prompt and the group),
+    files inside its folder."""
+    from recipematch.rules import MELD_ATTACKS
+
+    for name, mc in p.meld_generate.items():
+        where = f"meld_generate.{name}"
+        if name not in MELD_ATTACKS:
+            raise RecipematchError(f"{where}: the name is the row set it writes; choose from {list(MELD_ATTACKS)}")
+        _check_inside_folder(where, mc, ("domains", "recordings"))
 
 
 def _check_saber(p) -> None:

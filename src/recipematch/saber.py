@@ -266,14 +266,15 @@ class SimilarityIndex:
         icv = np.asarray([ic[a] for a in every], dtype=np.float64)
         own = icv[anc[np.arange(len(nodes)), [len(c) - 1 for c in chains]]]
         out = np.empty((len(nodes), len(nodes)), dtype=np.float64)
-        for lo in range(0, len(nodes), 512):
-            block = anc[lo: lo + 512]
+        step = max(1, min(512, 2**24 // (len(nodes) * depth)))  # about 16M booleans per block, whatever the depth
+        for lo in range(0, len(nodes), step):
+            block = anc[lo: lo + step]
             same = np.cumprod((block[:, None, :] == anc[None, :, :]) & (block[:, None, :] >= 0), axis=2)
             shared = same.sum(axis=2)  # >= 1: every chain starts at the root
             lca = block[np.arange(len(block))[:, None], shared - 1]
-            den = own[lo: lo + 512, None] + own[None, :]
+            den = own[lo: lo + step, None] + own[None, :]
             with np.errstate(invalid="ignore", divide="ignore"):
-                out[lo: lo + 512] = np.where(den == 0, 1.0, 2.0 * icv[lca] / np.where(den == 0, 1.0, den))
+                out[lo: lo + step] = np.where(den == 0, 1.0, 2.0 * icv[lca] / np.where(den == 0, 1.0, den))
         return out
 
     def topic_row(self, query_topics: Sequence[str]) -> np.ndarray:
@@ -380,7 +381,12 @@ def stratified_draw(eligible: Sequence[str], strata: Mapping[str, Sequence[str]]
 
     Returns:
         The drawn queries, sorted.
+
+    Raises:
+        ValueError: ``n`` is not an integer >= 0.
     """
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 0:
+        raise ValueError(f"n must be an integer >= 0, got {n!r}")
     members: dict[str, list[str]] = {}
     for q in sorted(eligible):
         for s_ in (strata.get(q) or [""]):

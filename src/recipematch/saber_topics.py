@@ -16,19 +16,19 @@ problem that keeps no node below the root gets no topics and a record saying so.
 
 from __future__ import annotations
 
-import json
 import math
-import re
+import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from recipematch.errors import RecipematchError, short_repr
+from recipematch.llm.parsing import load_answer_object
 from recipematch.saber import Ontology
 
 __all__ = ["TAU_ASSIGN", "parse_topic_scores", "kept_children", "most_specific", "TopicTraversal"]
 
 #: SABER-Math Section 3.2.2: the normalised-score threshold a child must exceed to be kept
 TAU_ASSIGN = 0.85
-_FENCE = re.compile(r"```(?:json)?\s*(.*?)\s*```", re.S)
 
 
 def parse_topic_scores(raw: str | None, tags: Sequence[str]) -> tuple[dict[str, float] | None, str]:
@@ -36,22 +36,14 @@ def parse_topic_scores(raw: str | None, tags: Sequence[str]) -> tuple[dict[str, 
     offered ``tags`` as keys and numbers in ``[0, 1]`` as values.
 
     Returns:
-        ``(scores, "")``, or ``(None, reason)`` for an answer outside that schema (no text,
-        not JSON, not an object, a tag missing or not offered, a value that is not a number
-        in [0, 1]).
+        ``(scores, "")``, or ``(None, reason)`` for an answer outside that schema (the JSON
+        reasons of :func:`recipematch.llm.parsing.load_answer_object`: no text, not JSON, a
+        duplicate key, not an object; a tag missing or not offered, a value that is not a
+        number in [0, 1]).
     """
-    if raw is None:
-        return None, "no_answer_text"
-    text = raw.strip()
-    fence = _FENCE.fullmatch(text)
-    if fence:
-        text = fence.group(1)
-    try:
-        obj = json.loads(text)
-    except (json.JSONDecodeError, RecursionError):
-        return None, "invalid_json"
-    if not isinstance(obj, dict):
-        return None, "schema: the answer must be a JSON object {tag: score}"
+    obj, why = load_answer_object(raw)
+    if obj is None:
+        return None, why
     missing = [t for t in tags if t not in obj]
     if missing:
         return None, f"schema: tags not scored: {missing[:3]}"
@@ -106,6 +98,10 @@ class TopicTraversal:
     def __post_init__(self) -> None:
         if not 0.0 <= self.tau < 1.0:
             raise ValueError(f"tau must lie in [0, 1), got {self.tau}")
+        for node in self.ont.parent:  # the scorer reads the tags as one comma-separated list
+            if "," in node or any(unicodedata.category(c)[0] == "C" for c in node) or node != node.strip():
+                raise RecipematchError(f"ontology: node {short_repr(node, 60)} cannot be offered as a tag (a comma, "
+                                       "a control character or surrounding space makes the tag list ambiguous)")
         root = self.ont.root
         self._kept: dict[str, list[str]] = {p: [] for p in self.problems}
         self._frontier: dict[str, list[str]] = {p: [root] if self.ont.children(root) else [] for p in self.problems}

@@ -86,6 +86,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 __all__ = [
+    "load_answer_object",
     "SCHEMAS",
     "PromptSchema",
     "split_reasoning_preamble",
@@ -441,6 +442,39 @@ def _load_strict(raw: str) -> dict[str, Any]:
         raise _Reject("not_an_object", f"top level is {type(obj).__name__}")
     _refuse_lone_surrogates(obj)
     return obj
+
+
+def load_answer_object(raw: str | None, *, repair: Any = None) -> tuple[dict[str, Any] | None, str]:
+    """One JSON object from a labelling answer (SABER-Math's summaries, topic scores and
+    pairwise verdicts, the candidate design's judge, the MELD generation and screen), read as
+    strictly as the pair prompts' answers: no duplicate key, no NaN, no integer literal over
+    :data:`MAX_INT_DIGITS` digits, no lone surrogate; a ``<think>`` preamble is allowed and one
+    fenced block (```` ```json ````, any case) around the whole answer is unwrapped.
+
+    Args:
+        raw: the answer text (``None``: no text).
+        repair: an optional ``str -> str`` applied to the unwrapped text before parsing
+            (the MELD answers' LaTeX escapes).
+
+    Returns:
+        ``(object, "")`` or ``(None, reason)`` with one of the module's reason codes
+        (``empty_answer``, ``invalid_json``, ``duplicate_key``, ``not_an_object``, ...); never raises.
+    """
+    if raw is None:
+        return None, "no_answer_text"
+    if not isinstance(raw, str):
+        return None, "empty_answer"
+    try:
+        fence = re.fullmatch(r"\s*```[A-Za-z]*[ \t]*\n?(.*?)\n?[ \t]*```\s*", raw, re.S) \
+            if len(raw) <= MAX_ANSWER_CHARS else None
+        text = fence.group(1) if fence else raw
+        if text.strip() and len(text) <= MAX_ANSWER_CHARS and not text.strip().startswith("{"):
+            text = _split_preamble(text)[1]
+        if repair is not None:
+            text = repair(text)
+        return _load_strict(text), ""
+    except _Reject as e:
+        return None, e.reason
 
 
 def _bounded_int(literal: str) -> int:

@@ -235,11 +235,10 @@ def run(p, lay: Layout, *, name: str, progress: bool = True) -> dict:
     }
     counts["label_mix"] = {j: {("null" if k == "<NA>" else k): v for k, v in m.items()} for j, m in
                            counts["label_mix"].items()}
+    # the report row per model: beside the labels (the report stage owns reports/)
+    lay.p("artifacts", "judging", name, "misses.md").write_text(
+        misses_markdown(misses, name=name, evaluation=pc.evaluation, judge_model=jc.model_id), encoding="utf-8")
     write_json(lay.metrics / "judging" / f"{name}.json", counts)
-    report = lay.p("reports", "judging", f"{name}.md")
-    report.parent.mkdir(parents=True, exist_ok=True)
-    report.write_text(misses_markdown(misses, name=name, evaluation=pc.evaluation, judge_model=jc.model_id),
-                      encoding="utf-8")
     return counts
 
 

@@ -33,6 +33,7 @@ import pandas as pd
 
 from recipematch.errors import RecipematchError
 from recipematch.io import building_dir, iter_jsonl_strict, write_json
+from recipematch.llm.parsing import load_answer_object
 from recipematch.pipeline.door import Layout, progress_option, stage
 
 PARAMS = ("saber",)
@@ -78,16 +79,10 @@ def _fill(template: str, values: dict[str, str]) -> str:
 def parse_core_idea(raw: str | None) -> tuple[str | None, str]:
     """The summary in one ``saber_core_idea`` answer: ``coreIdea`` plus its supporting ideas,
     ``""`` for ``noCoreIdea: true``; ``(None, reason)`` for an answer outside that schema."""
-    if raw is None:
-        return None, "no_answer_text"
-    text = raw.strip()
-    if text.startswith("```"):
-        text = text.strip("`").removeprefix("json").strip()
-    try:
-        obj = json.loads(text)
-    except (json.JSONDecodeError, RecursionError):
-        return None, "invalid_json"
-    if not isinstance(obj, dict) or not isinstance(obj.get("noCoreIdea"), bool):
+    obj, why = load_answer_object(raw)
+    if obj is None:
+        return None, why
+    if not isinstance(obj.get("noCoreIdea"), bool):
         return None, "schema: noCoreIdea must be true or false"
     if obj["noCoreIdea"]:
         return "", ""
@@ -106,15 +101,10 @@ def parse_preference(raw: str | None) -> tuple[str | None, str]:
         return None, "no_answer_text"
     text = raw.strip()
     fence = re.fullmatch(r"```(?:json)?\s*(.*?)\s*```", text, re.S)  # a fenced answer, as judging accepts
-    if fence:
-        text = fence.group(1)
-    if text in ("A", "B"):
-        return text, ""
-    try:
-        obj = json.loads(text)
-    except (json.JSONDecodeError, RecursionError):
-        return None, "answer outside A/B"
-    if isinstance(obj, dict) and obj.get("preferred") in ("A", "B"):
+    if (fence.group(1) if fence else text) in ("A", "B"):
+        return (fence.group(1) if fence else text), ""
+    obj, _why = load_answer_object(raw)
+    if obj is not None and obj.get("preferred") in ("A", "B"):
         return obj["preferred"], ""
     return None, "answer outside A/B"
 
@@ -128,7 +118,9 @@ def _assign_topics(sc, ont, ids, corpus, texts, template, system, sampling, ask,
     from recipematch.saber_topics import TopicTraversal, parse_topic_scores
 
     sha = hashlib.sha256((system + "\x00" + template).encode("utf-8")).hexdigest()
-    walk = TopicTraversal(ont, ids, sc.tau_assign)
+    blank = [d for d in ids if not texts[d].strip()]
+    failures.extend({"step": "topics", "_id": d, "node": ont.root, "reason": "no text"} for d in blank)
+    walk = TopicTraversal(ont, [d for d in ids if texts[d].strip()], sc.tau_assign)
     level = 0
     while calls := walk.next_calls():
         level += 1
@@ -167,14 +159,23 @@ def run(p, lay: Layout, *, name: str, progress: bool = True) -> dict:
     sc = p.saber[name]
     where = f"saber.{name}"
     corpus = read_corpus(_file(lay, sc.corpus, f"{where}.corpus"))
+    ont_path = _file(lay, sc.ontology, f"{where}.ontology")
     try:
-        parents = json.loads(_file(lay, sc.ontology, f"{where}.ontology").read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise RecipematchError(f"{where}.ontology: not JSON ({e})") from None
-    if not isinstance(parents, dict):
-        raise RecipematchError(f"{where}.ontology: a JSON object {{node: parent or null}}")
-    ont = Ontology.from_parents(parents)
+        parents, why = load_answer_object(ont_path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as e:
+        parents, why = None, f"not UTF-8 ({e.reason})"
+    if parents is None:  # not JSON, a duplicate node, too deep, not an object: one line
+        raise RecipematchError(f"{where}.ontology: {ont_path}: not a JSON object {{node: parent or null}} ({why})")
+    try:
+        ont = Ontology.from_parents(parents)
+    except RecipematchError as e:
+        raise RecipematchError(f"{where}.ontology: {ont_path}: {e}") from None
     topics = _jsonl(_file(lay, sc.topics, f"{where}.topics"), f"{where}.topics", "topics", list) if sc.topics else None
+    if topics is not None:
+        try:
+            information_content(ont, {d: t for d, t in topics.items() if t} or {"": [ont.root]})
+        except RecipematchError as e:
+            raise RecipematchError(f"{where}.topics: {lay.p(sc.topics)}: {e}") from None
     judge_t = _file(lay, sc.judge_prompt, f"{where}.judge_prompt").read_text(encoding="utf-8")
     _fill(judge_t, {"query": "", "first": "", "second": ""})  # a template lacking a slot stops here
     if topics is None:
@@ -239,6 +240,8 @@ def run(p, lay: Layout, *, name: str, progress: bool = True) -> dict:
                                                  failures, name)
         # 2. similarities
         if not any(topics.values()):
+            if sc.topics:
+                raise RecipematchError(f"{where}.topics: {lay.p(sc.topics)}: no problem has a topic")
             top = sorted({f["reason"] for f in failures if f["step"] == "topics"})[:3]
             raise RecipematchError(f"{where}: no problem has a topic (the walk's failures: {top or 'none'}; every "
                                    f"answer is kept in the call store)")
