@@ -111,6 +111,9 @@ def test_the_stage_generates_screens_and_writes_rows_the_attack_stage_reads(tmp_
     assert raw[0]["statement_1"] == "S00 in vector spaces with $\\frac{a}{b}$ and \\mathbb{R}"  # LaTeX kept as written
     rows, read = read_attack_rows(out / "pairs.jsonl", "meld9")
     assert read["rows_in"] == counts["rows"] == 6 and read["prompt"] == "meld_generate"
+    prov = rows[0]["positive_provenance"]  # generated here: never recorded as the release's rows
+    assert prov["generated_by"] == "meld_generate@meld9" and "released" not in prov
+    assert "released" not in read_attack_rows(out / "pairs.jsonl", "meld9", revision="dc8f067")[0][0]["positive_provenance"]
     for line in (out / "pairs.jsonl").read_text().splitlines():
         r = json.loads(line)
         assert r["meta"]["group"] == "meld9" and len(r["negatives"]) == 2

@@ -286,3 +286,15 @@ def test_a_folder_that_holds_outputs_caches_or_code_is_refused(folder) -> None:
                           "backend": "openai", "base_url": "http://127.0.0.1:9"}}
     with pytest.raises(RecipematchError, match=r"saber.x.folder"):
         parse_params(raw)
+
+
+def test_a_run_where_no_query_is_eligible_says_so(tmp_path: Path) -> None:
+    from recipematch.pipeline import saber
+
+    p, lay, rows = _project(tmp_path, k=50)
+    with ChatServer(_table(rows, {}), model=JUDGE) as srv:
+        with pytest.raises(RecipematchError, match=r"^saber.tiny: 0 of 1 queries eligible: each needs k=50 candidates "
+                                                   r"in every category \(topic_only, summary_only, both\)"):
+            saber.run(_with_url(p, srv.base_url), lay, name="tiny", progress=False)
+    summaries = (tmp_path / "artifacts" / "saber" / "tiny" / "summaries.jsonl").read_text().splitlines()
+    assert len(summaries) == len(rows) and json.loads(summaries[0])["_id"] == "q0"

@@ -949,6 +949,8 @@ class MeldGenerateConfig(_ClientConfig):
                                "screen runs at 0)", default=1.0, min=0.0, max=2.0, finite=True)
     max_tokens: int = _spec("answer length cap in tokens (30 LaTeX pairs need several thousand)", default=8192,
                             min=1, max=131_072)
+    model_id: str = _spec("the generator model id (it writes and screens the pairs; every row records it)",
+                          default="", max_len=300)
 
 
 @dataclass(frozen=True)

@@ -102,8 +102,11 @@ def read_attack_rows(path: str | os.PathLike, key: str, *, revision: str = "") -
         prov = {"generator": system, "prompt_sha256": sha, "model_id": model, "judge": None}
         extra = {k: meta.get(k) for k in ("domain", "topic", "anchor_framing", "positive_framing", "direction", "round")
                  if k in meta}
+        # rows this project generated (meld_generate@<name>) are not the release's, whatever revision is set
+        made = meta.get("generated_by") if isinstance(meta.get("generated_by"), str) else None
+        released = {"generated_by": made} if made else {"released": revision or True}
         rows.append({"source_id": sid, "anchor": obj["anchor_text"], "positive": obj["positive_text"],
-                     "positive_provenance": {**prov, "released": revision or True, **extra},
+                     "positive_provenance": {**prov, **released, **extra},
                      "negatives": [{"text": n["text"], **prov, "edit": None, "counterexample": None} for n in negs]})
         domains[str(meta.get("domain"))] += 1
         models[model] += 1

@@ -181,7 +181,7 @@ def parse_screen(raw: str | None) -> tuple[dict | None, str]:
 
 
 def build_rows(kept: Sequence[Mapping[str, Any]], *, group: str, generator_model: str, negatives: int,
-               direction: str, seed: int) -> tuple[list[dict], dict[str, int]]:
+               direction: str, seed: int, generated_by: str = "meld_generate") -> tuple[list[dict], dict[str, int]]:
     """The attack's rows from the kept pairs, in the release's schema (Appendix D).
 
     Args:
@@ -193,6 +193,8 @@ def build_rows(kept: Sequence[Mapping[str, Any]], *, group: str, generator_model
             from the other kept pairs' statements in the positive's framing.
         direction: ``random`` (one row per pair, the anchor side drawn) or ``both``.
         seed: the row seed (directions and negatives).
+        generated_by: written to ``meta.generated_by`` (the stage that wrote the rows), so the
+            attack stage never records them as released rows.
 
     Returns:
         ``(rows, counts)``; a row whose framing has fewer than ``negatives`` other statements
@@ -223,5 +225,5 @@ def build_rows(kept: Sequence[Mapping[str, Any]], *, group: str, generator_model
                          "positive_text": k[f"statement_{b}"], "negatives": [{"text": others[i]} for i in sorted(pick)],
                          "meta": {"group": group, "domain": k["domain"], "topic": k["topic"], "round": k["round"],
                                   "direction": name, "anchor_framing": k[f"field_{a}"], "positive_framing": framing,
-                                  "generator_model": generator_model}})
+                                  "generator_model": generator_model, "generated_by": generated_by}})
     return rows, {"rows": len(rows), "rows_short_of_negatives": short}

@@ -158,7 +158,7 @@ def run(p, lay: Layout, *, name: str, progress: bool = True) -> dict:
     finally:
         store.close()
     rows, row_counts = build_rows(kept, group=group, generator_model=mc.model_id, negatives=mc.negatives,
-                                  direction=mc.direction, seed=mc.row_seed)
+                                  direction=mc.direction, seed=mc.row_seed, generated_by=f"meld_generate@{name}")
     screened_out = sum(1 for c in raw_rows if c["screen"] is not None and not c["kept"])
     reasons: dict[str, int] = {}
     for f in failures:

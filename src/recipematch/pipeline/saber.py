@@ -15,7 +15,8 @@ SABER-Math Sections 3.2-3.5, Appendix B).
    ``cache/saber/<name>/calls.jsonl`` (replay: ``replay-<recordings hash>.jsonl``), so an interrupted run resumes without paying twice.
 5. **Grades**: Bradley-Terry strengths (``choix``) rescaled to [0, 5] per query.
 
-Writes ``artifacts/saber/<name>/`` (``candidates.parquet``, ``judgments.jsonl``,
+Writes ``artifacts/saber/<name>/`` (``topics.jsonl`` and ``summaries.jsonl``, reusable as the
+``topics`` and ``summaries`` files; ``candidates.parquet``, ``judgments.jsonl``,
 ``grades.parquet``, ``qrels.jsonl`` with real-valued grades, ``failures.jsonl``,
 ``MANIFEST.json``) and ``metrics/saber/<name>.json``, which adds BM25's nDCG@10 (exponential
 gain) reranking each query's candidates as a reference.
@@ -366,6 +367,10 @@ def run(p, lay: Layout, *, name: str, progress: bool = True) -> dict:
         pd.DataFrame([{"query_id": q, "doc_id": d, "category": c, "topic_sim": t, "summary_sim": s}
                       for q in queries for d, c, t, s in selected[q]]).to_parquet(tmp / "candidates.parquet", index=False)
         pd.DataFrame(grade_rows).to_parquet(tmp / "grades.parquet", index=False)
+        with open(tmp / "summaries.jsonl", "w", encoding="utf-8") as fh:  # reusable as a `summaries` file
+            for d in ids:
+                if d in summaries:
+                    fh.write(json.dumps({"_id": d, "summary": summaries[d]}, ensure_ascii=False) + "\n")
         with open(tmp / "topics.jsonl", "w", encoding="utf-8") as fh:
             for d in ids:
                 if topics.get(d):
@@ -401,6 +406,11 @@ def run(p, lay: Layout, *, name: str, progress: bool = True) -> dict:
                                 .value_counts().sort_index().items()},
               "bm25_rerank_ndcg10_exponential": round(float(np.mean(ndcg)), 6) if ndcg else None}
     write_json(lay.metrics / "saber" / f"{name}.json", counts)
+    if not queries:  # written first: the metrics count why each query was skipped
+        kinds = ", ".join(f"{k} ({v})" for k, v in sorted(skip_kinds.items(), key=lambda kv: -kv[1])[:3]) or "none"
+        raise RecipematchError(f"saber.{name}: 0 of {len(qids)} queries eligible: each needs k={sc.k} candidates in "
+                               f"every category (topic_only, summary_only, both); skipped: {kinds}; see "
+                               f"queries_skipped in metrics/saber/{name}.json (lower k or the thresholds)")
     if not any(qrels[q] for q in queries):  # written first: the failures say why, the call store keeps every answer
         top = ", ".join(f"{k} ({v})" for k, v in sorted(reasons.items(), key=lambda kv: -kv[1])[:3]) or "none recorded"
         raise RecipematchError(f"saber.{name}: no query got a single grade ({len(queries)} queries, "
