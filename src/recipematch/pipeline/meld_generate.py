@@ -24,9 +24,8 @@ from recipematch.external.meld_attack import attack_prompt_sha256
 from recipematch.external.meld_generate import build_rows, fill, parse_generation, parse_screen, read_domains, statement_key
 from recipematch.io import building_dir, write_json
 from recipematch.llm.backends import GenerationRequest
-from recipematch.llm.pipeline import _through_store
-from recipematch.llm.serving import check_recordings, client_store_path, open_client
-from recipematch.llm.store import CallStore
+from recipematch.llm.asker import StoredAsker
+from recipematch.llm.serving import check_recordings
 from recipematch.pipeline.door import Layout, progress_option, stage
 from recipematch.rules import MELD_ATTACK_SYSTEM
 
@@ -69,19 +68,8 @@ def run(p, lay: Layout, *, name: str, progress: bool = True) -> dict:
     gen_sha = attack_prompt_sha256(system_name)
     screen_sha = hashlib.sha256(screen_sys.encode("utf-8") + b"\x00" + screen_user.encode("utf-8")).hexdigest()
     group = name.removeprefix("meld_")
-    backend_box: list = []
-
-    def backend():
-        if not backend_box:
-            backend_box.append(open_client(mc, recordings, where))
-        return backend_box[0]
-
-    store = CallStore(client_store_path(lay.p("cache", "meld_generate", name), mc, recordings))
-
-    def ask(reqs, desc):
-        pending = any(r.key not in store or store.supersedable(r.key) for r in reqs)
-        return _through_store(store, backend() if pending else None, reqs, lambda req, res: None,
-                              progress=progress, desc=desc)[0]
+    asker = StoredAsker(mc, recordings, where, lay.p("cache", "meld_generate", name), progress=progress)
+    ask = asker.ask
 
     def sampling(temperature: float) -> dict:
         return {"temperature": temperature, "top_p": mc.top_p, "max_tokens": mc.max_tokens}
@@ -156,7 +144,7 @@ def run(p, lay: Layout, *, name: str, progress: bool = True) -> dict:
                 if c["kept"]:
                     kept.append(c)
     finally:
-        store.close()
+        asker.close()
     rows, row_counts = build_rows(kept, group=group, generator_model=mc.model_id, negatives=mc.negatives,
                                   direction=mc.direction, seed=mc.row_seed, generated_by=f"meld_generate@{name}")
     screened_out = sum(1 for c in raw_rows if c["screen"] is not None and not c["kept"])

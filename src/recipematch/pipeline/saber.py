@@ -147,9 +147,8 @@ def run(p, lay: Layout, *, name: str, progress: bool = True) -> dict:
     """Label one problem corpus the SABER-Math way."""
     from recipematch.beir import doc_text, read_corpus
     from recipematch.llm.backends import GenerationRequest
-    from recipematch.llm.pipeline import _through_store
-    from recipematch.llm.serving import check_recordings, client_store_path, open_client
-    from recipematch.llm.store import CallStore
+    from recipematch.llm.asker import StoredAsker
+    from recipematch.llm.serving import check_recordings
     from recipematch.retrieval.bm25 import _score_blocks
     from recipematch.saber import (
         Ontology, SimilarityIndex, SwissTournament, bradley_terry, combine_orders, information_content,
@@ -193,19 +192,8 @@ def run(p, lay: Layout, *, name: str, progress: bool = True) -> dict:
     texts = {d: doc_text(corpus[d])[: sc.max_doc_chars] for d in ids}
     failures: list[dict] = []
     sampling = {"temperature": sc.temperature, "top_p": sc.top_p, "max_tokens": sc.max_tokens}
-    backend_box: list = []
-
-    def backend():
-        if not backend_box:
-            backend_box.append(open_client(sc, recordings, where))
-        return backend_box[0]
-
-    store = CallStore(client_store_path(lay.p("cache", "saber", name), sc, recordings))
-
-    def ask(reqs, desc):
-        pending = any(r.key not in store or store.supersedable(r.key) for r in reqs)
-        return _through_store(store, backend() if pending else None, reqs, lambda req, res: None,
-                              progress=progress, desc=desc)[0]
+    asker = StoredAsker(sc, recordings, where, lay.p("cache", "saber", name), progress=progress)
+    ask = asker.ask
 
     try:
         # 1. summaries
@@ -319,7 +307,7 @@ def run(p, lay: Layout, *, name: str, progress: bool = True) -> dict:
                 if w is None:
                     failures.append({"step": "judgment", "_id": q, "first": a, "second": b, "reason": why})
     finally:
-        store.close()
+        asker.close()
     # 5. grades: a candidate with no valid game has no evidence, so no grade (left out of the
     # qrels and flagged in grades.parquet); the rescale runs over the candidates that played
     grade_rows, qrels, ungraded = [], {}, {"candidates": 0, "queries": 0}
