@@ -63,15 +63,15 @@ def _project(tmp_path: Path, **entry):
     return parse_params(raw), Layout(tmp_path)
 
 
-def _table(not_equivalent=("T01 in module theory", "T10 in measure theory")):
+def _table(not_equivalent=("T01 in module theory", "T10 in measure theory"), asked=3):
     system, first, later = _prompt("meld_generate.system.txt"), _prompt("meld_generate.user_first.txt"), \
         _prompt("meld_generate.user_later.txt")
     ssys, suser = _prompt("meld_screen.system.txt"), _prompt("meld_screen.user.txt")
     answers = _answers()
     table = {}
     for i, d in enumerate(DOMAINS):
-        slots = {"field_1": d["field_1"], "field_2": d["field_2"], "connection": d["connection"], "n_pairs": 3}
-        sys_i = fill(system, {"n_pairs": 3, "field_1": d["field_1"], "field_2": d["field_2"]})
+        slots = {"field_1": d["field_1"], "field_2": d["field_2"], "connection": d["connection"], "n_pairs": asked}
+        sys_i = fill(system, {"n_pairs": asked, "field_1": d["field_1"], "field_2": d["field_2"]})
         table[(sys_i, fill(first, slots))] = answers[(i, 1)]
         covered = "\n".join(f"- t{i}{k}" for k in range(3))
         table[(sys_i, fill(later, {**slots, "covered": covered}))] = answers[(i, 2)]
@@ -165,7 +165,10 @@ def test_the_parsers_and_the_domain_table(tmp_path: Path) -> None:
                                            '"statement": "a"}, "entry_2": {"framing": "module theory", "statement": '
                                            '"b"}}, {"topic": "", "entry_1": {}}, 7]}\n```', d["field_1"], d["field_2"])
     assert pairs == [{"topic": "x", "statement_1": "a", "statement_2": "b"}] and why == ""
-    assert rejects == ["schema: a pair needs a non-empty topic"] * 2
+    assert rejects == ["schema: a pair needs a non-empty topic", "schema: a pair must be a JSON object"]
+    invisible = parse_generation(json.dumps({"pairs": [_pair("x", d, "\u200b\u200d", "b")]}), d["field_1"], d["field_2"])
+    assert invisible[0] == [] and invisible[1] == ["schema: entry_1 needs a non-empty statement"]
+    assert json.loads(repair_latex_escapes(r'{"s": "\t{oo} \r{a} \b{o}"}'))["s"] == r"\t{oo} \r{a} \b{o}"  # accents
     assert parse_generation("nope", "a", "b")[2] == "no_json_after_preamble"
     assert parse_generation('{"pairs": [], "pairs": []}', "a", "b")[2] == "duplicate_key"
     assert parse_generation('{"pairs": 3}', "a", "b")[2].startswith("schema")
@@ -177,7 +180,7 @@ def test_the_parsers_and_the_domain_table(tmp_path: Path) -> None:
     with pytest.raises(RecipematchError, match="slots"):
         fill("{a}", {"b": 1})
     (tmp_path / "d.jsonl").write_text(json.dumps(DOMAINS[0]) + "\n" + json.dumps({**DOMAINS[0], "domain": "z"}) + "\n")
-    with pytest.raises(RecipematchError, match=r"d.jsonl:2: the pair \('vector spaces', 'module theory'\) is given twice"):
+    with pytest.raises(RecipematchError, match=r"d.jsonl:2: the pair \('vector spaces', 'module theory'\) or the domain"):
         read_domains(tmp_path / "d.jsonl", "meld_generate.x.domains")
     (tmp_path / "d.jsonl").write_text(json.dumps({**DOMAINS[0], "connection": " "}) + "\n")
     with pytest.raises(RecipematchError, match=r"d.jsonl:1: field 'connection' must be a non-empty string"):
@@ -195,3 +198,22 @@ def test_the_parsers_and_the_domain_table(tmp_path: Path) -> None:
     raw["meld_generate"] = {"meld9": {"folder": "m", "domains": "elsewhere/d.jsonl", "model_id": "x"}}
     with pytest.raises(RecipematchError, match=r"meld_generate.meld9.domains must lie inside meld_generate.meld9.folder"):
         parse_params(raw)
+
+
+def test_a_resumed_or_extended_run_never_asks_a_stored_screen_again_and_extra_pairs_are_not_paid_for(tmp_path: Path) -> None:
+    from recipematch.pipeline import meld_generate
+
+    p, lay = _project(tmp_path, rounds=1, negatives=1)
+    (tmp_path / "meld" / "domains.jsonl").write_text(json.dumps(DOMAINS[1]) + "\n")
+    with ChatServer(_table(), model=MODEL) as srv:
+        meld_generate.run(_with_url(p, srv.base_url), lay, name="meld9", progress=False)
+        first = len(srv.bodies)
+    (tmp_path / "meld" / "domains.jsonl").write_text("".join(json.dumps(d) + "\n" for d in DOMAINS))
+    with ChatServer(_table(), model=MODEL) as srv:  # the new domain comes first: every running id shifts
+        counts = meld_generate.run(_with_url(p, srv.base_url), lay, name="meld9", progress=False)
+        second = len(srv.bodies)
+    assert first == 1 + 3 and second == 1 + 3 and counts["calls"] == {"generate": 2, "screen": 6}
+    p, lay = _project(tmp_path / "extra", rounds=1, n_pairs=2, negatives=1)
+    with ChatServer(_table(not_equivalent=(), asked=2), model=MODEL) as srv:  # the answers carry 3 pairs: one more than asked
+        counts = meld_generate.run(_with_url(p, srv.base_url), lay, name="meld9", progress=False)
+    assert counts["calls"]["screen"] == 4 and counts["failures"]["pair: extra: beyond the n_pairs=2 asked for"] == 2

@@ -39,6 +39,7 @@ from typing import Any
 import numpy as np
 
 from recipematch.errors import RecipematchError, short_repr
+from recipematch.external.meld import is_text
 from recipematch.llm.parsing import load_answer_object
 
 __all__ = ["DOMAIN_FIELDS", "read_domains", "fill", "repair_latex_escapes", "parse_generation", "parse_screen",
@@ -51,7 +52,7 @@ DIRECTIONS = ("random", "both")
 _SCREEN_BOOLS = ("entry_1_valid", "entry_2_valid", "equivalent", "could_be_less_similar")
 # a backslash that is not itself escaped and starts a LaTeX command (two or more letters, not a
 # \uXXXX escape) or is followed by something that is no JSON escape at all
-_BAD_ESCAPE = re.compile(r'(?<!\\)((?:\\\\)*)\\(?=(?!u[0-9a-fA-F]{4})[A-Za-z]{2,}|[^"\\/bfnrtu])')
+_BAD_ESCAPE = re.compile(r'(?<!\\)((?:\\\\)*)\\(?=(?!u[0-9a-fA-F]{4})[A-Za-z]{2,}|[bfnrt]\{|[^"\\/bfnrtu])')
 
 
 def read_domains(path, where: str) -> list[dict[str, str]]:
@@ -64,7 +65,7 @@ def read_domains(path, where: str) -> list[dict[str, str]]:
     """
     from recipematch.io import iter_jsonl_strict
 
-    rows, seen = [], set()
+    rows, seen, names = [], set(), set()
     try:
         for lineno, obj in iter_jsonl_strict(path):
             if not isinstance(obj, dict):
@@ -73,9 +74,12 @@ def read_domains(path, where: str) -> list[dict[str, str]]:
                 if not isinstance(obj.get(k), str) or not obj[k].strip():
                     raise RecipematchError(f"{where}: {path}:{lineno}: field {k!r} must be a non-empty string")
             pair = (obj["field_1"].strip(), obj["field_2"].strip())
-            if pair in seen:
-                raise RecipematchError(f"{where}: {path}:{lineno}: the pair {pair} is given twice")
-            seen.add(pair)
+            key = frozenset(statement_key(f) for f in pair)  # case, spacing and order do not make a new pair
+            if key in seen or obj["domain"].strip() in names:
+                raise RecipematchError(f"{where}: {path}:{lineno}: the pair {pair} or the domain "
+                                       f"{obj['domain'].strip()!r} is given twice")
+            seen.add(key)
+            names.add(obj["domain"].strip())
             rows.append({k: obj[k].strip() for k in DOMAIN_FIELDS})
     except (ValueError, OSError) as e:
         if isinstance(e, RecipematchError):
@@ -112,8 +116,10 @@ def fill(template: str, values: Mapping[str, Any]) -> str:
 
 
 def repair_latex_escapes(text: str) -> str:
-    """``text`` with each backslash that starts a LaTeX command (``\\mathbb``, ``\\frac``) or is
-    no JSON escape (``\\{``, ``\\,``) doubled, so LaTeX inside JSON strings parses as written.
+    """``text`` with each backslash that starts a LaTeX command (``\\mathbb``, ``\\frac``, an accent
+    such as ``\\t{oo}`` or ``\\r{a}``) or is no JSON escape (``\\{``, ``\\,``) doubled, so LaTeX
+    inside JSON strings parses as written. ``\\"`` stays an escaped quote (so ``G\\"odel`` reads
+    as ``G"odel``).
     A JSON escape followed by two letters (``\\nThe``) reads as a LaTeX command too: the
     statement keeps a backslash and the letters, never a silent newline or form feed."""
     return _BAD_ESCAPE.sub(lambda m: m.group(1) + "\\\\", text)
@@ -144,13 +150,16 @@ def parse_generation(raw: str | None, field_1: str, field_2: str) -> tuple[list[
         return [], [], 'schema: the answer must be {"pairs": [...]}'
     pairs, rejects = [], []
     for item in obj["pairs"]:
-        if not isinstance(item, dict) or not isinstance(item.get("topic"), str) or not item["topic"].strip():
+        if not isinstance(item, dict):
+            rejects.append("schema: a pair must be a JSON object")
+            continue
+        if not is_text(item.get("topic")):
             rejects.append("schema: a pair needs a non-empty topic")
             continue
         got = []
         for k, field in (("entry_1", field_1), ("entry_2", field_2)):
             e = item.get(k)
-            if not isinstance(e, dict) or not isinstance(e.get("statement"), str) or not e["statement"].strip():
+            if not isinstance(e, dict) or not is_text(e.get("statement")):
                 got = None
                 rejects.append(f"schema: {k} needs a non-empty statement")
                 break

@@ -108,12 +108,16 @@ def run(p, lay: Layout, *, name: str, progress: bool = True) -> dict:
                     failures.append({"step": "generate", "domain": d["domain"], "round": rnd, "reason": why})
                 for r in rejects:
                     failures.append({"step": "pair", "domain": d["domain"], "round": rnd, "reason": r})
-                for pair in pairs:
+                for _extra in pairs[mc.n_pairs:]:  # more than asked for: counted, never screened or paid for
+                    failures.append({"step": "pair", "domain": d["domain"], "round": rnd,
+                                     "reason": f"extra: beyond the n_pairs={mc.n_pairs} asked for"})
+                for pair in pairs[: mc.n_pairs]:
                     covered[i].append(pair["topic"])
                     keys = (statement_key(pair["statement_1"]), statement_key(pair["statement_2"]))
-                    if keys[0] in seen or keys[1] in seen or keys[0] == keys[1]:
+                    if keys[0] == keys[1] or keys[0] in seen or keys[1] in seen:
                         failures.append({"step": "pair", "domain": d["domain"], "round": rnd,
-                                         "reason": "duplicate: a statement already written"})
+                                         "reason": "duplicate: the two statements are the same" if keys[0] == keys[1]
+                                         else "duplicate: a statement already written"})
                         continue
                     seen.update(keys)
                     fresh.append({"source_id": f"meldgen-{group}-{len(raw_rows) + len(fresh):06d}",
@@ -124,7 +128,10 @@ def run(p, lay: Layout, *, name: str, progress: bool = True) -> dict:
                     prompt_name=f"meld_screen_{name}", prompt_sha256=screen_sha, system=screen_sys,
                     user=fill(screen_user, {"framing_1": c["field_1"], "statement_1": c["statement_1"],
                                             "framing_2": c["field_2"], "statement_2": c["statement_2"]}),
-                    source_id=c["source_id"], variant=0, sampling=sampling(0.0), seed=mc.seed, model_id=mc.model_id)
+                    # keyed by the pair's content, not its running id: a resumed or extended run never re-asks
+                    source_id=f"{c['field_1']}|{c['field_2']}",
+                    variant=hashlib.sha256(json.dumps([c["statement_1"], c["statement_2"]]).encode()).hexdigest()[:16],
+                    sampling=sampling(0.0), seed=mc.seed, model_id=mc.model_id)
                     for c in fresh]
                 calls["screen"] += len(sreqs)
                 verdicts = ask(sreqs, f"meld_generate@{name} screen {rnd}")
