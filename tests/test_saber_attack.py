@@ -113,3 +113,36 @@ def test_the_summary_arm_is_a_cell_on_its_rows_own_negatives_and_needs_its_rows_
     with pytest.raises(RecipematchError, match=r"arms\[saber_summary\]: no input for positives=saber_summary .*"
                                                r"declare attacks.saber_summary.rows .*pairs_summary_channel.jsonl"):
         parse_params(raw)
+
+
+DOC_ROWS = [  # summaries: a/b share most words (Jaccard 3/4 > 0.211), c/d share none with them
+    {"source_id": "a", "positive_text": "Use parity and modular arithmetic.", "negatives": [], "channel": "saber_summary"},
+    {"source_id": "b", "positive_text": "Apply parity with modular arithmetic.", "negatives": [], "channel": "saber_summary"},
+    {"source_id": "c", "positive_text": "Rotate the triangle by sixty degrees.", "negatives": [], "channel": "saber_summary"},
+    {"source_id": "d", "positive_text": "Count lattice paths by reflection.", "negatives": [], "channel": "saber_summary"},
+    {"source_id": "e", "positive_text": "Telescoping sum of reciprocals.", "negatives": [], "channel": "saber_summary"},
+]
+DOC_CORPUS = {k: f"problem {k} text" for k in "abcde"}
+
+
+def test_the_document_channel_pairs_problems_by_the_summary_rule(tmp_path: Path) -> None:
+    from recipematch.external.saber_attack import build_document_rows
+    from recipematch.saber import TAU_SUMM, jaccard, summary_tokens
+
+    path = _write(tmp_path / "rows.jsonl", DOC_ROWS)
+    # by hand: tokens less stop words: a = {use, parity, modular, arithmetic}, b = {apply, parity, modular,
+    # arithmetic}: 3 shared of 5 = 0.6; every other pair shares nothing
+    assert jaccard(summary_tokens(DOC_ROWS[0]["positive_text"]), summary_tokens(DOC_ROWS[1]["positive_text"])) == 0.6
+    rows, counts = build_document_rows(path, "saber_document", DOC_CORPUS, seed=3, revision="r")
+    assert [(r["source_id"], r["positive"]) for r in rows] == [("a", "problem b text"), ("b", "problem a text")]
+    assert counts["relevant_pairs"] == 2 and counts["rows_out"] == 2 and counts["tau_summ"] == TAU_SUMM == 0.211
+    for r in rows:
+        negs = {n["partner"] for n in r["negatives"]}
+        assert len(negs) == 2 and negs <= {"c", "d", "e"}  # only problems at or below the threshold
+        prov = r["positive_provenance"]
+        assert prov["channel"] == "saber_document" and prov["summaries_released"] == "r" and "released" not in prov
+        assert prov["summary_jaccard"] == 0.6 and prov["generator"] == "saber_core_idea"
+    assert build_document_rows(path, "saber_document", DOC_CORPUS, seed=3, revision="r")[0] == rows  # seeded
+    lonely = _write(tmp_path / "lonely.jsonl", [DOC_ROWS[0], DOC_ROWS[2], DOC_ROWS[3]])
+    with pytest.raises(RecipematchError, match=r"attacks.saber_document.rows: no two of the 3 sources' summaries"):
+        build_document_rows(lonely, "saber_document", DOC_CORPUS, seed=3)

@@ -280,3 +280,16 @@ def test_relative_weight_change_measures_the_trainable_weights():
         m.weight.mul_(2.0)
         m.bias.mul_(2.0)
     assert relative_weight_change(model, snap) == pytest.approx(1.0)
+
+
+def test_max_steps_stops_training_at_the_step_count_and_leaves_the_identity_alone_when_off(tiny_model, tmp_path):
+    """Appendix D's step-matched arm: ``train.max_steps`` caps the optimiser steps whatever the
+    epochs; off (0) it is no part of a run's identity, so existing run keys do not move."""
+    import dataclasses
+
+    one_epoch = train_one(_rows(), base_model=str(tiny_model), out_dir=tmp_path / "a", seed=0, cfg=_cfg(),
+                          progress=False)
+    capped = dataclasses.replace(_cfg(), epochs=3, max_steps=2)
+    rec = train_one(_rows(), base_model=str(tiny_model), out_dir=tmp_path / "b", seed=0, cfg=capped, progress=False)
+    assert one_epoch["steps"] == 4 and rec["steps"] == 2  # 16 train rows, batch 4: 4 steps an epoch
+    assert "max_steps" not in _cfg().identity() and capped.identity()["max_steps"] == 2

@@ -603,6 +603,9 @@ class TrainConfig:
     # training variants (paper Table 2, Appendix E, Table 19); the defaults leave full fine-tuning as it was
     gradient_checkpointing: bool = _spec("recompute activations in the backward pass (paper: the 4B LoRA run)",
                                          default=False)
+    max_steps: int = _spec("stop each seed after this many optimiser steps (0 = train.epochs passes; Appendix D's "
+                           "step-matched SABER arm: the summary arm at the document arm's steps)", default=0, min=0,
+                           max=10_000_000)
     lora: LoraConfig = _spec("LoRA adapters (off by default)", default_factory=LoraConfig)
     query_instruction: str = _spec("text prefixed to queries: to anchors in training and to queries when the "
                                    "trained models are scored (paper Appendix E: V2; '' = none)", default="",
@@ -727,6 +730,8 @@ class AttackConfig:
                       "{source_id, anchor_text, positive_text, negatives: [{text}], meta} object a line", min=1,
                       max_len=2000)
     revision: str = _spec("the rows' upstream revision, recorded with the pair file", default="", max_len=200)
+    seed: int = _spec("seed of the rows' own draws (saber_document: its negatives)", default=42, min=0,
+                      max=2**31 - 1)
 
 
 @dataclass(frozen=True)

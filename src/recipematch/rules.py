@@ -38,9 +38,12 @@ MELD_ATTACK_SYSTEM = {"meld9": "meld_generate", "meld_heldout": "meld_generate",
                       "meld9altm": "meld_altprompt"}
 #: The SABER-Math attack's row sets (Section 6, Appendix D), written by the ``attack@<key>``
 #: stage from released rows: ``saber_summary``, the summary channel (anchor = a source problem,
-#: positive = its core-idea summary, negatives = other problems' summaries). The document
-#: channel's rows are not released.
-SABER_ATTACKS = ("saber_summary",)
+#: positive = its core-idea summary, negatives = other problems' summaries), and
+#: ``saber_document``, the document channel built from the same summaries by SABER-Math's own
+#: relevance rule (anchor = a source problem, positive = another problem whose summary's word
+#: Jaccard with the anchor's exceeds 0.211, negatives = problems at or below it); the release
+#: has no document-channel rows.
+SABER_ATTACKS = ("saber_summary", "saber_document")
 #: the prompt the summaries were written under: SABER-Math's core-idea prompt, byte for byte (Appendix F)
 SABER_ATTACK_PROMPT = "saber_core_idea"
 #: the ``channel`` value of a summary-channel row in the release
@@ -179,6 +182,8 @@ NAMED_ARMS: dict[str, CellSpec] = {
     "meld9altm": CellSpec("meld9altm", "own"),
     # Section 6, Appendix D: the SABER attack's summary channel, on other problems' summaries
     "saber_summary": CellSpec("saber_summary", "own"),
+    # Section 6, Appendix D: the SABER attack's document channel, summary-Jaccard partners as positives
+    "saber_document": CellSpec("saber_document", "own"),
 }
 """Named cells (paper Tables 1, 9, 11 and 12). Any of these names can be listed in ``arms``."""
 
@@ -334,7 +339,8 @@ def missing_input_message(spec: CellSpec, key: str) -> str:
                f"(the peer's release: data/meld_attack/pairs_{key.removeprefix('meld_')}.jsonl)")
     elif key in SABER_ATTACKS:
         how = (f"the attack@{key} stage writes it from released rows: declare attacks.{key}.rows in params.yaml "
-               "(the peer's release: data/saber_attack/pairs_summary_channel.jsonl)")
+               "(the peer's release: data/saber_attack/pairs_summary_channel.jsonl"
+               + ("; the document channel is built from its summaries)" if key == "saber_document" else ")"))
     else:
         how = "the verified (computer-algebra) stage writes it"
     return (f"no input for {which}={val} of cell {spec.name}: pair file '{key}' (artifacts/pairs/{key}.jsonl) "

@@ -52,10 +52,12 @@ from recipematch.errors import RecipematchError, short_repr
 
 __all__ = ["Ontology", "information_content", "lin_similarity", "topic_similarity", "SimilarityIndex", "summary_tokens",
            "jaccard", "select_candidates", "stratified_draw", "swiss_pairings", "Judgment", "Tournament", "run_tournament", "SwissTournament", "combine_orders",
-           "bradley_terry", "rescale", "ndcg_exponential", "JudgeFailure", "SELECTION_CATEGORIES"]
+           "bradley_terry", "rescale", "ndcg_exponential", "JudgeFailure", "SELECTION_CATEGORIES", "TAU_SUMM"]
 
 #: Section 3.4's three candidate categories, in the order they are drawn
 SELECTION_CATEGORIES = ("topic_only", "summary_only", "both")
+#: Section 3.4 (Appendix B.2): a pair is summary-relevant when its summaries' Jaccard exceeds this
+TAU_SUMM = 0.211
 _TOKEN = re.compile(r"[a-z0-9]+")
 
 

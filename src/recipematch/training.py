@@ -81,8 +81,10 @@ class TrainSettings:
         lora: LoRA adapters (:class:`LoraSettings`); ``None`` trains all weights.
         query_instruction: text prefixed to every anchor, in training and dev scoring
             (Appendix E: V2's instruction); ``""`` prefixes nothing.
+        max_steps: stop after this many optimiser steps (Appendix D: the step-matched SABER
+            summary arm, retrained at the document arm's 57 steps); 0 trains ``epochs`` passes.
 
-    The last three default to "off"; with them off a run is the full fine-tuning of Table 2,
+    The last four default to "off"; with them off a run is the full fine-tuning of Table 2,
     and :meth:`identity` is what it was before they existed.
     """
 
@@ -100,9 +102,10 @@ class TrainSettings:
     gradient_checkpointing: bool = False
     lora: LoraSettings | None = None
     query_instruction: str = ""
+    max_steps: int = 0
 
     #: the variant fields and their "off" values
-    VARIANTS_OFF = {"gradient_checkpointing": False, "lora": None, "query_instruction": ""}
+    VARIANTS_OFF = {"gradient_checkpointing": False, "lora": None, "query_instruction": "", "max_steps": 0}
 
     @classmethod
     def pick(cls, obj: Any) -> "TrainSettings":
@@ -115,6 +118,7 @@ class TrainSettings:
         kw = {f.name: getattr(obj, f.name) for f in dataclasses.fields(cls) if f.name not in cls.VARIANTS_OFF}
         kw["gradient_checkpointing"] = bool(getattr(obj, "gradient_checkpointing", False))
         kw["query_instruction"] = str(getattr(obj, "query_instruction", ""))
+        kw["max_steps"] = int(getattr(obj, "max_steps", 0))
         lo = getattr(obj, "lora", None)
         if lo is not None and lo.enabled:
             kw["lora"] = LoraSettings(rank=int(lo.rank), alpha=float(lo.alpha), dropout=float(lo.dropout),
@@ -484,7 +488,7 @@ def train_one(rows: Sequence[Mapping[str, Any]], *, base_model: str, out_dir: Pa
                                  write_csv=False)
     before = evaluator(model)
     steps_per_epoch = sum(r["batches_advertised"] for r in sampler_reports.values())
-    total_steps = max(1, steps_per_epoch * cfg.epochs)
+    total_steps = max(1, cfg.max_steps or steps_per_epoch * cfg.epochs)
     eval_steps = max(1, min(cfg.eval_steps, total_steps))
     history: list[dict[str, float]] = []
 
@@ -510,6 +514,7 @@ def train_one(rows: Sequence[Mapping[str, Any]], *, base_model: str, out_dir: Pa
             greater_is_better=True, logging_steps=max(1, eval_steps // 2), use_cpu=cfg.device == "cpu", bf16=cfg.bf16, report_to="none",
             disable_tqdm=not progress, save_only_model=True,
             **({"activation_checkpointing": True} if cfg.gradient_checkpointing else {}),  # transformers 5 name
+            **({"max_steps": cfg.max_steps} if cfg.max_steps else {}),  # the step-matched arms (Appendix D)
         )
         train_ds = datasets if len(datasets) > 1 else next(iter(datasets.values()))
         trainer = SentenceTransformerTrainer(

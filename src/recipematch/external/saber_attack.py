@@ -14,7 +14,12 @@ pair rows (:mod:`recipematch.pairs`) whose provenance names the prompt and its S
 The summaries were written by Qwen3-32B-AWQ in place of SABER-Math's GPT-OSS-120B (Appendix D:
 the attack is cross-vendor); the rows do not name their model, so the provenance records
 :data:`recipematch.rules.SABER_ATTACK_MODEL` unless a row carries ``generator_model``.
-The document channel (rows built on SABER-Math's document template) is not in the release.
+The document channel's rows are not in the release. :func:`build_document_rows` builds them
+from the same summaries by SABER-Math's own relevance rule (its Section 3.4: summary word
+Jaccard above 0.211, the threshold the paper's attack used unchanged): anchor = a source
+problem, positive = another source problem whose summary is relevant to the anchor's, negatives
+= source problems whose summaries are not. The documents are the corpus problems as they are
+(SABER-Math's document template is not shipped, so no template is applied).
 """
 
 from __future__ import annotations
@@ -29,7 +34,7 @@ from recipematch.errors import RecipematchError, short_repr
 from recipematch.external import check_rows_file, iter_row_objects
 from recipematch.external.meld import is_text
 
-__all__ = ["saber_prompt_sha256", "read_summary_rows"]
+__all__ = ["saber_prompt_sha256", "read_summary_rows", "build_document_rows"]
 
 
 def saber_prompt_sha256() -> str:
@@ -106,4 +111,71 @@ def read_summary_rows(path: str | os.PathLike, key: str, corpus: Mapping[str, st
               "negatives": sum(len(r["negatives"]) for r in rows), "generator_models": dict(sorted(models.items())),
               "prompt": SABER_ATTACK_PROMPT, "prompt_sha256": sha,
               "input_sha256": hashlib.sha256(path.read_bytes()).hexdigest(), "revision": revision}
+    return sort_rows(rows), counts
+
+
+def build_document_rows(path: str | os.PathLike, key: str, corpus: Mapping[str, str], *, seed: int,
+                        negatives: int = 2, revision: str = "") -> tuple[list[dict], dict[str, Any]]:
+    """The document channel of attack ``key`` (``saber_document``): pair rows built from the
+    released summary-channel rows by SABER-Math's summary rule (module docstring).
+
+    For each source problem ``a`` (sorted by id) and each other source ``b`` whose summary's
+    token Jaccard with ``a``'s exceeds :data:`recipematch.saber.TAU_SUMM`
+    (:func:`recipematch.saber.summary_tokens`, :func:`recipematch.saber.jaccard`), one row:
+    anchor = ``a``'s problem, positive = ``b``'s problem, ``negatives`` problems drawn with
+    ``seed`` from the sources whose Jaccard with ``a`` is at or below the threshold. A source
+    with many relevant partners anchors many rows (as the paper's document channel: 11,461
+    rows from 4,119 sources); the matched budget keeps a source's rows together.
+
+    Args:
+        path: the released summary-channel rows. key: the row set's name.
+        corpus: ``doc id -> problem text``.
+        seed: the negatives' draw. negatives: per row, >= 1.
+        revision: the release revision of the summaries, recorded in each row's provenance.
+
+    Returns:
+        ``(rows, counts)``: counts add ``relevant_pairs``, ``rows_short_of_negatives`` and the
+        threshold to :func:`read_summary_rows`'s.
+
+    Raises:
+        RecipematchError: what :func:`read_summary_rows` raises, ``negatives`` < 1, or no
+            pair of sources above the threshold.
+    """
+    import numpy as np
+
+    from recipematch.pairs import sort_rows
+    from recipematch.saber import TAU_SUMM, jaccard, summary_tokens
+
+    if negatives < 1:
+        raise RecipematchError(f"attacks.{key}: negatives must be >= 1, got {negatives}")
+    summary_rows, counts = read_summary_rows(path, "saber_summary", corpus, revision=revision)
+    src = sorted(summary_rows, key=lambda r: r["source_id"])
+    toks = [summary_tokens(r["positive"]) for r in src]
+    rng = np.random.default_rng(seed)
+    rows, short, relevant = [], 0, 0
+    for i, a in enumerate(src):
+        sims = [jaccard(toks[i], t) if j != i else -1.0 for j, t in enumerate(toks)]
+        partners = [j for j, v in enumerate(sims) if v > TAU_SUMM]
+        others = [j for j, v in enumerate(sims) if 0.0 <= v <= TAU_SUMM]
+        relevant += len(partners)
+        prov = {k: v for k, v in a["positive_provenance"].items() if k != "released"}
+        prov.update(channel=key, rule=f"summary Jaccard > {TAU_SUMM}",  # built here, from released summaries
+                    summaries_released=a["positive_provenance"]["released"])
+        for j in partners:
+            if len(others) < negatives:
+                short += 1
+                continue
+            pick = sorted(rng.choice(len(others), size=negatives, replace=False).tolist())
+            rows.append({"source_id": a["source_id"], "anchor": a["anchor"], "positive": src[j]["anchor"],
+                         "positive_provenance": {**prov, "partner": src[j]["source_id"],
+                                                 "summary_jaccard": round(sims[j], 6)},
+                         "negatives": [{"text": src[others[k]]["anchor"], **{x: prov[x] for x in (
+                             "generator", "prompt_sha256", "model_id", "judge")}, "edit": None, "counterexample": None,
+                             "partner": src[others[k]]["source_id"]} for k in pick]})
+    if not rows:
+        raise RecipematchError(f"attacks.{key}.rows: no two of the {len(src)} sources' summaries have a Jaccard above "
+                               f"{TAU_SUMM} with enough negatives left ({short} short); the document channel is empty")
+    counts = {**counts, "rows_out": len(rows), "sources": len({r["source_id"] for r in rows}),
+              "negatives": sum(len(r["negatives"]) for r in rows), "relevant_pairs": relevant,
+              "rows_short_of_negatives": short, "tau_summ": TAU_SUMM, "channel": key}
     return sort_rows(rows), counts

@@ -13,7 +13,7 @@ import click
 
 from recipematch.errors import RecipematchError
 from recipematch.external.meld_attack import read_attack_rows
-from recipematch.external.saber_attack import read_summary_rows
+from recipematch.external.saber_attack import build_document_rows, read_summary_rows
 from recipematch.io import write_json, write_jsonl
 from recipematch.pipeline.door import Layout, stage
 from recipematch.pipeline.inputs import corpus_rows
@@ -31,7 +31,10 @@ def run(p, lay: Layout, *, name: str) -> dict:
     a = p.attacks[name]
     if name in SABER_ATTACKS:
         corpus = {str(r["doc_id"]): r["text"] for r in corpus_rows(lay)}
-        rows, counts = read_summary_rows(lay.p(a.rows), name, corpus, revision=a.revision)
+        if name == "saber_document":
+            rows, counts = build_document_rows(lay.p(a.rows), name, corpus, seed=a.seed, revision=a.revision)
+        else:
+            rows, counts = read_summary_rows(lay.p(a.rows), name, corpus, revision=a.revision)
     else:
         rows, counts = read_attack_rows(lay.p(a.rows), name, revision=a.revision)
     write_jsonl(lay.pairs / f"{name}.jsonl", rows)
