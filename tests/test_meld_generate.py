@@ -153,7 +153,7 @@ def test_replay_without_recordings_and_a_run_with_no_rows_stop_in_one_line(tmp_p
         with pytest.raises(RecipematchError, match=r"^meld_generate.meld9: no row came out \(0 pairs parsed"):
             meld_generate.run(_with_url(p, srv.base_url), lay, name="meld9", progress=False)
     fails = (tmp_path / "broken" / "artifacts" / "meld_generate" / "meld9" / "failures.jsonl").read_text()
-    assert fails.count('"step": "generate"') == 4
+    assert fails.count('"step":"generate"') == 4
 
 
 def test_the_parsers_and_the_domain_table(tmp_path: Path) -> None:

@@ -22,7 +22,7 @@ import click
 from recipematch.errors import RecipematchError
 from recipematch.external.meld_attack import attack_prompt_sha256
 from recipematch.external.meld_generate import build_rows, fill, parse_generation, parse_screen, read_domains, statement_key
-from recipematch.io import building_dir, write_json
+from recipematch.io import building_dir, write_json, write_jsonl
 from recipematch.llm.backends import GenerationRequest
 from recipematch.llm.asker import StoredAsker
 from recipematch.llm.serving import check_recordings
@@ -40,12 +40,6 @@ def _prompt(name: str) -> str:
     if not path.is_file():
         raise RecipematchError(f"MELD generation: prompt file {name} is not shipped")
     return path.read_bytes().decode("utf-8")
-
-
-def _write_jsonl(path, rows) -> None:
-    with open(path, "w", encoding="utf-8") as fh:
-        for r in rows:
-            fh.write(json.dumps(r, ensure_ascii=False, sort_keys=True) + "\n")
 
 
 def run(p, lay: Layout, *, name: str, progress: bool = True) -> dict:
@@ -167,9 +161,9 @@ def run(p, lay: Layout, *, name: str, progress: bool = True) -> dict:
               "prompt": MELD_ATTACK_SYSTEM[name], "prompt_sha256": gen_sha, "screen_prompt_sha256": screen_sha,
               "model_id": mc.model_id}
     with building_dir(lay.p("artifacts", "meld_generate", name)) as tmp:
-        _write_jsonl(tmp / "pairs.jsonl", rows)
-        _write_jsonl(tmp / "raw.jsonl", raw_rows)
-        _write_jsonl(tmp / "failures.jsonl", failures)
+        write_jsonl(tmp / "pairs.jsonl", rows)
+        write_jsonl(tmp / "raw.jsonl", raw_rows)
+        write_jsonl(tmp / "failures.jsonl", failures)
         write_json(tmp / "MANIFEST.json", {"group": group, **{k: counts[k] for k in (
             "prompt", "prompt_sha256", "screen_prompt_sha256", "model_id", "pairs_kept", "rows")},
             "settings": {"n_pairs": mc.n_pairs, "rounds": mc.rounds, "target_pairs": mc.target_pairs,

@@ -33,7 +33,7 @@ import numpy as np
 import pandas as pd
 
 from recipematch.errors import RecipematchError
-from recipematch.io import building_dir, iter_jsonl_strict, write_json
+from recipematch.io import building_dir, iter_jsonl_strict, write_json, write_jsonl
 from recipematch.llm.parsing import load_answer_object
 from recipematch.pipeline.door import Layout, progress_option, stage
 
@@ -355,22 +355,12 @@ def run(p, lay: Layout, *, name: str, progress: bool = True) -> dict:
         pd.DataFrame([{"query_id": q, "doc_id": d, "category": c, "topic_sim": t, "summary_sim": s}
                       for q in queries for d, c, t, s in selected[q]]).to_parquet(tmp / "candidates.parquet", index=False)
         pd.DataFrame(grade_rows).to_parquet(tmp / "grades.parquet", index=False)
-        with open(tmp / "summaries.jsonl", "w", encoding="utf-8") as fh:  # reusable as a `summaries` file
-            for d in ids:
-                if d in summaries:
-                    fh.write(json.dumps({"_id": d, "summary": summaries[d]}, ensure_ascii=False) + "\n")
-        with open(tmp / "topics.jsonl", "w", encoding="utf-8") as fh:
-            for d in ids:
-                if topics.get(d):
-                    fh.write(json.dumps({"_id": d, "topics": list(topics[d])}, ensure_ascii=False) + "\n")
-        for fname, rows in (("judgments.jsonl", judgments), ("failures.jsonl", failures)):
-            with open(tmp / fname, "w", encoding="utf-8") as fh:
-                for r in rows:
-                    fh.write(json.dumps(r, ensure_ascii=False, sort_keys=True) + "\n")
-        with open(tmp / "qrels.jsonl", "w", encoding="utf-8") as fh:
-            for q in queries:
-                for d, g in qrels[q].items():
-                    fh.write(json.dumps({"query-id": q, "corpus-id": d, "score": g}, sort_keys=True) + "\n")
+        write_jsonl(tmp / "summaries.jsonl", ({"_id": d, "summary": summaries[d]} for d in ids if d in summaries))
+        write_jsonl(tmp / "topics.jsonl", ({"_id": d, "topics": list(topics[d])} for d in ids if topics.get(d)))
+        write_jsonl(tmp / "judgments.jsonl", judgments)
+        write_jsonl(tmp / "failures.jsonl", failures)
+        write_jsonl(tmp / "qrels.jsonl", ({"query-id": q, "corpus-id": d, "score": g}
+                                          for q in queries for d, g in qrels[q].items()))
         write_json(tmp / "MANIFEST.json", {"judge_model": sc.model_id, "judge_prompt_sha256": judge_sha,
                                            "n_queries": len(queries), "settings": {
                                                "tau_topic": sc.tau_topic, "tau_summ": sc.tau_summ, "k": sc.k,
