@@ -52,6 +52,7 @@ from recipematch.beir import (
 )
 from recipematch.errors import RecipematchError, short_repr
 from recipematch.io import BadLine, iter_jsonl
+from recipematch.metrics import UNKNOWN_LANG  # one definition: the metric that reads the tag
 
 __all__ = [
     "MATHNET_RETRIEVE_REPO",
@@ -73,8 +74,6 @@ __all__ = [
 
 MATHNET_RETRIEVE_REPO = "ShadenA/MathNet-Retrieve"
 MATHNET_TIERS = ("easy", "medium", "hard")
-#: The released tag of a gold whose language is not known; it counts as another language.
-UNKNOWN_LANG = "unknown"
 
 
 @dataclass

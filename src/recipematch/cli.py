@@ -15,6 +15,7 @@ from pathlib import Path
 
 import click
 
+from recipematch.metrics import SCORING_RULES
 from recipematch.pipeline.door import offline_env
 
 #: (subcommand name, stage module) — each module's ``main`` is the stage's click command
@@ -309,7 +310,7 @@ def audit_group() -> None:
 @click.option("--real", type=click.Path(path_type=Path), default=None,
               help="Optional generator-free BEIR set (for the difference in differences).")
 @click.option("--real-rule", default="plain", show_default=True,
-              type=click.Choice(["plain", "crosslingual_strict", "samelang"]), help="Scoring rule of --real.")
+              type=click.Choice(list(SCORING_RULES)), help="Scoring rule of --real.")
 @click.option("--also", "also", multiple=True, metavar="NAME=FOLDER[:RULE]",
               help="A further BEIR folder to declare (scored, gated against, not in the number); repeatable.")
 @click.option("--base-model", default=None, help="Base model: packaged name or a local sentence-transformers folder.")

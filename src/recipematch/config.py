@@ -32,8 +32,9 @@ from typing import Any, TypeVar
 import yaml
 
 from recipematch.errors import RecipematchError, short_repr
+from recipematch.metrics import SCORING_RULES
+from recipematch.rules import EVAL_ROLES, SELF_MASK_RULES
 from recipematch.rules import GAINS as GAINS_ALLOWED
-from recipematch.rules import SELF_MASK_RULES
 
 _FLOAT_12 = re.compile(r"""^[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?$|^[-+]?\.(?:inf|Inf|INF)$|^\.(?:nan|NaN|NAN)$""", re.X)
 _INT_12 = re.compile(r"^[-+]?[0-9]+$|^0o[0-7]+$|^0x[0-9a-fA-F]+$")
@@ -651,8 +652,8 @@ class EvaluateConfig:
                        choices=("float32", "bfloat16"), default="float32")
 
 
-EVAL_RULES_ALLOWED = ("plain", "crosslingual_strict", "samelang")
-EVAL_ROLES_ALLOWED = ("benchmark", "real", "in_family", "diagnostic", "external")
+EVAL_RULES_ALLOWED = tuple(SCORING_RULES)  # the one registry of scoring rules (Section 3, Appendix A)
+EVAL_ROLES_ALLOWED = tuple(EVAL_ROLES)
 
 
 @dataclass(frozen=True)

@@ -31,6 +31,7 @@ from pathlib import Path
 import click
 
 from recipematch.errors import RecipematchError
+from recipematch.metrics import SCORING_RULES
 from recipematch.rules import SELF_MASK_RULES
 
 __all__ = ["evaluate", "resolve_model", "check_device", "check_outputs_outside", "write_outputs",
@@ -279,7 +280,7 @@ def write_outputs(out: Path, summary: dict, per_query_out: Path | None = None,
 @click.argument("folder", type=click.Path(path_type=Path))
 @click.option("--model", "model", required=True,
               help="Local model directory, 'all-MiniLM-L6-v2' (offline copy) or 'bm25'.")
-@click.option("--rule", type=click.Choice(["plain", "crosslingual_strict", "samelang"]),
+@click.option("--rule", type=click.Choice(list(SCORING_RULES)),
               default="plain", show_default=True,
               help="Scoring rule: plain golds, strict cross-language golds (metadata.lang "
                    "and gold_langs), or same-language slices.")

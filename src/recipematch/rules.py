@@ -15,7 +15,8 @@ else restates them.
   (``contrasts``, each ``"arm - arm"``, read by :func:`parse_contrast`); each gap also enters
   a difference-in-differences against the real-duplicate side (Section 4, Appendix A).
 * **Evaluation roles and scoring rules** (Section 3, Appendix A, Table 5): what a declared
-  evaluation's ``role`` and ``rule`` mean (:data:`EVAL_ROLES`, :data:`EVAL_RULES`).
+  evaluation's ``role`` and ``rule`` mean (:data:`EVAL_ROLES`; the rules in one registry,
+  :data:`recipematch.metrics.SCORING_RULES`).
 """
 
 from __future__ import annotations
@@ -272,10 +273,6 @@ EVAL_ROLES = {
     "external": "a benchmark no one in the project built (Section 6, Tables 20 and 22): scored by its own "
                 "graded measures, reported in its own table, never in Table 1 or a DiD",
 }
-#: Scoring rules (Section 3, Appendix A). ``plain``: rank of the best gold among all documents
-#: (own entry masked); ``crosslingual_strict``: only golds whose language tag differs from
-#: the query's count (``unknown`` counts as another language); a query without one is a miss.
-EVAL_RULES = ("plain", "crosslingual_strict")
 #: Which corpus entry is a query's own and masked (Section 3: "a query's own corpus entry is
 #: masked"): ``id_and_text`` (default) the entry with the query's id and the query's text;
 #: ``id`` the entry with the query's id; ``none`` nothing. Meanings in
