@@ -71,6 +71,7 @@ from pathlib import Path
 from typing import Any
 
 from recipematch.errors import RecipematchError, short_repr
+from recipematch.metrics import metric_key
 
 SCHEMA = "recipematch.audit/1"
 #: the arms of an audit: the recipe and the control cell (positives = the control prompt)
@@ -740,7 +741,7 @@ def plot_audit(audit: Mapping[str, Any], path: Path) -> None:
 
     ev = audit["recipe_sensitivity"]["evaluation"]
     models = list(audit["scores"])
-    vals = [audit["scores"][m][f"{ev}.R@1"]["mean"] for m in models]
+    vals = [audit["scores"][m][metric_key(ev, 1)]["mean"] for m in models]
     names = {"cell": "control (cell)"}
     rs = audit["recipe_sensitivity"]
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(8, 3.2), gridspec_kw={"width_ratios": [3, 1]})

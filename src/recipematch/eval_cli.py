@@ -31,7 +31,7 @@ from pathlib import Path
 import click
 
 from recipematch.errors import RecipematchError
-from recipematch.metrics import SCORING_RULES
+from recipematch.metrics import SCORING_RULES, recall_key
 from recipematch.rules import SELF_MASK_RULES
 
 __all__ = ["evaluate", "resolve_model", "check_device", "check_outputs_outside", "write_outputs",
@@ -432,7 +432,7 @@ def _evaluate(folder, model, rule, self_mask, ks_text, out, split, per_query_out
         raise
     if run_tmp is not None:
         os.replace(run_tmp, graded["run_out"])
-    line = " ".join(f"R@{k}={summary[f'R@{k}']:.2f}" for k in ks)
+    line = " ".join(f"R@{k}={summary[recall_key(k)]:.2f}" for k in ks)
     from recipematch.retrieval.selfmask import describe_counts
 
     click.echo(describe_counts(Path(folder).name, summary["self_mask_rule"], summary["n_queries_self_masked"],

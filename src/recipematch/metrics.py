@@ -21,6 +21,8 @@ __all__ = [
     "strict_crosslingual_qrels",
     "rule_qrels",
     "SCORING_RULES",
+    "recall_key",
+    "metric_key",
     "UNKNOWN_LANG",
 ]
 
@@ -64,7 +66,7 @@ def recall_at_k(ranks, ks: Sequence[int] = (1, 5, 10)) -> dict[str, float]:
     r = _ranks(ranks)
     if r.size == 0:
         raise ValueError("recall of zero queries is undefined")
-    return {f"R@{int(k)}": float(100.0 * hits_at_k(r, int(k)).mean()) for k in ks}
+    return {recall_key(k): float(100.0 * hits_at_k(r, int(k)).mean()) for k in ks}
 
 
 def recall_by_group(ranks, groups: Sequence, ks: Sequence[int] = (1, 5, 10)
@@ -99,7 +101,7 @@ def recall_by_slices(ranks, slices: Mapping[str, Sequence[bool]],
         if m.shape != r.shape:
             raise ValueError(f"slice {name!r} must align with ranks")
         res = (dict(recall_at_k(r[m], ks)) if m.any()
-               else {f"R@{int(k)}": float("nan") for k in ks})
+               else {recall_key(k): float("nan") for k in ks})
         res["n"] = int(m.sum())
         out[name] = res
     return out
@@ -124,6 +126,19 @@ def near_miss_win_rate(wins) -> dict[str, float]:
         "n_scored": n,
         "n_without_near_misses": int((~scored).sum()),
     }
+
+
+def recall_key(k: int) -> str:
+    """The name of recall at cut-off ``k`` in every result file and table: ``"R@<k>"``."""
+    return f"R@{int(k)}"
+
+
+def metric_key(evaluation: str, k: int, contrast: str | None = None) -> str:
+    """The key of one arm's (or, with ``contrast``, one gap's) R@k on a declared evaluation, as
+    the evaluate and stats stages write it and the report reads it:
+    ``"<evaluation>.R@<k>"`` or ``"<contrast>.<evaluation>.R@<k>"``."""
+    key = f"{evaluation}.{recall_key(k)}"
+    return f"{contrast}.{key}" if contrast else key
 
 
 #: A gold whose released tag is this counts as another language under the strict rule.

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from recipematch.io import atomic_write_text, canonical_json
+from recipematch.metrics import metric_key
 from recipematch.rules import BASELINES
 
 ARM_ORDER = ("base", "bm25", "verified", "reference", "recipe", "cell")
@@ -82,8 +83,8 @@ def table_markdown(stats: Mapping[str, Any], cells: Mapping[str, Mapping[str, st
             row = [f"{ev['label']} R@{k} ({ev['role'].replace('_', '-')})"]
             for a in arms:
                 in_family = a in cells and cells[a]["positives"] in ev.get("in_family_for", ())
-                row.append(_fmt(stats["arms"][a].get(f"{name}.R@{k}"), mark=" †" if in_family else ""))
-            row += [_gap(stats["gaps"].get(f"{g}.{name}.R@{k}")) for g in gaps]
+                row.append(_fmt(stats["arms"][a].get(metric_key(name, k)), mark=" †" if in_family else ""))
+            row += [_gap(stats["gaps"].get(metric_key(name, k, g))) for g in gaps]
             lines.append("| " + " | ".join(row) + " |")
     for key in sorted({k.split(".", 1)[1] for k in stats["did"]}):
         b, r = key.rsplit(".", 1)[0].split("-", 1)
@@ -129,7 +130,7 @@ def _arm_cells(stats: Mapping[str, Any], cells: Mapping[str, Mapping[str, str]])
 def _scores(stats: Mapping[str, Any], arm: str | None, cols: list[str]) -> list[str]:
     if arm is None:
         return [UNRUN] * len(cols)
-    return [_fmt(stats["arms"][arm].get(f"{n}.R@1")) or UNRUN for n in cols]
+    return [_fmt(stats["arms"][arm].get(metric_key(n, 1))) or UNRUN for n in cols]
 
 
 def ladder_markdown(stats: Mapping[str, Any], cells: Mapping[str, Mapping[str, str]]) -> str:
@@ -227,8 +228,8 @@ def scatter_png(stats: Mapping[str, Any], cells: Mapping[str, Mapping[str, str]]
         for a in _ordered_arms(stats):
             if a == "bm25":
                 continue
-            xs = stats["arms"][a][f"{xname}.R@1"]["per_seed"]
-            ys = stats["arms"][a][f"{yname}.R@1"]["per_seed"]
+            xs = stats["arms"][a][metric_key(xname, 1)]["per_seed"]
+            ys = stats["arms"][a][metric_key(yname, 1)]["per_seed"]
             if a == "base":
                 ax.scatter(xs, ys, marker="x", s=80, color="black", label="base (untrained)", zorder=3)
                 continue
@@ -238,7 +239,7 @@ def scatter_png(stats: Mapping[str, Any], cells: Mapping[str, Mapping[str, str]]
             ax.scatter(xs, ys, s=40, facecolors="none" if hollow else colour, edgecolors=colour,
                        label=f"{a} ({c.get('name', a)})", alpha=0.85, zorder=2)
         if base:
-            ax.axvline(base[f"{xname}.R@1"]["mean"], color="black", linestyle="--", linewidth=1)
+            ax.axvline(base[metric_key(xname, 1)]["mean"], color="black", linestyle="--", linewidth=1)
         ax.set_xlabel(f"real retrieval kept: {evals[xname]['label']} R@1 (%)")
         ax.set_ylabel(f"benchmark: {evals[yname]['label']} R@1 (%)")
         ax.set_title(f"({tag}) {evals[yname]['label']}")
@@ -270,8 +271,8 @@ def recall_markdown(stats: Mapping[str, Any]) -> str:
                                                   for r in real]
     lines = ["| model | " + " | ".join(head) + " |", "|" + "---|" * (len(head) + 1)]
     for a in _ordered_arms(stats):
-        row = [_fmt(stats["arms"][a].get(f"{bench[0]}.R@1"))]
-        row += [" / ".join(_fmt(stats["arms"][a].get(f"{r}.R@{k}")) for k in _ks(stats, r)) for r in real]
+        row = [_fmt(stats["arms"][a].get(metric_key(bench[0], 1)))]
+        row += [" / ".join(_fmt(stats["arms"][a].get(metric_key(r, k))) for k in _ks(stats, r)) for r in real]
         lines.append(f"| {a} | " + " | ".join(row) + " |")
     return "\n".join(lines)
 
@@ -302,14 +303,14 @@ def seed_markdown(stats: Mapping[str, Any]) -> str:
     lines = [f"Training seed {seed} (baselines: their one run).", "",
              "| model | " + " | ".join(head) + " |", "|" + "---|" * (len(head) + 1)]
     for a in _ordered_arms(stats):
-        row = [" / ".join(_at_seed(stats["arms"][a].get(f"{b}.R@{k}"), seed, single=a in BASELINES)
+        row = [" / ".join(_at_seed(stats["arms"][a].get(metric_key(b, k)), seed, single=a in BASELINES)
                           for k in _ks(stats, b)) for b in bench]
         lines.append(f"| {a} | " + " | ".join(row) + " |")
     names = [n for n in _ordered_evals(stats) if evals[n]["role"] != "external"]
     lines += ["", f"| gap at seed {seed}, R@1 [95%, queries resampled] | " + " | ".join(evals[n]["label"] for n in names)
               + " |", "|" + "---|" * (len(names) + 1)]
     for c in stats.get("contrasts", []):
-        lines.append(f"| {c.replace('-', ' − ')} | " + " | ".join(_gap(stats["seed_gaps"].get(f"{c}.{n}.R@1"))
+        lines.append(f"| {c.replace('-', ' − ')} | " + " | ".join(_gap(stats["seed_gaps"].get(metric_key(n, 1, c)))
                                                                  for n in names) + " |")
     return "\n".join(lines)
 
@@ -331,10 +332,10 @@ def schemes_markdown(stats: Mapping[str, Any]) -> str:
     n_diff = 0
     for c in stats.get("contrasts", []):
         for n in _ordered_evals(stats):
-            g = stats["gaps"].get(f"{c}.{n}.R@1")
+            g = stats["gaps"].get(metric_key(n, 1, c))
             if not g:
                 continue
-            o = other.get(f"{c}.{n}.R@1")
+            o = other.get(metric_key(n, 1, c))
             if o:
                 differs = (f"{g['low']:.2f}", f"{g['high']:.2f}") != (f"{o['low']:.2f}", f"{o['high']:.2f}")
                 n_diff += differs
@@ -432,7 +433,7 @@ def recall_png(stats: Mapping[str, Any], path: Path) -> None:
     for ax, n in zip(axes.flat, names):
         ks = _ks(stats, n)
         for a in _ordered_arms(stats):
-            ys = [stats["arms"][a][f"{n}.R@{k}"]["mean"] for k in ks]
+            ys = [stats["arms"][a][metric_key(n, k)]["mean"] for k in ks]
             ax.plot(ks, ys, marker="o", label=a, color="black" if a == "base" else None,
                     linestyle="--" if a in ("base", "bm25") else "-")
         ax.set_title(evals[n]["label"], fontsize=8)
@@ -469,8 +470,8 @@ def regen_markdown(stats: Mapping[str, Any]) -> str:
         out += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
         for n in [orig, *versions]:
             row = [evals[n]["label"] + (" (original)" if n == orig else "")]
-            row += [_fmt(stats["arms"][a].get(f"{n}.R@1")) for a in arms]
-            row += [_gap(stats["gaps"].get(f"{c}.{n}.R@1")) for c in leads]
+            row += [_fmt(stats["arms"][a].get(metric_key(n, 1))) for a in arms]
+            row += [_gap(stats["gaps"].get(metric_key(n, 1, c))) for c in leads]
             out.append("| " + " | ".join(row) + " |")
         out.append("")
     return "\n".join(out).rstrip()
@@ -517,10 +518,10 @@ def remedies_markdown(stats: Mapping[str, Any]) -> str:
             seen.add(label)
             a = stats["arms"][label]
             cells = [label, what]
-            cells += [" / ".join(f"{a[f'{n}.R@{k}']['mean']:.2f}" for k in _ks(stats, n)) for n in bench]
+            cells += [" / ".join(f"{a[metric_key(n, k)]['mean']:.2f}" for k in _ks(stats, n)) for n in bench]
             for n in real:
-                g = (stats.get("forgetting") or {}).get(f"{label}.{n}.R@1")
-                cells += [_fmt(a.get(f"{n}.R@1")), _gap(g) if label != "base" else "—"]
+                g = (stats.get("forgetting") or {}).get(metric_key(n, 1, label))
+                cells += [_fmt(a.get(metric_key(n, 1))), _gap(g) if label != "base" else "—"]
             out.append("| " + " | ".join(cells) + " |")
         out.append("")
     out.append("A soup blends the arm's trained weights with the base's (θ = α·θ_arm + (1 − α)·θ_base); a mix "
@@ -546,8 +547,8 @@ def frontier_rows(stats: Mapping[str, Any]) -> list[dict[str, Any]]:
                 a = stats["arms"][label]
                 for r in real:
                     rows.append({"arm": arm, "remedy": remedy, "model": label, "share": round(share, 6), "real_set": r,
-                                 "retention": round(a[f"{r}.R@1"]["mean"], 4), "benchmark_set": bench[0],
-                                 "benchmark": round(a[f"{bench[0]}.R@1"]["mean"], 4)})
+                                 "retention": round(a[metric_key(r, 1)]["mean"], 4), "benchmark_set": bench[0],
+                                 "benchmark": round(a[metric_key(bench[0], 1)]["mean"], 4)})
     return rows
 
 
@@ -601,14 +602,14 @@ def forgetting_markdown(stats: Mapping[str, Any]) -> str:
     evals = stats["evaluations"]
     real = [n for n in _ordered_evals(stats) if evals[n]["role"] == "real"]
     rows = list(dict.fromkeys(k.rsplit(".", 2)[0] for k in f))
-    head = [f"{evals[r]['label']} R@1 (base {_fmt(stats['arms']['base'].get(f'{r}.R@1'))}) | lost vs base [95%]" for r in real]
+    head = [f"{evals[r]['label']} R@1 (base {_fmt(stats['arms']['base'].get(metric_key(r, 1)))}) | lost vs base [95%]" for r in real]
     lines = ["| model | " + " | ".join(head) + " |", "|" + "---|" * (2 * len(real) + 1)]
     for a in rows:
         cells = []
         for r in real:
-            g = f.get(f"{a}.{r}.R@1")
+            g = f.get(metric_key(r, 1, a))
             mark = " *" if g and (g["low"] > 0 or g["high"] < 0) else ""
-            cells += [_fmt(stats["arms"][a].get(f"{r}.R@1")), _gap(g) + mark]
+            cells += [_fmt(stats["arms"][a].get(metric_key(r, 1))), _gap(g) + mark]
         lines.append(f"| {a} | " + " | ".join(cells) + " |")
     lines += ["", "* the interval excludes 0."]
     return "\n".join(lines)
@@ -689,13 +690,13 @@ def who_built_markdown(stats: Mapping[str, Any], k: int = 1) -> str:
         a, b = known[0]
         rows = []
         for n in order:
-            g = stats["gaps"].get(f"{c}.{n}.R@{k}")
+            g = stats["gaps"].get(metric_key(n, k, c))
             if not g:
                 continue
             win = a if g["low"] > 0 else b if g["high"] < 0 else "neither (interval spans 0)"
             rows.append(f"| {BUILDERS[evals[n]['role']]} | {evals[n]['label']} | "
-                        f"{_fmt(stats['arms'].get(a, {}).get(f'{n}.R@{k}'))} | "
-                        f"{_fmt(stats['arms'].get(b, {}).get(f'{n}.R@{k}'))} | {_gap(g)} | {win} |")
+                        f"{_fmt(stats['arms'].get(a, {}).get(metric_key(n, k)))} | "
+                        f"{_fmt(stats['arms'].get(b, {}).get(metric_key(n, k)))} | {_gap(g)} | {win} |")
         if rows:
             out += [f"| documents written by | set | {a} R@{k} | {b} R@{k} | {a} − {b} [95%] | winner |",
                     "|---|---|---|---|---|---|", *rows, ""]

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from recipematch.errors import RecipematchError, short_repr
+from recipematch.metrics import recall_key
 
 __all__ = ["SurveyModel", "parse_models", "check_folder", "default_models", "survey_table", "run_survey"]
 
@@ -183,7 +184,7 @@ def survey_table(result: Mapping[str, Any]) -> str:
     set's R@1 (descending; ties by name), columns = each set's ``R@k`` values joined by " / "."""
     sets, ks = result["sets"], result["ks"]
     head = result["headline"]
-    rows = sorted(result["models"], key=lambda m: (-m["scores"][head][f"R@{ks[0]}"], m["name"]) if head else m["name"])
+    rows = sorted(result["models"], key=lambda m: (-m["scores"][head][recall_key(ks[0])], m["name"]) if head else m["name"])
     cols = [f"{s['label']} " + " / ".join(f"R@{k}" for k in ks) for s in sets.values()]
     lines = ["| model | convention | " + " | ".join(cols) + " |", "|" + "---|" * (len(cols) + 2)]
     for m in rows:
@@ -191,7 +192,7 @@ def survey_table(result: Mapping[str, Any]) -> str:
         c = "lexical" if m["path"].strip().lower() == "bm25" else (
             f"max_seq_length {conv.get('max_seq_length')}, pooling {conv.get('pooling')}, "
             f"{conv.get('dtype')}" + (", query instruction" if conv.get("query_prompt") else ""))
-        cells = [" / ".join(f"{m['scores'][n][f'R@{k}']:.2f}" for k in ks) for n in sets]
+        cells = [" / ".join(f"{m['scores'][n][recall_key(k)]:.2f}" for k in ks) for n in sets]
         lines.append(f"| {m['name']} | {c} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -254,14 +255,14 @@ def run_survey(p, root: Path, models: Sequence[SurveyModel], *, cache_dir: Path 
         for name, (ev, bset) in sets.items():
             kw = {"bm25_k1": p.evaluate.bm25_k1, "bm25_b": p.evaluate.bm25_b} if enc is BM25 else {"cache_dir": cache_dir}
             summary, _ = score(bset, enc, ks=ks, **kw)
-            scores[name] = {f"R@{k}": float(summary[f"R@{k}"]) for k in ks}
+            scores[name] = {recall_key(k): float(summary[recall_key(k)]) for k in ks}
             scores[name]["n_queries"] = int(summary["n_queries"])
             if progress:
-                progress(f"{m.name} {name}: " + " ".join(f"R@{k}={scores[name][f'R@{k}']:.2f}" for k in ks))
+                progress(f"{m.name} {name}: " + " ".join(f"R@{k}={scores[name][recall_key(k)]:.2f}" for k in ks))
         out["models"].append({**asdict(m), "convention": conv, "scores": scores})
         for s in scores.values():
             for k in ks:
-                if not math.isfinite(s[f"R@{k}"]):
+                if not math.isfinite(s[recall_key(k)]):
                     raise RecipematchError(f"model {m.name!r}: a non-finite R@{k}")
     return out
 

@@ -10,6 +10,7 @@ from typing import Any
 
 from recipematch.errors import RecipematchError
 from recipematch.io import read_json, sha256_file, write_json
+from recipematch.metrics import metric_key
 from recipematch.pipeline.door import Layout, stage
 from recipematch.pipeline.inputs import train_seeds
 
@@ -68,7 +69,7 @@ def run(p, lay: Layout) -> dict:
             h, _, _ = _hits(_ranks(lay, m, name), 1)
             per_seed = [round(float(x), 4) for x in 100.0 * h.mean(axis=1)]
             mu, sd = mean_sd(per_seed)
-            scores[m][f"{name}.R@1"] = {"mean": round(float(mu), 4), "sd": None if sd != sd else round(float(sd), 4),
+            scores[m][metric_key(name, 1)] = {"mean": round(float(mu), 4), "sd": None if sd != sd else round(float(sd), 4),
                                         "per_seed": per_seed}
     st = p.style
     style = style_probe_benchmark(lay.p(p.evaluations[bn].folder), test_fraction=st.test_fraction, seed=st.seed,

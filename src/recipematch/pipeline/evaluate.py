@@ -21,6 +21,7 @@ from typing import Any
 
 from recipematch.errors import RecipematchError
 from recipematch.io import read_json, write_json
+from recipematch.metrics import metric_key, recall_key
 from recipematch.pipeline.door import Layout, arm_option, check_device, progress_option, stage
 from recipematch.pipeline.inputs import mlflow_artifacts, mlflow_uri, train_seeds
 
@@ -108,7 +109,7 @@ def score_models(models: Sequence[tuple[str, Any, dict | None]], sets: Mapping[s
                 told.add(name)
                 log.info(describe_counts(name, summary["self_mask_rule"], summary["n_queries_self_masked"],
                                          summary["n_queries_id_match_not_masked"]))
-            r = {f"R@{k}": float(summary[f"R@{k}"]) for k in ks}
+            r = {recall_key(k): float(summary[recall_key(k)]) for k in ks}
             if graded and name in graded:
                 from recipematch.graded import score_graded
 
@@ -153,9 +154,9 @@ def write_results(lay: Layout, arm: str, frames, per_model, *, ks) -> dict:
     seeds = list(per_model)
     for name in frames:
         for k in ks:
-            m, sd = mean_sd([per_model[s][name][f"R@{k}"] for s in seeds])
-            agg[f"{name}.R@{k}.mean"] = round(float(m), 4)
-            agg[f"{name}.R@{k}.sd"] = round(float(sd), 4) if sd == sd else None
+            m, sd = mean_sd([per_model[s][name][recall_key(k)] for s in seeds])
+            agg[f"{metric_key(name, k)}.mean"] = round(float(m), 4)
+            agg[f"{metric_key(name, k)}.sd"] = round(float(sd), 4) if sd == sd else None
         agg[f"{name}.n_queries"] = per_model[seeds[0]][name]["n_queries"]
         for sl, d in (per_model[seeds[0]][name].get("slices") or {}).items():
             vals = [per_model[s][name]["slices"][sl]["R@1"] for s in seeds]

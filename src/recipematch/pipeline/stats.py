@@ -28,6 +28,7 @@ from typing import Any
 
 from recipematch.errors import RecipematchError
 from recipematch.io import write_json
+from recipematch.metrics import metric_key
 from recipematch.pipeline.door import Layout, stage
 from recipematch.rules import BASELINES, MEASURE_PREFIX, mix_label, parse_contrast, remedy_labels, soup_label
 
@@ -176,7 +177,7 @@ def run(p, lay: Layout) -> dict:
                 h, _, _ = _hits(ranks[a][name], k)
                 per_seed = 100.0 * h.mean(axis=1)
                 m, sd = mean_sd(per_seed)
-                out["arms"][a][f"{name}.R@{k}"] = {"mean": round(float(m), 4),
+                out["arms"][a][metric_key(name, k)] = {"mean": round(float(m), 4),
                                                    "sd": None if sd != sd else round(float(sd), 4),
                                                    "per_seed": [round(float(x), 4) for x in per_seed],
                                                    "seeds": sorted(ranks[a][name]["seed"].unique())}
@@ -213,16 +214,16 @@ def run(p, lay: Layout) -> dict:
             hits[name] = (100 * ha, 100 * hb, ca)
             g = nested_bootstrap_gap(100 * ha, 100 * hb, n_boot=scfg.n_boot, seed=scfg.seed, clusters=ca,
                                      paired_seeds=paired)
-            out["gaps"][f"{pair}.{name}.R@1"] = _as_dict(g)
+            out["gaps"][metric_key(name, 1, pair)] = _as_dict(g)
             if _same_seeds(ranks, x, y, name):  # Table 1's other scheme, for the report to set beside it
                 o = nested_bootstrap_gap(100 * ha, 100 * hb, n_boot=scfg.n_boot, seed=scfg.seed, clusters=ca,
                                          paired_seeds=not scfg.paired_seeds)
-                out["gaps_other_scheme"][f"{pair}.{name}.R@1"] = _as_dict(o)
+                out["gaps_other_scheme"][metric_key(name, 1, pair)] = _as_dict(o)
             one_a, one_b = _at_seed(ranks[x][name], x, p.train.seed), _at_seed(ranks[y][name], y, p.train.seed)
             if one_a is not None and one_b is not None:
                 sa, _, _ = _hits(one_a, 1)
                 sb, _, _ = _hits(one_b, 1)
-                out["seed_gaps"][f"{pair}.{name}.R@1"] = _as_dict(paired_query_bootstrap(
+                out["seed_gaps"][metric_key(name, 1, pair)] = _as_dict(paired_query_bootstrap(
                     100 * sa[0], 100 * sb[0], n_boot=scfg.n_boot, seed=scfg.seed, clusters=ca))
         for b in bench:
             for r in real:
@@ -242,7 +243,7 @@ def run(p, lay: Layout) -> dict:
             if qa != qb:
                 raise RecipematchError(f"{a} and base were scored on different {r} queries: rerun evaluate")
             g = nested_bootstrap_gap(100 * hb, 100 * ha, n_boot=scfg.n_boot, seed=scfg.seed, clusters=ca)
-            out["forgetting"][f"{a}.{r}.R@1"] = _as_dict(g)  # base - arm: points of real retrieval lost
+            out["forgetting"][metric_key(r, 1, a)] = _as_dict(g)  # base - arm: points of real retrieval lost
     # Table 20: the graded measures of external sets; gaps of the declared contrasts and of every row against base
     pairs += [(a, "base") for a in rows if a != "base" and (a, "base") not in pairs]
     _graded_gaps(out, evals, ranks, rows, pairs, scfg)
@@ -257,12 +258,12 @@ def run(p, lay: Layout) -> dict:
     pts = []
     if real:
         for a in ["base", *arms]:
-            xs = out["arms"][a][f"{real[0]}.R@1"]["per_seed"]
+            xs = out["arms"][a][metric_key(real[0], 1)]["per_seed"]
             seeds = sorted(ranks[a][real[0]]["seed"].unique())
             for i, (s, xv) in enumerate(zip(seeds, xs)):
                 pt = {"arm": a, "seed": s, f"{real[0]}_R@1": xv}
                 for b in bench:
-                    pt[f"{b}_R@1"] = out["arms"][a][f"{b}.R@1"]["per_seed"][i]
+                    pt[f"{b}_R@1"] = out["arms"][a][metric_key(b, 1)]["per_seed"][i]
                 pts.append(pt)
     write_json(lay.metrics / "plots" / "scatter.json", pts)
     return out
@@ -292,7 +293,7 @@ def _three_scales(out: dict, pair: str, x: str, y: str, b: str, r: str, ranks) -
     if x in BASELINES or y in BASELINES:
         out["did_three_scales_skipped"].append({"key": key, "reason": "a baseline is one run: no seeds to pair"})
         return
-    cols = [out["arms"][m][f"{s}.R@1"] for m in (x, y) for s in (b, r)]
+    cols = [out["arms"][m][metric_key(s, 1)] for m in (x, y) for s in (b, r)]
     if len({tuple(c["seeds"]) for c in cols}) != 1:
         out["did_three_scales_skipped"].append({"key": key, "reason": "the two arms were scored at different seeds"})
         return
