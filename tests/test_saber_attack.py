@@ -134,8 +134,9 @@ def test_the_document_channel_pairs_problems_by_the_summary_rule(tmp_path: Path)
     # arithmetic}: 3 shared of 5 = 0.6; every other pair shares nothing
     assert jaccard(summary_tokens(DOC_ROWS[0]["positive_text"]), summary_tokens(DOC_ROWS[1]["positive_text"])) == 0.6
     rows, counts = build_document_rows(path, "saber_document", DOC_CORPUS, seed=3, revision="r")
-    assert [(r["source_id"], r["positive"]) for r in rows] == [("a", "problem b text"), ("b", "problem a text")]
-    assert counts["relevant_pairs"] == 2 and counts["rows_out"] == 2 and counts["tau_summ"] == TAU_SUMM == 0.211
+    # one row for the pair, never its reverse too (it could land in the other split)
+    assert sorted((r["source_id"], r["positive"]) for r in rows) in ([("a", "problem b text")], [("b", "problem a text")])
+    assert counts["relevant_pairs"] == 1 and counts["rows_out"] == 1 and counts["tau_summ"] == TAU_SUMM == 0.211
     for r in rows:
         negs = {n["partner"] for n in r["negatives"]}
         assert len(negs) == 2 and negs <= {"c", "d", "e"}  # only problems at or below the threshold
@@ -144,5 +145,17 @@ def test_the_document_channel_pairs_problems_by_the_summary_rule(tmp_path: Path)
         assert prov["summary_jaccard"] == 0.6 and prov["generator"] == "saber_core_idea"
     assert build_document_rows(path, "saber_document", DOC_CORPUS, seed=3, revision="r")[0] == rows  # seeded
     lonely = _write(tmp_path / "lonely.jsonl", [DOC_ROWS[0], DOC_ROWS[2], DOC_ROWS[3]])
-    with pytest.raises(RecipematchError, match=r"attacks.saber_document.rows: no two of the 3 sources' summaries"):
+    with pytest.raises(RecipematchError, match=r"attacks.saber_document.rows: no pair of the 3 sources' summaries"):
         build_document_rows(lonely, "saber_document", DOC_CORPUS, seed=3)
+    with pytest.raises(RecipematchError, match=r"attacks.saber_document.rows: .*missing.jsonl"):  # its own key
+        build_document_rows(tmp_path / "missing.jsonl", "saber_document", DOC_CORPUS, seed=3)
+    # one problem printed twice: no row pairs it with itself, no negative repeats the anchor or the positive
+    twin = {**DOC_CORPUS, "b": DOC_CORPUS["a"], "c": DOC_CORPUS["a"]}
+    with pytest.raises(RecipematchError, match=r"\(0 short, 1 of one text\)"):
+        build_document_rows(path, "saber_document", twin, seed=3)
+    rows, counts = build_document_rows(path, "saber_document", {**DOC_CORPUS, "c": DOC_CORPUS["a"]}, seed=3)
+    assert all(n["text"] not in (r["anchor"], r["positive"]) for r in rows for n in r["negatives"])
+    ru = _write(tmp_path / "ru.jsonl", [*DOC_ROWS, {"source_id": "f", "positive_text": "Используйте чётность.",
+                                                   "negatives": [], "channel": "saber_summary"}])
+    assert build_document_rows(ru, "saber_document", {**DOC_CORPUS, "f": "problem f"}, seed=3)[1][
+        "summaries_without_tokens"] == 1

@@ -604,9 +604,9 @@ class TrainConfig:
     # training variants (paper Table 2, Appendix E, Table 19); the defaults leave full fine-tuning as it was
     gradient_checkpointing: bool = _spec("recompute activations in the backward pass (paper: the 4B LoRA run)",
                                          default=False)
-    max_steps: int = _spec("stop each seed after this many optimiser steps (0 = train.epochs passes; Appendix D's "
-                           "step-matched SABER arm: the summary arm at the document arm's steps)", default=0, min=0,
-                           max=10_000_000)
+    max_steps: int = _spec("train each seed exactly this many optimiser steps, fewer or more than train.epochs "
+                           "passes would take (0 = train.epochs passes; Appendix D's step-matched SABER arm: the "
+                           "summary arm at the document arm's steps)", default=0, min=0, max=10_000_000)
     lora: LoraConfig = _spec("LoRA adapters (off by default)", default_factory=LoraConfig)
     query_instruction: str = _spec("text prefixed to queries: to anchors in training and to queries when the "
                                    "trained models are scored (paper Appendix E: V2; '' = none)", default="",

@@ -81,8 +81,9 @@ class TrainSettings:
         lora: LoRA adapters (:class:`LoraSettings`); ``None`` trains all weights.
         query_instruction: text prefixed to every anchor, in training and dev scoring
             (Appendix E: V2's instruction); ``""`` prefixes nothing.
-        max_steps: stop after this many optimiser steps (Appendix D: the step-matched SABER
-            summary arm, retrained at the document arm's 57 steps); 0 trains ``epochs`` passes.
+        max_steps: train exactly this many optimiser steps, cutting ``epochs`` short or
+            cycling the data past it (Appendix D: the step-matched SABER summary arm, retrained
+            at the document arm's 57 steps); 0 trains ``epochs`` passes.
 
     The last four default to "off"; with them off a run is the full fine-tuning of Table 2,
     and :meth:`identity` is what it was before they existed.

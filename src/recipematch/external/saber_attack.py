@@ -119,63 +119,75 @@ def build_document_rows(path: str | os.PathLike, key: str, corpus: Mapping[str, 
     """The document channel of attack ``key`` (``saber_document``): pair rows built from the
     released summary-channel rows by SABER-Math's summary rule (module docstring).
 
-    For each source problem ``a`` (sorted by id) and each other source ``b`` whose summary's
-    token Jaccard with ``a``'s exceeds :data:`recipematch.saber.TAU_SUMM`
-    (:func:`recipematch.saber.summary_tokens`, :func:`recipematch.saber.jaccard`), one row:
-    anchor = ``a``'s problem, positive = ``b``'s problem, ``negatives`` problems drawn with
-    ``seed`` from the sources whose Jaccard with ``a`` is at or below the threshold. A source
-    with many relevant partners anchors many rows (as the paper's document channel: 11,461
-    rows from 4,119 sources); the matched budget keeps a source's rows together.
+    Each unordered pair of source problems whose summaries' token Jaccard exceeds
+    :data:`recipematch.saber.TAU_SUMM` (:func:`recipematch.saber.summary_tokens`,
+    :func:`recipematch.saber.jaccard`) gives one row, its direction drawn with ``seed``: anchor =
+    one problem, positive = the other (never both directions: the reverse row could land in the
+    other split of the matched budget, which splits by anchor source, and score a dev row the
+    model trained on). ``negatives`` problems are drawn with ``seed`` from the sources whose
+    Jaccard with the anchor is at or below the threshold. A source related to many others
+    anchors many rows (as the paper's document channel: 11,461 rows from 4,119 sources).
 
     Args:
         path: the released summary-channel rows. key: the row set's name.
         corpus: ``doc id -> problem text``.
-        seed: the negatives' draw. negatives: per row, >= 1.
+        seed: the directions' and negatives' draw. negatives: per row, >= 1.
         revision: the release revision of the summaries, recorded in each row's provenance.
 
     Returns:
-        ``(rows, counts)``: counts add ``relevant_pairs``, ``rows_short_of_negatives`` and the
-        threshold to :func:`read_summary_rows`'s.
+        ``(rows, counts)``: counts add ``relevant_pairs``, ``rows_short_of_negatives``,
+        ``pairs_same_text`` (two sources whose problems are one text: no row),
+        ``summaries_without_tokens`` (a summary with no token left, e.g. not in Latin script:
+        it relates to nothing) and the threshold to :func:`read_summary_rows`'s.
 
     Raises:
-        RecipematchError: what :func:`read_summary_rows` raises, ``negatives`` < 1, or no
-            pair of sources above the threshold.
+        RecipematchError: what :func:`read_summary_rows` raises (naming ``attacks.<key>.rows``),
+            ``negatives`` < 1, or no row.
     """
     import numpy as np
 
     from recipematch.pairs import sort_rows
     from recipematch.saber import TAU_SUMM, jaccard, summary_tokens
 
-    if negatives < 1:
-        raise RecipematchError(f"attacks.{key}: negatives must be >= 1, got {negatives}")
-    summary_rows, counts = read_summary_rows(path, "saber_summary", corpus, revision=revision)
+    if isinstance(negatives, bool) or not isinstance(negatives, int) or negatives < 1:
+        raise RecipematchError(f"attacks.{key}: negatives must be an integer >= 1, got {negatives!r}")
+    summary_rows, counts = read_summary_rows(path, key, corpus, revision=revision)
     src = sorted(summary_rows, key=lambda r: r["source_id"])
     toks = [summary_tokens(r["positive"]) for r in src]
     rng = np.random.default_rng(seed)
-    rows, short, relevant = [], 0, 0
-    for i, a in enumerate(src):
-        sims = [jaccard(toks[i], t) if j != i else -1.0 for j, t in enumerate(toks)]
-        partners = [j for j, v in enumerate(sims) if v > TAU_SUMM]
-        others = [j for j, v in enumerate(sims) if 0.0 <= v <= TAU_SUMM]
-        relevant += len(partners)
-        prov = {k: v for k, v in a["positive_provenance"].items() if k != "released"}
-        prov.update(channel=key, rule=f"summary Jaccard > {TAU_SUMM}",  # built here, from released summaries
-                    summaries_released=a["positive_provenance"]["released"])
-        for j in partners:
+    rows, short, relevant, same = [], 0, 0, 0
+    sims = [[jaccard(toks[i], t) if j != i else -1.0 for j, t in enumerate(toks)] for i in range(len(src))]
+    for i in range(len(src)):
+        for j in range(i + 1, len(src)):
+            if sims[i][j] <= TAU_SUMM:
+                continue
+            relevant += 1
+            if src[i]["anchor"] == src[j]["anchor"]:
+                same += 1
+                continue
+            a, b = (i, j) if rng.integers(2) == 0 else (j, i)
+            texts = {src[a]["anchor"], src[b]["anchor"]}
+            others = [k for k, v in enumerate(sims[a]) if 0.0 <= v <= TAU_SUMM and src[k]["anchor"] not in texts]
             if len(others) < negatives:
                 short += 1
                 continue
             pick = sorted(rng.choice(len(others), size=negatives, replace=False).tolist())
-            rows.append({"source_id": a["source_id"], "anchor": a["anchor"], "positive": src[j]["anchor"],
-                         "positive_provenance": {**prov, "partner": src[j]["source_id"],
-                                                 "summary_jaccard": round(sims[j], 6)},
-                         "negatives": [{"text": src[others[k]]["anchor"], **{x: prov[x] for x in (
-                             "generator", "prompt_sha256", "model_id", "judge")}, "edit": None, "counterexample": None,
-                             "partner": src[others[k]]["source_id"]} for k in pick]})
+            prov = {k: v for k, v in src[a]["positive_provenance"].items() if k != "released"}
+            prov.update(channel=key, rule=f"summary Jaccard > {TAU_SUMM}",  # built here, from released summaries
+                        summaries_released=src[a]["positive_provenance"]["released"])
+            base = {x: prov[x] for x in ("generator", "prompt_sha256", "model_id", "judge")}
+            rows.append({"source_id": src[a]["source_id"], "anchor": src[a]["anchor"], "positive": src[b]["anchor"],
+                         "positive_provenance": {**prov, "partner": src[b]["source_id"], "text": "corpus problem",
+                                                 "summary_jaccard": round(sims[a][b], 6)},
+                         "negatives": [{"text": src[others[k]]["anchor"], **base, "edit": None, "counterexample": None,
+                                        "partner": src[others[k]]["source_id"], "written_by": "corpus problem"}
+                                       for k in pick]})
     if not rows:
-        raise RecipematchError(f"attacks.{key}.rows: no two of the {len(src)} sources' summaries have a Jaccard above "
-                               f"{TAU_SUMM} with enough negatives left ({short} short); the document channel is empty")
+        raise RecipematchError(f"attacks.{key}.rows: no pair of the {len(src)} sources' summaries has a Jaccard above "
+                               f"{TAU_SUMM} with enough negatives left ({short} short, {same} of one text); the "
+                               "document channel is empty")
     counts = {**counts, "rows_out": len(rows), "sources": len({r["source_id"] for r in rows}),
               "negatives": sum(len(r["negatives"]) for r in rows), "relevant_pairs": relevant,
-              "rows_short_of_negatives": short, "tau_summ": TAU_SUMM, "channel": key}
+              "rows_short_of_negatives": short, "pairs_same_text": same,
+              "summaries_without_tokens": sum(1 for t in toks if not t), "tau_summ": TAU_SUMM, "channel": key}
     return sort_rows(rows), counts
