@@ -12,7 +12,7 @@ from recipematch.llm.pipeline import _through_store
 from recipematch.llm.serving import client_store_path, open_client
 from recipematch.llm.store import CallStore
 
-__all__ = ["StoredAsker"]
+__all__ = ["StoredAsker", "failure_counts", "top_counts"]
 
 
 class StoredAsker:
@@ -43,3 +43,18 @@ class StoredAsker:
 
     def close(self) -> None:
         self.store.close()
+
+
+def failure_counts(failures: list[dict]) -> dict[str, int]:
+    """``"<step>: <reason>" -> count`` over a labelling stage's failure records, sorted by key."""
+    out: dict[str, int] = {}
+    for f in failures:
+        key = f"{f['step']}: {f['reason']}"
+        out[key] = out.get(key, 0) + 1
+    return dict(sorted(out.items()))
+
+
+def top_counts(counts: dict[str, int], n: int = 3, none: str = "none recorded") -> str:
+    """The ``n`` most frequent entries as ``"key (count), ..."`` for a one-line error; ``none``
+    when there are none."""
+    return ", ".join(f"{k} ({v})" for k, v in sorted(counts.items(), key=lambda kv: -kv[1])[:n]) or none

@@ -24,7 +24,7 @@ from recipematch.external.meld_attack import attack_prompt_sha256
 from recipematch.external.meld_generate import build_rows, fill, parse_generation, parse_screen, read_domains, statement_key
 from recipematch.io import building_dir, write_json, write_jsonl
 from recipematch.llm.backends import GenerationRequest
-from recipematch.llm.asker import StoredAsker
+from recipematch.llm.asker import StoredAsker, failure_counts, top_counts
 from recipematch.llm.serving import check_recordings
 from recipematch.pipeline.door import Layout, progress_option, stage
 from recipematch.rules import MELD_ATTACK_SYSTEM
@@ -149,15 +149,12 @@ def run(p, lay: Layout, *, name: str, progress: bool = True) -> dict:
     rows, row_counts = build_rows(kept, group=group, generator_model=mc.model_id, negatives=mc.negatives,
                                   direction=mc.direction, seed=mc.row_seed, generated_by=f"meld_generate@{name}")
     screened_out = sum(1 for c in raw_rows if c["screen"] is not None and not c["kept"])
-    reasons: dict[str, int] = {}
-    for f in failures:
-        key = f"{f['step']}: {f['reason']}"
-        reasons[key] = reasons.get(key, 0) + 1
+    reasons = failure_counts(failures)
     counts = {"domain_pairs": len(domains), "rounds_run": rounds_run, "calls": calls, "pairs_parsed": len(raw_rows),
               "pairs_screened_out": screened_out, "pairs_kept": len(kept), **row_counts,
               "by_domain": {d["domain"]: sum(1 for c in kept if c["domain"] == d["domain"]) for d in domains},
               "could_be_less_similar": sum(1 for c in kept if c["screen"] and c["screen"]["could_be_less_similar"]),
-              "failures": dict(sorted(reasons.items())), "n_failures": len(failures),
+              "failures": reasons, "n_failures": len(failures),
               "prompt": MELD_ATTACK_SYSTEM[name], "prompt_sha256": gen_sha, "screen_prompt_sha256": screen_sha,
               "model_id": mc.model_id}
     with building_dir(lay.p("artifacts", "meld_generate", name)) as tmp:
@@ -171,7 +168,7 @@ def run(p, lay: Layout, *, name: str, progress: bool = True) -> dict:
                          "negatives": mc.negatives, "direction": mc.direction, "row_seed": mc.row_seed}})
     write_json(lay.metrics / "meld_generate" / f"{name}.json", counts)
     if not rows:  # written first: the failures say why, the call store keeps every answer
-        top = ", ".join(f"{k} ({v})" for k, v in sorted(reasons.items(), key=lambda kv: -kv[1])[:3]) or "none recorded"
+        top = top_counts(reasons)
         raise RecipematchError(f"{where}: no row came out ({len(raw_rows)} pairs parsed, {len(kept)} kept, "
                                f"{row_counts['rows_short_of_negatives']} short of negatives; failures: {top}); see "
                                f"artifacts/meld_generate/{name}/failures.jsonl")

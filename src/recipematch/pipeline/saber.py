@@ -147,7 +147,7 @@ def run(p, lay: Layout, *, name: str, progress: bool = True) -> dict:
     """Label one problem corpus the SABER-Math way."""
     from recipematch.beir import doc_text, read_corpus
     from recipematch.llm.backends import GenerationRequest
-    from recipematch.llm.asker import StoredAsker
+    from recipematch.llm.asker import StoredAsker, failure_counts, top_counts
     from recipematch.llm.serving import check_recordings
     from recipematch.retrieval.bm25 import _score_blocks
     from recipematch.saber import (
@@ -366,10 +366,7 @@ def run(p, lay: Layout, *, name: str, progress: bool = True) -> dict:
                                                "tau_topic": sc.tau_topic, "tau_summ": sc.tau_summ, "k": sc.k,
                                                "rounds": sc.rounds, "both_orders": sc.both_orders,
                                                "bt_alpha": sc.bt_alpha}})
-    reasons: dict[str, int] = {}
-    for f in failures:
-        key = f"{f['step']}: {f['reason']}"
-        reasons[key] = reasons.get(key, 0) + 1
+    reasons = failure_counts(failures)
     skip_kinds: dict[str, int] = {}
     for why in skipped.values():
         k = why.split(" (counts")[0]
@@ -385,12 +382,12 @@ def run(p, lay: Layout, *, name: str, progress: bool = True) -> dict:
               "bm25_rerank_ndcg10_exponential": round(float(np.mean(ndcg)), 6) if ndcg else None}
     write_json(lay.metrics / "saber" / f"{name}.json", counts)
     if not queries:  # written first: the metrics count why each query was skipped
-        kinds = ", ".join(f"{k} ({v})" for k, v in sorted(skip_kinds.items(), key=lambda kv: -kv[1])[:3]) or "none"
+        kinds = top_counts(skip_kinds, none="none")
         raise RecipematchError(f"saber.{name}: 0 of {len(qids)} queries eligible: each needs k={sc.k} candidates in "
                                f"every category (topic_only, summary_only, both); skipped: {kinds}; see "
                                f"queries_skipped in metrics/saber/{name}.json (lower k or the thresholds)")
     if not any(qrels[q] for q in queries):  # written first: the failures say why, the call store keeps every answer
-        top = ", ".join(f"{k} ({v})" for k, v in sorted(reasons.items(), key=lambda kv: -kv[1])[:3]) or "none recorded"
+        top = top_counts(reasons)
         raise RecipematchError(f"saber.{name}: no query got a single grade ({len(queries)} queries, "
                                f"{len(judgments)} judgments, {len(failures)} failures: {top}); see "
                                f"artifacts/saber/{name}/failures.jsonl and metrics/saber/{name}.json")
