@@ -52,7 +52,7 @@ from recipematch.beir import (
 )
 from recipematch.errors import RecipematchError, short_repr
 from recipematch.io import BadLine, iter_jsonl
-from recipematch.metrics import UNKNOWN_LANG  # one definition: the metric that reads the tag
+from recipematch.rules import UNKNOWN_LANG
 
 __all__ = [
     "MATHNET_RETRIEVE_REPO",

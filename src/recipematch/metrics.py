@@ -12,6 +12,8 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
+from recipematch.rules import UNKNOWN_LANG  # one definition, below the loaders and the metrics
+
 __all__ = [
     "hits_at_k",
     "recall_at_k",
@@ -141,8 +143,6 @@ def metric_key(evaluation: str, k: int, contrast: str | None = None) -> str:
     return f"{contrast}.{key}" if contrast else key
 
 
-#: A gold whose released tag is this counts as another language under the strict rule.
-UNKNOWN_LANG = "unknown"
 
 #: The scoring rules a declared evaluation set can name: rule -> what it scores.
 SCORING_RULES: dict[str, str] = {

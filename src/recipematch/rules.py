@@ -273,6 +273,9 @@ EVAL_ROLES = {
     "external": "a benchmark no one in the project built (Section 6, Tables 20 and 22): scored by its own "
                 "graded measures, reported in its own table, never in Table 1 or a DiD",
 }
+#: The released language tag of a gold whose language is not known: it counts as another
+#: language under the ``crosslingual_strict`` rule (Section 3, Appendix A).
+UNKNOWN_LANG = "unknown"
 #: Which corpus entry is a query's own and masked (Section 3: "a query's own corpus entry is
 #: masked"): ``id_and_text`` (default) the entry with the query's id and the query's text;
 #: ``id`` the entry with the query's id; ``none`` nothing. Meanings in
