@@ -272,16 +272,20 @@ def test_the_labelling_stages_files_and_servers_are_inputs(tmp_path):
     raw["saber"] = {"s": {"folder": "in", "corpus": "in/corpus.jsonl", "ontology": "in/tree.json", "topics": "in/topics.jsonl",
                           "judge_prompt": "in/pairwise.txt", "backend": "openai", "model_id": "m",
                           "base_url": f"http://127.0.0.1:{dead_port}/v1", "api_key_env": "RM_NOT_SET_ANYWHERE"}}
+    raw["meld_generate"] = {"meld9": {"folder": "in", "domains": "in/domains.jsonl", "backend": "replay",
+                                      "recordings": "in/calls.jsonl", "model_id": "m"}}
     raw["remedies"]["replay_file"] = "data/my_replay.jsonl"
     (tmp_path / "in").mkdir()
     for f in ("judge.txt", "corpus.jsonl", "tree.json"):
         (tmp_path / "in" / f).write_text("x\n")
     inputs = {i["input"]: i for i in build_plan(parse_params(raw), tmp_path)["inputs"]}
-    status = {k: v["status"] for k, v in inputs.items() if k.startswith(("judging.", "saber.", "remedies."))}
+    status = {k: v["status"] for k, v in inputs.items() if k.startswith(("judging.", "saber.", "remedies.",
+                                                                          "meld_generate."))}
     assert status == {"judging.cl.prompt": "ok", "judging.cl.recordings": "missing", "saber.s.corpus": "ok",
                       "saber.s.ontology": "ok", "saber.s.topics": "missing", "saber.s.judge_prompt": "missing",
                       "saber.s.base_url": "missing", "saber.s.api_key_env": "unset",
-                      "remedies.replay_file": "missing"}
+                      "remedies.replay_file": "missing", "meld_generate.meld9.domains": "missing",
+                      "meld_generate.meld9.recordings": "missing"}
     assert str(dead_port) in inputs["saber.s.base_url"]["detail"]
     raw["judging"]["cl"]["recordings"] = ""
     inputs = {i["input"]: i for i in build_plan(parse_params(raw), tmp_path)["inputs"]}

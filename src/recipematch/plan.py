@@ -409,6 +409,7 @@ def inputs_plan(p, root: Path) -> list[dict[str, str]]:
                                       ("topic_prompt" if not sc.topics else "", "topic scorer prompt"),
                                       ("topic_system_prompt", "topic scorer system prompt")))
                   for n, sc in p.saber.items()]
+    labelling += [(f"meld_generate.{n}", mc, (("domains", "MELD domain table"),)) for n, mc in p.meld_generate.items()]
     label_servers = []
     for where, cfg, files in labelling:
         for key, what in files:
