@@ -19,7 +19,8 @@ from recipematch.config import load_yaml, parse_params
 from recipematch.errors import RecipematchError
 from recipematch.external.meld_attack import read_attack_rows
 from recipematch.external.meld_generate import (
-    build_rows, fill, parse_generation, parse_screen, read_domains, repair_latex_escapes)
+    build_rows, parse_generation, parse_screen, read_domains, repair_latex_escapes)
+from recipematch.llm.prompts import PromptTemplate, load_prompt, load_prompt_parts
 from recipematch.pipeline.door import Layout
 
 MODEL = "local/generator"
@@ -27,10 +28,6 @@ DOMAINS = [{"domain": "algebra", "field_1": "vector spaces", "field_2": "module 
             "connection": "A vector space is a module over a field."},
            {"domain": "probability", "field_1": "probability", "field_2": "measure theory",
             "connection": "A probability space is a measure space of mass one."}]
-
-
-def _prompt(name: str) -> str:
-    return resources.files("recipematch").joinpath("prompts", name).read_bytes().decode("utf-8")
 
 
 def _pair(topic, d, s1, s2, f1=None):
@@ -64,24 +61,23 @@ def _project(tmp_path: Path, **entry):
 
 
 def _table(not_equivalent=("T01 in module theory", "T10 in measure theory"), asked=3):
-    system, first, later = _prompt("meld_generate.system.txt"), _prompt("meld_generate.user_first.txt"), \
-        _prompt("meld_generate.user_later.txt")
-    ssys, suser = _prompt("meld_screen.system.txt"), _prompt("meld_screen.user.txt")
+    first = load_prompt_parts("t", "meld_generate.system.txt", "meld_generate.user_first.txt")
+    later = load_prompt_parts("t", "meld_generate.system.txt", "meld_generate.user_later.txt")
+    screen = load_prompt("meld_screen")
     answers = _answers()
     table = {}
     for i, d in enumerate(DOMAINS):
         slots = {"field_1": d["field_1"], "field_2": d["field_2"], "connection": d["connection"], "n_pairs": asked}
-        sys_i = fill(system, {"n_pairs": asked, "field_1": d["field_1"], "field_2": d["field_2"]})
-        table[(sys_i, fill(first, slots))] = answers[(i, 1)]
+        table[first.render(**slots)] = answers[(i, 1)]
         covered = "\n".join(f"- t{i}{k}" for k in range(3))
-        table[(sys_i, fill(later, {**slots, "covered": covered}))] = answers[(i, 2)]
+        table[later.render(**slots, covered=covered)] = answers[(i, 2)]
         for rnd in (1, 2):
             for p in parse_generation(answers[(i, rnd)], d["field_1"], d["field_2"])[0]:
                 ok = p["statement_2"] not in not_equivalent
-                user = fill(suser, {"framing_1": d["field_1"], "statement_1": p["statement_1"],
-                                    "framing_2": d["field_2"], "statement_2": p["statement_2"]})
-                table[(ssys, user)] = json.dumps({"entry_1_valid": True, "entry_2_valid": True, "equivalent": ok,
-                                                  "could_be_less_similar": False, "confidence": 0.9, "reason": "x"})
+                key = screen.render(framing_1=d["field_1"], statement_1=p["statement_1"], framing_2=d["field_2"],
+                                    statement_2=p["statement_2"])
+                table[key] = json.dumps({"entry_1_valid": True, "entry_2_valid": True, "equivalent": ok,
+                                         "could_be_less_similar": False, "confidence": 0.9, "reason": "x"})
     return table
 
 
@@ -176,9 +172,11 @@ def test_the_parsers_and_the_domain_table(tmp_path: Path) -> None:
                         '"could_be_less_similar": false, "confidence": 1}')[1] == "schema: equivalent must be true or false"
     assert parse_screen('{"entry_1_valid": true, "entry_2_valid": true, "equivalent": true, '
                         '"could_be_less_similar": false, "confidence": 2}')[1].startswith("schema: confidence")
-    assert fill("{a} {{b}} {c}", {"a": "{c}", "c": "x"}) == "{c} {b} x"  # values are inserted, never re-read
-    with pytest.raises(RecipematchError, match="slots"):
-        fill("{a}", {"b": 1})
+    # the shipped templates' slots: values are inserted, never re-read
+    assert PromptTemplate(name="t", system="", user="{problem} {{b}} {anchor}").render(
+        problem="{anchor}", anchor="x")[1] == "{anchor} {b} x"
+    with pytest.raises(ValueError, match="slots"):
+        PromptTemplate(name="t", system="", user="{problem}").render(anchor=1)
     (tmp_path / "d.jsonl").write_text(json.dumps(DOMAINS[0]) + "\n" + json.dumps({**DOMAINS[0], "domain": "z"}) + "\n")
     with pytest.raises(RecipematchError, match=r"d.jsonl:2: the pair \('vector spaces', 'module theory'\) or the domain"):
         read_domains(tmp_path / "d.jsonl", "meld_generate.x.domains")

@@ -17,7 +17,8 @@ from test_llm_support import ChatServer
 from recipematch.config import load_yaml, parse_params
 from recipematch.errors import RecipematchError
 from recipematch.pipeline.door import Layout
-from recipematch.pipeline.saber import _fill, parse_core_idea, parse_preference
+from recipematch.llm.prompts import fill_slots
+from recipematch.pipeline.saber import parse_core_idea, parse_preference
 
 JUDGE = "local/pairwise"
 PAIRWISE = "Query:\n{{query}}\n\nA:\n{{first}}\n\nB:\n{{second}}\n\nWhich helps more? Answer A or B.\n"
@@ -67,11 +68,11 @@ def _table(rows, quality, bad_pair=None, bad_doc=None):
         ans = {"noCoreIdea": False, "coreIdea": sol, "supporingIdeas": [], "keywords": ["x"], "confidence": 0.9}
         if d == "c0":
             ans = {"noCoreIdea": True, "coreIdea": None, "supporingIdeas": [], "keywords": [], "confidence": 0.1}
-        table[("", _fill(core, {"statement": text, "solution": sol}))] = json.dumps(ans)
+        table[("", fill_slots(core, {"statement": text, "solution": sol}, 'x'))] = json.dumps(ans)
     for a in rows:
         for b in rows:
             if a != b:
-                user = _fill(PAIRWISE, {"query": rows["q0"][0], "first": rows[a][0], "second": rows[b][0]})
+                user = fill_slots(PAIRWISE, {"query": rows["q0"][0], "first": rows[a][0], "second": rows[b][0]}, 'x')
                 pick = "A" if quality.get(a, 0) > quality.get(b, 0) else "B"
                 bad = bad_pair == (a, b) or bad_doc in (a, b)
                 table[("", user)] = "maybe" if bad else json.dumps({"preferred": pick})

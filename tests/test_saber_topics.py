@@ -22,7 +22,7 @@ from test_llm_support import ChatServer
 from test_saber_stage import JUDGE, TREE, _project, _table, _with_url
 
 from recipematch.errors import RecipematchError
-from recipematch.pipeline.saber import _fill
+from recipematch.llm.prompts import fill_slots
 from recipematch.saber import (
     Ontology, SimilarityIndex, information_content, jaccard, stratified_draw, summary_tokens, topic_similarity)
 from recipematch.saber_topics import TopicTraversal, kept_children, most_specific, parse_topic_scores
@@ -178,7 +178,7 @@ def test_the_stage_assigns_topics_through_the_llm_and_labels_as_with_the_true_to
         score = _scorer(ont, set(truth))
         for node in ("math", "algebra", "geometry"):
             tags = [node, *ont.children(node)]
-            user = _fill(TOPIC_PROMPT, {"text": f"{text}\n\nSolution:\n{sol}", "tags": ", ".join(tags)})
+            user = fill_slots(TOPIC_PROMPT, {"text": f"{text}\n\nSolution:\n{sol}", "tags": ", ".join(tags)}, 'x')
             table[("", user)] = json.dumps(score(node, tags))
     with ChatServer(table, model=JUDGE) as srv:
         walked = saber.run(_with_url(p2, srv.base_url), lay2, name="tiny", progress=False)
@@ -203,7 +203,7 @@ def test_a_run_whose_walk_assigns_nothing_stops_in_one_line(tmp_path: Path) -> N
         with pytest.raises(RecipematchError, match=r"^saber.tiny: no problem has a topic \(the walk's failures: "):
             saber.run(_with_url(p, srv.base_url), lay, name="tiny", progress=False)
     (tmp_path / "in" / "topic_prompt.txt").write_text("no slots here")
-    with pytest.raises(RecipematchError, match=r"prompt template lacks the slots"):
+    with pytest.raises(RecipematchError, match=r"^saber.tiny.topic_prompt: the template lacks the slots"):
         saber.run(p, lay, name="tiny", progress=False)
 
 
@@ -252,7 +252,7 @@ def test_the_stage_records_a_problem_without_text_and_names_bad_input_files(tmp_
     for d, (text, sol, truth) in rows.items():
         for node in ("math", "algebra", "geometry"):
             tags = [node, *ont.children(node)]
-            table[("", _fill(TOPIC_PROMPT, {"text": f"{text}\n\nSolution:\n{sol}", "tags": ", ".join(tags)}))] = \
+            table[("", fill_slots(TOPIC_PROMPT, {"text": f"{text}\n\nSolution:\n{sol}", "tags": ", ".join(tags)}, 'x'))] = \
                 json.dumps(_scorer(ont, set(truth))(node, tags))
     with ChatServer(table, model=JUDGE) as srv:
         counts = saber.run(_with_url(p, srv.base_url), lay, name="tiny", progress=False)

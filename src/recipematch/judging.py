@@ -38,6 +38,7 @@ import numpy as np
 import pandas as pd
 
 from recipematch.errors import RecipematchError, short_repr
+from recipematch.llm.prompts import fill_slots
 
 __all__ = ["Rubric", "load_rubric", "answer_schema", "parse_answer", "render_prompt", "task_id", "route_pairs",
            "cut_scores", "agreement", "within_query_r2", "train_distilled", "second_judge_reliability",
@@ -48,8 +49,6 @@ FIELDS = ("task_id", "guideline_version", "query_evaluable", "score", "answer_va
           "confidence", "rationale")
 #: the shipped rubric (package data)
 DEFAULT_RUBRIC = "strict-math-retrieval-v1.json"
-#: the prompt template's slots, replaced verbatim (no format mini-language)
-SLOTS = ("{{task_id}}", "{{query}}", "{{document}}")
 
 
 @dataclass(frozen=True)
@@ -204,12 +203,7 @@ def render_prompt(template: str, *, task: str, query: str, document: str, max_ch
     Raises:
         RecipematchError: a template lacking one of the slots.
     """
-    missing = [s for s in SLOTS if s not in template]
-    if missing:
-        raise RecipematchError(f"judge prompt: the template lacks the slots {missing}")
-    # one pass, so a query holding "{{document}}" is not itself replaced
-    values = {"{{task_id}}": task, "{{query}}": query, "{{document}}": document[:max_chars]}
-    return re.sub(r"\{\{(task_id|query|document)\}\}", lambda m: values[m.group(0)], template)
+    return fill_slots(template, {"task_id": task, "query": query, "document": document[:max_chars]}, "judge prompt")
 
 
 def route_pairs(pool: pd.DataFrame, doc_chars: np.ndarray, *, llm_fused_ranks: int, llm_dense_ranks: int,

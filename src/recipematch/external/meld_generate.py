@@ -42,7 +42,7 @@ from recipematch.errors import RecipematchError, short_repr
 from recipematch.external.meld import is_text
 from recipematch.llm.parsing import load_answer_object
 
-__all__ = ["DOMAIN_FIELDS", "read_domains", "fill", "repair_latex_escapes", "parse_generation", "parse_screen",
+__all__ = ["DOMAIN_FIELDS", "read_domains", "repair_latex_escapes", "parse_generation", "parse_screen",
            "statement_key", "build_rows", "DIRECTIONS"]
 
 #: the keys of one domain-table row (Appendix D: MELD's nine framing pairs, each with our connection text)
@@ -88,31 +88,6 @@ def read_domains(path, where: str) -> list[dict[str, str]]:
     if not rows:
         raise RecipematchError(f"{where}: {path} holds no domain pairs")
     return rows
-
-
-def fill(template: str, values: Mapping[str, Any]) -> str:
-    """A shipped MELD template with its ``{slot}`` fields filled and ``{{`` / ``}}`` turned into
-    braces (Appendix F prints them so). Only names in ``values`` are slots; the values are
-    inserted verbatim, never parsed.
-
-    Raises:
-        RecipematchError: a slot the template does not fill or a name it lacks.
-    """
-    names = set(re.findall(r"(?<!\{)\{([a-z_0-9]+)\}(?!\})", template))
-    if names != set(values):
-        raise RecipematchError(f"MELD template slots {sorted(names)} do not match the values {sorted(values)}")
-    parts = re.split(r"(\{\{|\}\}|(?<!\{)\{[a-z_0-9]+\}(?!\}))", template)
-    out = []
-    for part in parts:
-        if part == "{{":
-            out.append("{")
-        elif part == "}}":
-            out.append("}")
-        elif part.startswith("{") and part.endswith("}") and part[1:-1] in values:
-            out.append(str(values[part[1:-1]]))
-        else:
-            out.append(part)
-    return "".join(out)
 
 
 def repair_latex_escapes(text: str) -> str:

@@ -64,6 +64,8 @@ from typing import Any
 from recipematch.errors import RecipematchError, short_repr
 
 __all__ = [
+    "load_prompt_parts",
+    "fill_slots",
     "DOCUMENTED_SLOTS",
     "PromptTemplate",
     "load_prompt",
@@ -289,6 +291,34 @@ def load_prompt(name: str) -> PromptTemplate:
     except KeyError:
         raise KeyError(f"unknown prompt {name!r}; available: {available_prompts()}") from None
     return PromptTemplate(name=name, system=system, user=user)
+
+
+def load_prompt_parts(name: str, system_file: str, user_file: str) -> PromptTemplate:
+    """A shipped prompt whose parts are files of other names: the MELD generation prompt, one
+    system prompt with two user turns (``meld_generate.user_first`` / ``user_later``, the
+    paper's Appendix F), which :func:`load_prompt` cannot pair by name.
+
+    Raises:
+        KeyError: a file that is not shipped.
+    """
+    try:
+        return PromptTemplate(name=name, system=_read(system_file), user=_read(user_file))
+    except KeyError as e:
+        raise KeyError(f"prompt file {e.args[0]!r} is not shipped") from None
+
+
+def fill_slots(template: str, values: dict[str, str], what: str) -> str:
+    """A user's template (judge, pairwise judge, topic scorer) with each ``{{name}}`` of
+    ``values`` replaced verbatim in one pass, so a value holding ``{{name}}`` is not itself
+    replaced and JSON braces in the template stay as they are.
+
+    Raises:
+        RecipematchError: the template lacks one of the slots (``what`` names it).
+    """
+    missing = ["{{" + k + "}}" for k in values if "{{" + k + "}}" not in template]
+    if missing:
+        raise RecipematchError(f"{what}: the template lacks the slots {missing}")
+    return re.sub(r"\{\{(" + "|".join(map(re.escape, values)) + r")\}\}", lambda m: values[m.group(1)], template)
 
 
 def _section(lines: list[str], start_prefix: str, end_prefix: str) -> tuple[int, int]:

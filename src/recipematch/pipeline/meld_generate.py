@@ -15,15 +15,15 @@ from __future__ import annotations
 
 import hashlib
 import json
-from importlib import resources
 
 import click
 
 from recipematch.errors import RecipematchError
 from recipematch.external.meld_attack import attack_prompt_sha256
-from recipematch.external.meld_generate import build_rows, fill, parse_generation, parse_screen, read_domains, statement_key
+from recipematch.external.meld_generate import build_rows, parse_generation, parse_screen, read_domains, statement_key
 from recipematch.io import building_dir, write_json, write_jsonl
 from recipematch.llm.backends import GenerationRequest
+from recipematch.llm.prompts import load_prompt, load_prompt_parts
 from recipematch.llm.asker import StoredAsker, failure_counts, top_counts
 from recipematch.llm.serving import check_recordings
 from recipematch.pipeline.door import Layout, progress_option, stage
@@ -33,13 +33,6 @@ PARAMS = ("meld_generate",)
 SCREEN = "meld_screen"
 
 name_option = click.option("--name", "name", required=True, help="A row set named in params.yaml `meld_generate`.")
-
-
-def _prompt(name: str) -> str:
-    path = resources.files("recipematch").joinpath("prompts", name)
-    if not path.is_file():
-        raise RecipematchError(f"MELD generation: prompt file {name} is not shipped")
-    return path.read_bytes().decode("utf-8")
 
 
 def run(p, lay: Layout, *, name: str, progress: bool = True) -> dict:
@@ -56,17 +49,27 @@ def run(p, lay: Layout, *, name: str, progress: bool = True) -> dict:
     recordings = lay.p(mc.recordings) if mc.recordings else None
     check_recordings(mc, recordings, where)
     system_name = MELD_ATTACK_SYSTEM[name]
-    system_t, first_t, later_t = (_prompt(f"{system_name}.system.txt"), _prompt("meld_generate.user_first.txt"),
-                                  _prompt("meld_generate.user_later.txt"))
-    screen_sys, screen_user = _prompt(f"{SCREEN}.system.txt"), _prompt(f"{SCREEN}.user.txt")
+    turns = {rnd: load_prompt_parts(f"{system_name}:{turn}", f"{system_name}.system.txt",
+                                    f"meld_generate.user_{turn}.txt") for rnd, turn in ((1, "first"), (2, "later"))}
+    screen = load_prompt(SCREEN)
     gen_sha = attack_prompt_sha256(system_name)
-    screen_sha = hashlib.sha256(screen_sys.encode("utf-8") + b"\x00" + screen_user.encode("utf-8")).hexdigest()
+    screen_sha = screen.sha256
     group = name.removeprefix("meld_")
     asker = StoredAsker(mc, recordings, where, lay.p("cache", "meld_generate", name), progress=progress)
     ask = asker.ask
 
     def sampling(temperature: float) -> dict:
         return {"temperature": temperature, "top_p": mc.top_p, "max_tokens": mc.max_tokens}
+
+    def screen_request(c: dict) -> GenerationRequest:
+        system, user = screen.render(framing_1=c["field_1"], statement_1=c["statement_1"], framing_2=c["field_2"],
+                                     statement_2=c["statement_2"])
+        # keyed by the pair's content, not its running id: a resumed or extended run never re-asks
+        return GenerationRequest(
+            prompt_name=f"meld_screen_{name}", prompt_sha256=screen_sha, system=system, user=user,
+            source_id=f"{c['field_1']}|{c['field_2']}",
+            variant=hashlib.sha256(json.dumps([c["statement_1"], c["statement_2"]]).encode()).hexdigest()[:16],
+            sampling=sampling(0.0), seed=mc.seed, model_id=mc.model_id)
 
     covered: list[list[str]] = [[] for _ in domains]
     seen: set[str] = set()
@@ -83,11 +86,11 @@ def run(p, lay: Layout, *, name: str, progress: bool = True) -> dict:
             for i, d in enumerate(domains):
                 slots = {"field_1": d["field_1"], "field_2": d["field_2"], "connection": d["connection"],
                          "n_pairs": mc.n_pairs}
-                user = fill(first_t, slots) if rnd == 1 else fill(later_t, {
-                    **slots, "covered": "\n".join(f"- {t}" for t in covered[i]) or "(none)"})
+                if rnd > 1:
+                    slots["covered"] = "\n".join(f"- {t}" for t in covered[i]) or "(none)"
+                system, user = turns[min(rnd, 2)].render(**slots)
                 reqs.append(GenerationRequest(
-                    prompt_name=f"meld_generate_{name}", prompt_sha256=gen_sha,
-                    system=fill(system_t, {"n_pairs": mc.n_pairs, "field_1": d["field_1"], "field_2": d["field_2"]}),
+                    prompt_name=f"meld_generate_{name}", prompt_sha256=gen_sha, system=system,
                     user=user, source_id=f"{d['field_1']}|{d['field_2']}", variant=rnd, sampling=sampling(temp),
                     seed=mc.seed, model_id=mc.model_id))
             calls["generate"] += len(reqs)
@@ -118,15 +121,7 @@ def run(p, lay: Layout, *, name: str, progress: bool = True) -> dict:
                                   "domain": d["domain"], "field_1": d["field_1"], "field_2": d["field_2"],
                                   "round": rnd, **pair})
             if mc.screen and fresh:
-                sreqs = [GenerationRequest(
-                    prompt_name=f"meld_screen_{name}", prompt_sha256=screen_sha, system=screen_sys,
-                    user=fill(screen_user, {"framing_1": c["field_1"], "statement_1": c["statement_1"],
-                                            "framing_2": c["field_2"], "statement_2": c["statement_2"]}),
-                    # keyed by the pair's content, not its running id: a resumed or extended run never re-asks
-                    source_id=f"{c['field_1']}|{c['field_2']}",
-                    variant=hashlib.sha256(json.dumps([c["statement_1"], c["statement_2"]]).encode()).hexdigest()[:16],
-                    sampling=sampling(0.0), seed=mc.seed, model_id=mc.model_id)
-                    for c in fresh]
+                sreqs = [screen_request(c) for c in fresh]
                 calls["screen"] += len(sreqs)
                 verdicts = ask(sreqs, f"meld_generate@{name} screen {rnd}")
             else:

@@ -35,6 +35,7 @@ import pandas as pd
 from recipematch.errors import RecipematchError
 from recipematch.io import building_dir, iter_jsonl_strict, write_json, write_jsonl
 from recipematch.llm.parsing import load_answer_object
+from recipematch.llm.prompts import fill_slots
 from recipematch.pipeline.door import Layout, progress_option, stage
 
 PARAMS = ("saber",)
@@ -65,16 +66,6 @@ def _jsonl(path, what: str, key: str, typ) -> dict:
             raise
         raise RecipematchError(f"{what}: {path}: {e}") from None
     return out
-
-
-def _fill(template: str, values: dict[str, str]) -> str:
-    """Slots ``{{name}}`` replaced verbatim in one pass (the templates hold JSON braces)."""
-    import re
-
-    missing = [k for k in values if "{{" + k + "}}" not in template]
-    if missing:
-        raise RecipematchError(f"prompt template lacks the slots {['{{' + k + '}}' for k in missing]}")
-    return re.sub(r"\{\{(" + "|".join(values) + r")\}\}", lambda m: values[m.group(1)], template)
 
 
 def parse_core_idea(raw: str | None) -> tuple[str | None, str]:
@@ -131,7 +122,7 @@ def _assign_topics(sc, ont, ids, corpus, texts, template, system, sampling, ask,
             text = texts[pid] + (f"\n\nSolution:\n{sol}" if isinstance(sol, str) and sol.strip() else "")
             reqs.append(GenerationRequest(
                 prompt_name=f"saber_{name}_topics", prompt_sha256=sha, system=system,
-                user=_fill(template, {"text": text[: sc.max_doc_chars], "tags": ", ".join(tags)}), source_id=pid,
+                user=fill_slots(template, {"text": text[: sc.max_doc_chars], "tags": ", ".join(tags)}, "topic prompt"), source_id=pid,
                 variant=hashlib.sha256(json.dumps([pid, node]).encode()).hexdigest()[:16], sampling=sampling,
                 seed=sc.seed, model_id=sc.model_id))
         for (pid, node, tags), rec in zip(calls, ask(reqs, f"saber@{name} topics, level {level}")):
@@ -177,10 +168,10 @@ def run(p, lay: Layout, *, name: str, progress: bool = True) -> dict:
         except RecipematchError as e:
             raise RecipematchError(f"{where}.topics: {lay.p(sc.topics)}: {e}") from None
     judge_t = _file(lay, sc.judge_prompt, f"{where}.judge_prompt").read_text(encoding="utf-8")
-    _fill(judge_t, {"query": "", "first": "", "second": ""})  # a template lacking a slot stops here
+    fill_slots(judge_t, {"query": "", "first": "", "second": ""}, f"{where}.judge_prompt")  # a template lacking a slot stops here
     if topics is None:
         topic_t = _file(lay, sc.topic_prompt, f"{where}.topic_prompt").read_text(encoding="utf-8")
-        _fill(topic_t, {"text": "", "tags": ""})
+        fill_slots(topic_t, {"text": "", "tags": ""}, f"{where}.topic_prompt")
         topic_sys = (_file(lay, sc.topic_system_prompt, f"{where}.topic_system_prompt").read_text(encoding="utf-8")
                      if sc.topic_system_prompt else "")
     recordings = lay.p(sc.recordings) if sc.recordings else None
@@ -213,7 +204,7 @@ def run(p, lay: Layout, *, name: str, progress: bool = True) -> dict:
                 asked.append(d)
                 reqs.append(GenerationRequest(
                     prompt_name="saber_core_idea", prompt_sha256=core_sha, system="",
-                    user=_fill(core_t, {"statement": texts[d], "solution": sol}), source_id=d, variant=0,
+                    user=fill_slots(core_t, {"statement": texts[d], "solution": sol}, CORE_IDEA_PROMPT), source_id=d, variant=0,
                     sampling=sampling, seed=sc.seed, model_id=sc.model_id))
             summaries = {}
             for d, rec in zip(asked, ask(reqs, f"saber@{name} summaries")):
@@ -286,7 +277,7 @@ def run(p, lay: Layout, *, name: str, progress: bool = True) -> dict:
             shown = [(q, a, b) for q, a, b in todo] + ([(q, b, a) for q, a, b in todo] if sc.both_orders else [])
             reqs = [GenerationRequest(
                 prompt_name=f"saber_{name}_pairwise", prompt_sha256=judge_sha, system="",
-                user=_fill(judge_t, {"query": texts[q], "first": texts[a], "second": texts[b]}), source_id=q,
+                user=fill_slots(judge_t, {"query": texts[q], "first": texts[a], "second": texts[b]}, "pairwise prompt"), source_id=q,
                 variant=hashlib.sha256(json.dumps([q, a, b]).encode()).hexdigest()[:16], sampling=sampling,
                 seed=sc.seed, model_id=sc.model_id) for q, a, b in shown]
             recs = ask(reqs, f"saber@{name} round {tours[queries[0]].round}")
