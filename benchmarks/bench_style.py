@@ -25,7 +25,8 @@ import numpy as np
 from scipy.stats import spearmanr
 from sklearn.metrics import roc_auc_score
 
-from recipematch.style import bootstrap_auc, style_percentiles, style_tracking
+from recipematch.style import bootstrap_auc
+from recipematch.style_tracking import style_percentiles, style_tracking
 
 
 def bench_bootstrap(n_sources: int, n_boot: int, n_loop: int) -> dict:

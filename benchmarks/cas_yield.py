@@ -54,10 +54,12 @@ from pathlib import Path
 import sympy as sp
 
 from recipematch.cas import GENERATOR_VERSION, run_generator
+from recipematch.cas.counterexamples import find_counterexample
 from recipematch.cas.domains import infer_domains
+from recipematch.cas.equivalence import check_equivalent
 from recipematch.cas.generator import census_of_problem, list_bound_relations
 from recipematch.cas.grammar import DEGREE, declared_notation, function_letters, try_parse
-from recipematch.cas.numeric import Rel, check_equivalent, find_counterexample
+from recipematch.cas.relations import Rel
 from recipematch.cas.spans import find_spans, split_segments
 
 FAMILIES = ("rename", "reformulate", "mirror")

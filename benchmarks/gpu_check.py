@@ -16,8 +16,9 @@ but no dvc, mlflow or great-expectations, no network, and only what the working 
   bf16 on CUDA) when ``datasets`` and ``accelerate`` are installed, else with a plain loop over
   the same loss (printed);
 * the corpus is **117,088 synthetic documents** (MathNet-Retrieve's size, paper Section 3),
-  ranked with the project's exact dense search (``recipematch/retrieval/dense.py``, loaded by
-  file so the retrieval package's BM25 and cache modules are not imported).
+  ranked with the project's exact dense search (``recipematch/retrieval/dense.py`` and the
+  ranking kernel it imports, ``ranking.py``, loaded from their folder without the retrieval
+  package's ``__init__``, so its BM25 and cache modules are not imported).
 
 Only ``recipematch.training``, ``recipematch.beir``, ``recipematch.io`` and
 ``recipematch.errors`` are imported; the check fails if dvc, mlflow or great_expectations got
@@ -39,6 +40,8 @@ from __future__ import annotations
 
 import argparse
 import copy
+import importlib
+import importlib.machinery
 import importlib.util
 import json
 import os
@@ -198,13 +201,19 @@ def train_arms(args, st_dir: Path, work: Path) -> dict:
     return out
 
 
+#: the retrieval folder as a bare package (its ``__init__`` not run) under this name
+DENSE_ONLY = "recipematch_dense_only"
+
+
 def _load_dense():
-    """``recipematch/retrieval/dense.py`` without the retrieval package's ``__init__``."""
-    spec = importlib.util.spec_from_file_location("recipematch_dense_only", ROOT / "src" / "recipematch" / "retrieval"
-                                                  / "dense.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    """``recipematch/retrieval/dense.py`` (and ``ranking.py``, which it imports relatively)
+    without the retrieval package's ``__init__``: the folder is mounted as the bare package
+    :data:`DENSE_ONLY`, whose ``dense`` module is returned."""
+    if DENSE_ONLY not in sys.modules:
+        spec = importlib.machinery.ModuleSpec(DENSE_ONLY, None, is_package=True)
+        spec.submodule_search_locations = [str(ROOT / "src" / "recipematch" / "retrieval")]
+        sys.modules[DENSE_ONLY] = importlib.util.module_from_spec(spec)
+    return importlib.import_module(f"{DENSE_ONLY}.dense")
 
 
 def encode_and_compare(args, model_dir: Path) -> dict:
@@ -305,7 +314,7 @@ def main(argv=None) -> int:
         import recipematch.training  # noqa: F401
 
         _load_dense()
-        mods = sorted(m for m in sys.modules if m.split(".")[0] == "recipematch" or m == "recipematch_dense_only")
+        mods = sorted(m for m in sys.modules if m.split(".")[0] in ("recipematch", DENSE_ONLY))
         print(json.dumps({"recipematch_modules": mods,
                           "forbidden_imported": [m for m in FORBIDDEN if m in sys.modules]}))
         return 0

@@ -36,7 +36,8 @@ from recipematch.corpus import load_beir_corpus
 from recipematch.errors import RecipematchError
 from recipematch.gates import norm_v1
 from recipematch.io import BadLine, iter_jsonl
-from recipematch.style import StyleProbeReport, run_style_probe, strip_artefacts, style_tracking
+from recipematch.style import StyleProbeReport, run_style_probe, strip_artefacts
+from recipematch.style_tracking import style_tracking
 
 
 def read_positives(path: Path) -> list[tuple[str, str]]:

@@ -13,9 +13,8 @@ import numpy as np
 import pytest
 from conftest import RELEASE, require_real_data
 
+from recipematch.benchmarks_build import build_crosslingual_folder, fetch_mathnet_retrieve
 from recipematch.benchmarks_data import (
-    build_crosslingual_folder,
-    fetch_mathnet_retrieve,
     load_crosslingual,
     load_mathnet_retrieve,
     load_plain,

@@ -18,7 +18,8 @@ import sympy as sp
 
 from recipematch.cas import GENERATOR_VERSION, generate_for_problem
 from recipematch.cas.grammar import DEGREE, function_letters, parse_segment
-from recipematch.cas.numeric import Rel, check_equivalent
+from recipematch.cas.equivalence import check_equivalent
+from recipematch.cas.relations import Rel
 from recipematch.cas.spans import find_spans, split_segments
 
 FIXTURES = Path(__file__).parent / "fixtures" / "cas" / "problems.jsonl"
@@ -434,7 +435,7 @@ def test_sample_counterexamples_all_pass_a_50_digit_recheck(sample_output):
     """Every stored counterexample, re-checked exactly or at 50 digits on the relation
     pair re-parsed from the texts."""
     from recipematch.cas.grammar import declared_notation, try_parse
-    from recipematch.cas.numeric import recheck_counterexample
+    from recipematch.cas.counterexamples import recheck_counterexample
 
     texts, recs, _ = sample_output
     checked = failed = 0

@@ -17,7 +17,8 @@ from hypothesis import strategies as st
 
 from recipematch.cas.grammar import DEGREE, ParseError, function_letters, parse_segment, to_latex, try_parse
 from recipematch.cas.normalize import normalize_latex
-from recipematch.cas.numeric import Rel, check_equivalent
+from recipematch.cas.equivalence import check_equivalent
+from recipematch.cas.relations import Rel
 from recipematch.cas.spans import find_spans, split_segments
 
 a, b, d, k, n, x, y = sp.symbols("a b d k n x y")

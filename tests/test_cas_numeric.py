@@ -12,9 +12,12 @@ from fractions import Fraction
 import pytest
 import sympy as sp
 
-from recipematch.cas.domains import infer_domains
+from recipematch.cas.compile import Undefined, compile_expr
+from recipematch.cas.counterexamples import find_counterexample
+from recipematch.cas.domains import Domain, infer_domains
+from recipematch.cas.equivalence import check_equivalent
 from recipematch.cas.grammar import parse_segment
-from recipematch.cas.numeric import Domain, Rel, Undefined, check_equivalent, compile_expr, find_counterexample
+from recipematch.cas.relations import Rel
 
 x, y = sp.symbols("x y")
 
@@ -137,7 +140,7 @@ def test_counterexample_respects_the_declared_domain():
 
 def test_sampling_exercises_both_signs():
     rng = random.Random(0)
-    from recipematch.cas.numeric import _draw_real
+    from recipematch.cas.relations import _draw_real
     vals = [_draw_real(rng, None) for _ in range(200)]
     assert any(v < 0 for v in vals) and any(v > 0 for v in vals)
     assert all(v.denominator in (1, 2, 4, 5, 10, 20, 25, 50, 100) for v in vals)
@@ -265,7 +268,7 @@ def test_one_compiler_three_number_domains_agree():
     rational function they agree, and the exact domain refuses what it cannot do."""
     import mpmath
 
-    from recipematch.cas import numeric as nm
+    from recipematch.cas import compile as nm
 
     expr = parse_segment(r"\frac{x^3 - 2y}{x + y^2} + \frac{1}{3} x y").obj
     env_q = {sp.Symbol("x"): Fraction(7, 5), sp.Symbol("y"): Fraction(-3, 4)}
@@ -310,7 +313,7 @@ def test_notation_rule_two_point_names_are_unsigned_lengths_unless_directed():
     ra, rb, _ = _rels(r"\frac{AP}{PB} = \frac{1}{4}", r"\frac{A}{B} - \frac{1}{4} = 0")
     assert check_equivalent(ra, rb, rng=random.Random(0))["verdict"] != "equivalent"
     # and a counterexample search treats PC and CP as one unknown
-    from recipematch.cas.numeric import recheck_counterexample
+    from recipematch.cas.counterexamples import recheck_counterexample
 
     ra, rb, flags = _rels("AB = PC", "AB = 2 CP")
     cx = find_counterexample(ra, rb, rng=random.Random(0), flags=flags)
@@ -348,7 +351,7 @@ def test_factorial_of_an_unknown_is_sampled_on_integers_without_caller_domains()
     (r"x^2 \leq 2", r"x^2 \leq \frac{1999}{1000}", None, None),
 ])
 def test_stronger_counterexample_search_finds_hard_cases(a, b, doms, method):
-    from recipematch.cas.numeric import recheck_counterexample
+    from recipematch.cas.counterexamples import recheck_counterexample
 
     ra, rb, flags = _rels(a, b)
     domains = None
@@ -366,7 +369,7 @@ def test_stronger_counterexample_search_finds_hard_cases(a, b, doms, method):
 def test_recheck_refuses_a_float_margin_refutation():
     """x⁴ = 10⁻⁸ is not zero: a point where only the float margin makes the original hold
     fails the 50-digit re-check; the true point passes."""
-    from recipematch.cas.numeric import recheck_counterexample
+    from recipematch.cas.counterexamples import recheck_counterexample
 
     ra, rb, flags = _rels(r"\sqrt{2} x^4 = 0", r"\sqrt{2} x^4 = 1")
     fake = {"point": {"x": "0.01"}, "orig": {"holds": True}, "edited": {"holds": False}}
@@ -382,7 +385,7 @@ def test_recheck_refuses_a_float_margin_refutation():
 def test_false_refutations_are_discarded_and_counted(monkeypatch):
     """With a float margin so wide that it calls nonzero residuals zero, the search makes
     false refutations; none is returned and each is counted."""
-    from recipematch.cas import numeric as nm
+    from recipematch.cas import counterexamples as nm
 
     monkeypatch.setattr(nm, "_MARGIN", 0.5)
     ra, rb, flags = _rels(r"\sqrt{2} x = 0", r"\sqrt{2} x = 10")

@@ -14,7 +14,7 @@ from click.testing import CliRunner
 
 import recipematch.retrieval as retrieval
 from recipematch.beir import write_beir
-from recipematch.benchmarks_data import build_crosslingual_folder
+from recipematch.benchmarks_build import build_crosslingual_folder
 from recipematch.eval_cli import evaluate
 
 FIX = Path(__file__).parent / "fixtures" / "beir"

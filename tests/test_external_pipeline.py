@@ -217,7 +217,8 @@ def test_a_group_whose_sets_lead_with_different_measures_is_refused() -> None:
 
 
 def test_the_report_renders_table_20_and_keeps_external_sets_out_of_table_1() -> None:
-    from recipematch.report import external_markdown, table_markdown
+    from recipematch.report import table_markdown
+    from recipematch.report_appendix import external_markdown
 
     stats = {"evaluations": {"tier": {"label": "tier", "role": "benchmark", "report_ks": [1]},
                              "imp": {"label": "ImpliRet ua", "role": "external", "report_ks": [1]}},

@@ -13,7 +13,8 @@ import pytest
 from click.testing import CliRunner
 from conftest import RELEASE, Hashed, require_real_data
 
-from recipematch.benchmarks_data import build_crosslingual_folder, load_crosslingual, load_samelang, load_set
+from recipematch.benchmarks_build import build_crosslingual_folder
+from recipematch.benchmarks_data import load_crosslingual, load_samelang, load_set
 from recipematch.errors import RecipematchError
 from recipematch.graded import (
     check_grades,

@@ -12,19 +12,13 @@ import pytest
 from test_llm_support import MODEL, SAMPLING, ChatServer, ScriptedBackend, fake_vllm_module, fixture_corpus
 
 from recipematch.errors import RecipematchError
-from recipematch.llm.backends import (
-    GenerationBackend,
-    GenerationRequest,
-    GenerationResult,
-    OpenAICompatibleBackend,
-    ReplayBackend,
-    ServerUnreachableError,
-    VLLMBackend,
-    normalise_sampling,
-)
+from recipematch.llm.backends import GenerationBackend, GenerationRequest, GenerationResult, normalise_sampling
+from recipematch.llm.http_backend import OpenAICompatibleBackend, ServerUnreachableError
 from recipematch.llm.parsing import json_schema_for
 from recipematch.llm.pipeline import rows_to_jsonl, run_llm_pairs
 from recipematch.llm.prompts import load_prompt
+from recipematch.llm.replay import ReplayBackend
+from recipematch.llm.vllm_backend import VLLMBackend
 
 D1 = load_prompt("d1_recipe")
 JUDGE = load_prompt("judge")

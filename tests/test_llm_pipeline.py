@@ -20,19 +20,19 @@ from test_llm_support import (
     release_script,
 )
 
-from recipematch.llm.backends import GenerationRequest, GenerationResult, ReplayBackend
+from recipematch.llm.backends import GenerationRequest, GenerationResult
 from recipematch.llm.prompts import load_prompt
+from recipematch.llm.judge2 import judge_agreement
 from recipematch.llm.pipeline import (
     build_generation_requests,
-    judge_agreement,
-    recorded_items_from_store,
     rows_to_jsonl,
     run_llm_pairs,
     run_llm_pairs_detailed,
     run_llm_pairs_separate_calls,
-    self_test,
 )
+from recipematch.llm.selftest import recorded_items_from_store, self_test
 from recipematch.llm.recordings import build_recordings, load_corpus_texts
+from recipematch.llm.replay import ReplayBackend
 
 KW = dict(model_id=MODEL, judge_model_id=MODEL, sampling=SAMPLING, seed=42, progress=False)
 ROW_KEYS = ["source_id", "anchor", "positive", "positive_provenance", "negatives"]
@@ -449,7 +449,7 @@ def test_hostile_answers_are_rejections_and_stored_replay(corpus, tmp_path: Path
 def test_hostile_answers_over_http_keep_every_in_flight_result(corpus, tmp_path: Path) -> None:
     from test_llm_support import ChatServer
 
-    from recipematch.llm.backends import OpenAICompatibleBackend
+    from recipematch.llm.http_backend import OpenAICompatibleBackend
 
     script = release_script(corpus, fixture_d1_rows())
     bad = hostile_answers(corpus)

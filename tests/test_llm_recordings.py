@@ -8,7 +8,7 @@ import json
 import pytest
 from test_llm_support import FIXTURES, MODEL, fixture_corpus, fixture_d1_rows, read_jsonl
 
-from recipematch.llm.backends import ReplayBackend
+from recipematch.llm.replay import ReplayBackend
 from recipematch.llm.parsing import parse_answer, parse_judge
 from recipematch.llm.prompts import load_prompt
 from recipematch.llm.recordings import (

@@ -23,7 +23,7 @@ from test_llm_support import (
 
 from recipematch.errors import RecipematchError
 from recipematch.llm import serving
-from recipematch.llm.backends import ServerUnreachableError, read_api_key
+from recipematch.llm.http_backend import ServerUnreachableError, read_api_key
 from recipematch.llm.pipeline import rows_to_jsonl, run_llm_pairs
 from recipematch.llm.recordings import recordings_from_store
 from recipematch.llm.serving import ServerSpec, open_server, vllm_serve_command

@@ -24,7 +24,8 @@ from test_llm_support import (
     release_script,
 )
 
-from recipematch.llm.backends import GenerationRequest, GenerationResult, OpenAICompatibleBackend
+from recipematch.llm.backends import GenerationRequest, GenerationResult
+from recipematch.llm.http_backend import OpenAICompatibleBackend
 from recipematch.llm.pipeline import rows_to_jsonl, run_llm_pairs
 from recipematch.llm.prompts import load_prompt
 from recipematch.llm.store import CallStore, StoreCorruptError, make_record, verify_record
@@ -119,7 +120,7 @@ CHILD = textwrap.dedent(
     """
     import os, sys, time
     from recipematch.llm import store as store_mod
-    from recipematch.llm.backends import OpenAICompatibleBackend
+    from recipematch.llm.http_backend import OpenAICompatibleBackend
     from recipematch.llm.pipeline import run_llm_pairs
     import json
 

@@ -19,16 +19,12 @@ from test_llm_support import (
 )
 
 from recipematch.errors import RecipematchError
-from recipematch.llm.backends import GenerationRequest, ReplayBackend
-from recipematch.llm.pipeline import (
-    arm_candidates,
-    judge_agreement,
-    rows_to_jsonl,
-    run_llm_pairs_detailed,
-    run_second_judge,
-)
+from recipematch.llm.backends import GenerationRequest
+from recipematch.llm.judge2 import arm_candidates, judge_agreement, run_second_judge
+from recipematch.llm.pipeline import rows_to_jsonl, run_llm_pairs_detailed
 from recipematch.llm.prompts import load_prompt
 from recipematch.llm.recordings import candidate_key, recordings_from_store
+from recipematch.llm.replay import ReplayBackend
 from recipematch.llm.serving import ServerSpec, open_server
 
 JUDGE2 = "mistralai/Mistral-Small-24B-Instruct-2501"

@@ -43,7 +43,8 @@ PARAMS = {
     "contrasts": ["recipe - verified", "recipe - reference", "cell - verified", "cell - reference",
                   "reference - verified"],
     "evalsets": {"seed": 7, "n_heldout": 5, "corpus_docs": 0},
-    "gates": {"active": "v2", "ngram_n": 5, "ngram_threshold": 0.35, "cosine_threshold": 0.9},
+    "gates": {"active": "v2", "ngram_n": 5, "ngram_threshold": 0.35, "cosine_threshold": 0.9,
+              "cosine_max_seq_length": 48, "cosine_batch_size": 64, "cosine_dtype": "float32", "cosine_device": "cpu"},
     "cas": {"timeout_s": 20.0, "memory_mb": 2048, "workers": 2},
     "llm": {"backend": "replay", "base_url": "", "prompts": ["d1_recipe", "d4_restatement"],
             "model_id": "Qwen/Qwen3-32B-AWQ", "judge_model_id": "Qwen/Qwen3-32B-AWQ", "n_pos": 1, "n_neg": 3,
@@ -252,7 +253,7 @@ def test_both_seed_schemes_single_run_gaps_and_three_scales(pipeline):
     or skipped with its reason, never silently."""
     import numpy as np
 
-    from recipematch.pipeline.stats import _hits
+    from recipematch.pipeline.stats import hit_matrix as _hits
     from recipematch.stats import paired_query_bootstrap
 
     params, lay, stats, report = pipeline

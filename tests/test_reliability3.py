@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 from test_llm_support import MODEL, SAMPLING, ChatServer
 
-from recipematch.llm.backends import GenerationRequest, OpenAICompatibleBackend, is_retry_later
+from recipematch.llm.backends import GenerationRequest, is_retry_later
+from recipematch.llm.http_backend import OpenAICompatibleBackend
 from recipematch.llm.parsing import json_schema_for
 from recipematch.llm.pipeline import run_llm_pairs
 from recipematch.llm.prompts import load_prompt
@@ -229,7 +230,7 @@ def test_the_deadline_holds_whatever_the_server_sends(fault) -> None:
 
 
 def test_a_probe_is_bounded_too() -> None:
-    from recipematch.llm.backends import ServerUnreachableError
+    from recipematch.llm.http_backend import ServerUnreachableError
 
     with RawServer(_header_trickle) as srv:
         be = OpenAICompatibleBackend(srv.base_url, MODEL, max_retries=0, timeout_s=1.0, deadline_s=30)
@@ -384,7 +385,8 @@ def test_a_prompt_sidecar_alias_bomb_is_refused(tmp_path: Path) -> None:
 def test_error_messages_cut_a_huge_value_before_formatting_it() -> None:
     """A value that is a DAG of shared lists (what YAML aliases build) is quoted in bounded
     time: before, ``f"{value!r:.120}"`` formed the whole repr first."""
-    from recipematch.config import TrainConfig, _build
+    from recipematch.config.schema import build
+    from recipematch.config import TrainConfig
     from recipematch.errors import RecipematchError, short_repr
 
     dag: list = ["lol"] * 9
@@ -393,7 +395,7 @@ def test_error_messages_cut_a_huge_value_before_formatting_it() -> None:
     t0 = time.monotonic()
     assert len(short_repr(dag, 120)) <= 120
     with pytest.raises(RecipematchError, match="train.model") as e:
-        _build({"model": dag, "seed": 1, "n_seeds": 1}, TrainConfig, "train")
+        build({"model": dag, "seed": 1, "n_seeds": 1}, TrainConfig, "train")
     assert time.monotonic() - t0 < 1 and len(str(e.value)) < 600
 
 
@@ -460,15 +462,16 @@ def test_the_papers_own_entry_is_still_masked() -> None:
 
 def test_an_evaluation_declares_its_rule_and_a_bad_one_is_refused(tmp_path: Path) -> None:
     from recipematch.benchmarks_data import load_set
-    from recipematch.config import EvaluationConfig, _build
+    from recipematch.config.schema import build
+    from recipematch.config import EvaluationConfig
     from recipematch.errors import RecipematchError
     from recipematch.scoring import BM25, score
 
     base = {"folder": "x", "rule": "plain", "role": "real", "label": "X", "report_ks": [1]}
-    assert _build(base, EvaluationConfig, "evaluations.x").self_mask == "id_and_text"
-    assert _build({**base, "self_mask": "id"}, EvaluationConfig, "evaluations.x").self_mask == "id"
+    assert build(base, EvaluationConfig, "evaluations.x").self_mask == "id_and_text"
+    assert build({**base, "self_mask": "id"}, EvaluationConfig, "evaluations.x").self_mask == "id"
     with pytest.raises(RecipematchError, match="self_mask"):
-        _build({**base, "self_mask": "title"}, EvaluationConfig, "evaluations.x")
+        build({**base, "self_mask": "title"}, EvaluationConfig, "evaluations.x")
     # by id alone every query's only gold is its "own" entry: refused while loading, before any
     # model (breaker, round three: it was refused only when ranking began, after the encoding)
     with pytest.raises(RecipematchError, match=r"set 'separate_ids': 3 queries have their own masked corpus entry"):

@@ -8,7 +8,7 @@ import pytest
 from recipematch.config import load_yaml, parse_params
 from recipematch.errors import RecipematchError
 from recipematch.replay import inverse_cloze_rows, sentences
-from recipematch.report import frontier_png, frontier_rows, remedies_markdown
+from recipematch.report_appendix import frontier_png, frontier_rows, remedies_markdown
 from recipematch.rules import mix_label, remedy_labels, soup_label
 
 

@@ -100,7 +100,7 @@ def test_hit_accounting_section():
 
 
 def test_table24_sets_each_version_beside_the_original():
-    from recipematch.report import regen_markdown
+    from recipematch.report_appendix import regen_markdown
 
     s = _stats()
     s["evaluations"] = {**EVALS, "tier_v": {"label": "tier, D4 golds", "role": "benchmark", "report_ks": [1],
@@ -117,7 +117,7 @@ def test_table24_sets_each_version_beside_the_original():
 
 
 def test_forgetting_table_marks_losses_whose_interval_excludes_zero():
-    from recipematch.report import forgetting_markdown
+    from recipematch.report_appendix import forgetting_markdown
 
     s = _stats()
     s["forgetting"] = {"recipe.xl.R@1": _gap(-1.0, -3.0, 1.0, scheme="cluster"),

@@ -3,7 +3,7 @@ documents, the winner being the arm whose lead's interval excludes 0."""
 
 from __future__ import annotations
 
-from recipematch.report import who_built_markdown
+from recipematch.report_appendix import who_built_markdown
 
 
 def _stats():

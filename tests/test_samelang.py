@@ -143,7 +143,8 @@ def _release_with_samelang(tmp_path, edit):
 
 
 def test_the_released_flags_give_table_5s_slices(tmp_path):
-    from recipematch.benchmarks_data import build_crosslingual_folder, load_samelang
+    from recipematch.benchmarks_build import build_crosslingual_folder
+    from recipematch.benchmarks_data import load_samelang
 
     rel = _release_with_samelang(tmp_path, lambda m: None)
     counts = build_crosslingual_folder(rel, tmp_path / "sl", subdir="samelang_eval")
@@ -161,7 +162,8 @@ def test_the_released_flags_give_table_5s_slices(tmp_path):
     (lambda m: m.update(clean_of_training="yes"), r"query '00ad': metadata.clean_of_training must be true or false"),
 ])
 def test_a_queries_file_without_the_slice_flags_is_refused_naming_the_query(tmp_path, edit, match):
-    from recipematch.benchmarks_data import build_crosslingual_folder, load_samelang
+    from recipematch.benchmarks_build import build_crosslingual_folder
+    from recipematch.benchmarks_data import load_samelang
     from recipematch.errors import RecipematchError
 
     rel = _release_with_samelang(tmp_path, edit)

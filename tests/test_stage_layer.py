@@ -57,7 +57,7 @@ def _calls(name: str) -> list[str]:
 
 def test_params_yaml_is_opened_in_one_place():
     assert sorted({h.split(":")[0] for h in _calls("load_params")}) == ["pipeline/door.py"]
-    assert [h.split(":")[0] for h in _calls("load_yaml")] == ["config.py"]
+    assert [h.split(":")[0] for h in _calls("load_yaml")] == ["config/__init__.py"]
 
 
 @pytest.mark.parametrize("pkg", ["", "pipeline"])

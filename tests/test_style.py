@@ -19,14 +19,10 @@ from recipematch.errors import RecipematchError
 from recipematch.gates import norm_v2
 from recipematch.io import read_jsonl_strict
 from recipematch.stats import percentile_interval
-from recipematch.style import (
-    bootstrap_auc,
-    fit_style_probe,
-    run_style_probe,
+from recipematch.style import bootstrap_auc, fit_style_probe, run_style_probe, split_sources, strip_artefacts
+from recipematch.style_tracking import (
     sample_queries,
     similarity_style_spearman,
-    split_sources,
-    strip_artefacts,
     style_percentiles,
     style_tracking,
     top_k_style_percentile,

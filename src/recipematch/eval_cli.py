@@ -176,12 +176,13 @@ def check_outputs_outside(outputs: dict[str, Path | None], inputs: dict[str, Pat
                                        "never overwritten)")
 
 
-def _first_line(exc: BaseException) -> str:
+def first_line(exc: BaseException) -> str:
+    """``"<ExceptionType>: <first line of its message>"``, for one-line errors."""
     text = str(exc).strip()
     return f"{type(exc).__name__}: {text.splitlines()[0] if text else '(no message)'}"
 
 
-def _load_errors() -> tuple[type[BaseException], ...]:
+def model_load_errors() -> tuple[type[BaseException], ...]:
     """Exceptions sentence-transformers / transformers / torch raise for an unloadable folder."""
     import pickle
 
@@ -405,9 +406,9 @@ def _evaluate(folder, model, rule, self_mask, ks_text, out, split, per_query_out
                                                  batch_size=batch_size,
                                                  query_prompt=query_prompt, device=device,
                                                  dtype=dtype)
-        except _load_errors() as exc:
+        except model_load_errors() as exc:
             raise RecipematchError(f"--model {model!r}: cannot load a sentence-transformers "
-                                   f"model from {resolved}: {_first_line(exc)}") from None
+                                   f"model from {resolved}: {first_line(exc)}") from None
         summary, per_query = score(bset, encoder, ks=ks, cache_dir=cache_dir)
     run = None
     if graded is not None:
@@ -432,7 +433,7 @@ def _evaluate(folder, model, rule, self_mask, ks_text, out, split, per_query_out
         raise
     if run_tmp is not None:
         os.replace(run_tmp, graded["run_out"])
-    line = " ".join(f"R@{k}={summary[recall_key(k)]:.2f}" for k in ks)
+    line = " ".join(f"{recall_key(k)}={summary[recall_key(k)]:.2f}" for k in ks)
     from recipematch.retrieval.selfmask import describe_counts
 
     click.echo(describe_counts(Path(folder).name, summary["self_mask_rule"], summary["n_queries_self_masked"],

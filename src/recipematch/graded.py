@@ -39,6 +39,8 @@ Values are fractions in [0, 1], as the library reports them, under its measure n
 live apart from the percent R@k of the rest of a summary (``summary["measures"]``).
 """
 
+# long module: one job (a graded run: build, check, measure, read its files), a few lines over the limit
+
 from __future__ import annotations
 
 import json

@@ -13,9 +13,9 @@ import json
 import os
 import shutil
 import tempfile
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -145,12 +145,18 @@ def write_jsonl(path: str | os.PathLike[str], rows: Iterable[Any]) -> int:
 
 @dataclass(frozen=True)
 class BadLine:
-    """A JSONL line that could not be read: where it is and why (never dropped silently)."""
+    """A JSONL line that could not be read: where it is and why (never dropped silently).
+
+    ``error`` is the :class:`UnicodeDecodeError`, :class:`json.JSONDecodeError`,
+    :class:`RecursionError` or :class:`ValueError` that refused the line (``None`` for a
+    lone surrogate escape), for a caller that words its own message.
+    """
 
     path: str
     line_no: int
     reason: str
     raw: str
+    error: Exception | None = field(default=None, compare=False, repr=False)
 
     def as_record(self) -> dict[str, Any]:
         return {"path": self.path, "line_no": self.line_no, "reason": self.reason, "raw": self.raw[:500]}
@@ -184,30 +190,35 @@ def _raw_lines(path: str | os.PathLike[str]) -> Iterator[tuple[int, bytes]]:
             yield i, (raw[3:] if i == 1 and raw.startswith(b"\xef\xbb\xbf") else raw)
 
 
-def iter_jsonl(path: str | os.PathLike[str]) -> Iterator[tuple[int, Any | BadLine]]:
+def iter_jsonl(
+    path: str | os.PathLike[str], *, allow_lone_surrogates: bool = False,
+) -> Iterator[tuple[int, Any | BadLine]]:
     """Yield ``(line_no, obj)`` for each non-blank line (1-based line numbers).
 
     ``obj`` is a :class:`BadLine` when the line is not valid UTF-8, not valid JSON, nests too
-    deeply, or holds a lone surrogate escape (text that cannot be written back as UTF-8). A
-    UTF-8 byte-order mark at the start of the file is skipped. Never raises on bad content.
+    deeply, or holds a lone surrogate escape (text that cannot be written back as UTF-8;
+    kept instead with ``allow_lone_surrogates``, for recorded model answers that may hold
+    one). A UTF-8 byte-order mark at the start of the file is skipped. Never raises on bad
+    content.
     """
     for i, raw in _raw_lines(path):
         try:
             line = raw.decode("utf-8")
         except UnicodeDecodeError as e:
-            yield i, BadLine(str(path), i, f"invalid UTF-8: byte {e.start}", raw.decode("utf-8", "replace").rstrip("\n"))
+            shown = raw.decode("utf-8", "replace").rstrip("\n")
+            yield i, BadLine(str(path), i, f"invalid UTF-8: byte {e.start}", shown, e)
             continue
         if not line.strip():
             continue
         try:
             obj = json.loads(line)
         except json.JSONDecodeError as e:
-            yield i, BadLine(str(path), i, f"invalid JSON: {e.msg} at column {e.colno}", line.rstrip("\n"))
+            yield i, BadLine(str(path), i, f"invalid JSON: {e.msg} at column {e.colno}", line.rstrip("\n"), e)
             continue
         except (RecursionError, ValueError) as e:
-            yield i, BadLine(str(path), i, f"invalid JSON: {type(e).__name__}: {str(e)[:100]}", line[:500])
+            yield i, BadLine(str(path), i, f"invalid JSON: {type(e).__name__}: {str(e)[:100]}", line[:500], e)
             continue
-        if _has_lone_surrogate(obj):
+        if not allow_lone_surrogates and _has_lone_surrogate(obj):
             yield i, BadLine(str(path), i, "invalid text: lone surrogate escape", line[:500])
             continue
         yield i, obj
@@ -219,19 +230,29 @@ class FormatError(RecipematchError, ValueError):
     and, where one is at fault, the field."""
 
 
-def iter_jsonl_strict(path: str | os.PathLike[str]) -> Iterator[tuple[int, Any]]:
+def iter_jsonl_strict(
+    path: str | os.PathLike[str],
+    *,
+    error: Callable[[BadLine], Exception] | None = None,
+    allow_lone_surrogates: bool = False,
+) -> Iterator[tuple[int, Any]]:
     """Yield ``(line_no, obj)`` for each non-blank line; raise on the first bad line.
 
     The one JSONL reader of the project: same rules as :func:`iter_jsonl` (UTF-8 byte-order
-    mark skipped; invalid UTF-8, invalid JSON and lone surrogate escapes refused), but a bad
-    line stops the read.
+    mark skipped; invalid UTF-8, invalid JSON and lone surrogate escapes refused, the last
+    kept with ``allow_lone_surrogates``), but a bad line stops the read. ``error`` turns the
+    bad line into the exception raised, for a caller with its own wording (the LLM layer's
+    ``"<path>, line <n>: ..."``); by default a :class:`FormatError`.
 
     Raises:
-        FormatError: ``"<path>:<line>: not valid JSON Lines: <reason>"``.
+        FormatError: ``"<path>:<line>: not valid JSON Lines: <reason>"`` (or what ``error``
+            returns), or ``path`` is a folder.
         FileNotFoundError: ``path`` does not exist.
     """
-    for i, obj in iter_jsonl(path):
+    for i, obj in iter_jsonl(path, allow_lone_surrogates=allow_lone_surrogates):
         if isinstance(obj, BadLine):
+            if error is not None:
+                raise error(obj)
             raise FormatError(f"{path}:{i}: not valid JSON Lines: {obj.reason}; fix or remove that line")
         yield i, obj
 

@@ -39,8 +39,12 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
+import torch
 
+from recipematch.beir import doc_text
 from recipematch.errors import RecipematchError, short_repr
+from recipematch.retrieval.bm25 import score_blocks
+from recipematch.retrieval.ranking import topk_from_blocks
 from recipematch.rules import check_token_pattern
 
 __all__ = ["ROUTE_KINDS", "POOL_MODES", "Route", "check_token_pattern", "tokenizer", "ngram_topk",
@@ -89,16 +93,14 @@ def tokenizer(pattern: str):
 
 
 def _positive_topk(score_blocks, nq: int, doc_ids: Sequence[str], k: int, self_idx: np.ndarray):
-    """Top ``k`` per query of score blocks, only documents scoring above 0 (the lexical rule)."""
-    import torch
-
-    from recipematch.retrieval.dense import _topk_from_blocks
+    """Top ``k`` per query of score blocks, only documents scoring above 0 (the lexical rule),
+    ordered and masked by the ranking kernel (:func:`recipematch.retrieval.ranking.topk_from_blocks`)."""
 
     def positive():
         for start, stop, block in score_blocks:
             yield start, stop, torch.where(block > 0, block, torch.tensor(-torch.inf, dtype=block.dtype))
 
-    return _topk_from_blocks(positive(), nq, doc_ids, k, self_idx)
+    return topk_from_blocks(positive(), nq, doc_ids, k, self_idx)
 
 
 def ngram_topk(doc_texts: Sequence[str], query_texts: Sequence[str], k: int, *, doc_ids: Sequence[str],
@@ -119,7 +121,7 @@ def ngram_topk(doc_texts: Sequence[str], query_texts: Sequence[str], k: int, *, 
         ``indices`` ``(n_queries, k)`` int64 (-1: empty) and ``scores`` ``(n_queries, k)``
         float32 shared-n-gram counts (-inf where empty).
     """
-    import torch
+    # imported here: only the n-gram route needs scikit-learn
     from sklearn.feature_extraction.text import CountVectorizer
 
     if k < 1 or n < 1:
@@ -147,17 +149,13 @@ def bm25_route(corpus: Mapping[str, Mapping], queries: Mapping[str, str], query_
                k1: float, b: float, token_pattern: str, self_idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The BM25 route: bm25s over lowercased ``token_pattern`` tokens, documents scoring 0
     left out (module docstring). Returns ``(indices, scores)`` as :func:`ngram_topk`."""
-    from recipematch.retrieval.bm25 import _score_blocks
-
-    from recipematch.beir import doc_text
-
     check_token_pattern(token_pattern)
     pat = re.compile(token_pattern)
     if not any(pat.search(doc_text(row).lower()) for row in corpus.values()):
         # no document has a token: bm25s has no vocabulary, and the route is empty for every query
         return (np.full((len(query_ids), k), -1, dtype=np.int64),
                 np.full((len(query_ids), k), -np.inf, dtype=np.float32))
-    blocks = _score_blocks(corpus, queries, query_ids, k1, b, None, None, token_pattern=token_pattern)
+    blocks = score_blocks(corpus, queries, query_ids, k1, b, None, None, token_pattern=token_pattern)
     return _positive_topk(blocks, len(query_ids), list(corpus), k, self_idx)
 
 

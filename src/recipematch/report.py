@@ -18,42 +18,29 @@ from pathlib import Path
 from typing import Any
 
 from recipematch.io import atomic_write_text, canonical_json
-from recipematch.metrics import metric_key
-from recipematch.rules import BASELINES
-
-ARM_ORDER = ("base", "bm25", "verified", "reference", "recipe", "cell")
-#: colour = the arm's positives (paper Figure 1)
-COLOURS = {"cas": "tab:blue", "d4": "tab:green", "d1": "tab:red", "d5": "tab:orange", "bt": "tab:brown",
-           "bt3": "tab:pink", "d2": "tab:olive", "d3": "tab:cyan"}
-ROLE_ORDER = ("benchmark", "real", "in_family", "diagnostic", "external")
-
-
-def _fmt(cell: Mapping[str, Any] | None, *, mark: str = "") -> str:
-    if not cell:
-        return ""
-    sd = cell.get("sd")
-    return f"{cell['mean']:.2f}" + (f" ± {sd:.2f}" if sd is not None else "") + mark
-
-
-def _gap(g: Mapping[str, Any] | None) -> str:
-    if not g:
-        return ""
-    est, lo, hi = g.get("estimate"), g.get("low"), g.get("high")
-    return f"{est:+.2f} [{lo:+.2f}, {hi:+.2f}]"
-
-
-def _remedy_rows(stats: Mapping[str, Any]) -> set[str]:
-    """The remedies' soup and mix rows (Appendix E), which Table 19 and the forgetting table show."""
-    return {lab for r in (stats.get("remedies") or {}).values() for kind in ("soups", "mixes")
-            for lab in r[kind].values()}
-
-
-def _ordered_arms(stats: Mapping[str, Any]) -> list[str]:
-    """Base, BM25 and the arms in report order; the remedies' soups and mixes (Appendix E) are
-    left to Table 19 and the forgetting table."""
-    remedy = _remedy_rows(stats)
-    known = [a for a in ARM_ORDER if a in stats["arms"]]
-    return known + sorted(a for a in stats["arms"] if a not in known and a not in remedy)
+from recipematch.metrics import metric_key, recall_key
+from recipematch.report_appendix import (
+    external_markdown,
+    forgetting_markdown,
+    frontier_png,
+    frontier_rows,
+    regen_markdown,
+    remedies_markdown,
+    style_markdown,
+    table5_lines,
+    who_built_markdown,
+)
+from recipematch.report_common import (
+    COLOURS,
+    ROLE_ORDER,
+    UNRUN,
+    fmt_cell,
+    fmt_gap,
+    ordered_arms,
+    ordered_evals,
+    report_ks,
+)
+from recipematch.rules import BASELINES, DID_ROLES
 
 
 def table_markdown(stats: Mapping[str, Any], cells: Mapping[str, Mapping[str, str]]) -> str:
@@ -70,7 +57,7 @@ def table_markdown(stats: Mapping[str, Any], cells: Mapping[str, Mapping[str, st
         cells: per arm ``{"name", "positives", "negatives"}``.
     """
     evals = stats["evaluations"]
-    arms = _ordered_arms(stats)
+    arms = ordered_arms(stats)
     gaps = list(stats.get("contrasts") or dict.fromkeys(k.split(".")[0] for k in stats["gaps"]))
     head = ["evaluation"] + [a if a not in cells else f"{a} ({cells[a]['name']})" for a in arms]
     head += [g.replace("-", " − ") for g in gaps]
@@ -83,25 +70,17 @@ def table_markdown(stats: Mapping[str, Any], cells: Mapping[str, Mapping[str, st
             row = [f"{ev['label']} R@{k} ({ev['role'].replace('_', '-')})"]
             for a in arms:
                 in_family = a in cells and cells[a]["positives"] in ev.get("in_family_for", ())
-                row.append(_fmt(stats["arms"][a].get(metric_key(name, k)), mark=" †" if in_family else ""))
-            row += [_gap(stats["gaps"].get(metric_key(name, k, g))) for g in gaps]
+                row.append(fmt_cell(stats["arms"][a].get(metric_key(name, k)), mark=" †" if in_family else ""))
+            row += [fmt_gap(stats["gaps"].get(metric_key(name, k, g))) for g in gaps]
             lines.append("| " + " | ".join(row) + " |")
     for key in sorted({k.split(".", 1)[1] for k in stats["did"]}):
         b, r = key.rsplit(".", 1)[0].split("-", 1)
         row = [f"DiD {evals[b]['label']} − {evals[r]['label']} R@1"] + [""] * len(arms)
-        row += [_gap((stats["did"].get(f"{g}.{key}") or {}).get("did")) for g in gaps]
+        row += [fmt_gap((stats["did"].get(f"{g}.{key}") or {}).get("did")) for g in gaps]
         lines.append("| " + " | ".join(row) + " |")
     lines.append("")
     lines.append("† in-family: the set was built by this arm's own generator (paper Table 6); not read as evidence.")
     return "\n".join(lines)
-
-
-UNRUN = "—"
-
-
-def _ordered_evals(stats: Mapping[str, Any]) -> list[str]:
-    evals = stats["evaluations"]
-    return sorted(evals, key=lambda n: (ROLE_ORDER.index(evals[n]["role"]), list(evals).index(n)))
 
 
 def tier_columns(stats: Mapping[str, Any]) -> list[str]:
@@ -109,7 +88,7 @@ def tier_columns(stats: Mapping[str, Any]) -> list[str]:
     tiers), then every real set (cross-language strict), each at R@1; in-family sets are left
     out (paper Table 6: not evidence)."""
     evals = stats["evaluations"]
-    return [n for n in _ordered_evals(stats) if evals[n]["role"] in ("benchmark", "real")]
+    return [n for n in ordered_evals(stats) if evals[n]["role"] in DID_ROLES]
 
 
 def _arm_cells(stats: Mapping[str, Any], cells: Mapping[str, Mapping[str, str]]) -> dict[tuple, str]:
@@ -118,7 +97,7 @@ def _arm_cells(stats: Mapping[str, Any], cells: Mapping[str, Mapping[str, str]])
     from recipematch.rules import CellSpec, grid_position
 
     out: dict[tuple, str] = {}
-    for a in _ordered_arms(stats):
+    for a in ordered_arms(stats):
         c = cells.get(a)
         if not c:
             continue
@@ -130,7 +109,7 @@ def _arm_cells(stats: Mapping[str, Any], cells: Mapping[str, Mapping[str, str]])
 def _scores(stats: Mapping[str, Any], arm: str | None, cols: list[str]) -> list[str]:
     if arm is None:
         return [UNRUN] * len(cols)
-    return [_fmt(stats["arms"][arm].get(metric_key(n, 1))) or UNRUN for n in cols]
+    return [fmt_cell(stats["arms"][arm].get(metric_key(n, 1))) or UNRUN for n in cols]
 
 
 def ladder_markdown(stats: Mapping[str, Any], cells: Mapping[str, Mapping[str, str]]) -> str:
@@ -225,7 +204,7 @@ def scatter_png(stats: Mapping[str, Any], cells: Mapping[str, Mapping[str, str]]
     fig, axes = plt.subplots(1, len(bench), figsize=(6.0 * len(bench), 4.8), dpi=110, squeeze=False)
     base = stats["arms"].get("base")
     for ax, yname, tag in zip(axes[0], bench, "ab"):
-        for a in _ordered_arms(stats):
+        for a in ordered_arms(stats):
             if a == "bm25":
                 continue
             xs = stats["arms"][a][metric_key(xname, 1)]["per_seed"]
@@ -252,27 +231,21 @@ def scatter_png(stats: Mapping[str, Any], cells: Mapping[str, Mapping[str, str]]
     plt.close(fig)
 
 
-def _ks(stats: Mapping[str, Any], name: str) -> list[int]:
-    """The cut-offs scored on ``name`` (from the keys of ``stats["arms"]["base"]``), ascending."""
-    base = stats["arms"].get("base", {})
-    return sorted(int(k.split("R@")[1]) for k in base if k.startswith(f"{name}.R@"))
-
-
 def recall_markdown(stats: Mapping[str, Any]) -> str:
     """Table 16's shape (paper Appendix D): each model's R@k at every scored cut-off on each
     real set, beside its R@1 on the headline (first) benchmark set; mean ± sd over seeds,
     percent; rows = models. ``""`` without a benchmark or a real set."""
     evals = stats["evaluations"]
-    bench = [n for n in _ordered_evals(stats) if evals[n]["role"] == "benchmark"]
-    real = [n for n in _ordered_evals(stats) if evals[n]["role"] == "real"]
+    bench = [n for n in ordered_evals(stats) if evals[n]["role"] == "benchmark"]
+    real = [n for n in ordered_evals(stats) if evals[n]["role"] == "real"]
     if not bench or not real:
         return ""
-    head = [f"{evals[bench[0]]['label']} R@1"] + [f"{evals[r]['label']} " + " / ".join(f"R@{k}" for k in _ks(stats, r))
+    head = [f"{evals[bench[0]]['label']} R@1"] + [f"{evals[r]['label']} " + " / ".join(recall_key(k) for k in report_ks(stats, r))
                                                   for r in real]
     lines = ["| model | " + " | ".join(head) + " |", "|" + "---|" * (len(head) + 1)]
-    for a in _ordered_arms(stats):
-        row = [_fmt(stats["arms"][a].get(metric_key(bench[0], 1)))]
-        row += [" / ".join(_fmt(stats["arms"][a].get(metric_key(r, k))) for k in _ks(stats, r)) for r in real]
+    for a in ordered_arms(stats):
+        row = [fmt_cell(stats["arms"][a].get(metric_key(bench[0], 1)))]
+        row += [" / ".join(fmt_cell(stats["arms"][a].get(metric_key(r, k))) for k in report_ks(stats, r)) for r in real]
         lines.append(f"| {a} | " + " | ".join(row) + " |")
     return "\n".join(lines)
 
@@ -298,19 +271,19 @@ def seed_markdown(stats: Mapping[str, Any]) -> str:
     if seed is None or not stats.get("seed_gaps"):
         return ""
     evals = stats["evaluations"]
-    bench = [n for n in _ordered_evals(stats) if evals[n]["role"] == "benchmark"]
-    head = [f"{evals[b]['label']} " + " / ".join(f"R@{k}" for k in _ks(stats, b)) for b in bench]
+    bench = [n for n in ordered_evals(stats) if evals[n]["role"] == "benchmark"]
+    head = [f"{evals[b]['label']} " + " / ".join(recall_key(k) for k in report_ks(stats, b)) for b in bench]
     lines = [f"Training seed {seed} (baselines: their one run).", "",
              "| model | " + " | ".join(head) + " |", "|" + "---|" * (len(head) + 1)]
-    for a in _ordered_arms(stats):
+    for a in ordered_arms(stats):
         row = [" / ".join(_at_seed(stats["arms"][a].get(metric_key(b, k)), seed, single=a in BASELINES)
-                          for k in _ks(stats, b)) for b in bench]
+                          for k in report_ks(stats, b)) for b in bench]
         lines.append(f"| {a} | " + " | ".join(row) + " |")
-    names = [n for n in _ordered_evals(stats) if evals[n]["role"] != "external"]
+    names = [n for n in ordered_evals(stats) if evals[n]["role"] != "external"]
     lines += ["", f"| gap at seed {seed}, R@1 [95%, queries resampled] | " + " | ".join(evals[n]["label"] for n in names)
               + " |", "|" + "---|" * (len(names) + 1)]
     for c in stats.get("contrasts", []):
-        lines.append(f"| {c.replace('-', ' − ')} | " + " | ".join(_gap(stats["seed_gaps"].get(metric_key(n, 1, c)))
+        lines.append(f"| {c.replace('-', ' − ')} | " + " | ".join(fmt_gap(stats["seed_gaps"].get(metric_key(n, 1, c)))
                                                                  for n in names) + " |")
     return "\n".join(lines)
 
@@ -331,7 +304,7 @@ def schemes_markdown(stats: Mapping[str, Any]) -> str:
     lines = ["| contrast | set | scheme used | interval | other seed scheme | its interval |", "|---|---|---|---|---|---|"]
     n_diff = 0
     for c in stats.get("contrasts", []):
-        for n in _ordered_evals(stats):
+        for n in ordered_evals(stats):
             g = stats["gaps"].get(metric_key(n, 1, c))
             if not g:
                 continue
@@ -339,10 +312,10 @@ def schemes_markdown(stats: Mapping[str, Any]) -> str:
             if o:
                 differs = (f"{g['low']:.2f}", f"{g['high']:.2f}") != (f"{o['low']:.2f}", f"{o['high']:.2f}")
                 n_diff += differs
-                alt = [_scheme(o), _gap(o) + (" (differs)" if differs else " (same)")]
+                alt = [_scheme(o), fmt_gap(o) + (" (differs)" if differs else " (same)")]
             else:
                 alt = ["does not apply (a baseline, or fewer than two shared seeds)", ""]
-            lines.append(f"| {c.replace('-', ' − ')} | {evals[n]['label']} | {_scheme(g)} | {_gap(g)} | "
+            lines.append(f"| {c.replace('-', ' − ')} | {evals[n]['label']} | {_scheme(g)} | {fmt_gap(g)} | "
                          + " | ".join(alt) + " |")
     lines += ["", f"{n_diff} gap interval(s) differ between the two seed schemes."]
     return "\n".join(lines)
@@ -424,15 +397,15 @@ def recall_png(stats: Mapping[str, Any], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     evals = stats["evaluations"]
-    names = [n for n in _ordered_evals(stats) if evals[n]["role"] != "external" and len(_ks(stats, n)) > 1]
+    names = [n for n in ordered_evals(stats) if evals[n]["role"] != "external" and len(report_ks(stats, n)) > 1]
     if not names:
         return
     cols = min(3, len(names))
     rows = -(-len(names) // cols)
     fig, axes = plt.subplots(rows, cols, figsize=(4.6 * cols, 3.6 * rows), dpi=110, squeeze=False)
     for ax, n in zip(axes.flat, names):
-        ks = _ks(stats, n)
-        for a in _ordered_arms(stats):
+        ks = report_ks(stats, n)
+        for a in ordered_arms(stats):
             ys = [stats["arms"][a][metric_key(n, k)]["mean"] for k in ks]
             ax.plot(ks, ys, marker="o", label=a, color="black" if a == "base" else None,
                     linestyle="--" if a in ("base", "bm25") else "-")
@@ -449,258 +422,6 @@ def recall_png(stats: Mapping[str, Any], path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, metadata={"Software": None})
     plt.close(fig)
-
-
-def regen_markdown(stats: Mapping[str, Any]) -> str:
-    """Table 24's shape (paper Appendix E, the regeneration defence): for each benchmark set
-    with regenerated versions (evaluations whose ``version_of`` names it), rows = the original
-    golds and each version, columns = every model's R@1 (mean ± sd over seeds) and the recipe
-    arm's lead over each other model in the declared contrasts (95% interval; every declared
-    contrast when none starts with the recipe arm). ``""`` when no set has a version."""
-    evals = stats["evaluations"]
-    arms = _ordered_arms(stats)
-    contrasts = list(stats.get("contrasts", []))
-    leads = [c for c in contrasts if c.startswith("recipe-")] or contrasts
-    out = []
-    for orig in _ordered_evals(stats):
-        versions = [n for n in _ordered_evals(stats) if evals[n].get("version_of") == orig]
-        if not versions:
-            continue
-        head = ["gold documents", *arms, *(c.replace("-", " − ") for c in leads)]
-        out += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-        for n in [orig, *versions]:
-            row = [evals[n]["label"] + (" (original)" if n == orig else "")]
-            row += [_fmt(stats["arms"][a].get(metric_key(n, 1))) for a in arms]
-            row += [_gap(stats["gaps"].get(metric_key(n, 1, c))) for c in leads]
-            out.append("| " + " | ".join(row) + " |")
-        out.append("")
-    return "\n".join(out).rstrip()
-
-
-def _remedy_lines(stats: Mapping[str, Any], arm: str) -> tuple[list[tuple[str, str, float]], list[tuple[str, str, float]]]:
-    """One remedied arm's two lines of Table 19 (Appendix E), each a list of ``(label, what,
-    share of the arm)`` from the untrained end to the arm: weight space = base (α 0), the soups
-    by α, the arm (α 1); data space = the arm (no replay), then its mixes by replay fraction
-    (the arm's share of training rows, 1 − f). Rows not scored are left out."""
-    rem = stats["remedies"][arm]
-    have = stats["arms"]
-    soups = sorted(((float(x), lab) for x, lab in rem["soups"].items() if lab in have), key=lambda t: t[0])
-    mixes = sorted(((float(x), lab) for x, lab in rem["mixes"].items() if lab in have), key=lambda t: t[0])
-    weight = [("base", "untrained base", 0.0), *((lab, f"soup α = {a:g}", a) for a, lab in soups if 0 < a < 1),
-              (arm, "the arm", 1.0)]
-    data = [(arm, "the arm, no replay", 1.0), *((lab, f"replay {f:.0%} of rows", 1 - f) for f, lab in mixes)]
-    return weight, data
-
-
-def remedies_markdown(stats: Mapping[str, Any]) -> str:
-    """Table 19's shape (paper Appendix E): for each arm of ``remedies.arms``, the untrained
-    base, the arm, its WiSE-FT soups (mixing in weight space) and its replay mixes (mixing in
-    data space); columns = R@1 / R@5 / R@10 on each benchmark set (no regenerated versions)
-    and R@1 on each real set with the points lost against the base (95% interval, Table 19's
-    retention side). Means over seeds, percent. ``""`` when no arm is remedied."""
-    rem = stats.get("remedies") or {}
-    if not rem:
-        return ""
-    evals = stats["evaluations"]
-    bench = [n for n in _ordered_evals(stats) if evals[n]["role"] == "benchmark" and not evals[n].get("version_of")]
-    real = [n for n in _ordered_evals(stats) if evals[n]["role"] == "real"]
-    head = ["model", "remedy", *(f"{evals[n]['label']} R@{'/'.join(map(str, _ks(stats, n)))}" for n in bench),
-            *(f"{evals[n]['label']} R@1 | lost vs base [95%]" for n in real)]
-    ncol = 2 + len(bench) + 2 * len(real)
-    out = []
-    for arm in rem:
-        weight, data = _remedy_lines(stats, arm)
-        out += [f"Remedied arm: **{arm}**.", "", "| " + " | ".join(head) + " |", "|" + "---|" * ncol]
-        seen = set()
-        for label, what, _share in [*weight, *data]:
-            if label in seen:
-                continue
-            seen.add(label)
-            a = stats["arms"][label]
-            cells = [label, what]
-            cells += [" / ".join(f"{a[metric_key(n, k)]['mean']:.2f}" for k in _ks(stats, n)) for n in bench]
-            for n in real:
-                g = (stats.get("forgetting") or {}).get(metric_key(n, 1, label))
-                cells += [_fmt(a.get(metric_key(n, 1))), _gap(g) if label != "base" else "—"]
-            out.append("| " + " | ".join(cells) + " |")
-        out.append("")
-    out.append("A soup blends the arm's trained weights with the base's (θ = α·θ_arm + (1 − α)·θ_base); a mix "
-               "retrains the arm's own cell with replay rows making up the stated share of its training split.")
-    return "\n".join(out)
-
-
-def frontier_rows(stats: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """The mixing frontier's points (paper Appendix E, Table 19): one per (remedied arm, line,
-    model, real set): ``{arm, remedy: "weight space" | "data space", model, share, real_set,
-    retention, benchmark_set, benchmark}`` with the R@1 means in percent; ``benchmark`` is the
-    headline (first) benchmark set. ``[]`` when no arm is remedied or no set of either role."""
-    rem = stats.get("remedies") or {}
-    evals = stats["evaluations"]
-    bench = [n for n in _ordered_evals(stats) if evals[n]["role"] == "benchmark" and not evals[n].get("version_of")]
-    real = [n for n in _ordered_evals(stats) if evals[n]["role"] == "real"]
-    if not rem or not bench or not real:
-        return []
-    rows = []
-    for arm in rem:
-        for remedy, line in zip(("weight space", "data space"), _remedy_lines(stats, arm)):
-            for label, _what, share in line:
-                a = stats["arms"][label]
-                for r in real:
-                    rows.append({"arm": arm, "remedy": remedy, "model": label, "share": round(share, 6), "real_set": r,
-                                 "retention": round(a[metric_key(r, 1)]["mean"], 4), "benchmark_set": bench[0],
-                                 "benchmark": round(a[metric_key(bench[0], 1)]["mean"], 4)})
-    return rows
-
-
-def frontier_png(stats: Mapping[str, Any], path: Path) -> None:
-    """The mixing frontier (paper Appendix E, Table 19): one panel per real set, the headline
-    benchmark's R@1 against the real set's R@1 (retention), one line per remedy and remedied
-    arm from the base or the arm outward, the base marked with a star. Nothing is written
-    without frontier points."""
-    rows = frontier_rows(stats)
-    if not rows:
-        return
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    evals = stats["evaluations"]
-    real = list(dict.fromkeys(r["real_set"] for r in rows))
-    fig, axes = plt.subplots(1, len(real), figsize=(5.4 * len(real), 4.4), dpi=110, squeeze=False)
-    for ax, r in zip(axes.flat, real):
-        pts = [x for x in rows if x["real_set"] == r]
-        for (arm, remedy) in dict.fromkeys((x["arm"], x["remedy"]) for x in pts):
-            line = [x for x in pts if x["arm"] == arm and x["remedy"] == remedy]
-            ax.plot([x["retention"] for x in line], [x["benchmark"] for x in line], marker="o",
-                    linestyle="-" if remedy == "weight space" else "--", label=f"{arm}: {remedy}")
-            for x in line:
-                if x["model"] not in ("base", arm):
-                    ax.annotate(x["model"].split("@", 1)[1], (x["retention"], x["benchmark"]), fontsize=7,
-                                xytext=(4, 4), textcoords="offset points")
-        b = next(x for x in pts if x["model"] == "base")
-        ax.scatter([b["retention"]], [b["benchmark"]], marker="*", s=180, color="black", zorder=5, label="base")
-        ax.set_xlabel(f"{evals[r]['label']} R@1 (%)")
-        ax.set_ylabel(f"{evals[pts[0]['benchmark_set']]['label']} R@1 (%)")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=7, loc="best")
-    fig.suptitle("Mixing frontier: benchmark score against real retrieval kept")
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, metadata={"Software": None})
-    plt.close(fig)
-
-
-def forgetting_markdown(stats: Mapping[str, Any]) -> str:
-    """The forgetting table (paper Appendix E, Table 19's retention side): rows = every
-    trained model (arms, then soups), columns = each real set: the model's R@1 and the points
-    lost against the untrained base (base − model) with its 95% interval; a loss whose
-    interval excludes 0 is marked *. ``""`` without such rows."""
-    f = stats.get("forgetting") or {}
-    if not f:
-        return ""
-    evals = stats["evaluations"]
-    real = [n for n in _ordered_evals(stats) if evals[n]["role"] == "real"]
-    rows = list(dict.fromkeys(k.rsplit(".", 2)[0] for k in f))
-    head = [f"{evals[r]['label']} R@1 (base {_fmt(stats['arms']['base'].get(metric_key(r, 1)))}) | lost vs base [95%]" for r in real]
-    lines = ["| model | " + " | ".join(head) + " |", "|" + "---|" * (2 * len(real) + 1)]
-    for a in rows:
-        cells = []
-        for r in real:
-            g = f.get(metric_key(r, 1, a))
-            mark = " *" if g and (g["low"] > 0 or g["high"] < 0) else ""
-            cells += [_fmt(stats["arms"][a].get(metric_key(r, 1))), _gap(g) + mark]
-        lines.append(f"| {a} | " + " | ".join(cells) + " |")
-    lines += ["", "* the interval excludes 0."]
-    return "\n".join(lines)
-
-
-def style_markdown(style: Mapping[str, Any]) -> str:
-    """Tables 13 and 14 (paper Appendix C): the style probe's AUC per prompt (stripped, with
-    its 95% bootstrap interval over held-out sources, and unstripped), and each model's style
-    tracking (mean per-query Spearman ρ between similarity and style, top-k style percentile)."""
-    probe = style["probe"]
-    prompts = sorted({k.split(".")[0] for k in probe if k.endswith(".auc") and "." in k})
-    lines = [f"Detector trained on `{probe.get('train_prompt')}` rewrites; held-out sources scored.", "",
-             "| rewrites | AUC, stripped [95%] | AUC, unstripped [95%] |", "|---|---|---|"]
-    for pr in prompts:
-        lines.append(f"| {pr} | {probe[f'{pr}.auc']:.3f} [{probe[f'{pr}.auc_low']:.3f}, {probe[f'{pr}.auc_high']:.3f}] | "
-                     f"{probe[f'{pr}.unstripped.auc']:.3f} [{probe[f'{pr}.unstripped.auc_low']:.3f}, "
-                     f"{probe[f'{pr}.unstripped.auc_high']:.3f}] |")
-    lines += ["", "| model | style tracking ρ | top-k style percentile |", "|---|---|---|"]
-    for m, t in style["tracking"].items():
-        lines.append(f"| {m} | {t['rho_mean']:+.4f} | {t['top_k_percentile_mean']:.2f} |")
-    return "\n".join(lines)
-
-
-def external_markdown(stats: Mapping[str, Any]) -> str:
-    """Table 20's shape (paper Section 6): external and other graded sets, each by its first
-    graded measure as the library names it (x 100, mean ± sd over seeds), and each group's
-    macro-average; rows = models. Below, the gaps with 95% nested-bootstrap intervals
-    (queries resampled; a group's sets each on their own). Empty when no set is graded."""
-    graded = stats.get("graded") or {}
-    measures = graded.get("measures") or {}
-    if not measures:
-        return ""
-    evals = stats["evaluations"]
-    cols = [(n, f"{n}.measure.{ms[0]}", f"{evals[n]['label']} {ms[0]}", f"{n}.{ms[0]}") for n, ms in measures.items()]
-    for g, members in (graded.get("groups") or {}).items():
-        m = measures[members[0]][0]
-        cols.append((g, f"group:{g}.measure.{m}", f"{g} (macro over {len(members)} set{'s' * (len(members) > 1)}) {m}",
-                     f"group:{g}.{m}"))
-    lines = ["| model | " + " | ".join(c[2] for c in cols) + " |", "|" + "---|" * (len(cols) + 1)]
-    for a in _ordered_arms(stats):
-        lines.append(f"| {a} | " + " | ".join(_fmt(stats["arms"][a].get(c[1])) for c in cols) + " |")
-    lines += ["", "| gap | " + " | ".join(c[2] for c in cols) + " |", "|" + "---|" * (len(cols) + 1)]
-    remedy = _remedy_rows(stats)  # their rows are Table 19's, so are their gaps
-    for pair in graded.get("pairs") or []:
-        if any(side in remedy for side in pair.split("-", 1)):
-            continue
-        lines.append(f"| {pair.replace('-', ' − ')} | " + " | ".join(_gap(stats["gaps"].get(f"{pair}.{c[3]}"))
-                                                                   for c in cols) + " |")
-    return "\n".join(lines)
-
-
-def _table5(stats: Mapping[str, Any]) -> list[str]:
-    """Table 5 (paper Appendix A): same-language reprints per slice, from ``stats["slices"]``."""
-    from recipematch.slices import slices_markdown
-
-    labels = {n: e["label"] for n, e in stats["evaluations"].items()}
-    return ["## Same-language reprints by slice (Table 5)", "", slices_markdown(stats["slices"], labels), ""]
-
-
-#: who wrote each role's documents (paper Table 23): the LLM-built tiers, the computer-algebra
-#: probe, the real duplicates no generator touched
-BUILDERS = {"benchmark": "the benchmark's LLM generator", "in_family": "the computer-algebra generator",
-            "real": "nobody (real duplicates)"}
-
-
-def who_built_markdown(stats: Mapping[str, Any], k: int = 1) -> str:
-    """Table 23's shape (paper Section 7): for every contrast a − b, each set grouped by who
-    wrote its documents, both arms' R@k, the gap with its interval, and the winner: the arm
-    whose lead's interval excludes 0, else neither. ``""`` when no contrast has a gap."""
-    evals = stats["evaluations"]
-    order = [n for role in BUILDERS for n in _ordered_evals(stats) if evals[n]["role"] == role]
-    out = []
-    for c in stats.get("contrasts", []):
-        splits = [(c[:i], c[i + 1:]) for i, ch in enumerate(c) if ch == "-"]
-        known = [(x, y) for x, y in splits if x in stats["arms"] and y in stats["arms"]]
-        if not known:
-            continue
-        a, b = known[0]
-        rows = []
-        for n in order:
-            g = stats["gaps"].get(metric_key(n, k, c))
-            if not g:
-                continue
-            win = a if g["low"] > 0 else b if g["high"] < 0 else "neither (interval spans 0)"
-            rows.append(f"| {BUILDERS[evals[n]['role']]} | {evals[n]['label']} | "
-                        f"{_fmt(stats['arms'].get(a, {}).get(metric_key(n, k)))} | "
-                        f"{_fmt(stats['arms'].get(b, {}).get(metric_key(n, k)))} | {_gap(g)} | {win} |")
-        if rows:
-            out += [f"| documents written by | set | {a} R@{k} | {b} R@{k} | {a} − {b} [95%] | winner |",
-                    "|---|---|---|---|---|---|", *rows, ""]
-    return "\n".join(out).rstrip()
 
 
 def write_report(stats: Mapping[str, Any], cells: Mapping[str, Mapping[str, str]], counts: Mapping[str, Any], out_dir: Path,
@@ -744,7 +465,7 @@ def write_report(stats: Mapping[str, Any], cells: Mapping[str, Mapping[str, str]
              "## Tables 11-12 (the factorial: positives × negatives; cells not run: —)", "",
              factorial_markdown(stats, cells), "",
              *(["## Style probe and style tracking (Tables 13-14)", "", style_markdown(style), ""] if style else []),
-             *(_table5(stats) if stats.get("slices") else []),
+             *(table5_lines(stats) if stats.get("slices") else []),
              *(["## Who built the test decides who wins (Table 23's shape)", "",
                 "Each set grouped by who wrote its documents; the winner's lead has a 95% interval that "
                 "excludes 0.", "", who_built_markdown(stats), ""] if who_built_markdown(stats) else []),

@@ -273,6 +273,9 @@ EVAL_ROLES = {
     "external": "a benchmark no one in the project built (Section 6, Tables 20 and 22): scored by its own "
                 "graded measures, reported in its own table, never in Table 1 or a DiD",
 }
+#: The two sides of every DiD and of Tables 9 and 12, in that order: the benchmark's gain less the
+#: gain on sets no generator wrote (Section 4); the other roles never enter a DiD.
+DID_ROLES = ("benchmark", "real")
 #: The released language tag of a gold whose language is not known: it counts as another
 #: language under the ``crosslingual_strict`` rule (Section 3, Appendix A).
 UNKNOWN_LANG = "unknown"

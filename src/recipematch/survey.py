@@ -185,7 +185,7 @@ def survey_table(result: Mapping[str, Any]) -> str:
     sets, ks = result["sets"], result["ks"]
     head = result["headline"]
     rows = sorted(result["models"], key=lambda m: (-m["scores"][head][recall_key(ks[0])], m["name"]) if head else m["name"])
-    cols = [f"{s['label']} " + " / ".join(f"R@{k}" for k in ks) for s in sets.values()]
+    cols = [f"{s['label']} " + " / ".join(recall_key(k) for k in ks) for s in sets.values()]
     lines = ["| model | convention | " + " | ".join(cols) + " |", "|" + "---|" * (len(cols) + 2)]
     for m in rows:
         conv = m["convention"]
@@ -219,7 +219,7 @@ def run_survey(p, root: Path, models: Sequence[SurveyModel], *, cache_dir: Path 
     import os
 
     from recipematch.benchmarks_data import load_set
-    from recipematch.eval_cli import BM25_NAME, _first_line, _load_errors
+    from recipematch.eval_cli import BM25_NAME, first_line, model_load_errors
     from recipematch.scoring import BM25, score
 
     ks = tuple(p.evaluate.ks)
@@ -247,9 +247,9 @@ def run_survey(p, root: Path, models: Sequence[SurveyModel], *, cache_dir: Path 
                 enc = SentenceTransformerEncoder(path, max_seq_length=m.max_seq_length, batch_size=m.batch_size,
                                                  query_prompt=m.query_prompt or None, device=p.evaluate.device,
                                                  dtype=m.dtype)
-            except (*_load_errors(), RecipematchError) as exc:
+            except (*model_load_errors(), RecipematchError) as exc:
                 raise RecipematchError(f"model {m.name!r}: cannot load a sentence-transformers model from {path}: "
-                                       f"{_first_line(exc)}") from None
+                                       f"{first_line(exc)}") from None
             conv = {k: v for k, v in enc.settings.items() if k != "batch_size"}
         scores = {}
         for name, (ev, bset) in sets.items():
@@ -258,7 +258,7 @@ def run_survey(p, root: Path, models: Sequence[SurveyModel], *, cache_dir: Path 
             scores[name] = {recall_key(k): float(summary[recall_key(k)]) for k in ks}
             scores[name]["n_queries"] = int(summary["n_queries"])
             if progress:
-                progress(f"{m.name} {name}: " + " ".join(f"R@{k}={scores[name][recall_key(k)]:.2f}" for k in ks))
+                progress(f"{m.name} {name}: " + " ".join(f"{recall_key(k)}={scores[name][recall_key(k)]:.2f}" for k in ks))
         out["models"].append({**asdict(m), "convention": conv, "scores": scores})
         for s in scores.values():
             for k in ks:

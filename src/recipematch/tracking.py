@@ -307,7 +307,7 @@ _RUN_KEY = re.compile(r"^[\w.\-]{1,128}$")
 _MLFLOW_NAME = re.compile(r"^[\w\-. /]{1,250}$")
 
 
-def _finite(value: Any, what: str) -> float:
+def finite_value(value: Any, what: str) -> float:
     """``value`` as a finite float, or a one-line error naming ``what``."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         raise RecipematchError(f"{what}: {short_repr(value, 60)} is not a finite number")
@@ -336,7 +336,7 @@ def restore_run(c, exp_id: str, record: Mapping[str, Any], *, run_name: str, tag
     run_key = record.get("run_key")
     if not isinstance(run_key, str) or not _RUN_KEY.match(run_key):
         raise RecipematchError(f"{where}: 'run_key' {short_repr(run_key, 80)} is not a run key (letters, digits, _ . -); retrain it")
-    values = {k: _finite(record[k], f"{where}: {k}") for k in RECORD_METRICS if k in record}
+    values = {k: finite_value(record[k], f"{where}: {k}") for k in RECORD_METRICS if k in record}
     bad = [k for k in (params or {}) if not isinstance(k, str) or not _MLFLOW_NAME.match(k)]
     if bad:
         raise RecipematchError(f"{where}: param name {short_repr(bad[0], 80)} cannot be stored by MLflow "

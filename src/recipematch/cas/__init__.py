@@ -20,17 +20,22 @@ Public API:
   metrics a stage writes under ``metrics/``.
 
 Modules: ``spans`` (math spans and segments), ``normalize`` (LaTeX normaliser),
-``grammar`` (parser, printer), ``numeric`` (evaluation, sampling, checks), ``domains``
-(declared/implied domains), ``transforms`` (edits), ``generator`` (one problem),
-``runner`` (many problems), ``isolation`` (worker processes tied to their parent, one-shot
-isolated calls), ``cli`` (``recipematch cas parse|check``, each in a worker under a
+``grammar`` (parser, printer), ``compile`` (numeric evaluation: float, exact, 50 digits),
+``relations`` (relations, unknowns, sample points), ``equivalence`` (the test of
+positives), ``conditions`` (where a relation is defined), ``counterexamples`` and
+``targeted`` (the refutation of negatives), ``domains`` (declared/implied domains),
+``transforms`` (edits), ``generator`` (one problem), ``runner`` (many problems),
+``isolation`` (worker processes tied to their parent, one-shot isolated calls), ``cli`` (``recipematch cas parse|check``, each in a worker under a
 wall-clock limit).
 """
 
+from recipematch.cas.counterexamples import find_counterexample
+from recipematch.cas.domains import Domain
+from recipematch.cas.equivalence import check_equivalent
 from recipematch.cas.generator import GENERATOR_VERSION, generate_for_problem
 from recipematch.cas.grammar import ParseError, Parsed, parse_segment, try_parse
 from recipematch.cas.normalize import normalize_latex
-from recipematch.cas.numeric import Domain, Rel, check_equivalent, find_counterexample
+from recipematch.cas.relations import Rel
 from recipematch.cas.runner import aggregate_census, metrics_from_summary, run_generator
 from recipematch.cas.spans import find_spans, split_segments
 

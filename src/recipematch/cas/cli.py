@@ -7,7 +7,7 @@
   "not_equivalent" | "unknown", "counterexample", "points_tested", "reason", "method",
   "k"}`` with the generator's rules: "equivalent" needs proportional residuals (exactly,
   for rational relations) at ≥ 20 valid points and the same domain
-  (:func:`recipematch.cas.numeric.check_equivalent`), "not_equivalent" needs a
+  (:func:`recipematch.cas.equivalence.check_equivalent`), "not_equivalent" needs a
   counterexample (a real point where the truth values differ, or for two expressions a
   point where their values differ); anything else is "unknown".
 
@@ -38,10 +38,12 @@ import sys
 import click
 import sympy as sp
 
+from recipematch.cas.counterexamples import find_counterexample
+from recipematch.cas.equivalence import check_equivalent
 from recipematch.cas.grammar import function_letters, try_parse
 from recipematch.cas.isolation import run_isolated
 from recipematch.cas.normalize import normalize_latex
-from recipematch.cas.numeric import Rel, check_equivalent, find_counterexample
+from recipematch.cas.relations import Rel
 
 __all__ = ["cas", "parse_report", "check_report", "isolated_report", "DEFAULT_TIMEOUT_S", "DEFAULT_MEMORY_MB"]
 

@@ -1,6 +1,7 @@
 """Declared and implied variable domains of a problem (paper, Appendix A: the verified arm, domains).
 
-Sources, strongest first:
+A variable's domain is a :class:`Domain` (bounds and integrality), where the checks
+sample it (:func:`recipematch.cas.relations._draw_real`). Sources, strongest first:
 
 * bounds declared in the problem's own math: ``x > 0``, ``0 < x < 1``, ``a \\geq 1``,
   lists ``a, b, c > 0`` (a bound closing a run of bare names in one span applies to each
@@ -22,15 +23,58 @@ relation being edited is never used as its own domain bound.
 from __future__ import annotations
 
 import re
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from fractions import Fraction
 
 import sympy as sp
 
 from recipematch.cas.grammar import Parsed
-from recipematch.cas.numeric import Domain
 
-__all__ = ["infer_domains", "POSITIVE_WORDS", "INTEGER_WORDS"]
+__all__ = ["Domain", "infer_domains", "POSITIVE_WORDS", "INTEGER_WORDS"]
+
+
+@dataclass(frozen=True)
+class Domain:
+    """Declared or implied domain of one variable.
+
+    Attributes:
+        lo, hi: bounds as exact fractions or ``None``.
+        lo_strict, hi_strict: whether the bound is excluded.
+        integer: sample integers only.
+    """
+
+    lo: Fraction | None = None
+    lo_strict: bool = False
+    hi: Fraction | None = None
+    hi_strict: bool = False
+    integer: bool = False
+
+    def contains(self, v: float) -> bool:
+        """Whether the real value ``v`` lies in the domain (integrality included)."""
+        if self.integer and abs(v - round(v)) > 1e-12:
+            return False
+        if self.lo is not None and (v < self.lo or (self.lo_strict and v <= self.lo)):
+            return False
+        if self.hi is not None and (v > self.hi or (self.hi_strict and v >= self.hi)):
+            return False
+        return True
+
+    def contains_exact(self, v: Fraction) -> bool:
+        """Exact membership of a rational value."""
+        if self.integer and v.denominator != 1:
+            return False
+        if self.lo is not None and (v < self.lo or (self.lo_strict and v == self.lo)):
+            return False
+        if self.hi is not None and (v > self.hi or (self.hi_strict and v == self.hi)):
+            return False
+        return True
+
+    def to_json(self) -> dict:
+        """JSON form: bounds as strings."""
+        return {"lo": None if self.lo is None else str(self.lo), "lo_strict": self.lo_strict,
+                "hi": None if self.hi is None else str(self.hi), "hi_strict": self.hi_strict,
+                "integer": self.integer}
+
 
 #: Words for "positive" (stems), languages of MathNet.
 POSITIVE_WORDS = re.compile(

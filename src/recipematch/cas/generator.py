@@ -40,9 +40,11 @@ from dataclasses import dataclass
 import sympy as sp
 from mpmath.libmp.libhyper import NoConvergence
 
+from recipematch.cas.counterexamples import find_counterexample
 from recipematch.cas.domains import infer_domains
+from recipematch.cas.equivalence import check_equivalent
 from recipematch.cas.grammar import Parsed, declared_notation, function_letters, latex_letters, try_parse
-from recipematch.cas.numeric import Rel, check_equivalent, find_counterexample
+from recipematch.cas.relations import Rel
 from recipematch.cas.spans import Segment, Span, find_spans, split_segments
 from recipematch.cas.transforms import (
     RENAME_SKIP,

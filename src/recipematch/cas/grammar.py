@@ -41,7 +41,7 @@ Reading rules (each one removes a whole class of silent misparses):
   ``0 \\cdot y``) rejects the parse, so nothing the grammar misses can pass silently.
 
 **Notation rule for point names** (decided for issue 13; applied by this parser and by the
-checks of :mod:`recipematch.cas.numeric`): a juxtaposed pair of point names (``AB``,
+checks of :mod:`recipematch.cas.relations`): a juxtaposed pair of point names (``AB``,
 ``PC``, ``A_1C_1``, ``B'C'``) is the unsigned length of the segment, symmetric in its
 points: ``PC`` and ``CP`` are one unknown (:func:`segment_points`), which is the usual
 reading in olympiad geometry. When the problem declares vectors or directed segments
@@ -55,6 +55,8 @@ Symbols are named by their canonical LaTeX (``x_{1}``, ``\\alpha``, ``A'B'``,
 ``\\angle ABC``), so printing uses SymPy's LaTeX printer with ``symbol_names`` mapping a
 symbol to its own name (:func:`to_latex`), and a rename is a token rewrite of that name.
 """
+
+# long module: the LaTeX grammar is one recursive-descent parser whose rules call one another
 
 from __future__ import annotations
 

@@ -7,7 +7,7 @@ Positives (each verified):
   equals the original object with the symbols renamed (same structure);
 * **reformulate** (:func:`reformulations`): move one term, move all terms, expand or
   factor a side, scale by 2 or by 1/2; verified by
-  :func:`recipematch.cas.numeric.check_equivalent` (``rewrite − k·original`` vanishes at
+  :func:`recipematch.cas.equivalence.check_equivalent` (``rewrite − k·original`` vanishes at
   ≥ 20 points: exact rational points and a symbolic check for rational relations, complex
   points confirmed at 50 digits otherwise; the domain must not change, so a factorisation
   that cancels a removable singularity is not a positive);
@@ -17,7 +17,7 @@ Positives (each verified):
 Negatives (:func:`negative_edits`): a changed constant ``c → c+1`` (all visible
 occurrences), an exponent ``e → e+1`` (``2 ≤ |e| ≤ 6``, one base), the sign of one term
 of a side, or a flipped inequality; each is kept only with a counterexample
-(:func:`recipematch.cas.numeric.find_counterexample`).
+(:func:`recipematch.cas.counterexamples.find_counterexample`).
 
 Reformulated and mirrored positives and all negatives are printed with SymPy's LaTeX
 printer (:func:`recipematch.cas.grammar.to_latex`) and kept only when the printed text
@@ -31,7 +31,7 @@ import re
 import sympy as sp
 
 from recipematch.cas.grammar import DEGREE, REL_OPS, Parsed, try_parse, to_latex
-from recipematch.cas.numeric import Rel
+from recipematch.cas.relations import Rel
 
 __all__ = [
     "RENAME_SKIP",

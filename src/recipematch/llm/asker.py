@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from recipematch.llm.pipeline import _through_store
+from recipematch.llm.pipeline import through_store
 from recipematch.llm.serving import client_store_path, open_client
 from recipematch.llm.store import CallStore
 
@@ -38,7 +38,7 @@ class StoredAsker:
         pending = any(r.key not in self.store or self.store.supersedable(r.key) for r in reqs)
         if pending and self._backend is None:
             self._backend = open_client(self._cfg, self._recordings, self._where)
-        return _through_store(self.store, self._backend if pending else None, reqs, lambda req, res: None,
+        return through_store(self.store, self._backend if pending else None, reqs, lambda req, res: None,
                               progress=self._progress, desc=desc)[0]
 
     def close(self) -> None:

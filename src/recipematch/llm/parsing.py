@@ -75,6 +75,8 @@ wrote them. JSON is read with :func:`json.loads` only (never ``eval``); ``NaN``/
 and duplicate keys are refused.
 """
 
+# long module: one job, the strict reading of every prompt's answer (the JSON layer and the per-prompt schemas)
+
 from __future__ import annotations
 
 import json

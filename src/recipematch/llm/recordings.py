@@ -39,8 +39,10 @@ from pathlib import Path
 from typing import Any
 
 from recipematch.errors import short_repr
+from recipematch.io import BadLine, iter_jsonl_strict
 from recipematch.llm.parsing import schema_for
 from recipematch.llm.prompts import load_prompt
+from recipematch.llm.store import CallStore
 
 __all__ = [
     "ORIGIN_RELEASE",
@@ -49,6 +51,7 @@ __all__ = [
     "build_recordings",
     "write_recordings",
     "read_jsonl",
+    "read_jsonl_located",
     "load_corpus_texts",
     "recordings_from_store",
     "ORIGIN_LIVE_STORE",
@@ -72,25 +75,29 @@ def candidate_key(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:16]
 
 
-def _read_jsonl_located(path: str | Path) -> list[tuple[int, Any]]:
-    """``(line number, parsed value)`` for every non-blank line; raises :class:`ValueError`
-    naming the file and line for a line that is not UTF-8 or not JSON."""
-    out: list[tuple[int, Any]] = []
-    with open(path, "rb") as fh:
-        for lineno, raw in enumerate(fh, start=1):
-            try:
-                line = raw.decode("utf-8")
-            except UnicodeDecodeError as e:
-                raise ValueError(f"{path}, line {lineno}: not UTF-8 ({e.reason} at byte {e.start})") from None
-            if not line.strip():
-                continue
-            try:
-                out.append((lineno, json.loads(line)))
-            except json.JSONDecodeError as e:
-                raise ValueError(f"{path}, line {lineno}: not valid JSON: {e.msg} (column {e.colno})") from None
-            except (ValueError, RecursionError) as e:
-                raise ValueError(f"{path}, line {lineno}: not valid JSON: {type(e).__name__}: {e}"[:500]) from None
-    return out
+def _located_error(bad: BadLine) -> ValueError:
+    """The LLM layer's wording of a line :func:`recipematch.io.iter_jsonl_strict` refused:
+    ``"<path>, line <n>: not UTF-8 (...)"`` or ``"<path>, line <n>: not valid JSON: ..."``."""
+    where = f"{bad.path}, line {bad.line_no}"
+    e = bad.error
+    if isinstance(e, UnicodeDecodeError):
+        return ValueError(f"{where}: not UTF-8 ({e.reason} at byte {e.start})")
+    if isinstance(e, json.JSONDecodeError):
+        return ValueError(f"{where}: not valid JSON: {e.msg} (column {e.colno})")
+    return ValueError(f"{where}: not valid JSON: {type(e).__name__}: {e}"[:500])
+
+
+def read_jsonl_located(path: str | Path) -> list[tuple[int, Any]]:
+    """``(line number, parsed value)`` for every non-blank line (1-based), read by
+    :func:`recipematch.io.iter_jsonl_strict` (a UTF-8 byte-order mark at the start skipped;
+    a lone surrogate escape kept, as recorded answers may hold one).
+
+    Raises:
+        ValueError: a line is not UTF-8 or not JSON; the message names the file and the
+            line (``"<path>, line <n>: ..."``). A folder: :class:`~recipematch.io.FormatError`.
+        FileNotFoundError: ``path`` does not exist.
+    """
+    return list(iter_jsonl_strict(path, error=_located_error, allow_lone_surrogates=True))
 
 
 def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
@@ -101,7 +108,7 @@ def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
             the file and the line number.
     """
     rows = []
-    for lineno, row in _read_jsonl_located(path):
+    for lineno, row in read_jsonl_located(path):
         if not isinstance(row, dict):
             raise ValueError(f"{path}, line {lineno}: expected a JSON object, got {type(row).__name__}")
         rows.append(row)
@@ -116,7 +123,7 @@ def load_corpus_texts(path: str | Path) -> dict[str, str]:
             non-string one), or an ``_id`` appears twice; the message names file and line.
     """
     out: dict[str, str] = {}
-    for lineno, row in _read_jsonl_located(path):
+    for lineno, row in read_jsonl_located(path):
         where = f"{path}, line {lineno}"
         if not isinstance(row, dict):
             raise ValueError(f"{where}: expected a JSON object, got {type(row).__name__}")
@@ -168,7 +175,7 @@ def build_recordings(
     model_id: str,
     judge_model_id: str | None = None,
 ) -> list[dict[str, Any]]:
-    """Turn released rows into the recordings :class:`~recipematch.llm.backends.ReplayBackend`
+    """Turn released rows into the recordings :class:`~recipematch.llm.replay.ReplayBackend`
     replays (see the module docstring for what they are and are not).
 
     Args:
@@ -278,7 +285,7 @@ def write_recordings(path: str | Path, records: Iterable[Mapping[str, Any]]) -> 
 def recordings_from_store(store_path: str | Path, *, prompt_names: Iterable[str] | None = None) -> list[dict[str, Any]]:
     """Replay recordings of every answered call in a live run's call store, so a later run
     (e.g. the second judge of the two-judge control, paper Appendix C) replays it through
-    :class:`~recipematch.llm.backends.ReplayBackend` instead of paying again.
+    :class:`~recipematch.llm.replay.ReplayBackend` instead of paying again.
 
     Args:
         store_path: a :class:`~recipematch.llm.store.CallStore` file (opened read-write,
@@ -292,8 +299,6 @@ def recordings_from_store(store_path: str | Path, *, prompt_names: Iterable[str]
         one per answered call, in store order. Failed calls have no answer to replay and
         are left out. Only answers and identities are copied: no request text, header or key.
     """
-    from recipematch.llm.store import CallStore
-
     keep = None if prompt_names is None else set(prompt_names)
     out: list[dict[str, Any]] = []
     with CallStore(store_path) as store:

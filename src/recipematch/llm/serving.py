@@ -4,7 +4,7 @@ Mistral-Small-24B-Instruct-2501 is the second judge of the two-judge control).
 
 vLLM does not live in recipematch's environment (it pins its own torch and transformers), so
 at scale it runs as a *server*, in its own environment or on its own machine, and the
-pipeline reaches it through :class:`~recipematch.llm.backends.OpenAICompatibleBackend`.
+pipeline reaches it through :class:`~recipematch.llm.http_backend.OpenAICompatibleBackend`.
 
 Serving the generator (and the first judge) with vLLM, on one GPU with at least 48 GB::
 
@@ -37,13 +37,9 @@ from pathlib import Path
 from typing import Any
 
 from recipematch.errors import RecipematchError
-from recipematch.llm.backends import (
-    DEFAULT_DEADLINE_S,
-    DEFAULT_MAX_RESPONSE_BYTES,
-    OpenAICompatibleBackend,
-    ReplayBackend,
-    canonical_json,
-)
+from recipematch.io import canonical_json, sha256_file
+from recipematch.llm.http_backend import DEFAULT_DEADLINE_S, DEFAULT_MAX_RESPONSE_BYTES, OpenAICompatibleBackend
+from recipematch.llm.replay import ReplayBackend
 
 __all__ = ["ServerSpec", "check_recordings", "open_client", "open_server", "vllm_serve_command"]
 
@@ -157,8 +153,6 @@ def client_store_path(folder: Path, cfg: Any, recordings: Path | None) -> Path:
     so an edited or completed recordings file is read afresh (a call it could not answer is not
     kept as final) while an unchanged one resumes from its store."""
     if cfg.backend == "replay" and recordings is not None and recordings.is_file():
-        from recipematch.io import sha256_file
-
         return folder / f"replay-{sha256_file(recordings)[:16]}.jsonl"
     return folder / "calls.jsonl"
 

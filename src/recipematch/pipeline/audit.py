@@ -33,11 +33,12 @@ def run(p, lay: Layout) -> dict:
     """Recipe sensitivity (recipe − control, benchmark R@1, points) with its interval, the DiD
     against the generator-free set, the style probe; ``audit.json`` and the report."""
     from recipematch import __version__
-    from recipematch.audit import (AUDIT_CONTRAST, SCHEMA, compute_gap, plot_audit, prompt_identity,
-                                   render_report, style_probe_benchmark, _gap_dict)
+    from recipematch.audit.measure import compute_gap, gap_dict, prompt_identity, style_probe_benchmark
+    from recipematch.audit.project import AUDIT_CONTRAST
+    from recipematch.audit.report import SCHEMA, plot_audit, render_report
     from recipematch.beir import corpus_sha256, qrels_sha256, queries_sha256, read_beir
     from recipematch.io import read_jsonl_strict
-    from recipematch.pipeline.stats import BASELINES, _hits
+    from recipematch.pipeline.stats import BASELINES, hit_matrix
     from recipematch.rules import NAMED_ARMS, POSITIVES, CellSpec
     from recipematch.stats import did_bootstrap, mean_sd
 
@@ -50,23 +51,23 @@ def run(p, lay: Layout) -> dict:
     bn = bench[0]
     gap, ha, hb, bc = compute_gap(_ranks(lay, a, bn), _ranks(lay, b, bn), n_boot=s.n_boot, seed=s.seed,
                                  paired_seeds=s.paired_seeds)
-    rs = {"metric": "R@1", "evaluation": bn, "contrast": f"{a} - {b}", "units": "points", **_gap_dict(gap)}
+    rs = {"metric": "R@1", "evaluation": bn, "contrast": f"{a} - {b}", "units": "points", **gap_dict(gap)}
     did = None
     if real:
         rn = real[0]
-        ra, qa, ca = _hits(_ranks(lay, a, rn), 1)
-        rb, qb, _ = _hits(_ranks(lay, b, rn), 1)
+        ra, qa, ca = hit_matrix(_ranks(lay, a, rn), 1)
+        rb, qb, _ = hit_matrix(_ranks(lay, b, rn), 1)
         if qa != qb:
             raise RecipematchError(f"arms {a} and {b} were scored on different {rn} queries: rerun evaluate")
         d = did_bootstrap(ha, hb, 100 * ra, 100 * rb, n_boot=s.n_boot, seed=s.seed, real_clusters=ca, bench_clusters=bc,
                           paired_seeds=s.paired_seeds)
-        did = {"real": rn, **{k: v for k, v in _gap_dict(d.did).items() if k in ("estimate", "low", "high", "level")},
+        did = {"real": rn, **{k: v for k, v in gap_dict(d.did).items() if k in ("estimate", "low", "high", "level")},
                "gap_real": {k: d.gap_real.to_dict()[k] for k in ("estimate", "low", "high")}}
     scores: dict[str, Any] = {}
     for m in [*BASELINES, a, b]:
         scores[m] = {}
         for name in [*bench, *real]:
-            h, _, _ = _hits(_ranks(lay, m, name), 1)
+            h, _, _ = hit_matrix(_ranks(lay, m, name), 1)
             per_seed = [round(float(x), 4) for x in 100.0 * h.mean(axis=1)]
             mu, sd = mean_sd(per_seed)
             scores[m][metric_key(name, 1)] = {"mean": round(float(mu), 4), "sd": None if sd != sd else round(float(sd), 4),

@@ -13,15 +13,14 @@ from recipematch.pipeline.inputs import arm_spec_from_file, train_seeds
 from recipematch.pipeline.models import contamination_gate
 from recipematch.pipeline.pair_sources import cell_pair_path, cell_pairs
 
-PARAMS = ("seed", "train.seed", "train.n_seeds", "budget", "gates", "train.model", "evaluate.max_seq_length",
-          "evaluate.batch_size", "evaluate.device", "evaluate.dtype", "judge2.cells")
+PARAMS = ("seed", "train.seed", "train.n_seeds", "budget", "gates", "train.model", "judge2.cells")
 
 
 def run(p, lay: Layout, arm: str) -> dict:
     """Stage 5: assemble one arm, gate it, draw each seed's matched budget."""
     from recipematch.cells import MissingInput, assemble_cell, budget_rows
 
-    check_device("evaluate.device", p.evaluate.device)
+    check_device("gates.cosine_device", p.gates.cosine_device)
     spec = arm_spec_from_file(lay, arm)
     bcfg, seed = p.budget, p.seed
     pair_files = {k: rows for k in spec.inputs() if (rows := cell_pairs(lay, k, judges=p.judge2.cells)) is not None}

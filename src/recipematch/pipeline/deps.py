@@ -90,6 +90,39 @@ def closure(modules: Iterable[str]) -> set[Path]:
     return files
 
 
+def _package_files(folder: Path) -> set[Path] | None:
+    """Every file under ``folder`` (``__pycache__`` aside, which ``.dvcignore`` hides from DVC),
+    or ``None`` when one of them is not a Python module (package data is declared on its own)."""
+    out = set()
+    for f in folder.rglob("*"):
+        if "__pycache__" in f.parts or f.is_dir():
+            continue
+        if f.suffix != ".py":
+            return None
+        out.add(f.resolve())
+    return out
+
+
+def collapse_packages(files: set[Path], src: Path) -> set[Path]:
+    """``files`` with every package folder whose modules are all in it listed as the folder
+    (the largest such folder wins), so ``dvc.yaml`` names ``src/recipematch/config`` once
+    instead of its modules one by one. A folder holding anything but modules is never
+    collapsed."""
+    files = {f.resolve() for f in files}
+    covered: set[Path] = set()
+    folders = []
+    pkg_root = (src / PACKAGE).resolve()
+    for init in sorted(pkg_root.rglob("__init__.py"), key=lambda f: len(f.parts)):
+        folder = init.parent
+        if folder == pkg_root or any(c in folder.parents for c in folders):
+            continue
+        members = _package_files(folder)
+        if members and members <= files:
+            folders.append(folder)
+            covered |= members
+    return (files - covered) | set(folders)
+
+
 def stage_module(entry: Path) -> str:
     """The ``recipematch.pipeline.<x>`` module a ``stages/<name>.py`` entry point runs."""
     tree = ast.parse(entry.read_text(encoding="utf-8"))
@@ -109,7 +142,7 @@ def expected(root: Path, cmd: str) -> tuple[list[str], list[str]] | None:
     mod = stage_module(entry)
     src = _src_root()
     found = closure([mod])
-    files = sorted(str(Path("src") / f.relative_to(src)) for f in found)
+    files = sorted(str(Path("src") / f.relative_to(src)) for f in collapse_packages(found, src))
     # package data a module reads at run time (the prompt templates: their hashes key the
     # recordings and the call store) is code as far as DVC is concerned
     for module_file, data_dir in DATA_READERS.items():

@@ -43,7 +43,8 @@ DATA_DEPS: tuple[str, ...] = ("${data.retrieve}",)
 def run(p, lay: Layout) -> dict:
     """Stage 2: hold out evaluation sources; write the tiers, the cross-language set and the probe."""
     from recipematch.beir import write_beir
-    from recipematch.benchmarks_data import build_crosslingual_folder, load_samelang, write_mathnet_retrieve
+    from recipematch.benchmarks_build import build_crosslingual_folder, write_mathnet_retrieve
+    from recipematch.benchmarks_data import load_samelang
     from recipematch.pipeline.deps import require_declared_dep
     from recipematch.evalsets import build_probe, check_release_rows, choose_heldout, sample_search_corpus, write_tiers
 

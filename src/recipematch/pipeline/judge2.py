@@ -55,7 +55,7 @@ def _backend(cfg, lay: Layout, prompt: str):
         RecipematchError: replay without recordings (naming the file), or a server that
             cannot be reached or does not serve ``judge2.model_id``.
     """
-    from recipematch.llm import backends
+    from recipematch.llm.replay import ReplayBackend
 
     if cfg.backend == "replay":
         path = recordings_path(lay, prompt)
@@ -65,7 +65,7 @@ def _backend(cfg, lay: Layout, prompt: str):
                 f"second-judge recordings. Run the second judge live once (judge2.backend: openai, judge2.base_url) "
                 f"and copy artifacts/judge2/{prompt}/recordings.jsonl there, or set judge2.enabled: false")
         try:
-            return backends.ReplayBackend(path)
+            return ReplayBackend(path)
         except ValueError as e:
             raise RecipematchError(f"judge2 recordings: {e}") from None
     from recipematch.llm.serving import ServerSpec, open_server
@@ -104,7 +104,7 @@ def run(p, lay: Layout, prompt: str, *, progress: bool = True) -> dict:
         return _off(lay, prompt, "judge2.enabled is false: no second judge ran (set judge2.enabled: true)")
 
     from recipematch.io import read_jsonl_strict, write_jsonl
-    from recipematch.llm.pipeline import arm_candidates, run_second_judge
+    from recipematch.llm.judge2 import arm_candidates, run_second_judge
     from recipematch.llm.recordings import recordings_from_store
     from recipematch.pipeline.inputs import corpus_rows
 

@@ -60,7 +60,7 @@ def run(p, lay: Layout, *, name: str, progress: bool = True) -> dict:
         agreement, answer_schema, cut_scores, load_rubric, parse_answer, render_prompt, route_pairs, task_id,
         misses_markdown, train_distilled)
     from recipematch.llm.backends import GenerationRequest
-    from recipematch.llm.pipeline import _through_store
+    from recipematch.llm.pipeline import through_store
     from recipematch.llm.serving import check_recordings, client_store_path, open_client
     from recipematch.llm.store import CallStore
     from recipematch.pipeline.models import resolve_model
@@ -121,7 +121,7 @@ def run(p, lay: Layout, *, name: str, progress: bool = True) -> dict:
     with CallStore(client_store_path(lay.p("cache", "judging", name), jc, recordings)) as store:
         pending = any(r.key not in store or store.supersedable(r.key) for r in reqs)
         backend = open_client(jc, recordings, where, structured_output=jc.structured_output) if pending else None  # a resumed run with every answer stored calls no one
-        records, call_counts = _through_store(store, backend, reqs, lambda req, res: None, progress=progress,
+        records, call_counts = through_store(store, backend, reqs, lambda req, res: None, progress=progress,
                                               desc=f"judging@{name}")
     n = len(pool)
     score = pd.array([pd.NA] * n, dtype="Int64")

@@ -26,11 +26,11 @@ def _backends(cfg, lay: Layout):
         RecipematchError: a server that cannot be reached or does not serve the model
             (probed once before any call), or a named key variable that is not set.
     """
-    from recipematch.llm import backends
+    from recipematch.llm.replay import ReplayBackend
     from recipematch.llm.serving import ServerSpec, open_server
 
     if cfg.backend == "replay":
-        b = backends.ReplayBackend(lay.recordings / "recordings.jsonl")
+        b = ReplayBackend(lay.recordings / "recordings.jsonl")
         return b, b
 
     def spec(url: str, model: str, key_env: str) -> ServerSpec:
@@ -127,7 +127,8 @@ def _llm_self_test(cfg, lay: Layout, backend, sources, *, prompt: str, n_neg: in
     Raises:
         RecipematchError: a mismatch (the worker would write answers unlike its recorded ones).
     """
-    from recipematch.llm.pipeline import build_generation_requests, recorded_items_from_store, self_test
+    from recipematch.llm.pipeline import build_generation_requests
+    from recipematch.llm.selftest import recorded_items_from_store, self_test
 
     reqs = build_generation_requests(sources, prompt_name=custom.name if custom else prompt, n_pos=cfg.n_pos,
                                      n_neg=n_neg, model_id=cfg.model_id, sampling=sampling, seed=seed,

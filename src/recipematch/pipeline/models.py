@@ -51,7 +51,7 @@ def resolve_model(name: str, key: str = "train.model") -> str:
 
 
 def check_lengths(p) -> None:
-    """Refuse ``evaluate.max_seq_length`` or ``train.max_seq_length`` longer than the base
+    """Refuse ``evaluate.max_seq_length``, ``train.max_seq_length`` or ``gates.cosine_max_seq_length`` longer than the base
     model ``train.model`` can take (its positions, read from the model folder's JSON files:
     :func:`recipematch.retrieval.encoders.folder_position_limit`). The paper encodes at 1,024
     tokens (Appendix A) with a base that has the positions; the packaged MiniLM has 512.
@@ -70,7 +70,8 @@ def check_lengths(p) -> None:
     limit = folder_position_limit(path)
     if limit is None:
         return
-    for key, n in (("evaluate.max_seq_length", p.evaluate.max_seq_length), ("train.max_seq_length", p.train.max_seq_length)):
+    for key, n in (("evaluate.max_seq_length", p.evaluate.max_seq_length), ("train.max_seq_length", p.train.max_seq_length),
+                   ("gates.cosine_max_seq_length", p.gates.cosine_max_seq_length)):
         if n > limit:
             raise RecipematchError(f"{key}: {n} is longer than model {p.train.model} can take ({limit} positions); "
                                    f"set it to at most {limit}")
@@ -90,7 +91,8 @@ def encoder(model: str, *, max_seq_length: int, batch_size: int, device: str, dt
 def contamination_gate(p, lay: Layout, *, cosine: bool = True):
     """The one contamination gate (paper Section 3, Appendix B) from the stage's params:
     ``gates`` (all keys), and for the cosine check the base model ``train.model`` encoded
-    at ``evaluate.max_seq_length`` / ``evaluate.batch_size`` / ``evaluate.dtype`` on ``evaluate.device``.
+    with the gate's own settings ``gates.cosine_max_seq_length`` / ``cosine_batch_size`` /
+    ``cosine_dtype`` on ``cosine_device`` (so an evaluation edit never reruns the gate).
 
     Returns:
         ``(gate, exclusion_path)``.
@@ -104,8 +106,8 @@ def contamination_gate(p, lay: Layout, *, cosine: bool = True):
     ngram = NgramGate(texts, n=g.ngram_n, threshold=g.ngram_threshold)
     cos = None
     if cosine:
-        enc = encoder(resolve_model(p.train.model), max_seq_length=p.evaluate.max_seq_length,
-                      batch_size=p.evaluate.batch_size, device=p.evaluate.device, dtype=p.evaluate.dtype)
+        enc = encoder(resolve_model(p.train.model), max_seq_length=g.cosine_max_seq_length,
+                      batch_size=g.cosine_batch_size, device=g.cosine_device, dtype=g.cosine_dtype)
         cos = CosineGate(encode_cached(enc, texts, lay.cache), enc, threshold=g.cosine_threshold,
                          encode=lambda batch: encode_cached(enc, batch, lay.cache) if len(batch) > 64 else enc.encode(batch))
     return ContaminationGate(ex, ngram, heldout_sources(lay), cos), ex_path

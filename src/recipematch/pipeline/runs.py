@@ -46,11 +46,11 @@ def score_metrics(res: Mapping[str, Mapping[str, Any]], now: int, where: str = "
     """
     from mlflow.entities import Metric
 
-    from recipematch.tracking import _finite
+    from recipematch.tracking import finite_value
 
     if not isinstance(res, Mapping) or not all(isinstance(r, Mapping) for r in res.values()):
         raise RecipematchError(f"{where}: expected {{evaluation: {{'R@k': score}}}}")
-    return [Metric(f"{t}.{k.replace('@', '_at_')}", _finite(v, f"{where}: {t} {k}"), now, 0)
+    return [Metric(f"{t}.{k.replace('@', '_at_')}", finite_value(v, f"{where}: {t} {k}"), now, 0)
             for t, r in res.items() for k, v in r.items() if str(k).startswith("R@")]
 
 

@@ -140,7 +140,7 @@ def run(p, lay: Layout, *, name: str, progress: bool = True) -> dict:
     from recipematch.llm.backends import GenerationRequest
     from recipematch.llm.asker import StoredAsker, failure_counts, top_counts
     from recipematch.llm.serving import check_recordings
-    from recipematch.retrieval.bm25 import _score_blocks
+    from recipematch.retrieval.bm25 import score_blocks
     from recipematch.saber import (
         Ontology, SimilarityIndex, SwissTournament, bradley_terry, combine_orders, information_content,
         ndcg_exponential, rescale, select_candidates, stratified_draw, summary_tokens)
@@ -338,7 +338,7 @@ def run(p, lay: Layout, *, name: str, progress: bool = True) -> dict:
         if not cand:
             continue
         sub = {d: corpus[d] for d in cand}
-        blocks = list(_score_blocks(sub, {q: texts[q]}, [q], 1.2, 0.75, None, None))
+        blocks = list(score_blocks(sub, {q: texts[q]}, [q], 1.2, 0.75, None, None))
         scores = np.concatenate([b.numpy()[0] for _s, _e, b in blocks]) if blocks else np.zeros(len(cand))
         order = [cand[i] for i in sorted(range(len(cand)), key=lambda i: (-scores[i], cand[i]))]
         ndcg.append(ndcg_exponential(qrels[q], order, 10))

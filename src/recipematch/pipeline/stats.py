@@ -38,7 +38,7 @@ PARAMS = ("arms", "contrasts", "stats", "evaluate.ks", "evaluations", "remedies.
           "remedies.replay_fractions", "train.seed")
 
 
-def _hits(ranks, k: int):
+def hit_matrix(ranks, k: int):
     """(n_seeds, n_queries) 0/1 hit matrix at cut-off ``k``; seeds sorted, queries sorted by
     id (identical query order for every arm); cluster labels in that query order or None."""
     import numpy as np
@@ -58,7 +58,7 @@ def _hits(ranks, k: int):
 def measure_matrix(ranks, column: str):
     """``(n_seeds, n_queries)`` per-query values of graded measure ``column`` (a
     ``measure:<name>`` column of a scored frame, fractions), x 100; seeds and queries sorted
-    as :func:`_hits` sorts them; returns ``(matrix, query ids)``.
+    as :func:`hit_matrix` sorts them; returns ``(matrix, query ids)``.
 
     Raises:
         RecipematchError: the frame lacks the column (scored before the set named the measure).
@@ -174,7 +174,7 @@ def run(p, lay: Layout) -> dict:
         out["arms"][a] = {}
         for name in evals:
             for k in p.evaluate.ks:
-                h, _, _ = _hits(ranks[a][name], k)
+                h, _, _ = hit_matrix(ranks[a][name], k)
                 per_seed = 100.0 * h.mean(axis=1)
                 m, sd = mean_sd(per_seed)
                 out["arms"][a][metric_key(name, k)] = {"mean": round(float(m), 4),
@@ -204,8 +204,8 @@ def run(p, lay: Layout) -> dict:
         paired = scfg.paired_seeds and x not in BASELINES and y not in BASELINES
         hits = {}
         for name in evals:
-            ha, qa, ca = _hits(ranks[x][name], 1)
-            hb, qb, _ = _hits(ranks[y][name], 1)
+            ha, qa, ca = hit_matrix(ranks[x][name], 1)
+            hb, qb, _ = hit_matrix(ranks[y][name], 1)
             if qa != qb:
                 raise RecipematchError(f"arms {x} and {y} were scored on different {name} queries: rerun evaluate")
             if paired and ha.shape[0] != hb.shape[0]:
@@ -221,8 +221,8 @@ def run(p, lay: Layout) -> dict:
                 out["gaps_other_scheme"][metric_key(name, 1, pair)] = _as_dict(o)
             one_a, one_b = _at_seed(ranks[x][name], x, p.train.seed), _at_seed(ranks[y][name], y, p.train.seed)
             if one_a is not None and one_b is not None:
-                sa, _, _ = _hits(one_a, 1)
-                sb, _, _ = _hits(one_b, 1)
+                sa, _, _ = hit_matrix(one_a, 1)
+                sb, _, _ = hit_matrix(one_b, 1)
                 out["seed_gaps"][metric_key(name, 1, pair)] = _as_dict(paired_query_bootstrap(
                     100 * sa[0], 100 * sb[0], n_boot=scfg.n_boot, seed=scfg.seed, clusters=ca))
         for b in bench:
@@ -238,8 +238,8 @@ def run(p, lay: Layout) -> dict:
     out["forgetting"] = {}
     for a in arms:
         for r in real:
-            ha, qa, ca = _hits(ranks[a][r], 1)
-            hb, qb, _ = _hits(ranks["base"][r], 1)
+            ha, qa, ca = hit_matrix(ranks[a][r], 1)
+            hb, qb, _ = hit_matrix(ranks["base"][r], 1)
             if qa != qb:
                 raise RecipematchError(f"{a} and base were scored on different {r} queries: rerun evaluate")
             g = nested_bootstrap_gap(100 * hb, 100 * ha, n_boot=scfg.n_boot, seed=scfg.seed, clusters=ca)

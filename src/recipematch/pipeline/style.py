@@ -30,7 +30,8 @@ def run(p, lay: Layout) -> dict:
     from recipematch.beir import doc_text
     from recipematch.benchmarks_data import load_set
     from recipematch.retrieval import encode_cached
-    from recipematch.style import run_style_probe, style_tracking
+    from recipematch.style import run_style_probe
+    from recipematch.style_tracking import style_tracking
 
     from recipematch.pipeline.evaluate import encoder_for
     from recipematch.pipeline.models import resolve_model
@@ -83,7 +84,7 @@ def _write_scores(lay: Layout, doc_ids: list[str], style) -> None:
 
     import pandas as pd
 
-    from recipematch.style import style_percentiles
+    from recipematch.style_tracking import style_percentiles
 
     out = lay.p("artifacts", "style", "scores.parquet")
     out.parent.mkdir(parents=True, exist_ok=True)

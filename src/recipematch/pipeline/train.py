@@ -32,8 +32,7 @@ from recipematch.pipeline.runs import trained_run
 
 log = logging.getLogger("recipematch")
 
-PARAMS = ("train", "mlflow", "gates", "evaluate.max_seq_length", "evaluate.batch_size", "evaluate.device",
-          "evaluate.dtype")
+PARAMS = ("train", "mlflow", "gates")
 #: Sections that choose where the seeds train, not what they compute (no DVC params).
 RUNTIME = ("engine",)
 
@@ -84,7 +83,7 @@ def run(p, lay: Layout, arm: str, *, progress: bool = True, engine=None, label: 
     engine_mod.check_unit_device(eng, "train.device", tcfg.device)
     if eng.kind == "local":  # a Ray unit checks its device where it runs
         check_device("train.device", tcfg.device)
-    check_device("evaluate.device", p.evaluate.device)
+    check_device("gates.cosine_device", p.gates.cosine_device)
     gate, ex_path = contamination_gate(p, lay)
     ex = gate.exclusion
     validated = read_json(lay.validated(arm))

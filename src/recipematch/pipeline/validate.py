@@ -9,8 +9,7 @@ from recipematch.pipeline.door import Layout, arm_option, check_device, stage
 from recipematch.pipeline.inputs import arm_spec_from_file, train_seeds
 from recipematch.pipeline.models import contamination_gate
 
-PARAMS = ("budget.rows", "gates", "train.seed", "train.n_seeds", "train.model", "evaluate.max_seq_length",
-          "evaluate.batch_size", "evaluate.device", "evaluate.dtype")
+PARAMS = ("budget.rows", "gates", "train.seed", "train.n_seeds", "train.model")
 
 
 def run(p, lay: Layout, arm: str) -> dict:
@@ -18,7 +17,7 @@ def run(p, lay: Layout, arm: str) -> dict:
     from recipematch.validation import ValidationFailed, validate_cell
 
     arm_spec_from_file(lay, arm)  # an arm without a spec is named before any work
-    check_device("evaluate.device", p.evaluate.device)
+    check_device("gates.cosine_device", p.gates.cosine_device)
     gate, ex_path = contamination_gate(p, lay)
     records, failed = {}, []
     for s in train_seeds(p.train.seed, p.train.n_seeds):

@@ -8,12 +8,15 @@ Every evaluation of the project goes through this package (the paper's evaluatio
 - :mod:`.cache`: the on-disk embedding cache (:class:`EmbeddingCache`, :func:`encode_cached`);
 - :mod:`.dense`: exact dense ranking (:func:`rank_of_gold`, :func:`search_topk`,
   :func:`gold_beats_near_misses`);
+- :mod:`.ranking`: the ranking kernel every path uses (:class:`RankDetails`, :data:`NO_GOLD`,
+  the own-entry mask :func:`.ranking.mask_self`, ranks and top-k from score blocks);
 - :mod:`.results`: R@k, per-query tables and summaries (:func:`evaluate`,
   :func:`evaluate_embeddings`);
 - :mod:`.bm25`: the BM25 baseline (:func:`evaluate_bm25`, :func:`bm25_ranks`);
 - :mod:`.selfmask`: which corpus entry is a query's own (:func:`own_entries`, the rules).
 
-Every name is importable from ``recipematch.retrieval`` itself.
+Every name above is importable from ``recipematch.retrieval`` itself; the kernel's helpers
+from :mod:`.ranking`.
 
 Rules, identical in every path (fresh encode, cached embeddings, any ``chunk_size``, BM25):
 
@@ -53,47 +56,16 @@ Rules, identical in every path (fresh encode, cached embeddings, any ``chunk_siz
 
 from __future__ import annotations
 
-# the names below were importable from the single-module ``recipematch.retrieval`` and stay so
+# the public names below were importable from the single-module ``recipematch.retrieval`` and stay so
 from recipematch.beir import corpus_sha256, doc_text, positive_qrels, qrels_sha256, queries_sha256
 from recipematch.metrics import hits_at_k, recall_at_k, recall_by_group
-from recipematch.retrieval.bm25 import BM25_TOKEN_PATTERN, _bm25_blocks, _bm25_index, bm25_ranks, evaluate_bm25
-from recipematch.retrieval.cache import EmbeddingCache, _call_encoder, encode_cached, texts_sha256
-from recipematch.retrieval.dense import (
-    _SCORE_BLOCK_ELEMENTS,
-    _SCORE_ROWS,
-    NO_GOLD,
-    RankDetails,
-    _as_f32,
-    _embedding_blocks,
-    _gold_index,
-    _GoldIndex,
-    _ranks_from_blocks,
-    _self_index,
-    default_chunk_size,
-    gold_beats_near_misses,
-    rank_of_gold,
-    search_topk,
-)
-from recipematch.retrieval.encoders import (
-    _DTYPES,
-    Encoder,
-    MemoisedEncoder,
-    SentenceTransformerEncoder,
-    _dir_content_sha256,
-    _l2_normalise,
-)
+from recipematch.retrieval.bm25 import BM25_TOKEN_PATTERN, bm25_ranks, evaluate_bm25
+from recipematch.retrieval.cache import EmbeddingCache, encode_cached, texts_sha256
+from recipematch.retrieval.dense import default_chunk_size, gold_beats_near_misses, rank_of_gold, search_topk
+from recipematch.retrieval.encoders import Encoder, MemoisedEncoder, SentenceTransformerEncoder
+from recipematch.retrieval.ranking import NO_GOLD, RankDetails
 from recipematch.retrieval.selfmask import DEFAULT_SELF_MASK, SELF_MASK_RULES, OwnEntries, own_entries
-from recipematch.retrieval.results import (
-    TEXT_TWIN_RULE,
-    TIE_RULE,
-    _build_result,
-    _eval_query_ids,
-    _norm_text,
-    _scalar_meta_columns,
-    _text_twins,
-    evaluate,
-    evaluate_embeddings,
-)
+from recipematch.retrieval.results import TEXT_TWIN_RULE, TIE_RULE, evaluate, evaluate_embeddings
 
 __all__ = [
     "NO_GOLD",
@@ -123,7 +95,4 @@ __all__ = [
 
 # re-exported for callers of the former single module (not part of the documented API)
 _COMPAT = (corpus_sha256, doc_text, positive_qrels, qrels_sha256, queries_sha256, hits_at_k, recall_at_k,
-           recall_by_group, _bm25_blocks, _bm25_index, _call_encoder, _SCORE_BLOCK_ELEMENTS, _SCORE_ROWS, _as_f32,
-           _embedding_blocks, _gold_index, _GoldIndex, _ranks_from_blocks, _self_index, _DTYPES,
-           _dir_content_sha256, _l2_normalise, _build_result, _eval_query_ids, _norm_text,
-           _scalar_meta_columns, _text_twins)
+           recall_by_group)

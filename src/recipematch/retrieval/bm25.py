@@ -10,14 +10,8 @@ import pandas as pd
 import torch
 
 from recipematch.beir import doc_text
-from recipematch.retrieval.dense import (
-    RankDetails,
-    _gold_index,
-    _mask_index,
-    _ranks_from_blocks,
-    _topk_from_blocks,
-    default_chunk_size,
-)
+from recipematch.retrieval.dense import default_chunk_size
+from recipematch.retrieval.ranking import RankDetails, gold_index, mask_index, rank_details, topk_from_blocks
 from recipematch.retrieval.results import _build_result, _eval_query_ids
 from recipematch.retrieval.selfmask import own_entries
 
@@ -65,7 +59,7 @@ def _check_not_blank(corpus: Mapping[str, Mapping]) -> None:
         raise RecipematchError("BM25: every corpus document is blank; there is nothing to index")
 
 
-def _score_blocks(corpus, queries, query_ids, k1, b, stopwords, chunk_size, *, token_pattern=BM25_TOKEN_PATTERN):
+def score_blocks(corpus, queries, query_ids, k1, b, stopwords, chunk_size, *, token_pattern=BM25_TOKEN_PATTERN):
     """BM25 score blocks of ``query_ids`` over ``corpus`` (:func:`_bm25_blocks`), one index;
     ``token_pattern`` is applied after lower-casing (the pooling route's ``[a-z0-9]+``)."""
     doc_ids = list(corpus)
@@ -88,7 +82,9 @@ def bm25_ranks(
     chunk_size: int | None = None,
 ) -> RankDetails:
     """BM25 ranks (bm25s, Lucene variant: the paper's lexical baseline, Table 1 and
-    Appendix A) under the same rules as :func:`rank_of_gold`.
+    Appendix A) under the same rules as :func:`recipematch.retrieval.rank_of_gold` (the
+    kernel, :mod:`recipematch.retrieval.ranking`: rank = non-masked documents scoring strictly
+    above the best gold, the gold wins ties).
 
     Tokenisation: bm25s's tokenizer, lower-cased, with the pattern ``\\b\\w+\\b`` (single
     characters kept: in math problems they are the variables) and no stop-word list by
@@ -96,14 +92,26 @@ def bm25_ranks(
     pass ``stopwords="en"`` for bm25s's English list. A query with no indexed token scores 0
     everywhere, so its gold ties with every document and gets rank 0 by the tie rule; such
     queries show ``n_ties_at_gold = n_docs - n_gold`` and are easy to filter.
+
+    Args:
+        query_ids: the ranked queries (keys of ``queries``), in output order.
+        self_mask: as in :func:`recipematch.retrieval.rank_of_gold` (``True``, ``False`` or an
+            ``(n_queries,)`` int64 own-entry index, -1 = none).
+
+    Returns:
+        :class:`recipematch.retrieval.ranking.RankDetails`, arrays of shape ``(n_queries,)``;
+        ranks in ``[0, n_docs)`` or :data:`recipematch.retrieval.ranking.NO_GOLD`.
+
+    Raises:
+        ValueError: a bad ``self_mask`` index, or a gold id not in the corpus;
+            :class:`recipematch.errors.RecipematchError` (a ``ValueError``) when a
+            query's only gold is its own masked entry.
     """
     doc_ids = list(corpus)
-    self_idx = _mask_index(self_mask, query_ids, doc_ids)
-    gold = _gold_index(query_ids, doc_ids, qrels, self_idx)
-    blocks = _score_blocks(corpus, queries, query_ids, k1, b, stopwords, chunk_size)
-    ranks, ties = _ranks_from_blocks(blocks, len(query_ids), gold, self_idx)
-    return RankDetails(ranks=ranks, n_ties_at_gold=ties, n_gold=np.diff(gold.ptr),
-                       self_gold_removed=gold.self_gold_removed, self_masked=self_idx >= 0)
+    self_idx = mask_index(self_mask, query_ids, doc_ids)
+    gold = gold_index(query_ids, doc_ids, qrels, self_idx)
+    blocks = score_blocks(corpus, queries, query_ids, k1, b, stopwords, chunk_size)
+    return rank_details(blocks, len(query_ids), gold, self_idx)
 
 
 def bm25_score_matrix(
@@ -127,7 +135,7 @@ def bm25_score_matrix(
     """
     _check_not_blank(corpus)
     out = np.zeros((len(query_ids), len(corpus)), dtype=np.float32)
-    for start, stop, block in _score_blocks(corpus, queries, query_ids, k1, b, stopwords, None):
+    for start, stop, block in score_blocks(corpus, queries, query_ids, k1, b, stopwords, None):
         out[start:stop] = block.numpy()
     return out
 
@@ -160,9 +168,9 @@ def bm25_topk(
         raise ValueError(f"k must be >= 1, got {k}")
     _check_not_blank(corpus)
     doc_ids = list(corpus)
-    self_idx = _mask_index(self_mask, query_ids, doc_ids)
-    blocks = _score_blocks(corpus, queries, query_ids, k1, b, stopwords, chunk_size)
-    return _topk_from_blocks(blocks, len(query_ids), doc_ids, k, self_idx)
+    self_idx = mask_index(self_mask, query_ids, doc_ids)
+    blocks = score_blocks(corpus, queries, query_ids, k1, b, stopwords, chunk_size)
+    return topk_from_blocks(blocks, len(query_ids), doc_ids, k, self_idx)
 
 
 def evaluate_bm25(

@@ -16,8 +16,9 @@ import pandas as pd
 from recipematch.beir import corpus_sha256, doc_text, positive_qrels, qrels_sha256, queries_sha256
 from recipematch.metrics import hits_at_k, recall_at_k, recall_by_group
 from recipematch.retrieval.cache import EmbeddingCache, encode_cached
-from recipematch.retrieval.dense import NO_GOLD, RankDetails, rank_of_gold
+from recipematch.retrieval.dense import rank_of_gold
 from recipematch.retrieval.encoders import Encoder
+from recipematch.retrieval.ranking import NO_GOLD, RankDetails
 from recipematch.retrieval.selfmask import OwnEntries, comparable_text, own_entries
 
 __all__ = ["TIE_RULE", "TEXT_TWIN_RULE", "evaluate", "evaluate_embeddings"]

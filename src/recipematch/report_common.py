@@ -1,0 +1,61 @@
+"""What every table and figure of the report shares: the arms' and the sets' order, the colours
+of paper Figure 1, and how a score or a gap with its interval is printed."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from recipematch.rules import EVAL_ROLES
+
+ARM_ORDER = ("base", "bm25", "verified", "reference", "recipe", "cell")
+
+
+#: colour = the arm's positives (paper Figure 1)
+COLOURS = {"cas": "tab:blue", "d4": "tab:green", "d1": "tab:red", "d5": "tab:orange", "bt": "tab:brown",
+           "bt3": "tab:pink", "d2": "tab:olive", "d3": "tab:cyan"}
+
+
+ROLE_ORDER = tuple(EVAL_ROLES)  # the registry's order
+
+
+def fmt_cell(cell: Mapping[str, Any] | None, *, mark: str = "") -> str:
+    if not cell:
+        return ""
+    sd = cell.get("sd")
+    return f"{cell['mean']:.2f}" + (f" ± {sd:.2f}" if sd is not None else "") + mark
+
+
+def fmt_gap(g: Mapping[str, Any] | None) -> str:
+    if not g:
+        return ""
+    est, lo, hi = g.get("estimate"), g.get("low"), g.get("high")
+    return f"{est:+.2f} [{lo:+.2f}, {hi:+.2f}]"
+
+
+def remedy_rows(stats: Mapping[str, Any]) -> set[str]:
+    """The remedies' soup and mix rows (Appendix E), which Table 19 and the forgetting table show."""
+    return {lab for r in (stats.get("remedies") or {}).values() for kind in ("soups", "mixes")
+            for lab in r[kind].values()}
+
+
+def ordered_arms(stats: Mapping[str, Any]) -> list[str]:
+    """Base, BM25 and the arms in report order; the remedies' soups and mixes (Appendix E) are
+    left to Table 19 and the forgetting table."""
+    remedy = remedy_rows(stats)
+    known = [a for a in ARM_ORDER if a in stats["arms"]]
+    return known + sorted(a for a in stats["arms"] if a not in known and a not in remedy)
+
+
+UNRUN = "—"
+
+
+def ordered_evals(stats: Mapping[str, Any]) -> list[str]:
+    evals = stats["evaluations"]
+    return sorted(evals, key=lambda n: (ROLE_ORDER.index(evals[n]["role"]), list(evals).index(n)))
+
+
+def report_ks(stats: Mapping[str, Any], name: str) -> list[int]:
+    """The cut-offs scored on ``name`` (from the keys of ``stats["arms"]["base"]``), ascending."""
+    base = stats["arms"].get("base", {})
+    return sorted(int(k.split("R@")[1]) for k in base if k.startswith(f"{name}.R@"))

@@ -1,0 +1,110 @@
+"""Each fact of the code is written in one place: these fail when one is written twice.
+
+- a module over 700 lines says why on one line near its top (``# long module: <reason>``);
+- no module imports a private name from another package (a shared helper is public in one place);
+- the scoring-rule names and the evaluation roles are listed only by their registries;
+- recall keys (``R@k``) are spelled only by :func:`recipematch.metrics.recall_key`;
+- a package folder whose modules a stage imports whole is one ``dvc.yaml`` dep.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+from recipematch.metrics import SCORING_RULES
+from recipematch.pipeline.deps import collapse_packages
+from recipematch.rules import EVAL_ROLES
+
+SRC = Path(__file__).resolve().parents[1] / "src" / "recipematch"
+MODULES = sorted(f for f in SRC.rglob("*.py") if "__pycache__" not in f.parts)
+LIMIT = 700
+
+
+def _rel(f: Path) -> str:
+    return str(f.relative_to(SRC))
+
+
+def _tree(f: Path) -> ast.Module:
+    return ast.parse(f.read_text(encoding="utf-8"), filename=str(f))
+
+
+def test_a_long_module_says_why_near_its_top():
+    bad = []
+    for f in MODULES:
+        lines = f.read_text(encoding="utf-8").splitlines()
+        if len(lines) <= LIMIT:
+            continue
+        body = _tree(f).body
+        top = body[0].end_lineno if body and isinstance(body[0], ast.Expr) else 0  # below the docstring
+        if not any(line.startswith("# long module: ") and len(line) > 30 for line in lines[top:top + 3]):
+            bad.append(f"{_rel(f)}: {len(lines)} lines")
+    assert bad == []
+
+
+def test_no_module_imports_a_private_name_from_another_package():
+    """A private name is shared at most within its package (``cas/``'s modules share their
+    helpers); one used across packages is public in one place."""
+    bad = []
+    for f in MODULES:
+        here = ".".join(("recipematch", *f.relative_to(SRC).parent.parts))
+        for node in ast.walk(_tree(f)):
+            if not isinstance(node, ast.ImportFrom) or node.level or not (node.module or "").startswith("recipematch"):
+                continue
+            package = node.module.rsplit(".", 1)[0] if node.module.count(".") else node.module
+            if package != here:
+                bad += [f"{_rel(f)}:{node.lineno} imports {node.module}.{a.name}" for a in node.names
+                        if a.name.startswith("_") and not a.name.startswith("__")]
+    assert bad == []
+
+
+def _string_collections(tree: ast.AST):
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+            yield node.lineno, {e.value for e in node.elts if isinstance(e, ast.Constant) and isinstance(e.value, str)}
+
+
+@pytest.mark.parametrize(("names", "home"), [(tuple(SCORING_RULES), "metrics.py"), (tuple(EVAL_ROLES), "rules.py")],
+                         ids=["scoring rules", "evaluation roles"])
+def test_a_registry_is_the_one_list_of_its_names(names, home):
+    bad = []
+    for f in MODULES:
+        if _rel(f) == home:
+            continue
+        for line, strings in _string_collections(_tree(f)):
+            if len(strings & set(names)) >= 2:
+                bad.append(f"{_rel(f)}:{line} lists {sorted(strings & set(names))}")
+    assert bad == []
+
+
+def test_recall_keys_are_spelled_by_recall_key_only():
+    bad = []
+    for f in MODULES:
+        if _rel(f) == "metrics.py":
+            continue
+        for node in ast.walk(_tree(f)):
+            if isinstance(node, ast.JoinedStr) and node.values:
+                first = node.values[0]
+                if isinstance(first, ast.Constant) and str(first.value).endswith("R@") and len(node.values) > 1:
+                    bad.append(f"{_rel(f)}:{node.lineno}")
+    assert bad == []
+
+
+def test_a_package_imported_whole_is_one_dep_and_a_partial_one_lists_its_modules(tmp_path):
+    pkg = tmp_path / "recipematch"
+    for rel in ("__init__.py", "a.py", "whole/__init__.py", "whole/x.py", "whole/inner/__init__.py",
+                "whole/inner/y.py", "part/__init__.py", "part/p.py", "part/q.py", "data/__init__.py", "data/t.py"):
+        (pkg / rel).parent.mkdir(parents=True, exist_ok=True)
+        (pkg / rel).write_text("")
+    (pkg / "data" / "prompt.txt").write_text("package data is declared on its own")
+    cache = pkg / "whole" / "__pycache__"
+    cache.mkdir()
+    (cache / "x.cpython-311.pyc").write_bytes(b"")
+    used = {pkg / "__init__.py", pkg / "a.py", pkg / "whole/__init__.py", pkg / "whole/x.py",
+            pkg / "whole/inner/__init__.py", pkg / "whole/inner/y.py", pkg / "part/__init__.py", pkg / "part/p.py",
+            pkg / "data/__init__.py", pkg / "data/t.py"}
+    got = {str(p.relative_to(tmp_path.resolve())) for p in collapse_packages(used, tmp_path)}
+    assert got == {"recipematch/__init__.py", "recipematch/a.py", "recipematch/whole", "recipematch/part/__init__.py",
+                   "recipematch/part/p.py", "recipematch/data/__init__.py", "recipematch/data/t.py"}
