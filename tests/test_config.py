@@ -207,3 +207,11 @@ def test_an_arm_the_configuration_cannot_build_stops_before_any_model_loads(tmp_
             mod.run(bad.view(mod.PARAMS), lay)
     assert not any(tmp_path.rglob("*.json"))
     check_arm_inputs(parse_params(raw))  # the shipped default builds every arm it declares
+
+
+def test_an_alias_bomb_keeps_its_reason_whatever_the_path_length():
+    from recipematch.config import load_yaml_text
+
+    levels = "".join(f"{chr(98 + i)}: &{chr(98 + i)} [{', '.join(['*' + chr(97 + i)] * 9)}]\n" for i in range(7))
+    with pytest.raises(RecipematchError, match="expands, once its aliases"):
+        load_yaml_text("a: &a [x, x, x, x, x, x, x, x, x]\n" + levels, "/" + "x" * 230 + "/params.yaml")

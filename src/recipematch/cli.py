@@ -15,6 +15,7 @@ from pathlib import Path
 
 import click
 
+from recipematch.errors import RecipematchError
 from recipematch.metrics import SCORING_RULES
 from recipematch.pipeline.door import offline_env
 
@@ -67,9 +68,12 @@ def params_cmd(check_path: Path | None) -> None:
 
         def check() -> None:
             p = check_params_file(check_path)
-            check_arm_inputs(p)
-            check_declared_measures(p)
-            check_lengths(p)
+            try:
+                check_arm_inputs(p)
+                check_declared_measures(p)
+                check_lengths(p)
+            except RecipematchError as e:  # the file is named as the schema check names it
+                raise RecipematchError(f"{check_path}: {e}") from None
 
         run_guarded(check, debug=False)
         click.echo(f"{check_path}: valid")
@@ -147,7 +151,6 @@ def survey_cmd(params_path: Path, root: Path, models_file: Path | None, model_ar
 
     import yaml
 
-    from recipematch.errors import RecipematchError
     from recipematch.pipeline.door import check_params_file, run_guarded
     from recipematch.survey import default_models, log_survey, parse_models, run_survey, survey_table
 

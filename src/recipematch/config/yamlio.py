@@ -158,6 +158,8 @@ def load_yaml_text(text: str, where: str | Path, *, limit: int = MAX_YAML_EXPANS
         raise RecipematchError(yaml_error_line(where, e)) from None
     except RecursionError:
         raise RecipematchError(f"{where}: nested too deeply to read (thousands of levels of brackets)") from None
+    except RecipematchError:  # already names the file and the reason (the expansion check)
+        raise
     except ValueError as e:  # e.g. an integer of more digits than Python converts (sys.get_int_max_str_digits)
         raise RecipematchError(f"{where}: a value cannot be read: {str(e).splitlines()[0][:200]}") from None
     finally:

@@ -20,6 +20,7 @@ data and params entries of ``dvc.yaml`` in place (comments and other entries kep
 from __future__ import annotations
 
 import ast
+import fnmatch
 import importlib
 import re
 import sys
@@ -90,33 +91,48 @@ def closure(modules: Iterable[str]) -> set[Path]:
     return files
 
 
-def _package_files(folder: Path) -> set[Path] | None:
-    """Every file under ``folder`` (``__pycache__`` aside, which ``.dvcignore`` hides from DVC),
-    or ``None`` when one of them is not a Python module (package data is declared on its own)."""
+def dvcignore_patterns(root: Path) -> tuple[str, ...]:
+    """The name patterns of ``root/.dvcignore`` (comments and blank lines aside): files DVC
+    leaves out of a folder's hash, so a package folder collapsed into one dep ignores them too."""
+    path = root / ".dvcignore"
+    if not path.is_file():
+        return ()
+    lines = (line.strip() for line in path.read_text(encoding="utf-8").splitlines())
+    return tuple(line.rstrip("/") for line in lines if line and not line.startswith("#"))
+
+
+def _ignored(rel: Path, ignore: Iterable[str]) -> bool:
+    return any(fnmatch.fnmatch(part, pattern) for part in rel.parts for pattern in ignore)
+
+
+def _package_files(folder: Path, ignore: Iterable[str]) -> set[Path] | None:
+    """Every file under ``folder`` that DVC hashes (``ignore``: the ``.dvcignore`` patterns), or
+    ``None`` when one of them is not a Python module (package data is declared on its own)."""
     out = set()
     for f in folder.rglob("*"):
-        if "__pycache__" in f.parts or f.is_dir():
+        if f.is_dir() or _ignored(f.relative_to(folder), ignore):
             continue
         if f.suffix != ".py":
             return None
-        out.add(f.resolve())
+        out.add(f)
     return out
 
 
-def collapse_packages(files: set[Path], src: Path) -> set[Path]:
-    """``files`` with every package folder whose modules are all in it listed as the folder
-    (the largest such folder wins), so ``dvc.yaml`` names ``src/recipematch/config`` once
-    instead of its modules one by one. A folder holding anything but modules is never
-    collapsed."""
-    files = {f.resolve() for f in files}
+def collapse_packages(files: set[Path], src: Path, ignore: Iterable[str] = ("__pycache__", "*.pyc")) -> set[Path]:
+    """``files`` (module files under ``src``) with every package folder whose modules are all
+    in it listed as the folder (the largest such folder wins), so ``dvc.yaml`` names
+    ``src/recipematch/config`` once instead of its modules one by one. A folder holding
+    anything but modules (``ignore``: name patterns DVC does not hash) is never collapsed."""
+    files = set(files)
+    ignore = tuple(ignore)
     covered: set[Path] = set()
-    folders = []
-    pkg_root = (src / PACKAGE).resolve()
+    folders: list[Path] = []
+    pkg_root = src / PACKAGE
     for init in sorted(pkg_root.rglob("__init__.py"), key=lambda f: len(f.parts)):
         folder = init.parent
-        if folder == pkg_root or any(c in folder.parents for c in folders):
+        if folder == pkg_root or any(c in folder.parents for c in folders) or _ignored(folder.relative_to(pkg_root), ignore):
             continue
-        members = _package_files(folder)
+        members = _package_files(folder, ignore)
         if members and members <= files:
             folders.append(folder)
             covered |= members
@@ -142,7 +158,7 @@ def expected(root: Path, cmd: str) -> tuple[list[str], list[str]] | None:
     mod = stage_module(entry)
     src = _src_root()
     found = closure([mod])
-    files = sorted(str(Path("src") / f.relative_to(src)) for f in collapse_packages(found, src))
+    files = sorted(str(Path("src") / f.relative_to(src)) for f in collapse_packages(found, src, dvcignore_patterns(root)))
     # package data a module reads at run time (the prompt templates: their hashes key the
     # recordings and the call store) is code as far as DVC is concerned
     for module_file, data_dir in DATA_READERS.items():

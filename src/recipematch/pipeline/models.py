@@ -51,8 +51,9 @@ def resolve_model(name: str, key: str = "train.model") -> str:
 
 
 def check_lengths(p) -> None:
-    """Refuse ``evaluate.max_seq_length``, ``train.max_seq_length`` or ``gates.cosine_max_seq_length`` longer than the base
-    model ``train.model`` can take (its positions, read from the model folder's JSON files:
+    """Refuse ``evaluate.max_seq_length``, ``train.max_seq_length`` or
+    ``gates.cosine_max_seq_length`` longer than the base model ``train.model`` can take (its
+    positions, read from the model folder's JSON files:
     :func:`recipematch.retrieval.encoders.folder_position_limit`). The paper encodes at 1,024
     tokens (Appendix A) with a base that has the positions; the packaged MiniLM has 512.
     A model that cannot be resolved here is left to the stage that loads it (and to
@@ -61,19 +62,30 @@ def check_lengths(p) -> None:
     Raises:
         RecipematchError: naming the key, the value, the model and its limit.
     """
+    check_length(p.train.model, ("evaluate.max_seq_length", p.evaluate.max_seq_length),
+                 ("train.max_seq_length", p.train.max_seq_length),
+                 ("gates.cosine_max_seq_length", p.gates.cosine_max_seq_length))
+
+
+def check_length(model: str, *settings: tuple[str, int]) -> None:
+    """Refuse any ``(params key, tokens)`` of ``settings`` longer than ``model`` (a
+    ``train.model`` value) can take; see :func:`check_lengths`.
+
+    Raises:
+        RecipematchError: naming the key, the value, the model and its limit.
+    """
     from recipematch.retrieval.encoders import folder_position_limit
 
     try:
-        path = resolve_model(p.train.model)
+        path = resolve_model(model)
     except RecipematchError:
         return
     limit = folder_position_limit(path)
     if limit is None:
         return
-    for key, n in (("evaluate.max_seq_length", p.evaluate.max_seq_length), ("train.max_seq_length", p.train.max_seq_length),
-                   ("gates.cosine_max_seq_length", p.gates.cosine_max_seq_length)):
+    for key, n in settings:
         if n > limit:
-            raise RecipematchError(f"{key}: {n} is longer than model {p.train.model} can take ({limit} positions); "
+            raise RecipematchError(f"{key}: {n} is longer than model {model} can take ({limit} positions); "
                                    f"set it to at most {limit}")
 
 
@@ -106,6 +118,7 @@ def contamination_gate(p, lay: Layout, *, cosine: bool = True):
     ngram = NgramGate(texts, n=g.ngram_n, threshold=g.ngram_threshold)
     cos = None
     if cosine:
+        check_length(p.train.model, ("gates.cosine_max_seq_length", g.cosine_max_seq_length))
         enc = encoder(resolve_model(p.train.model), max_seq_length=g.cosine_max_seq_length,
                       batch_size=g.cosine_batch_size, device=g.cosine_device, dtype=g.cosine_dtype)
         cos = CosineGate(encode_cached(enc, texts, lay.cache), enc, threshold=g.cosine_threshold,

@@ -62,6 +62,8 @@ def _check_not_blank(corpus: Mapping[str, Mapping]) -> None:
 def score_blocks(corpus, queries, query_ids, k1, b, stopwords, chunk_size, *, token_pattern=BM25_TOKEN_PATTERN):
     """BM25 score blocks of ``query_ids`` over ``corpus`` (:func:`_bm25_blocks`), one index;
     ``token_pattern`` is applied after lower-casing (the pooling route's ``[a-z0-9]+``)."""
+    if chunk_size is not None and (isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 0):
+        raise ValueError(f"chunk_size must be a positive integer (0 or None: the default), got {chunk_size!r}")
     doc_ids = list(corpus)
     retriever, vocab = _bm25_index([doc_text(corpus[d]) for d in doc_ids], k1, b, stopwords, token_pattern)
     cs = chunk_size or min(256, default_chunk_size(len(doc_ids)))

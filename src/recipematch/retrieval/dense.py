@@ -44,6 +44,23 @@ def _as_f32(x: np.ndarray, name: str) -> np.ndarray:
     return x
 
 
+def _checked_pair(query_emb, doc_emb, query_ids: Sequence[str], doc_ids: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+    """Both embedding matrices as float32, checked against their ids and each other.
+
+    Raises:
+        ValueError: not 2-D, NaN/inf, a row count that differs from its ids, or a dimension
+            mismatch between queries and documents.
+    """
+    q = _as_f32(query_emb, "query_emb")
+    d = _as_f32(doc_emb, "doc_emb")
+    if q.shape[0] != len(query_ids) or d.shape[0] != len(doc_ids):
+        raise ValueError(f"embeddings and ids disagree in length: {q.shape[0]} query rows for {len(query_ids)} "
+                         f"ids, {d.shape[0]} document rows for {len(doc_ids)} ids")
+    if q.shape[0] and q.shape[1] != d.shape[1]:
+        raise ValueError(f"dimension mismatch: queries {q.shape[1]}, documents {d.shape[1]}")
+    return q, d
+
+
 _SCORE_ROWS = 64  # every score product has exactly this many query rows
 
 
@@ -109,12 +126,7 @@ def rank_of_gold(
             that is not in ``doc_ids``; :class:`recipematch.errors.RecipematchError` (a
             ``ValueError``) when a query's only gold is its own masked entry.
     """
-    q = _as_f32(query_emb, "query_emb")
-    d = _as_f32(doc_emb, "doc_emb")
-    if q.shape[0] != len(query_ids) or d.shape[0] != len(doc_ids):
-        raise ValueError("embeddings and ids disagree in length")
-    if q.shape[0] and q.shape[1] != d.shape[1]:
-        raise ValueError(f"dimension mismatch: queries {q.shape[1]}, documents {d.shape[1]}")
+    q, d = _checked_pair(query_emb, doc_emb, query_ids, doc_ids)
     self_idx = mask_index(self_mask, query_ids, doc_ids)
     gold = gold_index(query_ids, doc_ids, qrels, self_idx)
     cs = chunk_size or default_chunk_size(len(doc_ids))
@@ -160,10 +172,7 @@ def search_topk(
     """
     if k < 1:
         raise ValueError(f"k must be >= 1, got {k}")
-    q = _as_f32(query_emb, "query_emb")
-    d = _as_f32(doc_emb, "doc_emb")
-    if q.shape[0] != len(query_ids) or d.shape[0] != len(doc_ids):
-        raise ValueError("embeddings and ids disagree in length")
+    q, d = _checked_pair(query_emb, doc_emb, query_ids, doc_ids)
     self_idx = mask_index(self_mask, query_ids, doc_ids)
     cs = chunk_size or default_chunk_size(d.shape[0])
     return topk_from_blocks(_embedding_blocks(q, d, cs), q.shape[0], doc_ids, k, self_idx)
@@ -202,8 +211,7 @@ def gold_beats_near_misses(
         ValueError: embeddings not 2-D or with NaN/inf, duplicate doc ids (unless
             ``self_mask`` is ``False``), or a bad ``self_mask`` index.
     """
-    q = _as_f32(query_emb, "query_emb")
-    d = _as_f32(doc_emb, "doc_emb")
+    q, d = _checked_pair(query_emb, doc_emb, query_ids, doc_ids)
     pos = {x: i for i, x in enumerate(doc_ids)}
     own = mask_index(self_mask, query_ids, doc_ids)
     positive = positive_qrels(qrels)

@@ -78,17 +78,25 @@ def mask_index(self_mask: bool | np.ndarray, query_ids: Sequence[str], doc_ids: 
         ``(n_queries,)`` int64 indices in ``[-1, n_docs)``; -1: nothing masked.
 
     Raises:
-        ValueError: an index array of the wrong shape or out of range, or duplicate doc ids
-            (not checked for ``self_mask=False``).
+        ValueError: an index array that is not of an integer dtype, of the wrong shape or out
+            of range, or duplicate doc ids (not checked for ``self_mask=False``).
+        TypeError: ``self_mask`` neither a bool nor an array.
     """
     if isinstance(self_mask, np.ndarray):
         if len(set(doc_ids)) != len(doc_ids):
             raise ValueError("doc_ids contain duplicates")
+        if not np.issubdtype(self_mask.dtype, np.integer):
+            raise ValueError(f"self_mask index must be an integer array, got dtype {self_mask.dtype} (a boolean "
+                             "array is not a mask: pass True or False, or the index own_entries gives)")
         idx = np.asarray(self_mask, dtype=np.int64)
-        if idx.shape != (len(query_ids),) or (idx.size and (idx.min() < -1 or idx.max() >= len(doc_ids))):
-            raise ValueError(f"self_mask index must have shape ({len(query_ids)},) with values in "
-                             f"[-1, {len(doc_ids)}), got shape {idx.shape}")
+        if idx.shape != (len(query_ids),):
+            raise ValueError(f"self_mask index must have shape ({len(query_ids)},), got shape {idx.shape}")
+        if idx.size and (idx.min() < -1 or idx.max() >= len(doc_ids)):
+            bad = int(idx.min()) if idx.min() < -1 else int(idx.max())
+            raise ValueError(f"self_mask index values must lie in [-1, {len(doc_ids)}), got {bad}")
         return idx
+    if not isinstance(self_mask, (bool, np.bool_)):
+        raise TypeError(f"self_mask must be True, False or an integer index array, got {type(self_mask).__name__}")
     idx = self_index(query_ids, doc_ids)
     return idx if self_mask else np.full(len(query_ids), -1, dtype=np.int64)
 
@@ -240,7 +248,9 @@ def ranks_from_blocks(blocks: Iterable[tuple[int, int, torch.Tensor]], n_queries
     ranks = np.empty(n_queries, dtype=np.int64)
     ties = np.zeros(n_queries, dtype=np.int64)
     ptr = gold.ptr
+    covered = 0
     for start, stop, scores in blocks:
+        covered = _next_block(covered, start, stop, n_queries)
         c = stop - start
         mask_self(scores, self_idx[start:stop])
         lo, hi = ptr[start], ptr[stop]
@@ -260,7 +270,26 @@ def ranks_from_blocks(blocks: Iterable[tuple[int, int, torch.Tensor]], n_queries
         t[no_gold] = 0
         ranks[start:stop] = r
         ties[start:stop] = t
+    _all_covered(covered, n_queries)
     return ranks, ties
+
+
+def _next_block(covered: int, start: int, stop: int, n_queries: int) -> int:
+    """The queries covered after block ``start:stop``; blocks must tile ``0:n_queries`` in order.
+
+    Raises:
+        ValueError: a gap, an overlap or a block past the last query.
+    """
+    if start != covered or not start < stop <= n_queries:
+        raise ValueError(f"score blocks must cover queries 0:{n_queries} in order, got {start}:{stop} after "
+                         f"0:{covered}")
+    return stop
+
+
+def _all_covered(covered: int, n_queries: int) -> None:
+    """Raises ValueError when the score blocks stopped before the last query."""
+    if covered != n_queries:
+        raise ValueError(f"score blocks covered queries 0:{covered} of 0:{n_queries} (a chunk size below 1?)")
 
 
 def rank_details(blocks: Iterable[tuple[int, int, torch.Tensor]], n_queries: int, gold: GoldIndex,
@@ -298,7 +327,9 @@ def topk_from_blocks(blocks: Iterable[tuple[int, int, torch.Tensor]], nq: int, d
     out_idx = np.full((nq, k), -1, dtype=np.int64)
     out_scores = np.full((nq, k), -np.inf, dtype=np.float32)
     kk = min(k + 1, n)
+    covered = 0
     for start, stop, scores in blocks:
+        covered = _next_block(covered, start, stop, nq)
         mask_self(scores, self_idx[start:stop])
         if kk == 0:
             continue
@@ -322,4 +353,5 @@ def topk_from_blocks(blocks: Iterable[tuple[int, int, torch.Tensor]], nq: int, d
         top_i = np.where(np.isfinite(top_v), top_i, -1)
         out_idx[start:stop, :kc] = top_i
         out_scores[start:stop, :kc] = top_v
+    _all_covered(covered, nq)
     return out_idx, out_scores
