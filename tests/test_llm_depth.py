@@ -1,4 +1,4 @@
-"""recipematch.llm.depth: character-3-gram Jaccard (paraphrase depth, paper Appendix A)."""
+"""recipematch.depth: character-3-gram Jaccard (paraphrase depth, paper Appendix A)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import pytest
 from conftest import require_real_data
 from test_llm_support import FIXTURES, SHARED_RELEASE, fixture_corpus, read_jsonl
 
-from recipematch.llm.depth import char3_jaccard, char_ngrams, mean_char3_jaccard
+from recipematch.depth import char3_jaccard, char_ngrams, mean_char3_jaccard
 from recipematch.llm.recordings import load_corpus_texts
 
 

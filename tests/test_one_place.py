@@ -4,7 +4,8 @@
 - no module imports a private name from another package (a shared helper is public in one place);
 - the scoring-rule names and the evaluation roles are listed only by their registries;
 - recall keys (``R@k``) are spelled only by :func:`recipematch.metrics.recall_key`;
-- a package folder whose modules a stage imports whole is one ``dvc.yaml`` dep.
+- a package folder whose modules a stage imports whole is one ``dvc.yaml`` dep;
+- every stage module is a ``recipematch`` subcommand and every ``stages/`` entry point runs one.
 """
 
 from __future__ import annotations
@@ -129,3 +130,14 @@ def test_a_module_linked_from_outside_src_keeps_its_path_in_src(tmp_path):
     used = {pkg / "__init__.py", pkg / "sub" / "__init__.py", pkg / "sub" / "m.py"}
     got = {str(p.relative_to(tmp_path / "src")) for p in collapse_packages(used, tmp_path / "src")}
     assert got == {"recipematch/__init__.py", "recipematch/sub"}
+
+
+def test_every_stage_module_is_a_subcommand_and_every_entry_point_runs_one():
+    from recipematch.cli import STAGE_COMMANDS
+    from recipematch.pipeline.deps import stage_module
+
+    stage_modules = {f.stem for f in (SRC / "pipeline").glob("*.py") if "\nmain = stage(" in f.read_text(encoding="utf-8")}
+    commands = {module for _, module in STAGE_COMMANDS}
+    assert commands == stage_modules
+    entries = sorted((SRC.parents[1] / "stages").glob("*.py"))
+    assert entries and {stage_module(e).rsplit(".", 1)[1] for e in entries} <= stage_modules

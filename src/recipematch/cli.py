@@ -24,7 +24,7 @@ STAGE_COMMANDS = (
     ("corpus", "corpus"), ("evalsets", "evalsets"), ("gates", "gates"), ("verified", "verified"),
     ("recordings", "recordings"), ("llm", "llm"), ("judge2", "judge2"), ("backtranslate", "backtranslate"), ("specs", "specs"), ("cells", "cells"), ("validate", "validate"),
     ("train", "train"), ("evaluate-arm", "evaluate"), ("evaluate-base", "evaluate_base"),
-    ("evaluate-bm25", "evaluate_bm25"), ("soup", "soup"), ("stats", "stats"), ("style", "style"), ("hits", "hits"), ("report", "report"),
+    ("evaluate-bm25", "evaluate_bm25"), ("soup", "soup"), ("mix", "mix"), ("replay-pool", "replay_pool"), ("stats", "stats"), ("style", "style"), ("hits", "hits"), ("report", "report"),
     ("external", "external"), ("attack", "attack"), ("pooling", "pooling"), ("regen", "regen"), ("judging", "judging"), ("saber", "saber"), ("meld-generate", "meld_generate"), ("audit-report", "audit"),
 )
 

@@ -9,13 +9,13 @@ contract) with :mod:`~recipematch.llm.replay`, :mod:`~recipematch.llm.http_backe
 :mod:`~recipematch.llm.store`, :mod:`~recipematch.llm.parsing`,
 :mod:`~recipematch.llm.recordings`, :mod:`~recipematch.llm.pipeline` (the arm runner, with
 :mod:`~recipematch.llm.arm_rows`), :mod:`~recipematch.llm.judge2` (the second judge),
-:mod:`~recipematch.llm.selftest` (the worker gate), :mod:`~recipematch.llm.depth`. vLLM is
+:mod:`~recipematch.llm.selftest` (the worker gate), paraphrase depth from :mod:`~recipematch.depth`. vLLM is
 never imported here: at scale it runs as ``vllm serve`` (see :mod:`~recipematch.llm.serving`);
 :class:`~recipematch.llm.vllm_backend.VLLMBackend` imports it only where it is installed.
 """
 
 from recipematch.llm.backends import GenerationBackend, GenerationRequest, GenerationResult
-from recipematch.llm.depth import char3_jaccard, mean_char3_jaccard
+from recipematch.depth import char3_jaccard, mean_char3_jaccard
 from recipematch.llm.http_backend import OpenAICompatibleBackend, ServerUnreachableError, read_api_key
 from recipematch.llm.parsing import parse_answer, parse_judge
 from recipematch.llm.judge2 import TwoJudgeResult, arm_candidates, judge_agreement, run_second_judge

@@ -103,7 +103,7 @@ def run(p, lay: Layout, *, progress: bool = True) -> dict:
     check_device("backtranslate.device", cfg.device)
 
     from recipematch.backtranslate import backtranslate, nllb_code
-    from recipematch.pipeline.depth import paraphrase_depth
+    from recipematch.depth import paraphrase_depth
     from recipematch.pipeline.inputs import corpus_rows, load_exclusion
 
     ex, ex_path = load_exclusion(lay, p.gates.active)

@@ -11,7 +11,7 @@ import click
 from recipematch.errors import RecipematchError
 from recipematch.io import read_jsonl_strict, write_json, write_jsonl
 from recipematch.pipeline.door import Layout, progress_option, stage, write_run_record
-from recipematch.pipeline.depth import paraphrase_depth
+from recipematch.depth import paraphrase_depth
 from recipematch.pipeline.inputs import corpus_rows, load_exclusion
 from recipematch.rules import negatives_for_prompt
 
