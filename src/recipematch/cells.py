@@ -38,12 +38,11 @@ import hashlib
 import math
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from recipematch.gates import ExclusionList, NgramGate
+from recipematch.gates import ContaminationGate, ExclusionList, NgramGate
 from recipematch.pairs import n_examples, sort_rows
 
 from recipematch.rules import NAMED_ARMS, NEGATIVES, POSITIVES, VOLUMES, CellSpec, missing_input_message  # noqa: F401 (re-exported)
@@ -127,8 +126,6 @@ def apply_gates(rows: Sequence[Mapping[str, Any]], exclusion: ExclusionList, ngr
     Returns:
         ``(kept_rows, counts, drop_records)``.
     """
-    from recipematch.gates import ContaminationGate
-
     return ContaminationGate(exclusion, ngram, heldout_sources).apply(rows, cosine=False)
 
 

@@ -58,13 +58,13 @@ def main(verbose: bool) -> None:
               help="Check this params file (every key, type and bound) and exit 0 if it is valid.")
 def params_cmd(check_path: Path | None) -> None:
     """Every params.yaml key with its meaning and bounds (or check a file with --check)."""
-    from recipematch.config import field_table
-    from recipematch.pipeline.door import check_params_file, run_guarded
+    from recipematch.config import field_table  # lazy: keeps recipematch --help fast
+    from recipematch.pipeline.door import check_params_file, run_guarded  # lazy: keeps recipematch --help fast
 
     if check_path is not None:
-        from recipematch.config import check_arm_inputs
-        from recipematch.graded import check_declared_measures
-        from recipematch.pipeline.models import check_lengths
+        from recipematch.config import check_arm_inputs  # lazy: keeps recipematch --help fast
+        from recipematch.graded import check_declared_measures  # lazy: keeps recipematch --help fast
+        from recipematch.pipeline.models import check_lengths  # lazy: keeps recipematch --help fast
 
         def check() -> None:
             p = check_params_file(check_path)
@@ -111,8 +111,8 @@ def plan_cmd(params_path: Path, root: Path, as_json: bool, train_examples_per_s:
     (data paths, base model, LLM servers and key variables, Ray head) is ready. Runs nothing."""
     import json
 
-    from recipematch.pipeline.door import check_params_file, run_guarded
-    from recipematch.plan import build_plan, format_plan
+    from recipematch.pipeline.door import check_params_file, run_guarded  # lazy: keeps recipematch --help fast
+    from recipematch.plan import build_plan, format_plan  # lazy: keeps recipematch --help fast
 
     def go():
         path = params_path if params_path.is_absolute() else root / params_path
@@ -151,14 +151,14 @@ def survey_cmd(params_path: Path, root: Path, models_file: Path | None, model_ar
 
     import yaml
 
-    from recipematch.pipeline.door import check_params_file, run_guarded
-    from recipematch.survey import default_models, log_survey, parse_models, run_survey, survey_table
+    from recipematch.pipeline.door import check_params_file, run_guarded  # lazy: keeps recipematch --help fast
+    from recipematch.survey import default_models, log_survey, parse_models, run_survey, survey_table  # lazy: keeps recipematch --help fast
 
     def go():
         from dataclasses import replace
 
-        from recipematch.eval_cli import check_outputs_outside, resolve_model
-        from recipematch.io import atomic_write_text, canonical_json
+        from recipematch.eval_cli import check_outputs_outside, resolve_model  # lazy: keeps recipematch --help fast
+        from recipematch.io import atomic_write_text, canonical_json  # lazy: keeps recipematch --help fast
 
         path = params_path if params_path.is_absolute() else root / params_path
         p = check_params_file(path)
@@ -194,8 +194,8 @@ def survey_cmd(params_path: Path, root: Path, models_file: Path | None, model_ar
         res = run_survey(p, root, models, cache_dir=root / "cache" / "embeddings", progress=click.echo)
         md = "# Public models on every declared set (Table 18's shape)\n\n" + survey_table(res) + "\n"
         if use_mlflow:  # logged before the files are written: a store that fails leaves no finished-looking output
-            from recipematch.pipeline.door import Layout
-            from recipematch.pipeline.inputs import mlflow_uri
+            from recipematch.pipeline.door import Layout  # lazy: keeps recipematch --help fast
+            from recipematch.pipeline.inputs import mlflow_uri  # lazy: keeps recipematch --help fast
 
             uri = mlflow_uri(p.mlflow.tracking_uri, Layout(root.resolve()))
             try:
@@ -230,13 +230,13 @@ def judging_reliability_cmd(first: str, second: str, root: Path, out: Path | Non
     exact agreement, and the 0-against-2 pairs that need arbitration."""
     import pandas as pd
 
-    from recipematch.errors import RecipematchError
-    from recipematch.pipeline.door import run_guarded
+    from recipematch.errors import RecipematchError  # lazy: keeps recipematch --help fast
+    from recipematch.pipeline.door import run_guarded  # lazy: keeps recipematch --help fast
 
     def go():
-        from recipematch.config import ENTRY_NAME
-        from recipematch.io import atomic_write_text, canonical_json
-        from recipematch.judging import reliability_markdown, second_judge_reliability
+        from recipematch.config import ENTRY_NAME  # lazy: keeps recipematch --help fast
+        from recipematch.io import atomic_write_text, canonical_json  # lazy: keeps recipematch --help fast
+        from recipematch.judging import reliability_markdown, second_judge_reliability  # lazy: keeps recipematch --help fast
 
         frames = {}
         for name in (first, second):
@@ -282,8 +282,8 @@ def runs_restore_cmd(params_path: Path, root: Path) -> None:
     history is not in the records and is not restored."""
     import json
 
-    from recipematch.pipeline.door import open_params, run_guarded
-    from recipematch.pipeline.runs import restore
+    from recipematch.pipeline.door import open_params, run_guarded  # lazy: keeps recipematch --help fast
+    from recipematch.pipeline.runs import restore  # lazy: keeps recipematch --help fast
 
     def go():
         return restore(*open_params(params_path, root, ("arms", "mlflow")))
@@ -329,9 +329,9 @@ def audit_init(workdir: Path, benchmark: Path, recipe: str, sources: Path, base_
     """Write a DVC project into WORKDIR that measures the benchmark's recipe sensitivity."""
     import json
 
-    from recipematch.audit import init_audit
-    from recipematch.config import EVAL_RULES_ALLOWED
-    from recipematch.pipeline.door import run_guarded
+    from recipematch.audit import init_audit  # lazy: keeps recipematch --help fast
+    from recipematch.config import EVAL_RULES_ALLOWED  # lazy: keeps recipematch --help fast
+    from recipematch.pipeline.door import run_guarded  # lazy: keeps recipematch --help fast
 
     extra = {}
     for item in also:
@@ -356,8 +356,8 @@ def audit_init(workdir: Path, benchmark: Path, recipe: str, sources: Path, base_
 
 
 def _register() -> None:
-    from recipematch.cas.cli import cas
-    from recipematch.eval_cli import evaluate
+    from recipematch.cas.cli import cas  # lazy: keeps recipematch --help fast
+    from recipematch.eval_cli import evaluate  # lazy: keeps recipematch --help fast
 
     main.add_command(cas)
     main.add_command(evaluate)

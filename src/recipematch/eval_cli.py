@@ -364,7 +364,7 @@ def _graded_options(measures, gain, grade_scale, depth, run_out) -> dict | None:
 
 def _evaluate(folder, model, rule, self_mask, ks_text, out, split, per_query_out, cache_dir,
               max_seq_length, batch_size, query_prompt, dtype, device, bm25_k1, bm25_b, graded=None):
-    from recipematch.benchmarks_data import load_set
+    from recipematch.benchmarks_data import load_set  # lazy: keeps recipematch --help fast
 
     ks = _parse_ks(ks_text)
     import math
@@ -377,7 +377,7 @@ def _evaluate(folder, model, rule, self_mask, ks_text, out, split, per_query_out
         raise RecipematchError(f"--per-query and --out name the same file {out}")
     bset = load_set(folder, rule, split=split, self_mask=self_mask)  # every data check, before any model
     if graded is not None:
-        from recipematch.graded import prepare
+        from recipematch.graded import prepare  # lazy: keeps recipematch --help fast
 
         # every graded check before any model: grades (path:line), measure names, the excluded-ids file, depth
         graded = {**graded, "spec": prepare(folder, graded["measures"], n_docs=len(bset.corpus), split=split,
@@ -392,13 +392,13 @@ def _evaluate(folder, model, rule, self_mask, ks_text, out, split, per_query_out
         check_outputs_outside(outputs, {"--model": Path(resolved)})
     if resolved != BM25_NAME:
         check_device(device)
-    from recipematch.scoring import BM25, score
+    from recipematch.scoring import BM25, score  # lazy: keeps recipematch --help fast
 
     if resolved == BM25_NAME:
         summary, per_query = score(bset, BM25, ks=ks, bm25_k1=bm25_k1, bm25_b=bm25_b)
         encoder = BM25
     else:
-        from recipematch.retrieval import SentenceTransformerEncoder
+        from recipematch.retrieval import SentenceTransformerEncoder  # lazy: tests monkeypatch recipematch.retrieval.SentenceTransformerEncoder
 
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         try:
@@ -416,7 +416,7 @@ def _evaluate(folder, model, rule, self_mask, ks_text, out, split, per_query_out
     summary.update({"model_arg": model, "beir_dir": str(folder), "split": split})
     run_tmp = None
     if run is not None and graded["run_out"] is not None:  # written aside first, renamed only with the rest
-        from recipematch.graded import write_trec_run
+        from recipematch.graded import write_trec_run  # lazy: keeps recipematch --help fast
 
         target = Path(graded["run_out"])
         run_tmp = target.with_name(f".{target.name}.{os.getpid()}.partial")
@@ -434,7 +434,7 @@ def _evaluate(folder, model, rule, self_mask, ks_text, out, split, per_query_out
     if run_tmp is not None:
         os.replace(run_tmp, graded["run_out"])
     line = " ".join(f"{recall_key(k)}={summary[recall_key(k)]:.2f}" for k in ks)
-    from recipematch.retrieval.selfmask import describe_counts
+    from recipematch.retrieval.selfmask import describe_counts  # lazy: keeps recipematch --help fast
 
     click.echo(describe_counts(Path(folder).name, summary["self_mask_rule"], summary["n_queries_self_masked"],
                                summary["n_queries_id_match_not_masked"]))
@@ -447,7 +447,7 @@ def _evaluate(folder, model, rule, self_mask, ks_text, out, split, per_query_out
 
 def _add_graded(summary, per_query, bset, encoder, graded, cache_dir, bm25_k1, bm25_b):
     """Compute the graded measures of one evaluation into ``summary`` (and ``per_query``)."""
-    from recipematch.graded import score_graded
+    from recipematch.graded import score_graded  # lazy: keeps recipematch --help fast
 
     spec = graded["spec"]  # its excluded ids: BRIGHT's, where the folder has them
     values, table, run = score_graded(bset, encoder, spec, cache_dir=cache_dir, bm25_k1=bm25_k1, bm25_b=bm25_b)

@@ -37,6 +37,7 @@ from typing import Any
 
 import numpy as np
 
+from recipematch.beir import doc_text, positive_qrels, write_beir
 from recipematch.errors import RecipematchError
 
 #: tier -> the recorded rewrite that is its gold (MathNet-Retrieve: the tiers share the corpus
@@ -242,8 +243,6 @@ def write_tiers(out: str | os.PathLike, corpus_rows: Sequence[Mapping[str, Any]]
     Raises:
         RecipematchError: see :func:`build_tiers`.
     """
-    from recipematch.beir import write_beir
-
     out = Path(out)
     docs, tiers = build_tiers(corpus_rows, rewrites, heldout)
     for tier, (queries, qrels, meta) in tiers.items():
@@ -298,8 +297,6 @@ def set_texts(bset, corpus_ids: set[str]) -> list[str]:
     Returns:
         Sorted distinct texts.
     """
-    from recipematch.beir import doc_text, positive_qrels
-
     keep: set[str] = set()
     positive = positive_qrels(bset.qrels)
     for q in bset.query_ids:

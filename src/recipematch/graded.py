@@ -56,6 +56,7 @@ import pandas as pd
 from recipematch.beir import BeirFormatError, doc_text, iter_qrels_rows
 from recipematch.errors import RecipematchError, short_repr
 from recipematch.rules import GAINS, MEASURE_PREFIX
+from recipematch.saber import ndcg_exponential
 
 __all__ = ["GAINS", "DEFAULT_MEASURES", "DEFAULT_DEPTH", "LIBRARY", "Run", "parse_measures",
            "check_grades", "check_qrels_file", "topk_run", "measure_run", "write_trec_run", "library_version",
@@ -275,7 +276,7 @@ def _is_bm25(model, bm25_k1: float | None, bm25_b: float | None) -> bool:
     Raises:
         RecipematchError: a string other than BM25's name, or BM25 without its parameters.
     """
-    from recipematch.scoring import BM25
+    from recipematch.scoring import BM25  # lazy: recipematch.scoring pulls in torch
 
     if not isinstance(model, str):
         return False
@@ -310,10 +311,10 @@ def topk_run(bset, model, depth: int = DEFAULT_DEPTH, *, cache_dir=None, bm25_k1
     """
     if candidates is not None:
         return rerank_run(bset, model, candidates, depth, cache_dir=cache_dir, bm25_k1=bm25_k1, bm25_b=bm25_b)
-    from recipematch.retrieval.bm25 import bm25_settings, bm25_topk
-    from recipematch.retrieval.cache import encode_cached
-    from recipematch.retrieval.dense import search_topk
-    from recipematch.retrieval.selfmask import own_entries
+    from recipematch.retrieval.bm25 import bm25_settings, bm25_topk  # lazy: recipematch.retrieval.bm25 pulls in torch
+    from recipematch.retrieval.cache import encode_cached  # lazy: recipematch.retrieval.cache pulls in torch
+    from recipematch.retrieval.dense import search_topk  # lazy: recipematch.retrieval.dense pulls in torch
+    from recipematch.retrieval.selfmask import own_entries  # lazy: recipematch.retrieval.selfmask pulls in torch
 
     if isinstance(depth, bool) or not isinstance(depth, int) or depth < 1:
         raise RecipematchError(f"run depth must be an integer >= 1, got {short_repr(depth, 40)}")
@@ -364,8 +365,8 @@ def rerank_run(bset, model, candidates: Mapping[str, Sequence[str]], depth: int 
         RecipematchError: a scored query without candidates, a candidate not in the corpus, or
             ``depth`` < 1.
     """
-    from recipematch.retrieval.bm25 import bm25_score_matrix, bm25_settings
-    from recipematch.retrieval.cache import encode_cached
+    from recipematch.retrieval.bm25 import bm25_score_matrix, bm25_settings  # lazy: recipematch.retrieval.bm25 pulls in torch
+    from recipematch.retrieval.cache import encode_cached  # lazy: recipematch.retrieval.cache pulls in torch
 
     if isinstance(depth, bool) or not isinstance(depth, int) or depth < 1:
         raise RecipematchError(f"run depth must be an integer >= 1, got {short_repr(depth, 40)}")
@@ -416,8 +417,6 @@ def measure_real_valued(qrels: Mapping[str, Mapping[str, float]], run: Run, meas
     Raises:
         RecipematchError: a measure other than nDCG@k, or another gain.
     """
-    from recipematch.saber import ndcg_exponential
-
     check_real_valued_measures(measures, gain)
     per_query = pd.DataFrame({"query_id": run.query_ids,
                               "n_relevant": [sum(g > 0 for g in (qrels.get(q) or {}).values()) for q in run.query_ids]})
@@ -683,7 +682,7 @@ def score_graded(bset, model, spec: GradedSpec, *, cache_dir=None, bm25_k1: floa
     """
     import tempfile
 
-    from recipematch.scoring import scored_qrels
+    from recipematch.scoring import scored_qrels  # lazy: recipematch.scoring pulls in torch
 
     with tempfile.TemporaryDirectory() as tmp:  # without a cache: the encoder's vectors once more, not its work
         run = topk_run(bset, model, spec.depth, cache_dir=cache_dir or tmp, bm25_k1=bm25_k1, bm25_b=bm25_b,

@@ -39,6 +39,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from recipematch.depth import char3_jaccard
 from recipematch.errors import RecipematchError
 from recipematch.metrics import hits_at_k
 
@@ -90,8 +91,6 @@ def text_features(query: str, gold: str) -> dict[str, float]:
     Raises:
         RecipematchError: an empty (or all-blank) query or gold text, which has no length ratio.
     """
-    from recipematch.depth import char3_jaccard
-
     if not query.strip() or not gold.strip():
         raise RecipematchError("hit accounting needs a non-empty query and gold text")
     return {"word_jaccard": word_jaccard(query, gold), "latex_jaccard": latex_jaccard(query, gold),

@@ -37,7 +37,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from recipematch.errors import RecipematchError, short_repr
+from recipematch.errors import RecipematchError
 from recipematch.llm.prompts import fill_slots
 
 __all__ = ["Rubric", "load_rubric", "answer_schema", "parse_answer", "render_prompt", "task_id", "route_pairs",

@@ -115,7 +115,7 @@ def _corpus_table(p, root: Path):
                   config.get("data.path", config.get("source", "data/peer_release/corpus.jsonl")))
     if built_from != (p.data.source, p.data.path):
         return None
-    from recipematch.corpus import read_corpus
+    from recipematch.corpus import read_corpus  # lazy: plan stays light (imported by the CLI)
 
     return read_corpus(table)
 
@@ -131,7 +131,7 @@ def _examples_per_row(p, root: Path, arm: str) -> tuple[float, str, dict | None]
             if info.get("selected"):
                 ratio = (info["train_examples"] + info["dev_examples"]) / info["selected"]
                 return ratio, f"measured ({path.relative_to(root)}, seed {seed})", budget
-    from recipematch.rules import NAMED_ARMS
+    from recipematch.rules import NAMED_ARMS  # lazy: plan stays light (imported by the CLI)
 
     spec = NAMED_ARMS.get(arm) if arm != "cell" else None
     negatives = spec.negatives if spec is not None else p.negatives
@@ -193,8 +193,8 @@ def evaluation_plan(p, root: Path) -> list[dict[str, Any]]:
 def _store_answered(path: Path) -> tuple[set[str], int]:
     """Keys of answered calls in a call store (read-only: the store itself is never opened
     for writing here), and how many of its records are judge calls."""
-    from recipematch.llm.backends import is_retry_later
-    from recipematch.llm.store import verify_record
+    from recipematch.llm.backends import is_retry_later  # lazy: plan stays light (imported by the CLI)
+    from recipematch.llm.store import verify_record  # lazy: plan stays light (imported by the CLI)
 
     latest: dict[str, dict] = {}
     if path.is_file():
@@ -215,7 +215,7 @@ def llm_plan(p, root: Path, corpus) -> list[dict[str, Any]]:
     """Per prompt: generation calls still to make (exact when the corpus and the gates are
     built: the stage's own requests, checked against the call store) and an upper bound on
     judge calls (``llm.n_pos`` + near-misses per source, less the judge answers stored)."""
-    from recipematch.rules import negatives_for_prompt
+    from recipematch.rules import negatives_for_prompt  # lazy: plan stays light (imported by the CLI)
 
     out = []
     gates = root / "artifacts" / "gates" / f"exclusion_{p.gates.active}.json"
@@ -235,8 +235,8 @@ def llm_plan(p, root: Path, corpus) -> list[dict[str, Any]]:
             row.update(generation_calls=0, judge_calls_at_most=0,
                        basis="replay backend: answers come from the recordings, no server is called")
         elif sources is not None:
-            from recipematch.llm.backends import normalise_sampling
-            from recipematch.llm.pipeline import build_generation_requests
+            from recipematch.llm.backends import normalise_sampling  # lazy: plan stays light (imported by the CLI)
+            from recipematch.llm.pipeline import build_generation_requests  # lazy: plan stays light (imported by the CLI)
 
             reqs = build_generation_requests(
                 sorted(sources), prompt_name=prompt, n_pos=p.llm.n_pos, n_neg=n_neg, model_id=p.llm.model_id,
@@ -339,8 +339,8 @@ def inputs_plan(p, root: Path) -> list[dict[str, str]]:
     """
     import os
 
-    from recipematch.engine import EngineError, check_address
-    from recipematch.pipeline.models import resolve_model
+    from recipematch.engine import EngineError, check_address  # lazy: plan stays light (imported by the CLI)
+    from recipematch.pipeline.models import resolve_model  # lazy: plan stays light (imported by the CLI)
 
     out: list[dict[str, str]] = []
 
@@ -374,7 +374,7 @@ def inputs_plan(p, root: Path) -> list[dict[str, str]]:
         if ex.loader == "impliret":
             files = tuple(f"{s}.jsonl" for s in ex.subsets)
         elif ex.loader == "meld":
-            from recipematch.external.meld import DISTRACTORS_FILE, PAIRS_FILE
+            from recipematch.external.meld import DISTRACTORS_FILE, PAIRS_FILE  # lazy: plan stays light (imported by the CLI)
 
             files = (PAIRS_FILE, DISTRACTORS_FILE)
         elif ex.loader == "mirb":
@@ -389,7 +389,7 @@ def inputs_plan(p, root: Path) -> list[dict[str, str]]:
             if lacking:
                 out[-1] = {**out[-1], "status": "bad", "detail": f"bright copy: lacks {', '.join(lacking)}"}
         if ex.loader == "sabermath" and (root / ex.copy).is_dir():  # one parquet per hub repository
-            from recipematch.external.sabermath import copy_problem
+            from recipematch.external.sabermath import copy_problem  # lazy: plan stays light (imported by the CLI)
 
             problem = copy_problem(root / ex.copy)
             if problem:
@@ -425,7 +425,7 @@ def inputs_plan(p, root: Path) -> list[dict[str, str]]:
     if p.llm.recipe_prompt:
         path("llm.recipe_prompt", p.llm.recipe_prompt, "recipe prompt sidecar", "file")
     if p.llm.backend == "replay":
-        from recipematch.pipeline.inputs import RELEASE_FILES
+        from recipematch.pipeline.inputs import RELEASE_FILES  # lazy: plan stays light (imported by the CLI)
 
         for prompt in p.llm.prompts:
             if prompt in RELEASE_FILES:

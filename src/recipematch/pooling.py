@@ -42,7 +42,7 @@ import pandas as pd
 import torch
 
 from recipematch.beir import doc_text
-from recipematch.errors import RecipematchError, short_repr
+from recipematch.errors import short_repr
 from recipematch.retrieval.bm25 import score_blocks
 from recipematch.retrieval.ranking import topk_from_blocks
 from recipematch.rules import check_token_pattern

@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from recipematch.errors import RecipematchError
 from recipematch.io import atomic_write_text, canonical_json
 from recipematch.metrics import metric_key, recall_key
 from recipematch.report_appendix import (
@@ -40,7 +41,7 @@ from recipematch.report_common import (
     ordered_evals,
     report_ks,
 )
-from recipematch.rules import BASELINES, DID_ROLES
+from recipematch.rules import BASELINES, CellSpec, DID_ROLES, GRID_NEGATIVES, grid_position, GRID_POSITIVES, LADDER
 
 
 def table_markdown(stats: Mapping[str, Any], cells: Mapping[str, Mapping[str, str]]) -> str:
@@ -94,8 +95,6 @@ def tier_columns(stats: Mapping[str, Any]) -> list[str]:
 def _arm_cells(stats: Mapping[str, Any], cells: Mapping[str, Mapping[str, str]]) -> dict[tuple, str]:
     """Grid position (:func:`recipematch.rules.grid_position`) → the first arm (report order)
     that ran that cell."""
-    from recipematch.rules import CellSpec, grid_position
-
     out: dict[tuple, str] = {}
     for a in ordered_arms(stats):
         c = cells.get(a)
@@ -122,8 +121,6 @@ def ladder_markdown(stats: Mapping[str, Any], cells: Mapping[str, Mapping[str, s
         stats: ``metrics/stats.json`` (``arms`` and ``evaluations``).
         cells: per arm ``{"name", "positives", "negatives", "volume"}``.
     """
-    from recipematch.rules import LADDER, CellSpec, grid_position
-
     evals = stats["evaluations"]
     cols = tier_columns(stats)
     ran = _arm_cells(stats, cells)
@@ -152,9 +149,6 @@ def factorial_markdown(stats: Mapping[str, Any], cells: Mapping[str, Mapping[str
         stats: ``metrics/stats.json``.
         cells: per arm ``{"name", "positives", "negatives", "volume"}``.
     """
-    from recipematch.errors import RecipematchError
-    from recipematch.rules import GRID_NEGATIVES, GRID_POSITIVES, CellSpec, grid_position
-
     evals = stats["evaluations"]
     cols = tier_columns(stats)
     ran = _arm_cells(stats, cells)

@@ -231,7 +231,7 @@ def external_markdown(stats: Mapping[str, Any]) -> str:
 
 def table5_lines(stats: Mapping[str, Any]) -> list[str]:
     """Table 5 (paper Appendix A): same-language reprints per slice, from ``stats["slices"]``."""
-    from recipematch.slices import slices_markdown
+    from recipematch.slices import slices_markdown  # lazy: recipematch.slices pulls in pandas
 
     labels = {n: e["label"] for n, e in stats["evaluations"].items()}
     return ["## Same-language reprints by slice (Table 5)", "", slices_markdown(stats["slices"], labels), ""]

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from recipematch.errors import RecipematchError
+from recipematch.training import save_checkpoint
 
 __all__ = ["blend_state_dicts", "build_soup", "is_lora_checkpoint"]
 
@@ -94,8 +95,6 @@ def build_soup(finetuned: str | os.PathLike, base: str | os.PathLike, alpha: flo
     """
     import torch
     from sentence_transformers import SentenceTransformer
-
-    from recipematch.training import save_checkpoint
 
     alpha = _check_alpha(alpha)
     ft = SentenceTransformer(str(finetuned), device=device)

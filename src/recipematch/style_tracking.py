@@ -249,7 +249,7 @@ def style_tracking(query_embeddings, corpus_embeddings, style_scores, *, n_queri
             raise RecipematchError(f"style tracking: exclude_doc values must be -1 or in [0, {c.shape[0]})")
     # imported here: the retrieval package loads torch, which the style probe (this module's
     # other half, run by the audit) does not need
-    from recipematch.retrieval.ranking import own_entry_cells
+    from recipematch.retrieval.ranking import own_entry_cells  # lazy: recipematch.retrieval.ranking pulls in pandas, torch
 
     idx = sample_queries(q.shape[0], n_queries, seed=seed)
     rho = np.empty(idx.size, dtype=np.float64)

@@ -25,8 +25,12 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from recipematch.benchmarks_data import load_set
 from recipematch.errors import RecipematchError, short_repr
+from recipematch.io import sha256_text
+from recipematch.eval_cli import BM25_NAME, first_line, model_load_errors, resolve_model
 from recipematch.metrics import recall_key
+from recipematch.tracking import find_or_create_run, log_metrics_once, log_params_safe, open_store, store_lock
 
 __all__ = ["SurveyModel", "parse_models", "check_folder", "default_models", "survey_table", "run_survey"]
 
@@ -154,8 +158,6 @@ def check_folder(model: SurveyModel) -> str:
         RecipematchError: the path is neither ``bm25``, the MiniLM alias nor a folder, or the
             folder asks for remote code; the message names the model and the file.
     """
-    from recipematch.eval_cli import BM25_NAME, resolve_model
-
     try:
         resolved = resolve_model(model.path)
     except RecipematchError as e:
@@ -218,9 +220,7 @@ def run_survey(p, root: Path, models: Sequence[SurveyModel], *, cache_dir: Path 
     """
     import os
 
-    from recipematch.benchmarks_data import load_set
-    from recipematch.eval_cli import BM25_NAME, first_line, model_load_errors
-    from recipematch.scoring import BM25, score
+    from recipematch.scoring import BM25, score  # lazy: recipematch.scoring pulls in pandas, torch
 
     ks = tuple(p.evaluate.ks)
     sets = {}
@@ -240,7 +240,7 @@ def run_survey(p, root: Path, models: Sequence[SurveyModel], *, cache_dir: Path 
         if path == BM25_NAME:
             enc, conv = BM25, {"bm25_k1": p.evaluate.bm25_k1, "bm25_b": p.evaluate.bm25_b}
         else:
-            from recipematch.retrieval import SentenceTransformerEncoder
+            from recipematch.retrieval import SentenceTransformerEncoder  # lazy: tests monkeypatch recipematch.retrieval.SentenceTransformerEncoder
 
             os.environ.setdefault("HF_HUB_OFFLINE", "1")
             try:
@@ -274,9 +274,6 @@ def log_survey(result: Mapping[str, Any], tracking_uri: str, experiment: str) ->
     import time
 
     from mlflow.entities import Metric
-
-    from recipematch.io import sha256_text
-    from recipematch.tracking import find_or_create_run, log_metrics_once, log_params_safe, open_store, store_lock
 
     c, exp = open_store(tracking_uri, experiment)
     ids = []

@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from recipematch.errors import RecipematchError, short_repr
+from recipematch.io import sha256_text
 
 RUN_KEY_TAG = "recipematch.run_key"
 
@@ -206,7 +207,6 @@ def param_value(value: Any, limit: int = MAX_PARAM_CHARS) -> str:
     sv = str(value)
     if len(sv) <= limit:
         return sv
-    from recipematch.io import sha256_text
 
     tail = f"…[{len(sv)} chars, sha256 {sha256_text(sv)}]"
     return sv[:limit - len(tail)] + tail

@@ -33,6 +33,8 @@ from typing import Any
 import numpy as np
 
 from recipematch.errors import RecipematchError
+from recipematch.io import sha256_file
+from recipematch.pairs import read_pair_file
 
 
 log = logging.getLogger(__name__)
@@ -237,9 +239,6 @@ class ReplayPool:
         Raises:
             RecipematchError: the file is missing (naming ``key``) or a line is not a pair row.
         """
-        from recipematch.io import sha256_file
-        from recipematch.pairs import read_pair_file
-
         path = Path(path)
         if not path.is_file():
             raise RecipematchError(f"{key}: {path} does not exist (a JSONL pair file of general pairs)")
@@ -437,7 +436,7 @@ def train_one(rows: Sequence[Mapping[str, Any]], *, base_model: str, out_dir: Pa
     from transformers.trainer_callback import TrainerCallback
     from transformers.utils import logging as hf_logging
 
-    from recipematch.retrieval.encoders import set_max_seq_length
+    from recipematch.retrieval.encoders import set_max_seq_length  # lazy: recipematch.retrieval.encoders pulls in pandas, torch
 
     hf_logging.set_verbosity_error()
     torch.manual_seed(seed)

@@ -6,7 +6,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from recipematch.errors import RecipematchError
+from recipematch.errors import RecipematchError, short_repr
+from recipematch.io import BadLine, iter_jsonl
 
 __all__ = ["check_out_folder", "check_rows_file", "iter_row_objects", "read_parquet_rows"]
 
@@ -54,9 +55,7 @@ def iter_row_objects(path: Path, text_fields: tuple[str, ...]):
         RecipematchError: a line that is not JSON or not an object, or a text field missing,
             empty or not a string (file, line and field).
     """
-    from recipematch.errors import short_repr
-    from recipematch.external.meld import is_text
-    from recipematch.io import BadLine, iter_jsonl
+    from recipematch.external.meld import is_text  # lazy: import cycle with recipematch.external.meld
 
     for lineno, obj in iter_jsonl(path):
         where = f"{path}:{lineno}"

@@ -29,8 +29,10 @@ import os
 import shutil
 from pathlib import Path
 
+from recipematch.beir import write_beir
 from recipematch.errors import RecipematchError, short_repr
-from recipematch.external import read_parquet_rows
+from recipematch.external import check_out_folder, read_parquet_rows
+from recipematch.io import id_problem
 from recipematch.rules import EXTERNAL_SUBSETS
 from recipematch.graded import EXCLUDED_FILE, read_excluded
 
@@ -57,8 +59,6 @@ def _one_file(root: Path, config: str, split: str) -> Path:
 def _id(value, path: Path, row: int, field: str) -> str:
     """One id, usable as it is: a string without outer blanks, tabs or line breaks (they would
     be stripped or split when the BEIR files are read back, naming another document)."""
-    from recipematch.io import id_problem
-
     if not isinstance(value, str):
         raise RecipematchError(f"BRIGHT: {path}: row {row}: field {field!r}: an id must be a string, got {short_repr(value, 60)}")
     problem = id_problem(value) or ("has blanks at an end" if value != value.strip() else None)
@@ -91,8 +91,6 @@ def build_folder(root: str | os.PathLike, out: str | os.PathLike, split: str, *,
         RecipematchError: a missing file or column, a bad row, an unknown gold or excluded
             id, a gold that is excluded, or a duplicate id (file and row named).
     """
-    from recipematch.beir import write_beir
-
     root = Path(root)
     if not isinstance(split, str) or not split or "/" in split or split.startswith("."):
         raise RecipematchError(f"BRIGHT: split must be a plain name such as {SPLITS[0]!r}, got {short_repr(split, 60)}")
@@ -138,7 +136,6 @@ def build_folder(root: str | os.PathLike, out: str | os.PathLike, split: str, *,
         "n_queries_with_excluded": len(excluded), "n_excluded": sum(len(v) for v in excluded.values()),
         "protocol": "nDCG@10 over gold_ids, each query's excluded_ids taken out of its ranking",
     }
-    from recipematch.external import check_out_folder
 
     out = check_out_folder(out, root, "BRIGHT")
     tmp = out.with_name(out.name + ".partial")

@@ -30,7 +30,10 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
+from recipematch.beir import write_beir
 from recipematch.errors import RecipematchError, short_repr
+from recipematch.io import BadLine, iter_jsonl
+from recipematch.external import check_out_folder
 from recipematch.rules import EXTERNAL_SUBSETS
 
 __all__ = ["STYLES", "CATEGORIES", "SUBSETS", "SOURCE", "LICENCE", "read_subset", "build_folder",
@@ -57,8 +60,6 @@ def read_subset(path: str | os.PathLike) -> list[dict[str, str]]:
         RecipematchError: a missing file, bytes that are not UTF-8, or a bad row (file, line
             and field named), or a file without rows.
     """
-    from recipematch.io import BadLine, iter_jsonl
-
     path = Path(path)
     if not path.is_file():
         raise RecipematchError(f"ImpliRet: missing subset file {path}")
@@ -97,8 +98,7 @@ def build_folder(src: str | os.PathLike, out: str | os.PathLike, subset: str, *,
     """
     import shutil
 
-    from recipematch.beir import write_beir
-    from recipematch.retrieval.selfmask import comparable_text
+    from recipematch.retrieval.selfmask import comparable_text  # lazy: recipematch.retrieval.selfmask pulls in pandas, torch
 
     if subset not in SUBSETS:
         raise RecipematchError(f"ImpliRet: unknown subset {short_repr(subset, 60)}; expected one of {list(SUBSETS)}")
@@ -122,7 +122,6 @@ def build_folder(src: str | os.PathLike, out: str | os.PathLike, subset: str, *,
         "n_duplicate_documents": len(texts) - len(set(texts)),
         "protocol": "each question searches every document of its subset; nDCG@10, macro-averaged over subsets",
     }
-    from recipematch.external import check_out_folder
 
     out = check_out_folder(out, src, "ImpliRet")
     tmp = out.with_name(out.name + ".partial")

@@ -48,7 +48,10 @@ from typing import Any
 
 import numpy as np
 
+from recipematch.beir import doc_text, write_beir
 from recipematch.errors import RecipematchError, short_repr
+from recipematch.io import BadLine, iter_jsonl, write_jsonl
+from recipematch.external import check_out_folder
 from recipematch.rules import EXTERNAL_SUBSETS
 
 __all__ = ["PAIRS_FILE", "DISTRACTORS_FILE", "SUBSETS", "SOURCE", "LICENCE", "read_meld", "build_folder",
@@ -78,7 +81,7 @@ def _load_json(path: Path) -> Any:
 def is_text(v: Any) -> bool:
     """Whether ``v`` is a non-empty string once invisible characters are dropped, writable as UTF-8 (no lone
     surrogate escape)."""
-    from recipematch.retrieval.selfmask import comparable_text
+    from recipematch.retrieval.selfmask import comparable_text  # lazy: recipematch.retrieval.selfmask pulls in pandas, torch
 
     if not isinstance(v, str) or not comparable_text(v):
         return False
@@ -162,10 +165,6 @@ def build_folder(src: str | os.PathLike, out: str | os.PathLike, subset: str = "
     Raises:
         RecipematchError: an unknown subset, or any check of :func:`read_meld`.
     """
-    from recipematch.beir import write_beir
-    from recipematch.external import check_out_folder
-    from recipematch.io import write_jsonl
-
     if subset not in SUBSETS:
         raise RecipematchError(f"MELD: unknown subset {short_repr(subset, 60)}; expected one of {list(SUBSETS)}")
     out = check_out_folder(out, src, "MELD")
@@ -210,8 +209,6 @@ def load_distractors(folder: str | os.PathLike) -> list[dict] | None:
     Raises:
         RecipematchError: a line that is not a ``{"_id", "text", "framing"}`` object of strings.
     """
-    from recipematch.io import BadLine, iter_jsonl
-
     path = Path(folder) / "distractors.jsonl"
     if not path.is_file():
         return None
@@ -266,8 +263,7 @@ def separation(bset, model, distractors: Sequence[Mapping[str, str]], *, cache_d
     Raises:
         RecipematchError: a query without exactly one gold, or without ``partner_framing``.
     """
-    from recipematch.beir import doc_text
-    from recipematch.retrieval.cache import encode_cached
+    from recipematch.retrieval.cache import encode_cached  # lazy: recipematch.retrieval.cache pulls in pandas, torch
 
     ids = list(bset.query_ids)
     gold = []

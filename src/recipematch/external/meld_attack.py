@@ -13,12 +13,13 @@ from __future__ import annotations
 import hashlib
 import os
 from collections import defaultdict
-from pathlib import Path
 from typing import Any
 
 from recipematch.errors import RecipematchError, short_repr
 from recipematch.external import check_rows_file, iter_row_objects
 from recipematch.external.meld import is_text
+from recipematch.pairs import sort_rows
+from recipematch.rules import MELD_ATTACK_SYSTEM
 
 __all__ = ["attack_prompt_sha256", "read_attack_rows"]
 
@@ -64,9 +65,6 @@ def read_attack_rows(path: str | os.PathLike, key: str, *, revision: str = "") -
             so a budget of one row per source draws one and both land on the same split), or a
             file without rows.
     """
-    from recipematch.pairs import sort_rows
-    from recipematch.rules import MELD_ATTACK_SYSTEM
-
     if key not in MELD_ATTACK_SYSTEM:
         raise RecipematchError(f"MELD attack: unknown row set {key!r}; choose from {sorted(MELD_ATTACK_SYSTEM)}")
     path = check_rows_file(path, key, f"data/meld_attack/pairs_{key.removeprefix('meld_')}.jsonl")

@@ -40,6 +40,7 @@ import numpy as np
 
 from recipematch.errors import RecipematchError, short_repr
 from recipematch.external.meld import is_text
+from recipematch.io import iter_jsonl_strict
 from recipematch.llm.parsing import load_answer_object
 
 __all__ = ["DOMAIN_FIELDS", "read_domains", "repair_latex_escapes", "parse_generation", "parse_screen",
@@ -63,8 +64,6 @@ def read_domains(path, where: str) -> list[dict[str, str]]:
         RecipematchError: a missing file, a line that is not JSON, a field missing or empty
             (naming file, line and field), a pair given twice, or no rows.
     """
-    from recipematch.io import iter_jsonl_strict
-
     rows, seen, names = [], set(), set()
     try:
         for lineno, obj in iter_jsonl_strict(path):

@@ -30,7 +30,10 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from recipematch.beir import BeirFormatError, parse_score, write_beir
 from recipematch.errors import RecipematchError, short_repr
+from recipematch.io import BadLine, iter_jsonl
+from recipematch.external import check_out_folder
 from recipematch.rules import EXTERNAL_SUBSETS
 
 __all__ = ["TASKS", "SOURCE", "LICENCE", "read_task", "build_folder"]
@@ -42,8 +45,6 @@ LICENCE = "as each hcju/<task> dataset card states (MIRB collects sources under 
 
 
 def _rows(path: Path):
-    from recipematch.io import BadLine, iter_jsonl
-
     for lineno, obj in iter_jsonl(path):
         if isinstance(obj, BadLine):
             raise RecipematchError(f"{path}:{lineno}: {obj.reason}")
@@ -65,8 +66,6 @@ def _id(obj: dict, key: str, where: str) -> str:
 
 
 def _grade(v: Any, path: Path, lineno: int) -> int:
-    from recipematch.beir import BeirFormatError, parse_score
-
     where = f"{path}:{lineno}"
     if isinstance(v, bool) or not isinstance(v, (int, float, str)):
         raise RecipematchError(f"{where}: field 'score' must be a number, got {short_repr(v, 40)}")
@@ -182,9 +181,7 @@ def build_folder(src: str | os.PathLike, out: str | os.PathLike, task: str, *, r
     Raises:
         RecipematchError: an unknown task, or any check of :func:`read_task`.
     """
-    from recipematch.beir import write_beir
-    from recipematch.external import check_out_folder
-    from recipematch.graded import EXCLUDED_FILE
+    from recipematch.graded import EXCLUDED_FILE  # lazy: recipematch.graded pulls in pandas
 
     if task not in TASKS:
         raise RecipematchError(f"MIRB: unknown task {short_repr(task, 60)}; expected one of {list(TASKS)}")

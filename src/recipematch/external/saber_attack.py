@@ -27,12 +27,14 @@ from __future__ import annotations
 import hashlib
 import os
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 from recipematch.errors import RecipematchError, short_repr
 from recipematch.external import check_rows_file, iter_row_objects
 from recipematch.external.meld import is_text
+from recipematch.pairs import sort_rows
+from recipematch.rules import SABER_ATTACK_CHANNEL, SABER_ATTACK_MODEL, SABER_ATTACK_PROMPT, SABER_ATTACKS
+from recipematch.saber import jaccard, summary_tokens, TAU_SUMM
 
 __all__ = ["saber_prompt_sha256", "read_summary_rows", "build_document_rows"]
 
@@ -44,8 +46,6 @@ def saber_prompt_sha256() -> str:
         RecipematchError: the prompt file is not shipped.
     """
     from importlib import resources
-
-    from recipematch.rules import SABER_ATTACK_PROMPT
 
     path = resources.files("recipematch").joinpath("prompts", f"{SABER_ATTACK_PROMPT}.txt")
     if not path.is_file():
@@ -72,9 +72,6 @@ def read_summary_rows(path: str | os.PathLike, key: str, corpus: Mapping[str, st
             wrong type (file, line and field), a ``channel`` other than ``saber_summary``, a
             ``source_id`` given twice or not in the corpus, or a file without rows.
     """
-    from recipematch.pairs import sort_rows
-    from recipematch.rules import SABER_ATTACK_CHANNEL, SABER_ATTACK_MODEL, SABER_ATTACK_PROMPT, SABER_ATTACKS
-
     if key not in SABER_ATTACKS:
         raise RecipematchError(f"SABER attack: unknown row set {key!r}; choose from {list(SABER_ATTACKS)}")
     path = check_rows_file(path, key, "data/saber_attack/pairs_summary_channel.jsonl")
@@ -145,9 +142,6 @@ def build_document_rows(path: str | os.PathLike, key: str, corpus: Mapping[str, 
             ``negatives`` < 1, or no row.
     """
     import numpy as np
-
-    from recipematch.pairs import sort_rows
-    from recipematch.saber import TAU_SUMM, jaccard, summary_tokens
 
     if isinstance(negatives, bool) or not isinstance(negatives, int) or negatives < 1:
         raise RecipematchError(f"attacks.{key}: negatives must be an integer >= 1, got {negatives!r}")

@@ -61,6 +61,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from recipematch.config import load_yaml_file
 from recipematch.errors import RecipematchError, short_repr
 
 __all__ = [
@@ -461,8 +462,6 @@ def load_custom_prompt_spec(sidecar: str | Path) -> Mapping[str, Any]:
         RecipematchError: the sidecar is a folder, missing, not UTF-8, not valid YAML, an
             alias expansion past the bound, or not a mapping.
     """
-    from recipematch.config import load_yaml_file
-
     sidecar = Path(sidecar)
     if sidecar.is_dir():
         raise RecipematchError(f"prompt sidecar {sidecar} is a folder: give the *.prompt.yaml file")
@@ -490,7 +489,7 @@ def load_custom_prompt(sidecar: str | Path) -> CustomPrompt:
     Returns:
         A :class:`CustomPrompt`. The texts are kept byte for byte.
     """
-    from recipematch.llm.parsing import PromptSchema
+    from recipematch.llm.parsing import PromptSchema  # lazy: import cycle with recipematch.llm.parsing
 
     sidecar = Path(sidecar)
     spec = load_custom_prompt_spec(sidecar)

@@ -8,11 +8,19 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Any
 
+from recipematch.beir import corpus_sha256, qrels_sha256, queries_sha256, read_beir
+from recipematch.audit.report import plot_audit, render_report, SCHEMA
+from recipematch.audit.project import AUDIT_CONTRAST
+from recipematch.audit.measure import compute_gap, gap_dict, prompt_identity, style_probe_benchmark
+from recipematch import __version__
 from recipematch.errors import RecipematchError
-from recipematch.io import read_json, sha256_file, write_json
+from recipematch.io import read_json, read_jsonl_strict, sha256_file, write_json
 from recipematch.metrics import metric_key
 from recipematch.pipeline.door import Layout, stage
 from recipematch.pipeline.inputs import train_seeds
+from recipematch.pipeline.stats import BASELINES, hit_matrix
+from recipematch.rules import CellSpec, NAMED_ARMS, POSITIVES
+from recipematch.stats import did_bootstrap, mean_sd
 
 PARAMS = ("arms", "positives", "negatives", "negatives_volume", "evaluations", "stats", "style", "train.seed",
           "train.n_seeds", "train.model", "budget", "llm", "data")
@@ -32,16 +40,6 @@ def _ranks(lay: Layout, arm: str, name: str):
 def run(p, lay: Layout) -> dict:
     """Recipe sensitivity (recipe − control, benchmark R@1, points) with its interval, the DiD
     against the generator-free set, the style probe; ``audit.json`` and the report."""
-    from recipematch import __version__
-    from recipematch.audit.measure import compute_gap, gap_dict, prompt_identity, style_probe_benchmark
-    from recipematch.audit.project import AUDIT_CONTRAST
-    from recipematch.audit.report import SCHEMA, plot_audit, render_report
-    from recipematch.beir import corpus_sha256, qrels_sha256, queries_sha256, read_beir
-    from recipematch.io import read_jsonl_strict
-    from recipematch.pipeline.stats import BASELINES, hit_matrix
-    from recipematch.rules import NAMED_ARMS, POSITIVES, CellSpec
-    from recipematch.stats import did_bootstrap, mean_sd
-
     a, b = AUDIT_CONTRAST
     if a not in p.arms or b not in p.arms:
         raise RecipematchError(f"arms must list {a!r} and {b!r} for an audit, got {list(p.arms)}")

@@ -26,18 +26,21 @@ from __future__ import annotations
 import shutil
 from dataclasses import asdict
 
+from recipematch.depth import paraphrase_depth
+from recipematch.config import check_arm_inputs
+from recipematch.backtranslate import backtranslate, nllb_code, NLLBTranslator
 from recipematch.errors import RecipematchError
 from recipematch.io import write_json, write_jsonl
 from recipematch.pipeline.door import Layout, check_device, progress_option, stage, write_run_record
+from recipematch.pipeline.inputs import corpus_rows, load_exclusion
 from recipematch.pipeline.pair_sources import BT_HOPS, bt_dir
+from recipematch.rules import CellSpec, NAMED_ARMS
 
 PARAMS = ("arms", "positives", "negatives", "negatives_volume", "llm.prompts", "gates.active", "backtranslate")
 
 
 def needed_keys(p) -> list[str]:
     """The back-translation pair-file keys (``bt``, ``bt3``) some declared arm reads."""
-    from recipematch.rules import NAMED_ARMS, CellSpec
-
     keys: set[str] = set()
     for arm in p.arms:
         spec = CellSpec(p.positives, p.negatives, p.negatives_volume) if arm == "cell" else NAMED_ARMS[arm]
@@ -51,8 +54,6 @@ def model_present(lay: Layout, model_dir: str) -> bool:
 
 
 def _check_languages(cfg) -> None:
-    from recipematch.backtranslate import nllb_code
-
     for key, tags in (("languages", cfg.languages),
                       ("default_language", (cfg.default_language,) if cfg.default_language else ())):
         for t in tags:
@@ -66,8 +67,6 @@ def _check_languages(cfg) -> None:
 def make_translator(lay: Layout, cfg):
     """The translator the stage uses (:class:`recipematch.backtranslate.NLLBTranslator`
     over ``backtranslate.model_dir``)."""
-    from recipematch.backtranslate import NLLBTranslator
-
     return NLLBTranslator(str(lay.p(cfg.model_dir)), device=cfg.device, batch_size=cfg.batch_size,
                           num_beams=cfg.num_beams, max_input_tokens=cfg.max_input_tokens,
                           max_new_tokens=cfg.max_new_tokens)
@@ -82,8 +81,6 @@ def _finish(lay: Layout, status: dict, metrics: dict) -> dict:
 
 def run(p, lay: Layout, *, progress: bool = True) -> dict:
     """Stage 4e: back-translated positives (1 and 3 hops) for the arms that read them."""
-    from recipematch.config import check_arm_inputs
-
     check_arm_inputs(p)  # a cell the configuration cannot build stops here, naming its missing file
     cfg = p.backtranslate
     _check_languages(cfg)
@@ -101,10 +98,6 @@ def run(p, lay: Layout, *, progress: bool = True) -> dict:
                   f"{cfg.model_dir}` on a machine with network access), or drop the bt/bt3 arms")
         return _finish(lay, {"needed": need, "reason": reason}, {"needed": need, "reason": reason, "model": None})
     check_device("backtranslate.device", cfg.device)
-
-    from recipematch.backtranslate import backtranslate, nllb_code
-    from recipematch.depth import paraphrase_depth
-    from recipematch.pipeline.inputs import corpus_rows, load_exclusion
 
     ex, ex_path = load_exclusion(lay, p.gates.active)
     excluded = set(ex.ids)

@@ -6,20 +6,20 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import asdict
 
+from recipematch.cells import assemble_cell, budget_rows, MissingInput
 from recipematch.errors import RecipematchError
 from recipematch.io import write_json, write_jsonl
 from recipematch.pipeline.door import Layout, arm_option, check_device, stage, write_run_record
 from recipematch.pipeline.inputs import arm_spec_from_file, train_seeds
 from recipematch.pipeline.models import contamination_gate
 from recipematch.pipeline.pair_sources import cell_pair_path, cell_pairs
+from recipematch.rules import NAMED_ARMS
 
 PARAMS = ("seed", "train.seed", "train.n_seeds", "budget", "gates", "train.model", "judge2.cells")
 
 
 def run(p, lay: Layout, arm: str) -> dict:
     """Stage 5: assemble one arm, gate it, draw each seed's matched budget."""
-    from recipematch.cells import MissingInput, assemble_cell, budget_rows
-
     check_device("gates.cosine_device", p.gates.cosine_device)
     spec = arm_spec_from_file(lay, arm)
     bcfg, seed = p.budget, p.seed
@@ -60,9 +60,6 @@ def run(p, lay: Layout, arm: str) -> dict:
 def _shared_source_list(arms: Sequence[str], lay: Layout, *, seed: int, gate, judges: str = "first") -> list[str]:
     """Sources every arm in ``arms`` can draw from after the gate (paper Appendix A: both
     arms of a comparison drawn from the same source list). Only named arms may share a list."""
-    from recipematch.cells import assemble_cell
-    from recipematch.rules import NAMED_ARMS
-
     common: set[str] | None = None
     for a in arms:
         spec = NAMED_ARMS[a]

@@ -20,7 +20,7 @@ DATA_DEPS: tuple[str, ...] = ("${data.path}",)
 
 def run(p, lay: Layout) -> dict:
     """Stage 1: load and normalise the organic source problems (sample, MathNet or a JSONL pool)."""
-    from recipematch.corpus import load_source
+    from recipematch.corpus import load_source  # lazy: recipematch.corpus pulls in pandas
 
     src = lay.root / p.data.path
     loaded = load_source(p.data.source, src)

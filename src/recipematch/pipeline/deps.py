@@ -27,6 +27,9 @@ import sys
 from collections.abc import Iterable
 from pathlib import Path
 
+from recipematch.config import load_params_raw
+from recipematch.errors import RecipematchError
+
 PACKAGE = "recipematch"
 
 #: module (relative to src/) -> package-data folder it reads with importlib.resources
@@ -200,7 +203,6 @@ def data_deps(root: Path, cmd: str) -> list[str]:
     declared = list(getattr(mod, "DATA_DEPS", ()))
     if not declared:
         return []
-    from recipematch.config import load_params_raw
 
     path = root / "params.yaml"
     params = load_params_raw(path) if path.is_file() else {}
@@ -217,8 +219,6 @@ def require_declared_dep(root: Path, stage_name: str, template: str, value: str)
         RecipematchError: naming ``dvc.yaml``, the stage and the command that fixes it.
     """
     import yaml
-
-    from recipematch.errors import RecipematchError
 
     path = Path(root) / "dvc.yaml"
     if not path.is_file():

@@ -32,6 +32,7 @@ import click
 
 from recipematch import __version__
 from recipematch.errors import RecipematchError
+from recipematch.io import sha256_tree, write_json
 
 log = logging.getLogger("recipematch")
 
@@ -128,7 +129,7 @@ def open_params(params_path: Path, root: Path, keys: tuple[str, ...]):
     Raises:
         RecipematchError: missing file or any bad key (named).
     """
-    from recipematch.config import load_params
+    from recipematch.config import load_params  # lazy: keeps recipematch --help fast
 
     p = params_path if params_path.is_absolute() else root / params_path
     if not p.exists():
@@ -142,7 +143,7 @@ def check_params_file(path: Path):
     Raises:
         RecipematchError: naming the file and the key.
     """
-    from recipematch.config import load_params
+    from recipematch.config import load_params  # lazy: keeps recipematch --help fast
 
     return load_params(path)
 
@@ -208,8 +209,6 @@ def write_run_record(out_dir: Path, stage_name: str, config: Any, inputs: Mappin
     It lives inside the stage's DVC output, so it holds nothing that changes without the
     output changing: no timestamps, no git revision, no command line (DVC's lock file and
     the MLflow runs' ``git_rev`` tags carry those)."""
-    from recipematch.io import sha256_tree, write_json
-
     hashes = {}
     for key, path in sorted(inputs.items()):
         hashes[key] = sha256_tree(path) if Path(path).exists() else "missing"

@@ -28,8 +28,13 @@ from __future__ import annotations
 import shutil
 from dataclasses import asdict
 
+from recipematch.benchmarks_data import load_samelang
+from recipematch.benchmarks_build import build_crosslingual_folder, write_mathnet_retrieve
+from recipematch.beir import write_beir
 from recipematch.errors import RecipematchError
+from recipematch.evalsets import build_probe, check_release_rows, choose_heldout, sample_search_corpus, write_tiers
 from recipematch.io import read_jsonl_strict, write_json
+from recipematch.pipeline.deps import require_declared_dep
 from recipematch.pipeline.door import Layout, stage, write_run_record
 from recipematch.pipeline.inputs import RELEASE_FILES, corpus_rows
 
@@ -42,12 +47,6 @@ DATA_DEPS: tuple[str, ...] = ("${data.retrieve}",)
 
 def run(p, lay: Layout) -> dict:
     """Stage 2: hold out evaluation sources; write the tiers, the cross-language set and the probe."""
-    from recipematch.beir import write_beir
-    from recipematch.benchmarks_build import build_crosslingual_folder, write_mathnet_retrieve
-    from recipematch.benchmarks_data import load_samelang
-    from recipematch.pipeline.deps import require_declared_dep
-    from recipematch.evalsets import build_probe, check_release_rows, choose_heldout, sample_search_corpus, write_tiers
-
     cfg = p.evalsets
     retrieve = p.data.retrieve
     if retrieve:

@@ -19,11 +19,18 @@ from types import SimpleNamespace
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from recipematch.config import EngineConfig
+from recipematch.benchmarks_data import load_set
+from recipematch import engine as engine_mod, tracking
 from recipematch.errors import RecipematchError
+from recipematch.external.meld import load_distractors, separation
 from recipematch.io import read_json, write_json
 from recipematch.metrics import metric_key, recall_key
 from recipematch.pipeline.door import Layout, arm_option, check_device, progress_option, stage
 from recipematch.pipeline.inputs import mlflow_artifacts, mlflow_uri, train_seeds
+from recipematch.pipeline.models import encoder
+from recipematch.pipeline.runs import score_metrics, trained_run
+from recipematch.stats import mean_sd
 
 log = logging.getLogger("recipematch")
 
@@ -38,8 +45,6 @@ def load_evaluations(p, lay: Layout) -> dict:
     Raises:
         RecipematchError: a missing folder or any check of the set's rule, naming the set.
     """
-    from recipematch.benchmarks_data import load_set
-
     out = {}
     for name, ev in sorted(p.evaluations.items()):
         folder = lay.p(ev.folder)
@@ -64,8 +69,7 @@ def load_graded(p, lay: Layout, sets: Mapping[str, Any]) -> dict:
     """
     from dataclasses import replace
 
-    from recipematch.external.meld import load_distractors
-    from recipematch.graded import check_declared_measures, prepare
+    from recipematch.graded import check_declared_measures, prepare  # lazy: recipematch.graded pulls in pandas
 
     check_declared_measures(p)
     out = {}
@@ -92,8 +96,8 @@ def score_models(models: Sequence[tuple[str, Any, dict | None]], sets: Mapping[s
         for an encoder on a set with MELD's distractors ``"separation"``
         (:func:`recipematch.external.meld.separation`; BM25 has no cosine: none).
     """
-    from recipematch.retrieval.selfmask import describe_counts
-    from recipematch.scoring import BM25, score
+    from recipematch.retrieval.selfmask import describe_counts  # lazy: recipematch.retrieval.selfmask pulls in pandas, torch
+    from recipematch.scoring import BM25, score  # lazy: recipematch.scoring pulls in pandas, torch
 
     frames: dict[str, list] = {n: [] for n in sets}
     per_model: dict[str, dict] = {}
@@ -111,7 +115,7 @@ def score_models(models: Sequence[tuple[str, Any, dict | None]], sets: Mapping[s
                                          summary["n_queries_id_match_not_masked"]))
             r = {recall_key(k): float(summary[recall_key(k)]) for k in ks}
             if graded and name in graded:
-                from recipematch.graded import score_graded
+                from recipematch.graded import score_graded  # lazy: recipematch.graded pulls in pandas
 
                 spec = graded[name]
                 kw = {"bm25_k1": bm25[0], "bm25_b": bm25[1]} if model == BM25 else {"cache_dir": lay.cache}
@@ -120,8 +124,6 @@ def score_models(models: Sequence[tuple[str, Any, dict | None]], sets: Mapping[s
                 r["measures"] = {m: float(v) for m, v in values.items()}
                 r["graded"] = spec.describe(run)
                 if spec.distractors and model != BM25:
-                    from recipematch.external.meld import separation
-
                     r["separation"] = separation(bset, model, spec.distractors, cache_dir=lay.cache)
             frames[name].append(per_query.assign(arm=arm, seed=seed_label))
             r["n_queries"] = int(summary["n_queries"])
@@ -139,8 +141,6 @@ def score_models(models: Sequence[tuple[str, Any, dict | None]], sets: Mapping[s
 def write_results(lay: Layout, arm: str, frames, per_model, *, ks) -> dict:
     """Per-query parquet per set, per-seed JSON, and mean ± sd metrics for ``arm``."""
     import pandas as pd
-
-    from recipematch.stats import mean_sd
 
     import shutil
 
@@ -184,8 +184,6 @@ def write_results(lay: Layout, arm: str, frames, per_model, *, ks) -> dict:
 def encoder_for(path: str, p, query_prompt: str = ""):
     """The encoder of ``path`` under ``evaluate``; ``query_prompt`` prefixes queries (a trained
     arm's ``train.query_instruction``, Appendix E)."""
-    from recipematch.pipeline.models import encoder
-
     e = p.evaluate
     return encoder(path, max_seq_length=e.max_seq_length, batch_size=e.batch_size, device=e.device, dtype=e.dtype,
                    query_prompt=query_prompt)
@@ -210,9 +208,6 @@ def run(p, lay: Layout, arm: str, *, progress: bool = True, engine=None) -> dict
     """Stage 8: score every seed of one trained arm on every declared evaluation, the seeds
     as units of ``engine`` (an :class:`~recipematch.config.EngineConfig`; ``None``: one
     after another in this process)."""
-    from recipematch import engine as engine_mod
-    from recipematch.config import EngineConfig
-
     eng = engine if engine is not None else EngineConfig()
     engine_mod.preflight(eng)  # an unreachable engine.address fails before any work
     ecfg = p.evaluate
@@ -253,9 +248,6 @@ def _log_eval_to_mlflow(mcfg, lay: Layout, rec: Mapping[str, Any], arm: str, see
     evaluation scored with the same checkpoint) is logged at the next step and tagged
     ``metric_changed.<key>`` (:func:`recipematch.tracking.log_metrics_once`)."""
     import time as _time
-
-    from recipematch import tracking
-    from recipematch.pipeline.runs import score_metrics, trained_run
 
     c, exp_id = tracking.open_store(mlflow_uri(mcfg.tracking_uri, lay), mcfg.experiment,
                                     artifact_location=mlflow_artifacts(lay))

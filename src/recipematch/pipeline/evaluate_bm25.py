@@ -11,7 +11,7 @@ PARAMS = ("evaluate.ks", "evaluate.bm25_k1", "evaluate.bm25_b", "evaluations")
 
 def run(p, lay: Layout) -> dict:
     """Stage 8: score BM25 on every declared evaluation."""
-    from recipematch.scoring import BM25
+    from recipematch.scoring import BM25  # lazy: recipematch.scoring pulls in pandas, torch
 
     e = p.evaluate
     sets = load_evaluations(p, lay)

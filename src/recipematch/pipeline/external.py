@@ -13,6 +13,7 @@ import shutil
 import click
 
 from recipematch.errors import RecipematchError
+from recipematch.external.impliret import build_folders
 from recipematch.io import write_json
 from recipematch.pipeline.door import Layout, stage
 
@@ -36,27 +37,25 @@ def run(p, lay: Layout, *, name: str) -> dict:
     tmp.mkdir(parents=True)
     try:
         if ex.loader == "impliret":
-            from recipematch.external.impliret import build_folders
-
             manifests = build_folders(copy, tmp, ex.subsets, revision=ex.revision, max_rows=ex.max_rows or None)
         elif ex.loader == "mirb":
-            from recipematch.external.mirb import build_folder, read_task
+            from recipematch.external.mirb import build_folder, read_task  # lazy: each branch imports its own build_folder
 
             for s in ex.subsets:  # every task checked before any folder is written
                 read_task(copy / s)
             manifests = {s: build_folder(copy, tmp / s, s, revision=ex.revision) for s in ex.subsets}
         elif ex.loader == "sabermath":
-            from recipematch.external.sabermath import build_folder, read_copy
+            from recipematch.external.sabermath import build_folder, read_copy  # lazy: each branch imports its own build_folder
 
             rows = read_copy(copy, max_rows=ex.max_rows or None)  # checked once, before any folder is written
             manifests = {s: build_folder(copy, tmp / s, s, revision=ex.revision, max_rows=ex.max_rows or None,
                                          rows=rows) for s in ex.subsets}
         elif ex.loader == "meld":
-            from recipematch.external.meld import build_folder
+            from recipematch.external.meld import build_folder  # lazy: each branch imports its own build_folder
 
             manifests = {s: build_folder(copy, tmp / s, s, revision=ex.revision) for s in ex.subsets}
         else:
-            from recipematch.external.bright import build_folder
+            from recipematch.external.bright import build_folder  # lazy: recipematch.external.bright pulls in pandas
 
             manifests = {s: build_folder(copy, tmp / s, s, revision=ex.revision) for s in ex.subsets}
     except BaseException:

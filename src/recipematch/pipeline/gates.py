@@ -6,6 +6,9 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Any
 
+from recipematch.gates import build_exclusion_list
+from recipematch.evalsets import set_texts
+from recipematch.benchmarks_data import load_set, member_ids
 from recipematch.io import write_json
 from recipematch.pipeline.door import Layout, stage, write_run_record
 from recipematch.pipeline.inputs import corpus_rows, heldout_sources
@@ -15,10 +18,6 @@ PARAMS = ("gates.active", "evaluations")  # both lists are always built; the gat
 
 def run(p, lay: Layout) -> dict:
     """Stage 3: exclusion lists v1 and v2 (both always built; ``gates.active`` picks one)."""
-    from recipematch.benchmarks_data import load_set, member_ids
-    from recipematch.evalsets import set_texts
-    from recipematch.gates import build_exclusion_list
-
     cfg = p.gates
     corpus = corpus_rows(lay)
     ids = {r["doc_id"] for r in corpus}

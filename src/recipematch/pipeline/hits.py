@@ -14,8 +14,12 @@ from __future__ import annotations
 
 import logging
 
+from recipematch.benchmarks_data import load_set
+from recipematch.beir import doc_text
 from recipematch.errors import RecipematchError
+from recipematch.hits import hit_accounting
 from recipematch.io import write_json
+from recipematch.metrics import rule_qrels
 from recipematch.pipeline.door import Layout, stage
 from recipematch.rules import BASELINES, parse_contrast
 
@@ -42,11 +46,6 @@ def _ranks_at_seed(lay: Layout, model: str, name: str, seed: int):
 def run(p, lay: Layout) -> dict:
     """Sole wins per benchmark set and model pair, and what separates them (Section 7)."""
     import pandas as pd
-
-    from recipematch.beir import doc_text
-    from recipematch.benchmarks_data import load_set
-    from recipematch.hits import hit_accounting
-    from recipematch.metrics import rule_qrels
 
     cfg = p.hits
     if cfg.probe and cfg.probe not in p.evaluations:

@@ -6,8 +6,11 @@ import logging
 from pathlib import Path
 
 from recipematch.errors import RecipematchError
-from recipematch.io import read_json
+from recipematch.gates import ExclusionList
+from recipematch.io import canonical_json, read_json, sha256_text
+from recipematch.pairs import read_pair_file
 from recipematch.pipeline.door import Layout
+from recipematch.rules import CellSpec
 
 log = logging.getLogger("recipematch")
 
@@ -23,15 +26,13 @@ def train_seeds(seed: int, n_seeds: int) -> list[int]:
 
 def corpus_rows(lay: Layout) -> list[dict]:
     """The corpus stage's rows ``{doc_id, text, ...}``."""
-    from recipematch.corpus import read_corpus
+    from recipematch.corpus import read_corpus  # lazy: recipematch.corpus pulls in pandas
 
     return read_corpus(lay.corpus / "corpus.parquet").to_dict("records")
 
 
 def load_exclusion(lay: Layout, active: str):
     """The active exclusion list and its path."""
-    from recipematch.gates import ExclusionList
-
     path = lay.gates / f"exclusion_{active}.json"
     return ExclusionList.from_json(read_json(path)), path
 
@@ -42,8 +43,6 @@ def heldout_sources(lay: Layout) -> list[str]:
 
 def arm_spec_from_file(lay: Layout, arm: str):
     """The cell spec the specs stage wrote for ``arm``."""
-    from recipematch.rules import CellSpec
-
     path = lay.specs(arm)
     if not path.exists():
         raise RecipematchError(f"{path} does not exist: is {arm!r} in params.yaml arms? (run the specs stage)")
@@ -54,8 +53,6 @@ def arm_spec_from_file(lay: Layout, arm: str):
 def read_pairs(lay: Layout, key: str) -> list[dict] | None:
     """A pair file by key (``None`` when this configuration does not produce it); every row
     checked (a malformed row names file, line and field)."""
-    from recipematch.pairs import read_pair_file
-
     path = lay.pairs / f"{key}.jsonl"
     return read_pair_file(path) if path.exists() else None
 
@@ -83,8 +80,6 @@ def run_tags(p_declared: dict) -> dict[str, str]:
     """Tags that tell runs of different experiments apart in MLflow: the DVC experiment's
     name (``DVC_EXP_NAME``, set by ``dvc exp run``) and a hash of the params the stage read."""
     import os
-
-    from recipematch.io import canonical_json, sha256_text
 
     return {"dvc_exp": os.environ.get("DVC_EXP_NAME", ""),
             "params_sha256": sha256_text(canonical_json(p_declared))[:16]}

@@ -33,8 +33,13 @@ from pathlib import Path
 import click
 
 from recipematch.errors import RecipematchError
-from recipematch.io import write_json
+from recipematch.io import atomic_write_text, read_jsonl_strict, write_json, write_jsonl
+from recipematch.llm.serving import open_server, ServerSpec
+from recipematch.llm.replay import ReplayBackend
+from recipematch.llm.recordings import recordings_from_store
+from recipematch.llm.judge2 import arm_candidates, run_second_judge
 from recipematch.pipeline.door import Layout, progress_option, stage, write_run_record
+from recipematch.pipeline.inputs import corpus_rows
 from recipematch.pipeline.pair_sources import judge2_cells_file, judge2_dir
 
 PARAMS = ("seed", "llm.prompts", "judge2")
@@ -55,8 +60,6 @@ def _backend(cfg, lay: Layout, prompt: str):
         RecipematchError: replay without recordings (naming the file), or a server that
             cannot be reached or does not serve ``judge2.model_id``.
     """
-    from recipematch.llm.replay import ReplayBackend
-
     if cfg.backend == "replay":
         path = recordings_path(lay, prompt)
         if not path.is_file():
@@ -68,7 +71,6 @@ def _backend(cfg, lay: Layout, prompt: str):
             return ReplayBackend(path)
         except ValueError as e:
             raise RecipematchError(f"judge2 recordings: {e}") from None
-    from recipematch.llm.serving import ServerSpec, open_server
 
     spec = ServerSpec(cfg.base_url, cfg.model_id, api_key_env=cfg.api_key_env, concurrency=cfg.concurrency,
                       max_retries=cfg.max_retries, timeout_s=cfg.timeout_s, deadline_s=cfg.deadline_s,
@@ -78,8 +80,6 @@ def _backend(cfg, lay: Layout, prompt: str):
 
 
 def _cells_file(lay: Layout, prompt: str, text: str) -> None:
-    from recipematch.io import atomic_write_text
-
     atomic_write_text(judge2_cells_file(lay, prompt), text)
 
 
@@ -102,11 +102,6 @@ def run(p, lay: Layout, prompt: str, *, progress: bool = True) -> dict:
         raise RecipematchError(f"--prompt {prompt!r} is not in llm.prompts {list(p.llm.prompts)}")
     if not cfg.enabled:
         return _off(lay, prompt, "judge2.enabled is false: no second judge ran (set judge2.enabled: true)")
-
-    from recipematch.io import read_jsonl_strict, write_jsonl
-    from recipematch.llm.judge2 import arm_candidates, run_second_judge
-    from recipematch.llm.recordings import recordings_from_store
-    from recipematch.pipeline.inputs import corpus_rows
 
     rows_path = lay.pairs / f"{prompt}.jsonl"
     fail_path = lay.llm(prompt) / "failures.jsonl"

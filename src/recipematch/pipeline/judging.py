@@ -29,9 +29,28 @@ import click
 import numpy as np
 import pandas as pd
 
+from recipematch.benchmarks_data import load_set
+from recipematch.beir import corpus_sha256, doc_text, queries_sha256, write_beir
 from recipematch.errors import RecipematchError
 from recipematch.io import building_dir, write_json
+from recipematch.llm.store import CallStore
+from recipematch.llm.serving import check_recordings, client_store_path, open_client
+from recipematch.llm.pipeline import through_store
+from recipematch.llm.backends import GenerationRequest
+from recipematch.judging import (
+    agreement,
+    answer_schema,
+    cut_scores,
+    load_rubric,
+    misses_markdown,
+    parse_answer,
+    render_prompt,
+    route_pairs,
+    task_id,
+    train_distilled,
+)
 from recipematch.pipeline.door import Layout, check_device, progress_option, stage
+from recipematch.pipeline.models import resolve_model
 
 PARAMS = ("judging", "pooling", "evaluations")
 
@@ -54,17 +73,6 @@ def _routes_of(row: pd.Series, rank_cols: list[str]) -> str:
 
 def run(p, lay: Layout, *, name: str, progress: bool = True) -> dict:
     """Judge one pool, train and check the distilled judge, write labels and graded qrels."""
-    from recipematch.beir import corpus_sha256, queries_sha256, doc_text, write_beir
-    from recipematch.benchmarks_data import load_set
-    from recipematch.judging import (
-        agreement, answer_schema, cut_scores, load_rubric, parse_answer, render_prompt, route_pairs, task_id,
-        misses_markdown, train_distilled)
-    from recipematch.llm.backends import GenerationRequest
-    from recipematch.llm.pipeline import through_store
-    from recipematch.llm.serving import check_recordings, client_store_path, open_client
-    from recipematch.llm.store import CallStore
-    from recipematch.pipeline.models import resolve_model
-
     if name not in p.judging:
         raise RecipematchError(f"--name {name!r}: not declared in params.yaml judging (declared: {sorted(p.judging)})")
     jc = p.judging[name]

@@ -9,7 +9,13 @@ from pathlib import Path
 import click
 
 from recipematch.errors import RecipematchError
-from recipematch.io import read_jsonl_strict, write_json, write_jsonl
+from recipematch.io import write_json, write_jsonl
+from recipematch.llm.serving import open_server, ServerSpec
+from recipematch.llm.selftest import recorded_items_from_store, self_test
+from recipematch.llm.replay import ReplayBackend
+from recipematch.llm.recordings import read_jsonl
+from recipematch.llm.prompts import load_custom_prompt
+from recipematch.llm.pipeline import build_generation_requests, run_llm_pairs
 from recipematch.pipeline.door import Layout, progress_option, stage, write_run_record
 from recipematch.depth import paraphrase_depth
 from recipematch.pipeline.inputs import corpus_rows, load_exclusion
@@ -26,9 +32,6 @@ def _backends(cfg, lay: Layout):
         RecipematchError: a server that cannot be reached or does not serve the model
             (probed once before any call), or a named key variable that is not set.
     """
-    from recipematch.llm.replay import ReplayBackend
-    from recipematch.llm.serving import ServerSpec, open_server
-
     if cfg.backend == "replay":
         b = ReplayBackend(lay.recordings / "recordings.jsonl")
         return b, b
@@ -54,8 +57,6 @@ def _serving(cfg) -> dict:
 
 def run(p, lay: Layout, prompt: str, *, progress: bool = True) -> dict:
     """Stage 4c: LLM-written pairs for one prompt: generate → parse → judge → keep."""
-    from recipematch.llm.pipeline import run_llm_pairs
-
     cfg = p.llm
     if prompt not in cfg.prompts:
         raise RecipematchError(f"--prompt {prompt!r} is not in llm.prompts {list(cfg.prompts)}")
@@ -107,7 +108,6 @@ def _recipe_prompt(cfg, lay: Layout, prompt: str):
     """
     if prompt != "d1_recipe" or not cfg.recipe_prompt:
         return None
-    from recipematch.llm.prompts import load_custom_prompt
 
     custom = load_custom_prompt(lay.p(cfg.recipe_prompt))
     if custom.role != "generator" or not custom.has_near_misses:
@@ -127,17 +127,12 @@ def _llm_self_test(cfg, lay: Layout, backend, sources, *, prompt: str, n_neg: in
     Raises:
         RecipematchError: a mismatch (the worker would write answers unlike its recorded ones).
     """
-    from recipematch.llm.pipeline import build_generation_requests
-    from recipematch.llm.selftest import recorded_items_from_store, self_test
-
     reqs = build_generation_requests(sources, prompt_name=custom.name if custom else prompt, n_pos=cfg.n_pos,
                                      n_neg=n_neg, model_id=cfg.model_id, sampling=sampling, seed=seed,
                                      chat_template_kwargs=_serving(cfg)["chat_template_kwargs"], custom_prompt=custom)
     items = recorded_items_from_store(reqs, store_path, limit) if store_path.exists() else []
     origin = "call_store"
     if not items and cfg.backend == "replay":
-        from recipematch.llm.recordings import read_jsonl
-
         recs = {(r["prompt_sha256"], r["source_id"], r["variant"]): r["raw_text"]
                 for r in read_jsonl(lay.recordings / "recordings.jsonl")}
         items = [(r, recs[(r.prompt_sha256, r.source_id, r.variant)]) for r in reqs

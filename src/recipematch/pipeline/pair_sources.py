@@ -20,6 +20,7 @@ from pathlib import Path
 
 from recipematch.errors import RecipematchError
 from recipematch.io import read_json
+from recipematch.pairs import read_pair_file
 from recipematch.pipeline.door import Layout
 from recipematch.pipeline.inputs import read_pairs
 from recipematch.rules import LLM_PROMPTS
@@ -74,8 +75,6 @@ def cell_pairs(lay: Layout, key: str, *, judges: str = "first") -> list[dict] | 
             ("no back-translation model", naming ``backtranslate.model_dir``), or a
             two-judge file the judge2 stage did not write (naming ``judge2.enabled``).
     """
-    from recipematch.pairs import read_pair_file
-
     if key in BT_HOPS:
         path = bt_dir(lay) / f"{key}.jsonl"
         if path.is_file():

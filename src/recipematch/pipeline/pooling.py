@@ -15,9 +15,14 @@ from pathlib import Path
 
 import click
 
+from recipematch.config import pool_models
+from recipematch.benchmarks_data import load_set
+from recipematch.beir import corpus_sha256, doc_text, queries_sha256
 from recipematch.errors import RecipematchError
 from recipematch.io import building_dir, write_json
 from recipematch.pipeline.door import Layout, check_device, progress_option, stage
+from recipematch.pipeline.inputs import train_seeds
+from recipematch.pipeline.models import resolve_model
 
 PARAMS = ("pooling", "arms", "train.model", "train.seed", "train.n_seeds", "train.query_instruction",
           "evaluate.max_seq_length", "evaluate.batch_size", "evaluate.device", "evaluate.dtype", "evaluations")
@@ -27,11 +32,7 @@ name_option = click.option("--name", "name", required=True, help="A pool named i
 
 def _dense_models(p, lay: Layout, models) -> list[tuple[str, str, str]]:
     """``(route name, checkpoint path, query prompt)`` per dense route, in declared order."""
-    from recipematch.pipeline.inputs import train_seeds
-    from recipematch.pipeline.models import resolve_model
-
     out = []
-    from recipematch.config import pool_models
 
     for m in pool_models(models, p.arms):
         if m == "base":
@@ -57,13 +58,11 @@ def _model_identity(p, lay: Layout, path: str) -> str:
 
 def run(p, lay: Layout, *, name: str, progress: bool = True) -> dict:
     """Pool the candidates of one declared evaluation over dense, BM25 and n-gram routes."""
-    from recipematch.beir import corpus_sha256, doc_text, queries_sha256
-    from recipematch.pipeline.evaluate import encoder_for
-    from recipematch.pooling import Route, bm25_route, fuse, ngram_topk, pool_counts
-    from recipematch.retrieval import encode_cached, search_topk
-    from recipematch.retrieval.selfmask import own_entries
-    from recipematch.scoring import scored_qrels
-    from recipematch.benchmarks_data import load_set
+    from recipematch.pipeline.evaluate import encoder_for  # lazy: tests monkeypatch recipematch.pipeline.evaluate.encoder_for
+    from recipematch.pooling import Route, bm25_route, fuse, ngram_topk, pool_counts  # lazy: recipematch.pooling pulls in pandas, torch
+    from recipematch.retrieval import encode_cached, search_topk  # lazy: recipematch.retrieval pulls in pandas, torch
+    from recipematch.retrieval.selfmask import own_entries  # lazy: recipematch.retrieval.selfmask pulls in pandas, torch
+    from recipematch.scoring import scored_qrels  # lazy: recipematch.scoring pulls in pandas, torch
 
     if name not in p.pooling:
         raise RecipematchError(f"--name {name!r}: not declared in params.yaml pooling (declared: {sorted(p.pooling)})")

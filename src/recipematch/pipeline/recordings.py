@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from recipematch.errors import RecipematchError
 from recipematch.io import read_jsonl_strict, write_json, write_jsonl
+from recipematch.llm.recordings import build_recordings
 from recipematch.pipeline.door import Layout, stage, write_run_record
 from recipematch.pipeline.inputs import RELEASE_FILES, corpus_rows
 from recipematch.rules import negatives_for_prompt
@@ -14,8 +15,6 @@ PARAMS = ("llm.model_id", "llm.judge_model_id", "llm.n_pos", "llm.n_neg")
 
 def run(p, lay: Layout) -> dict:
     """Stage 4b: replay recordings from the peer's released LLM rows (no text invented)."""
-    from recipematch.llm.recordings import build_recordings
-
     cfg = p.llm
     texts = {r["doc_id"]: r["text"] for r in corpus_rows(lay)}
     records, counts = [], {}

@@ -20,9 +20,15 @@ import logging
 
 import click
 
+from recipematch.benchmarks_data import load_set
+from recipematch.beir import corpus_sha256, doc_text, queries_sha256, write_beir
 from recipematch.errors import RecipematchError
-from recipematch.io import building_dir, write_json, write_jsonl
+from recipematch.io import building_dir, sha256_file, write_json, write_jsonl
+from recipematch.llm.pipeline import run_llm_pairs
 from recipematch.pipeline.door import Layout, progress_option, stage
+from recipematch.pipeline.llm import _backends, _serving
+from recipematch.regen import read_release_rows, regenerate
+from recipematch.rules import negatives_for_prompt
 
 log = logging.getLogger("recipematch")
 
@@ -31,10 +37,6 @@ PARAMS = ("regen", "evaluations", "llm", "seed")
 
 def _llm_texts(p, lay: Layout, name: str, rc, queries: dict[str, str], progress: bool):
     """Query id → first kept positive, query id → reason for the rest, and the run's counts."""
-    from recipematch.llm.pipeline import run_llm_pairs
-    from recipematch.pipeline.llm import _backends, _serving
-    from recipematch.rules import negatives_for_prompt
-
     cfg = p.llm
     backend, judge_backend = _backends(cfg, lay)
     store = lay.p("artifacts", "regen_calls", name)
@@ -65,11 +67,7 @@ def _llm_texts(p, lay: Layout, name: str, rc, queries: dict[str, str], progress:
 
 def run(p, lay: Layout, name: str, *, progress: bool = True) -> dict:
     """Stage: regenerate one declared benchmark's golds another way (Appendix E)."""
-    from recipematch.beir import corpus_sha256, doc_text, queries_sha256, write_beir
-    from recipematch.benchmarks_data import load_set
-    from recipematch.io import sha256_file
-    from recipematch.regen import read_release_rows, regenerate
-    from recipematch.scoring import scored_qrels
+    from recipematch.scoring import scored_qrels  # lazy: recipematch.scoring pulls in pandas, torch
 
     if name not in p.regen:
         raise RecipematchError(f"--name {name!r} is not a regen entry (declared: {sorted(p.regen)})")

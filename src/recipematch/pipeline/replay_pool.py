@@ -10,14 +10,13 @@ from __future__ import annotations
 from recipematch.io import sha256_file, write_json, write_jsonl
 from recipematch.pipeline.door import Layout, stage
 from recipematch.pipeline.inputs import corpus_rows
+from recipematch.replay import inverse_cloze_rows
 
 PARAMS: tuple[str, ...] = ("remedies.ict_seed", "remedies.ict_min_chars")
 
 
 def run(p, lay: Layout) -> dict:
     """Build the inverse-cloze replay rows of every corpus problem that has two sentences."""
-    from recipematch.replay import inverse_cloze_rows
-
     rows, counts = inverse_cloze_rows(corpus_rows(lay), seed=p.remedies.ict_seed,
                                       min_chars=p.remedies.ict_min_chars)
     out = lay.p("artifacts", "replay", "ict.jsonl")

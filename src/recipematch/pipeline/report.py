@@ -9,6 +9,7 @@ from pathlib import Path
 
 from recipematch.io import read_json
 from recipematch.pipeline.door import Layout, stage
+from recipematch.report import write_report
 
 PARAMS = ("arms", "seed", "train.seed", "train.n_seeds", "positives", "negatives", "negatives_volume", "budget")
 
@@ -17,8 +18,6 @@ log = logging.getLogger("recipematch")
 def run(p, lay: Layout) -> Path:
     """Markdown report: Table 1's shape, the Figure-1-style scatter (PNG), Tables 9 and 11-12
     from the arms that ran (each arm's cell read from its ``cell.json``)."""
-    from recipematch.report import write_report
-
     arms = list(p.arms)
     stats = read_json(lay.metrics / "stats.json")
     cells = {}

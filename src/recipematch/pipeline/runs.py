@@ -15,10 +15,12 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from recipematch import tracking
 from recipematch.errors import RecipematchError
 from recipematch.io import read_json
 from recipematch.pipeline.door import Layout
 from recipematch.pipeline.inputs import mlflow_artifacts, mlflow_uri
+from recipematch.tracking import finite_value
 
 log = logging.getLogger("recipematch")
 
@@ -28,8 +30,6 @@ _SEED_FILE = re.compile(r"^seed_(\d+)\.json$")
 def trained_run(c, exp_id: str, arm: str, rec: Mapping[str, Any], where: str = "seed record") -> tuple[str, bool]:
     """The run of one trained seed (``rec``: its ``models/<arm>/seed_N.json``), re-created
     with its tags and ``train.*`` params when the store lost it. Returns ``(run_id, restored)``."""
-    from recipematch import tracking
-
     seed, cell = str(rec.get("seed")), rec.get("cell", arm)
     return tracking.restore_run(c, exp_id, rec, run_name=f"{arm}-{cell}-seed{seed}",
                                 tags={"arm": arm, "cell": cell, "seed": seed}, where=where,
@@ -45,8 +45,6 @@ def score_metrics(res: Mapping[str, Mapping[str, Any]], now: int, where: str = "
             a finite number (naming ``where``, the evaluation and the key).
     """
     from mlflow.entities import Metric
-
-    from recipematch.tracking import finite_value
 
     if not isinstance(res, Mapping) or not all(isinstance(r, Mapping) for r in res.values()):
         raise RecipematchError(f"{where}: expected {{evaluation: {{'R@k': score}}}}")
@@ -77,8 +75,7 @@ def restore(p, lay: Layout) -> dict[str, int]:
     """
     import time
 
-    from recipematch import tracking
-    from recipematch.pipeline.soup import SOUP_RECORD_KEYS, soup_run
+    from recipematch.pipeline.soup import SOUP_RECORD_KEYS, soup_run  # lazy: import cycle with recipematch.pipeline.soup
 
     uri = mlflow_uri(p.mlflow.tracking_uri, lay)
     c, exp_id = tracking.open_store(uri, p.mlflow.experiment, artifact_location=mlflow_artifacts(lay))

@@ -32,11 +32,29 @@ import click
 import numpy as np
 import pandas as pd
 
+from recipematch.beir import doc_text, read_corpus
 from recipematch.errors import RecipematchError
 from recipematch.io import building_dir, iter_jsonl_strict, write_json, write_jsonl
+from recipematch.llm.backends import GenerationRequest
+from recipematch.llm.asker import failure_counts, StoredAsker, top_counts
 from recipematch.llm.parsing import load_answer_object
 from recipematch.llm.prompts import fill_slots
+from recipematch.llm.serving import check_recordings
 from recipematch.pipeline.door import Layout, progress_option, stage
+from recipematch.saber import (
+    bradley_terry,
+    combine_orders,
+    information_content,
+    ndcg_exponential,
+    Ontology,
+    rescale,
+    select_candidates,
+    SimilarityIndex,
+    stratified_draw,
+    summary_tokens,
+    SwissTournament,
+)
+from recipematch.saber_topics import parse_topic_scores, TopicTraversal
 
 PARAMS = ("saber",)
 CORE_IDEA_PROMPT = "saber_core_idea.txt"
@@ -106,9 +124,6 @@ def _assign_topics(sc, ont, ids, corpus, texts, template, system, sampling, ask,
     the scorer reads the problem's text and solution and the comma-separated node and children
     (``{{text}}``, ``{{tags}}``); one batch of calls per level. Returns ``(topics, calls)``;
     a failed call or a problem left without topics is appended to ``failures``."""
-    from recipematch.llm.backends import GenerationRequest
-    from recipematch.saber_topics import TopicTraversal, parse_topic_scores
-
     sha = hashlib.sha256((system + "\x00" + template).encode("utf-8")).hexdigest()
     blank = [d for d in ids if not texts[d].strip()]
     failures.extend({"step": "topics", "_id": d, "node": ont.root, "reason": "no text"} for d in blank)
@@ -136,14 +151,7 @@ def _assign_topics(sc, ont, ids, corpus, texts, template, system, sampling, ask,
 
 def run(p, lay: Layout, *, name: str, progress: bool = True) -> dict:
     """Label one problem corpus the SABER-Math way."""
-    from recipematch.beir import doc_text, read_corpus
-    from recipematch.llm.backends import GenerationRequest
-    from recipematch.llm.asker import StoredAsker, failure_counts, top_counts
-    from recipematch.llm.serving import check_recordings
-    from recipematch.retrieval.bm25 import score_blocks
-    from recipematch.saber import (
-        Ontology, SimilarityIndex, SwissTournament, bradley_terry, combine_orders, information_content,
-        ndcg_exponential, rescale, select_candidates, stratified_draw, summary_tokens)
+    from recipematch.retrieval.bm25 import score_blocks  # lazy: recipematch.retrieval.bm25 pulls in torch
 
     if name not in p.saber:
         raise RecipematchError(f"--name {name!r}: not declared in params.yaml saber (declared: {sorted(p.saber)})")

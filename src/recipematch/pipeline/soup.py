@@ -21,13 +21,16 @@ from typing import Any
 
 import click
 
+from recipematch import tracking
 from recipematch.errors import RecipematchError
 from recipematch.io import canonical_json, sha256_text, sha256_tree, write_json
 from recipematch.pipeline.door import Layout, arm_option, check_device, stage
 from recipematch.pipeline.evaluate import encoder_for, load_evaluations, load_graded, score_models, write_results
 from recipematch.pipeline.inputs import mlflow_artifacts, mlflow_uri, train_seeds
 from recipematch.pipeline.models import resolve_model
+from recipematch.pipeline.runs import score_metrics
 from recipematch.rules import soup_label
+from recipematch.soups import build_soup
 
 log = logging.getLogger("recipematch")
 
@@ -55,8 +58,6 @@ def _alpha(text: str, allowed) -> float:
 
 def run(p, lay: Layout, arm: str, alpha: str) -> dict:
     """Soups of one arm at one alpha: build each seed's soup, score it, log it."""
-    from recipematch.soups import build_soup
-
     if arm not in p.remedies.arms:
         raise RecipematchError(f"--arm {arm!r}: not in remedies.arms {list(p.remedies.arms)}")
     a = _alpha(alpha, p.remedies.soup_alphas)
@@ -102,8 +103,6 @@ def soup_run(c, exp_id: str, rec: Mapping[str, Any]) -> tuple[str, bool]:
     """The run of one (soup, seed) (``rec``: its ``artifacts/soups/<label>/seed_N.json``), found
     by its run key or created with its params and checkpoint hashes. Returns
     ``(run_id, created)``."""
-    from recipematch import tracking
-
     seed = str(rec["seed"])
     run_id, found = tracking.find_or_create_run(c, exp_id, rec["run_key"], f"{rec['label']}-seed{seed}",
                                                 {"arm": rec["label"], "seed": seed, "soup_of": rec["arm"]})
@@ -120,9 +119,6 @@ def _log_to_mlflow(mcfg, lay: Layout, rec: dict, res: dict) -> None:
     """One MLflow run per (soup, seed), found again by its run key; a score that changed since
     the last run (an edited evaluation) is logged at the next step and tagged."""
     import time as _time
-
-    from recipematch import tracking
-    from recipematch.pipeline.runs import score_metrics
 
     c, exp_id = tracking.open_store(mlflow_uri(mcfg.tracking_uri, lay), mcfg.experiment,
                                     artifact_location=mlflow_artifacts(lay))

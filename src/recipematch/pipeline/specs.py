@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from dataclasses import asdict
 
+from recipematch.config import check_arm_inputs
 from recipematch.errors import RecipematchError
 from recipematch.io import write_json
 from recipematch.pipeline.door import Layout, stage
+from recipematch.rules import CellSpec, NAMED_ARMS
 
 PARAMS = ("arms", "positives", "negatives", "negatives_volume", "llm.prompts")
 
@@ -18,8 +20,6 @@ def arm_spec(p, arm: str):
     Raises:
         RecipematchError: an unknown arm.
     """
-    from recipematch.rules import NAMED_ARMS, CellSpec
-
     if arm == "cell":
         return CellSpec(p.positives, p.negatives, p.negatives_volume)
     if arm not in NAMED_ARMS:
@@ -35,8 +35,6 @@ def run(p, lay: Layout) -> dict:
         RecipematchError: an arm whose LLM pair file this configuration does not build
             (:func:`recipematch.config.check_arm_inputs`), before anything is written.
     """
-    from recipematch.config import check_arm_inputs
-
     check_arm_inputs(p)
     out = {}
     for a in p.arms:

@@ -28,9 +28,17 @@ from typing import Any
 
 from recipematch.errors import RecipematchError
 from recipematch.io import write_json
-from recipematch.metrics import metric_key
+from recipematch.metrics import hits_at_k, metric_key
 from recipematch.pipeline.door import Layout, stage
 from recipematch.rules import BASELINES, MEASURE_PREFIX, mix_label, parse_contrast, remedy_labels, soup_label
+from recipematch.stats import (
+    did_bootstrap,
+    did_three_scales,
+    mean_sd,
+    nested_bootstrap_gap,
+    paired_query_bootstrap,
+    percentile_interval,
+)
 
 log = logging.getLogger("recipematch")
 
@@ -42,8 +50,6 @@ def hit_matrix(ranks, k: int):
     """(n_seeds, n_queries) 0/1 hit matrix at cut-off ``k``; seeds sorted, queries sorted by
     id (identical query order for every arm); cluster labels in that query order or None."""
     import numpy as np
-
-    from recipematch.metrics import hits_at_k
 
     piv = ranks.pivot(index="seed", columns="query_id", values="rank").sort_index(axis=0).sort_index(axis=1)
     r = piv.to_numpy().astype(np.int64)
@@ -78,8 +84,6 @@ def _graded_gaps(out, evals, ranks, rows, pairs, scfg) -> None:
     each resampled on its own (set i with bootstrap seed ``stats.seed + i``), into
     ``group:<group>`` entries."""
     import numpy as np
-
-    from recipematch.stats import mean_sd, nested_bootstrap_gap, percentile_interval
 
     graded = {n: ev for n, ev in evals.items() if ev.measures}
     libname: dict[str, list[str]] = {}
@@ -137,8 +141,6 @@ def _graded_gaps(out, evals, ranks, rows, pairs, scfg) -> None:
 def run(p, lay: Layout) -> dict:
     """Stage 9: mean ± sd, nested-bootstrap gaps and the DiD (percentage points)."""
     import pandas as pd
-
-    from recipematch.stats import did_bootstrap, mean_sd, nested_bootstrap_gap, paired_query_bootstrap
 
     scfg = p.stats
     # the remedies (Appendix E, Table 19) are evaluated rows like the arms: <arm>@soup<alpha>, <arm>@mix<fraction>
@@ -248,7 +250,7 @@ def run(p, lay: Layout) -> dict:
     pairs += [(a, "base") for a in rows if a != "base" and (a, "base") not in pairs]
     _graded_gaps(out, evals, ranks, rows, pairs, scfg)
     # Table 5: same-language reprints, R@1 per slice and each model's gap to the base per slice
-    from recipematch.slices import slice_table
+    from recipematch.slices import slice_table  # lazy: recipematch.slices pulls in pandas
 
     out["slices"] = {name: slice_table({a: full[a][name] for a in rows}, base="base", k=1, n_boot=scfg.n_boot,
                                        seed=scfg.seed, paired_seeds=False)
@@ -287,8 +289,6 @@ def _at_seed(df, model: str, seed: int):
 
 def _three_scales(out: dict, pair: str, x: str, y: str, b: str, r: str, ranks) -> None:
     """The seed-paired three-scale DiD (Appendix A) of ``x - y`` on benchmark ``b`` against real ``r``."""
-    from recipematch.stats import did_three_scales
-
     key = f"{pair}.{b}-{r}.R@1"
     if x in BASELINES or y in BASELINES:
         out["did_three_scales_skipped"].append({"key": key, "reason": "a baseline is one run: no seeds to pair"})

@@ -15,10 +15,13 @@ style_score, style_percentile), which the Section 7 hit accounting reads.
 
 from __future__ import annotations
 
+from recipematch.benchmarks_data import load_set
+from recipematch.beir import doc_text
 from recipematch.errors import RecipematchError
 from recipematch.io import write_json
 from recipematch.pipeline.door import Layout, check_device, stage
 from recipematch.pipeline.inputs import corpus_rows, read_pairs, train_seeds
+from recipematch.pipeline.models import resolve_model
 
 PARAMS = ("style", "arms", "train.seed", "train.n_seeds", "train.model", "evaluate", "evaluations")
 
@@ -27,14 +30,11 @@ def run(p, lay: Layout) -> dict:
     """Stage 11: style probe AUCs (stripped and unstripped) and style tracking per model."""
     import numpy as np
 
-    from recipematch.beir import doc_text
-    from recipematch.benchmarks_data import load_set
-    from recipematch.retrieval import encode_cached
-    from recipematch.style import run_style_probe
-    from recipematch.style_tracking import style_tracking
+    from recipematch.retrieval import encode_cached  # lazy: recipematch.retrieval pulls in pandas, torch
+    from recipematch.style import run_style_probe  # lazy: recipematch.style pulls in sklearn
+    from recipematch.style_tracking import style_tracking  # lazy: recipematch.style_tracking pulls in scipy
 
-    from recipematch.pipeline.evaluate import encoder_for
-    from recipematch.pipeline.models import resolve_model
+    from recipematch.pipeline.evaluate import encoder_for  # lazy: tests monkeypatch recipematch.pipeline.evaluate.encoder_for
 
     cfg = p.style
     check_device("evaluate.device", p.evaluate.device)
@@ -84,7 +84,7 @@ def _write_scores(lay: Layout, doc_ids: list[str], style) -> None:
 
     import pandas as pd
 
-    from recipematch.style_tracking import style_percentiles
+    from recipematch.style_tracking import style_percentiles  # lazy: recipematch.style_tracking pulls in scipy
 
     out = lay.p("artifacts", "style", "scores.parquet")
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -8,6 +8,8 @@ import logging
 import sys
 from pathlib import Path
 
+from recipematch.config import EngineConfig
+from recipematch import engine as engine_mod, tracking
 from recipematch.errors import RecipematchError
 from recipematch.io import (
     canonical_json,
@@ -29,6 +31,7 @@ from recipematch.pipeline.inputs import (
 )
 from recipematch.pipeline.models import contamination_gate, resolve_model
 from recipematch.pipeline.runs import trained_run
+from recipematch.training import train_one, TrainSettings
 
 log = logging.getLogger("recipematch")
 
@@ -45,8 +48,6 @@ def train_unit(unit: dict, _shared=None) -> dict:
     Raises:
         RecipematchError: the unit's device does not exist where it runs.
     """
-    from recipematch.training import train_one
-
     check_device("train.device", unit["cfg"].device)
     return train_one(unit["rows"], base_model=unit["base_model"], out_dir=Path(unit["out_dir"]), seed=unit["seed"],
                      cfg=unit["cfg"], progress=unit["progress"], work_dir=Path(unit["work_dir"]))
@@ -65,10 +66,6 @@ def run(p, lay: Layout, arm: str, *, progress: bool = True, engine=None, label: 
     import pandas as pd
 
     import recipematch.training as training_mod
-    from recipematch import engine as engine_mod
-    from recipematch import tracking
-    from recipematch.config import EngineConfig
-    from recipematch.training import TrainSettings
 
     train_stage_mod = sys.modules[__name__]
     eng = engine if engine is not None else EngineConfig()

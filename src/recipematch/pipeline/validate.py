@@ -14,7 +14,7 @@ PARAMS = ("budget.rows", "gates", "train.seed", "train.n_seeds", "train.model")
 
 def run(p, lay: Layout, arm: str) -> dict:
     """Stage 6: Great Expectations suites; a failure stops the pipeline before training."""
-    from recipematch.validation import ValidationFailed, validate_cell
+    from recipematch.validation import ValidationFailed, validate_cell  # lazy: recipematch.validation pulls in pandas
 
     arm_spec_from_file(lay, arm)  # an arm without a spec is named before any work
     check_device("gates.cosine_device", p.gates.cosine_device)

@@ -7,7 +7,9 @@ from __future__ import annotations
 from dataclasses import asdict
 from pathlib import Path
 
-from recipematch.io import read_jsonl_strict, write_json, write_jsonl
+from recipematch import cas
+from recipematch.io import read_jsonl_strict, sha256_text, sha256_tree, write_json, write_jsonl
+from recipematch.pairs import cas_rows_to_pairs, sort_rows
 from recipematch.pipeline.door import Layout, progress_option, stage, write_run_record
 from recipematch.depth import paraphrase_depth
 from recipematch.pipeline.inputs import corpus_rows, load_exclusion
@@ -18,9 +20,6 @@ PARAMS = ("seed", "cas", "gates.active")
 def run(p, lay: Layout, *, progress: bool = True) -> dict:
     """Stage 4a: computer-algebra (verified) pairs."""
     import sympy
-
-    from recipematch import cas
-    from recipematch.pairs import cas_rows_to_pairs, sort_rows
 
     cfg = p.cas
     seed = p.seed
@@ -33,7 +32,6 @@ def run(p, lay: Layout, *, progress: bool = True) -> dict:
     # completion order and wall time); the final, sorted outcomes file is copied in
     # keyed by the generator's source: a journal written by other code is never resumed
     # (records carry the version string only, which an edit need not change)
-    from recipematch.io import sha256_text, sha256_tree
 
     code = sha256_text(sha256_tree(Path(cas.__file__).parent))[:16]
     work = lay.scratch / "cas" / code

@@ -10,6 +10,7 @@ import pandas as pd
 import torch
 
 from recipematch.beir import doc_text
+from recipematch.errors import RecipematchError
 from recipematch.retrieval.dense import default_chunk_size
 from recipematch.retrieval.ranking import RankDetails, gold_index, mask_index, rank_details, topk_from_blocks
 from recipematch.retrieval.results import _build_result, _eval_query_ids
@@ -54,8 +55,6 @@ def bm25_settings(k1: float, b: float, stopwords: str | None = None) -> dict:
 
 def _check_not_blank(corpus: Mapping[str, Mapping]) -> None:
     if not any(doc_text(d).strip() for d in corpus.values()):
-        from recipematch.errors import RecipematchError
-
         raise RecipematchError("BM25: every corpus document is blank; there is nothing to index")
 
 

@@ -18,6 +18,7 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 import torch
 
+from recipematch.errors import RecipematchError
 from recipematch.io import sha256_tree
 
 __all__ = ["Encoder", "SentenceTransformerEncoder", "MemoisedEncoder"]
@@ -123,8 +124,6 @@ def set_max_seq_length(model, n: int, source: str | os.PathLike) -> None:
         RecipematchError: ``n`` is longer than the model's positions, naming ``source`` (before:
             a raw ``RuntimeError`` about tensor sizes in the middle of encoding or training).
     """
-    from recipematch.errors import RecipematchError
-
     limit = folder_position_limit(source) if Path(source).is_dir() else None
     if limit is None:
         limit = position_limit(model)

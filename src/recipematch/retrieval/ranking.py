@@ -202,7 +202,7 @@ def gold_index(query_ids: Sequence[str], doc_ids: Sequence[str], qrels: Mapping[
     if emptied:
         # imported here: importing the retrieval package would run its __init__, which this
         # module must not need (the module docstring)
-        from recipematch.retrieval.selfmask import own_only_gold_error
+        from recipematch.retrieval.selfmask import own_only_gold_error  # lazy: import cycle with recipematch.retrieval.selfmask
 
         raise own_only_gold_error(emptied)
     return GoldIndex(ptr, c[~own], removed)

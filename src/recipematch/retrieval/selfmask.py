@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from recipematch.beir import doc_text
 from recipematch.errors import RecipematchError, short_repr
 from recipematch.rules import SELF_MASK_RULES
 
@@ -145,8 +146,6 @@ def own_entries(
     Raises:
         ValueError: an unknown rule, lengths that disagree, or duplicate doc ids.
     """
-    from recipematch.beir import doc_text
-
     rule = resolve_rule(rule)
     if len(query_ids) != len(query_texts) or len(doc_ids) != len(docs):
         raise ValueError("ids and texts disagree in length")
