@@ -141,3 +141,22 @@ def test_every_stage_module_is_a_subcommand_and_every_entry_point_runs_one():
     assert commands == stage_modules
     entries = sorted((SRC.parents[1] / "stages").glob("*.py"))
     assert entries and {stage_module(e).rsplit(".", 1)[1] for e in entries} <= stage_modules
+
+
+def test_an_import_inside_a_function_says_why():
+    """Imports sit at the top of a module; one of ``recipematch`` inside a function carries a
+    comment on its line, or the line above, saying why (a heavy library, an import cycle,
+    ``--help`` speed, a name tests replace)."""
+    bad = []
+    for f in MODULES:
+        lines = f.read_text(encoding="utf-8").splitlines()
+        for fn in ast.walk(_tree(f)):
+            if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            for node in ast.walk(fn):
+                if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("recipematch"):
+                    here = lines[node.lineno - 1:node.end_lineno]
+                    above = lines[node.lineno - 2].strip() if node.lineno > 1 else ""
+                    if not any("#" in line for line in here) and not above.startswith("#"):
+                        bad.append(f"{_rel(f)}:{node.lineno}")
+    assert sorted(set(bad)) == []
