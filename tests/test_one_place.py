@@ -108,11 +108,12 @@ def test_a_package_imported_whole_is_one_dep_and_a_partial_one_lists_its_modules
             pkg / "data/__init__.py", pkg / "data/t.py"}
     want = {"recipematch/__init__.py", "recipematch/a.py", "recipematch/whole", "recipematch/part/__init__.py",
             "recipematch/part/p.py", "recipematch/data/__init__.py", "recipematch/data/t.py"}
-    got = {str(p.relative_to(tmp_path)) for p in collapse_packages(used, tmp_path)}
+    (tmp_path / ".dvcignore").write_text("# bytecode\n__pycache__/\n*.pyc\n")
+    got = {str(p.relative_to(tmp_path)) for p in collapse_packages(used, tmp_path, dvcignore_patterns(tmp_path))}
     assert got == want
     # a stray editor file counts unless .dvcignore hides it (DVC would hash it into the folder)
     (pkg / "whole" / ".x.py.swp").write_text("")
-    got = {str(p.relative_to(tmp_path)) for p in collapse_packages(used, tmp_path)}
+    got = {str(p.relative_to(tmp_path)) for p in collapse_packages(used, tmp_path, dvcignore_patterns(tmp_path))}
     assert "recipematch/whole" not in got and "recipematch/whole/x.py" in got
     (tmp_path / ".dvcignore").write_text("# leftovers\n__pycache__/\n*.pyc\n*.swp\n")
     got = {str(p.relative_to(tmp_path)) for p in collapse_packages(used, tmp_path, dvcignore_patterns(tmp_path))}
@@ -128,7 +129,7 @@ def test_a_module_linked_from_outside_src_keeps_its_path_in_src(tmp_path):
     outside.write_text("")
     (pkg / "sub" / "m.py").symlink_to(outside)
     used = {pkg / "__init__.py", pkg / "sub" / "__init__.py", pkg / "sub" / "m.py"}
-    got = {str(p.relative_to(tmp_path / "src")) for p in collapse_packages(used, tmp_path / "src")}
+    got = {str(p.relative_to(tmp_path / "src")) for p in collapse_packages(used, tmp_path / "src", ())}
     assert got == {"recipematch/__init__.py", "recipematch/sub"}
 
 

@@ -39,9 +39,11 @@ from recipematch.report_common import (
     fmt_gap,
     ordered_arms,
     ordered_evals,
+    pyplot,
     report_ks,
+    save_figure,
 )
-from recipematch.rules import BASELINES, CellSpec, DID_ROLES, GRID_NEGATIVES, grid_position, GRID_POSITIVES, LADDER
+from recipematch.rules import BASELINES, DID_ROLES, GRID_NEGATIVES, GRID_POSITIVES, LADDER, CellSpec, grid_position
 
 
 def table_markdown(stats: Mapping[str, Any], cells: Mapping[str, Mapping[str, str]]) -> str:
@@ -185,10 +187,7 @@ def scatter_png(stats: Mapping[str, Any], cells: Mapping[str, Mapping[str, str]]
     first real set's R@1 (real retrieval kept), y = the benchmark set's R@1; one point per
     trained (arm, seed), the base as ×, a dashed line at the base's x; colour = the arm's
     positives, hollow = trained without negatives."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     evals = stats["evaluations"]
     # a regenerated version (version_of) is Table 24's, not a panel of its own
@@ -218,11 +217,7 @@ def scatter_png(stats: Mapping[str, Any], cells: Mapping[str, Mapping[str, str]]
         ax.set_title(f"({tag}) {evals[yname]['label']}")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7, loc="best")
-    fig.suptitle("Benchmark score against real retrieval, one point per trained model")
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, metadata={"Software": None})
-    plt.close(fig)
+    save_figure(fig, path, title="Benchmark score against real retrieval, one point per trained model")
 
 
 def recall_markdown(stats: Mapping[str, Any]) -> str:
@@ -385,10 +380,7 @@ def hits_markdown(hits: Mapping[str, Any] | None, stats: Mapping[str, Any]) -> s
 def recall_png(stats: Mapping[str, Any], path: Path) -> None:
     """Recall curves (paper Tables 16–17): one panel per declared set that is not external,
     R@k (mean over seeds, percent) against k, one line per model."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     evals = stats["evaluations"]
     names = [n for n in ordered_evals(stats) if evals[n]["role"] != "external" and len(report_ks(stats, n)) > 1]
@@ -411,11 +403,7 @@ def recall_png(stats: Mapping[str, Any], path: Path) -> None:
     for ax in list(axes.flat)[len(names):]:
         ax.axis("off")
     axes.flat[0].legend(fontsize=7, loc="best")
-    fig.suptitle("Recall curves, mean over seeds")
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, metadata={"Software": None})
-    plt.close(fig)
+    save_figure(fig, path, title="Recall curves, mean over seeds")
 
 
 def write_report(stats: Mapping[str, Any], cells: Mapping[str, Mapping[str, str]], counts: Mapping[str, Any], out_dir: Path,

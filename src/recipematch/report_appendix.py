@@ -14,8 +14,10 @@ from recipematch.report_common import (
     fmt_gap,
     ordered_arms,
     ordered_evals,
+    pyplot,
     remedy_rows,
     report_ks,
+    save_figure,
 )
 
 
@@ -128,10 +130,7 @@ def frontier_png(stats: Mapping[str, Any], path: Path) -> None:
     rows = frontier_rows(stats)
     if not rows:
         return
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     evals = stats["evaluations"]
     real = list(dict.fromkeys(r["real_set"] for r in rows))
@@ -152,11 +151,7 @@ def frontier_png(stats: Mapping[str, Any], path: Path) -> None:
         ax.set_ylabel(f"{evals[pts[0]['benchmark_set']]['label']} R@1 (%)")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7, loc="best")
-    fig.suptitle("Mixing frontier: benchmark score against real retrieval kept")
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, metadata={"Software": None})
-    plt.close(fig)
+    save_figure(fig, path, title="Mixing frontier: benchmark score against real retrieval kept")
 
 
 def forgetting_markdown(stats: Mapping[str, Any]) -> str:

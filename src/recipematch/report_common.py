@@ -4,6 +4,7 @@ of paper Figure 1, and how a score or a gap with its interval is printed."""
 from __future__ import annotations
 
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from recipematch.rules import EVAL_ROLES
@@ -59,3 +60,25 @@ def report_ks(stats: Mapping[str, Any], name: str) -> list[int]:
     """The cut-offs scored on ``name`` (from the keys of ``stats["arms"]["base"]``), ascending."""
     base = stats["arms"].get("base", {})
     return sorted(int(k.split("R@")[1]) for k in base if k.startswith(f"{name}.R@"))
+
+
+def pyplot():
+    """``matplotlib.pyplot`` on the Agg backend (files only, no display), loaded when a figure
+    is drawn: matplotlib stays out of every run that writes no figure."""
+    import matplotlib  # lazy: matplotlib loads only when a figure is drawn
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt  # lazy: after the backend is set
+
+    return plt
+
+
+def save_figure(fig, path: Path, *, title: str | None = None, dpi: int | None = None) -> None:
+    """Lay out ``fig`` (under ``title``), write it to ``path`` (its folder made) with no
+    ``Software`` stamp, so the same figure gives the same bytes, and close it."""
+    if title is not None:
+        fig.suptitle(title)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, **({"dpi": dpi} if dpi is not None else {}), metadata={"Software": None})
+    pyplot().close(fig)

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from recipematch.metrics import metric_key
+from recipematch.report_common import pyplot, save_figure
 
 #: the schema tag of ``audit.json`` (fields: :mod:`recipematch.audit`)
 SCHEMA = "recipematch.audit/1"
@@ -46,10 +47,7 @@ def render_report(audit: Mapping[str, Any], png_name: str) -> str:
 
 def plot_audit(audit: Mapping[str, Any], path: Path) -> None:
     """Bar chart of benchmark R@1 per model (mean over seeds) and the gap with its interval."""
-    import matplotlib  # loaded when a plot is drawn; the Agg backend is set before pyplot loads
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     ev = audit["recipe_sensitivity"]["evaluation"]
     models = list(audit["scores"])
@@ -66,10 +64,7 @@ def plot_audit(audit: Mapping[str, Any], path: Path) -> None:
     ax2.set_xticks([0], ["recipe − control"])
     ax2.set_ylabel("points")
     ax2.set_title("recipe sensitivity")
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120, metadata={"Software": None})
-    plt.close(fig)
+    save_figure(fig, path, dpi=120)
 
 
 def json_dumps(obj: Any) -> str:

@@ -121,11 +121,11 @@ def _package_files(folder: Path, ignore: Iterable[str]) -> set[Path] | None:
     return out
 
 
-def collapse_packages(files: set[Path], src: Path, ignore: Iterable[str] = ("__pycache__", "*.pyc")) -> set[Path]:
+def collapse_packages(files: set[Path], src: Path, ignore: Iterable[str]) -> set[Path]:
     """``files`` (module files under ``src``) with every package folder whose modules are all
     in it listed as the folder (the largest such folder wins), so ``dvc.yaml`` names
     ``src/recipematch/config`` once instead of its modules one by one. A folder holding
-    anything but modules (``ignore``: name patterns DVC does not hash) is never collapsed."""
+    anything but modules (``ignore``: the name patterns DVC does not hash, :func:`dvcignore_patterns`) is never collapsed."""
     files = set(files)
     ignore = tuple(ignore)
     covered: set[Path] = set()
