@@ -259,7 +259,7 @@ def test_deep_nesting_and_huge_integers_are_rejections(raw: str, detail: str) ->
 
 
 def test_nesting_within_the_limit_is_judged_by_the_schema() -> None:
-    from recipematch.llm.parsing import MAX_NESTING
+    from recipematch.llm.answer_json import MAX_NESTING
 
     ok_depth = MAX_NESTING - 1  # the top-level object is the first level
     raw = GOOD[:-1] + ', "x": ' + "[" * ok_depth + "]" * ok_depth + "}"
@@ -270,7 +270,7 @@ def test_nesting_within_the_limit_is_judged_by_the_schema() -> None:
 
 
 def test_overlong_answer_is_refused_unread() -> None:
-    from recipematch.llm.parsing import MAX_ANSWER_CHARS
+    from recipematch.llm.answer_json import MAX_ANSWER_CHARS
 
     out = parse(GOOD + " " * MAX_ANSWER_CHARS)
     assert (out.ok, out.reason) == (False, "answer_too_long")
@@ -278,12 +278,12 @@ def test_overlong_answer_is_refused_unread() -> None:
 
 
 def test_any_decoder_exception_is_a_rejection(monkeypatch: pytest.MonkeyPatch) -> None:
-    from recipematch.llm import parsing
+    from recipematch.llm import answer_json
 
     def boom(*a, **k):
         raise MemoryError("out of memory while decoding")
 
-    monkeypatch.setattr(parsing.json, "loads", boom)
+    monkeypatch.setattr(answer_json.json, "loads", boom)
     out = parse(GOOD)
     assert (out.ok, out.reason) == (False, "invalid_json") and "MemoryError" in out.detail
     assert parse_judge('{"verdict": "equivalent", "confidence": 0.9, "reason": "r"}').reason == "invalid_json"

@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from recipematch.errors import RecipematchError, short_repr
-from recipematch.llm.parsing import load_answer_object
+from recipematch.llm.answer_json import load_answer_object
 from recipematch.saber import Ontology
 
 __all__ = ["TAU_ASSIGN", "parse_topic_scores", "kept_children", "most_specific", "TopicTraversal"]
@@ -37,7 +37,7 @@ def parse_topic_scores(raw: str | None, tags: Sequence[str]) -> tuple[dict[str, 
 
     Returns:
         ``(scores, "")``, or ``(None, reason)`` for an answer outside that schema (the JSON
-        reasons of :func:`recipematch.llm.parsing.load_answer_object`: no text, not JSON, a
+        reasons of :func:`recipematch.llm.answer_json.load_answer_object`: no text, not JSON, a
         duplicate key, not an object; a tag missing or not offered, a value that is not a
         number in [0, 1]).
     """

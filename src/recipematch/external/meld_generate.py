@@ -41,7 +41,7 @@ import numpy as np
 from recipematch.errors import RecipematchError, short_repr
 from recipematch.external.meld import is_text
 from recipematch.io import iter_jsonl_strict
-from recipematch.llm.parsing import load_answer_object
+from recipematch.llm.answer_json import load_answer_object
 
 __all__ = ["DOMAIN_FIELDS", "read_domains", "repair_latex_escapes", "parse_generation", "parse_screen",
            "statement_key", "build_rows", "DIRECTIONS"]

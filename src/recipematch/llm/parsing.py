@@ -48,9 +48,9 @@ preamble's length is kept in the outcome (``preamble_chars``). Without the switc
 before the object is ``leading_text``, as before.
 
 Hostile or broken answers never make the parsers raise: an answer longer than
-:data:`MAX_ANSWER_CHARS` is ``answer_too_long``; nesting deeper than :data:`MAX_NESTING`
+:data:`~recipematch.llm.answer_json.MAX_ANSWER_CHARS` is ``answer_too_long``; nesting deeper than :data:`~recipematch.llm.answer_json.MAX_NESTING`
 (``invalid_json``, detail ``nesting too deep ...``) and integer literals longer than
-:data:`MAX_INT_DIGITS` digits (``invalid_json``, detail ``integer literal too long ...``) are
+:data:`~recipematch.llm.answer_json.MAX_INT_DIGITS` digits (``invalid_json``, detail ``integer literal too long ...``) are
 refused before Python's own limits (``RecursionError``, the 4,300-digit ``int`` limit) can
 trip; any other exception while decoding is ``invalid_json`` with the exception named; a
 string holding a lone UTF-16 surrogate (e.g. the JSON escape ``"\\ud800"``), which cannot be
@@ -75,11 +75,8 @@ wrote them. JSON is read with :func:`json.loads` only (never ``eval``); ``NaN``/
 and duplicate keys are refused.
 """
 
-# long module: one job, the strict reading of every prompt's answer (the JSON layer and the per-prompt schemas)
-
 from __future__ import annotations
 
-import json
 import math
 import re
 import unicodedata
@@ -87,11 +84,11 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from recipematch.llm.answer_json import Reject, load_json_object
+
 __all__ = [
-    "load_answer_object",
     "SCHEMAS",
     "PromptSchema",
-    "split_reasoning_preamble",
     "ParsedItem",
     "ItemRejection",
     "ParseOutcome",
@@ -103,22 +100,10 @@ __all__ = [
     "normalise_ws",
     "normalise_for_compare",
     "JUDGE_VERDICTS",
-    "MAX_ANSWER_CHARS",
-    "MAX_NESTING",
-    "MAX_INT_DIGITS",
 ]
 
 JUDGE_VERDICTS = ("equivalent", "not_equivalent")
 
-#: Longest answer (characters) the parsers read; longer ones are ``answer_too_long``. Far
-#: above any answer a ``max_tokens`` setting of this project can produce.
-MAX_ANSWER_CHARS = 1_000_000
-#: Deepest nesting of JSON objects/arrays accepted (the schemas need 4 levels).
-MAX_NESTING = 64
-#: Longest integer literal (digits) accepted; no field of any schema needs more than a few.
-MAX_INT_DIGITS = 100
-
-_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 # Default-ignorable code points that are not in category Cf (variation selectors, the
 # combining grapheme joiner, Hangul fillers, Khmer inherent vowels, Mongolian selectors).
 _IGNORABLE_EXTRA = re.compile(
@@ -285,254 +270,35 @@ class ParseOutcome:
         }
 
 
-class _Reject(Exception):
-    def __init__(self, reason: str, detail: str) -> None:
-        super().__init__(reason, detail)
-        self.reason = reason
-        self.detail = detail
-
-
-def _no_dup_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    seen: dict[str, Any] = {}
-    for k, v in pairs:
-        if k in seen:
-            raise _Reject("duplicate_key", f"key {k!r} appears twice in one object")
-        seen[k] = v
-    return seen
-
-
-def _refuse_constant(name: str) -> None:
-    raise _Reject("invalid_json", f"non-standard JSON constant {name}")
-
-
-def _scan_object_end(text: str, max_depth: int = MAX_NESTING) -> int | None:
-    """Index just past the top-level JSON object starting at ``text[0] == '{'``, or
-    ``None`` when the text ends before the object closes (string-aware brace count).
-
-    Raises :class:`_Reject` (``invalid_json``, nesting too deep) as soon as the nesting
-    passes ``max_depth``, so the decoder never recurses deeper than that."""
-    depth = 0
-    in_str = False
-    esc = False
-    for i, ch in enumerate(text):
-        if in_str:
-            if esc:
-                esc = False
-            elif ch == "\\":
-                esc = True
-            elif ch == '"':
-                in_str = False
-        elif ch == '"':
-            in_str = True
-        elif ch in "{[":
-            depth += 1
-            if depth > max_depth:
-                raise _Reject("invalid_json", f"nesting too deep (more than {max_depth} levels at character {i})")
-        elif ch in "}]":
-            depth -= 1
-            if depth == 0:
-                return i + 1
-    return None
-
-
-_THINK_OPEN, _THINK_CLOSE = "<think>", "</think>"
-
-
-def _json_start_backwards(text: str) -> int | None:
-    """Index of the ``{`` that opens the JSON object ending at ``text[-1] == '}'``, by a
-    string-aware bracket count from the end (a ``"`` preceded by an odd number of
-    backslashes is inside a string); ``None`` when the brackets never balance."""
-    depth = 0
-    in_str = False
-    i = len(text) - 1
-    while i >= 0:
-        ch = text[i]
-        if ch == '"':
-            j = i - 1
-            while j >= 0 and text[j] == "\\":
-                j -= 1
-            if (i - 1 - j) % 2 == 0:
-                in_str = not in_str
-        elif not in_str:
-            if ch in "}]":
-                depth += 1
-                if depth > MAX_NESTING:
-                    raise _Reject("invalid_json", f"nesting too deep (more than {MAX_NESTING} levels)")
-            elif ch in "{[":
-                depth -= 1
-                if depth == 0:
-                    return i if ch == "{" else None
-        i -= 1
-    return None
-
-
-def split_reasoning_preamble(raw: str) -> tuple[str, str]:
-    """Split an answer into ``(preamble, json_text)`` where ``json_text`` is the JSON object
-    that ends the answer (see the module docstring, "Reasoning preamble"). An answer that
-    starts with ``{`` has no preamble. Never loosens the checks on ``json_text``.
-
-    Raises:
-        ValueError: with the rejection code as its first argument (``reasoning_unclosed``,
-            ``no_json_after_preamble``, ``code_fence``, ``invalid_json``) and a detail second.
-    """
-    try:
-        return _split_preamble(raw)
-    except _Reject as r:
-        raise ValueError(r.reason, r.detail) from None
-
-
-def _split_preamble(raw: str) -> tuple[str, str]:
-    text = raw.strip()
-    if text.startswith("{"):
-        return "", text
-    body = text.rstrip()
-    if not body.endswith("}"):
-        if _THINK_OPEN in text and _THINK_CLOSE not in text:
-            raise _Reject("reasoning_unclosed", f"<think> never closes ({len(text)} characters)")
-        if "```" in text[-200:]:
-            raise _Reject("code_fence", "the answer ends in a Markdown code fence")
-        raise _Reject("no_json_after_preamble", f"no JSON object ends the answer: ...{body[-80:]!r}")
-    start = _json_start_backwards(body)
-    if start is None:
-        raise _Reject("no_json_after_preamble", "the closing brace at the end matches no opening brace")
-    preamble = text[:start]
-    if preamble.count(_THINK_OPEN) > preamble.count(_THINK_CLOSE):
-        raise _Reject("reasoning_unclosed", "the JSON object sits inside an unclosed <think> block")
-    return preamble, body[start:]
-
-
-def _load_json_object(raw: str, *, allow_preamble: bool = False) -> tuple[dict[str, Any], int]:
-    """Strictly read one JSON object that makes up the whole answer (surrounding
-    whitespace allowed), or with ``allow_preamble`` the object that ends it. Returns the
-    object and the preamble length in characters. Raises :class:`_Reject`."""
-    if allow_preamble and isinstance(raw, str) and raw.strip() and len(raw) <= MAX_ANSWER_CHARS:
-        preamble, body = _split_preamble(raw)
-        return _load_json_object(body)[0], len(preamble)
-    return _load_strict(raw), 0
-
-
-def _load_strict(raw: str) -> dict[str, Any]:
-    if raw is None or not isinstance(raw, str) or not raw.strip():
-        raise _Reject("empty_answer", "the answer is empty" if raw is None or isinstance(raw, str) else
-                      f"the answer is a {type(raw).__name__}, not text")
-    if len(raw) > MAX_ANSWER_CHARS:
-        raise _Reject("answer_too_long", f"{len(raw)} characters (limit {MAX_ANSWER_CHARS})")
-    text = raw.strip()
-    if "```" in text:
-        raise _Reject("code_fence", "the answer contains a Markdown code fence")
-    if not text.startswith("{"):
-        if "{" in text:
-            raise _Reject("leading_text", f"text before the JSON object: {text[: text.index('{')][:80]!r}")
-        raise _Reject("not_an_object" if text[0] in '["-0123456789tfn' else "invalid_json", "no JSON object")
-    end = _scan_object_end(text)
-    if end is None:
-        raise _Reject("truncated", f"the JSON object never closes ({len(text)} characters)")
-    if text[end:].strip():
-        raise _Reject("trailing_text", f"text after the JSON object: {text[end:].strip()[:80]!r}")
-    try:
-        obj = json.loads(text, object_pairs_hook=_no_dup_keys, parse_constant=_refuse_constant,
-                         parse_int=_bounded_int)
-    except _Reject:
-        raise
-    except json.JSONDecodeError as e:
-        raise _Reject("invalid_json", f"{e.msg} at character {e.pos}") from None
-    except RecursionError:
-        raise _Reject("invalid_json", "nesting too deep (decoder recursion limit)") from None
-    except Exception as e:  # noqa: BLE001 - the parser must never raise for a bad answer
-        raise _Reject("invalid_json", f"{type(e).__name__}: {e}"[:300]) from None
-    if not isinstance(obj, dict):
-        raise _Reject("not_an_object", f"top level is {type(obj).__name__}")
-    _refuse_lone_surrogates(obj)
-    return obj
-
-
-def load_answer_object(raw: str | None, *, repair: Any = None) -> tuple[dict[str, Any] | None, str]:
-    """One JSON object from a labelling answer (SABER-Math's summaries, topic scores and
-    pairwise verdicts, the candidate design's judge, the MELD generation and screen), read as
-    strictly as the pair prompts' answers: no duplicate key, no NaN, no integer literal over
-    :data:`MAX_INT_DIGITS` digits, no lone surrogate; a ``<think>`` preamble is allowed and one
-    fenced block (```` ```json ````, any case) around the whole answer is unwrapped.
-
-    Args:
-        raw: the answer text (``None``: no text).
-        repair: an optional ``str -> str`` applied to the unwrapped text before parsing
-            (the MELD answers' LaTeX escapes).
-
-    Returns:
-        ``(object, "")`` or ``(None, reason)`` with one of the module's reason codes
-        (``empty_answer``, ``invalid_json``, ``duplicate_key``, ``not_an_object``, ...); never raises.
-    """
-    if raw is None:
-        return None, "no_answer_text"
-    if not isinstance(raw, str):
-        return None, "empty_answer"
-    try:
-        fence = re.fullmatch(r"\s*```[A-Za-z]*[ \t]*\n?(.*?)\n?[ \t]*```\s*", raw, re.S) \
-            if len(raw) <= MAX_ANSWER_CHARS else None
-        text = fence.group(1) if fence else raw
-        if text.strip() and len(text) <= MAX_ANSWER_CHARS and not text.strip().startswith("{"):
-            text = _split_preamble(text)[1]
-        if repair is not None:
-            text = repair(text)
-        return _load_strict(text), ""
-    except _Reject as e:
-        return None, e.reason
-
-
-def _bounded_int(literal: str) -> int:
-    digits = len(literal.lstrip("-"))
-    if digits > MAX_INT_DIGITS:
-        raise _Reject("invalid_json", f"integer literal too long ({digits} digits, limit {MAX_INT_DIGITS})")
-    return int(literal)
-
-
-def _refuse_lone_surrogates(obj: Any) -> None:
-    """Raise ``invalid_text`` when any key or string value holds a lone UTF-16 surrogate
-    (a valid escaped pair such as ``"\\ud83d\\ude00"`` is decoded to one code point and passes)."""
-    stack: list[tuple[Any, str]] = [(obj, "$")]
-    while stack:
-        node, where = stack.pop()
-        if isinstance(node, dict):
-            for k, v in node.items():
-                m = _LONE_SURROGATE.search(k)
-                if m:
-                    raise _Reject("invalid_text", f"lone surrogate U+{ord(m.group()):04X} in a key at {where}")
-                stack.append((v, f"{where}.{k}"))
-        elif isinstance(node, list):
-            stack.extend((v, f"{where}[{i}]") for i, v in enumerate(node))
-        elif isinstance(node, str):
-            m = _LONE_SURROGATE.search(node)
-            if m:
-                raise _Reject("invalid_text", f"lone surrogate U+{ord(m.group()):04X} in {where}"[:300])
 
 
 def _check_keys(obj: Mapping[str, Any], required: tuple[str, ...], optional: tuple[str, ...] = ()) -> None:
     missing = [k for k in required if k not in obj]
     if missing:
-        raise _Reject("missing_field", f"missing {missing}")
+        raise Reject("missing_field", f"missing {missing}")
     extra = sorted(set(obj) - set(required) - set(optional))
     if extra:
-        raise _Reject("unexpected_field", f"unexpected {extra}")
+        raise Reject("unexpected_field", f"unexpected {extra}")
 
 
 def _check_item(
     item: Any, fields: tuple[str, ...], require_tags: bool
 ) -> tuple[str, dict[str, Any]]:
-    """Validate one item; returns (problem text, annotations). Raises :class:`_Reject`."""
+    """Validate one item; returns (problem text, annotations). Raises :class:`Reject`."""
     if not isinstance(item, dict):
-        raise _Reject("not_an_object", f"item is {type(item).__name__}")
+        raise Reject("not_an_object", f"item is {type(item).__name__}")
     _check_keys(item, ("problem",), fields)
     if require_tags:
         absent = [f for f in fields if f not in item]
         if "tags" in absent:
-            raise _Reject("missing_tags", "no tags")
+            raise Reject("missing_tags", "no tags")
         if absent:
-            raise _Reject("missing_annotation", f"missing {absent}")
+            raise Reject("missing_annotation", f"missing {absent}")
     problem = item["problem"]
     if not isinstance(problem, str):
-        raise _Reject("wrong_type", f"problem is {type(problem).__name__}")
+        raise Reject("wrong_type", f"problem is {type(problem).__name__}")
     if not problem.strip():
-        raise _Reject("empty_problem", "problem text is empty")
+        raise Reject("empty_problem", "problem text is empty")
     ann: dict[str, Any] = {}
     for f in fields:
         if f not in item:
@@ -540,16 +306,16 @@ def _check_item(
         v = item[f]
         if f == "tags":
             if not isinstance(v, list) or not all(isinstance(t, str) for t in v):
-                raise _Reject("wrong_type", "tags must be a list of strings")
+                raise Reject("wrong_type", "tags must be a list of strings")
             if require_tags and (not v or not all(t.strip() for t in v)):
-                raise _Reject("empty_tags", "tags empty or holding an empty label")
+                raise Reject("empty_tags", "tags empty or holding an empty label")
             if len(v) > 4:
-                raise _Reject("too_many_tags", f"{len(v)} tags (the prompts ask for 1-4)")
+                raise Reject("too_many_tags", f"{len(v)} tags (the prompts ask for 1-4)")
         else:
             if not isinstance(v, str):
-                raise _Reject("wrong_type", f"{f} is {type(v).__name__}")
+                raise Reject("wrong_type", f"{f} is {type(v).__name__}")
             if require_tags and not v.strip():
-                raise _Reject("missing_annotation", f"{f} is empty")
+                raise Reject("missing_annotation", f"{f} is empty")
         ann[f] = v
     return problem, ann
 
@@ -612,22 +378,22 @@ def _parse_answer(
 ) -> ParseOutcome:
     preamble = 0
     try:
-        obj, preamble = _load_json_object(raw_text, allow_preamble=allow_preamble)  # type: ignore[arg-type]
+        obj, preamble = load_json_object(raw_text, allow_preamble=allow_preamble)  # type: ignore[arg-type]
         required = (*sch.top_fields, sch.positives_key) + ((sch.negatives_key,) if sch.negatives_key else ())
         _check_keys(obj, required)
         for f in sch.top_fields:
             if not isinstance(obj[f], str):
-                raise _Reject("wrong_type", f"{f} is not a string")
+                raise Reject("wrong_type", f"{f} is not a string")
         pos_list = obj[sch.positives_key]
         neg_list = obj[sch.negatives_key] if sch.negatives_key else []
         for k, v in ((sch.positives_key, pos_list), (sch.negatives_key, neg_list)):
             if not isinstance(v, list):
-                raise _Reject("wrong_type", f"{k} is not a list")
+                raise Reject("wrong_type", f"{k} is not a list")
         if len(pos_list) != n_pos:
-            raise _Reject("wrong_positive_count", f"{len(pos_list)} positives, expected exactly {n_pos}")
+            raise Reject("wrong_positive_count", f"{len(pos_list)} positives, expected exactly {n_pos}")
         if len(neg_list) > n_neg:
-            raise _Reject("too_many_near_misses", f"{len(neg_list)} near-misses, expected at most {n_neg}")
-    except _Reject as r:
+            raise Reject("too_many_near_misses", f"{len(neg_list)} near-misses, expected at most {n_neg}")
+    except Reject as r:
         return ParseOutcome(ok=False, reason=r.reason, detail=r.detail, preamble_chars=preamble)
 
     anchor_n = normalise_for_compare(anchor)
@@ -645,14 +411,14 @@ def _parse_answer(
                 problem, ann = _check_item(item, fields, require_tags)
                 norm = normalise_for_compare(problem)
                 if norm == anchor_n:
-                    raise _Reject(f"{role}_identical_to_anchor",
+                    raise Reject(f"{role}_identical_to_anchor",
                                   "identical to the source problem after removing invisible characters and "
                                   "normalising whitespace")
                 if norm in seen:
                     r0, i0 = seen[norm]
-                    raise _Reject("duplicate_variant", f"same text as {r0} {i0}")
+                    raise Reject("duplicate_variant", f"same text as {r0} {i0}")
                 seen[norm] = (role, i)
-            except _Reject as r:
+            except Reject as r:
                 rejections.append(ItemRejection(role, i, r.reason, r.detail, text))
                 continue
             (positives if role == "positive" else negatives).append(ParsedItem(role, i, problem, ann))
@@ -711,19 +477,19 @@ def parse_judge(
 def _parse_judge(raw_text: str | None, *, allow_null_confidence: bool, allow_preamble: bool = False) -> JudgeOutcome:
     preamble = 0
     try:
-        obj, preamble = _load_json_object(raw_text, allow_preamble=allow_preamble)  # type: ignore[arg-type]
+        obj, preamble = load_json_object(raw_text, allow_preamble=allow_preamble)  # type: ignore[arg-type]
         _check_keys(obj, ("verdict", "confidence", "reason"))
         verdict, conf, reason = obj["verdict"], obj["confidence"], obj["reason"]
         if verdict not in JUDGE_VERDICTS:
-            raise _Reject("bad_verdict", f"verdict {verdict!r}")
+            raise Reject("bad_verdict", f"verdict {verdict!r}")
         if conf is None:
             if not allow_null_confidence:
-                raise _Reject("null_confidence_not_allowed", "confidence is null")
+                raise Reject("null_confidence_not_allowed", "confidence is null")
         elif isinstance(conf, bool) or not isinstance(conf, (int, float)) or not math.isfinite(conf) or not 0 <= conf <= 1:
-            raise _Reject("bad_confidence", f"confidence {conf!r} is not a number in [0, 1]")
+            raise Reject("bad_confidence", f"confidence {conf!r} is not a number in [0, 1]")
         if not isinstance(reason, str):
-            raise _Reject("wrong_type", "reason is not a string")
-    except _Reject as r:
+            raise Reject("wrong_type", "reason is not a string")
+    except Reject as r:
         return JudgeOutcome(ok=False, reason=r.reason, detail=r.detail, preamble_chars=preamble)
     return JudgeOutcome(ok=True, verdict=verdict, confidence=None if conf is None else float(conf), reason_text=reason,
                         preamble_chars=preamble)

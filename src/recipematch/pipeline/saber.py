@@ -37,7 +37,7 @@ from recipematch.errors import RecipematchError
 from recipematch.io import building_dir, iter_jsonl_strict, write_json, write_jsonl
 from recipematch.llm.backends import GenerationRequest
 from recipematch.llm.asker import failure_counts, StoredAsker, top_counts
-from recipematch.llm.parsing import load_answer_object
+from recipematch.llm.answer_json import load_answer_object
 from recipematch.llm.prompts import fill_slots
 from recipematch.llm.serving import check_recordings
 from recipematch.pipeline.door import Layout, progress_option, stage
