@@ -22,7 +22,7 @@ FIX = Path(__file__).parent / "fixtures" / "mirb_mini"
 
 def test_a_task_becomes_a_beir_folder_with_mirbs_document_text_and_exclusions(tmp_path) -> None:
     from recipematch.beir import read_beir
-    from recipematch.graded import read_excluded
+    from recipematch.graded_files import read_excluded
 
     man = mirb.build_folder(FIX, tmp_path / "modup", "modup", revision="r")
     ds = read_beir(tmp_path / "modup", "test")
@@ -138,7 +138,7 @@ def test_input_that_would_score_the_wrong_thing_is_refused(tmp_path, fname, line
 
 
 def test_excluded_ids_are_deduplicated_and_unknown_ones_dropped_and_counted(tmp_path) -> None:
-    from recipematch.graded import read_excluded
+    from recipematch.graded_files import read_excluded
 
     src = _copy(tmp_path)
     with (src / "modup" / "excluded_ids.jsonl").open("a") as f:

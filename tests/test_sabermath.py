@@ -20,7 +20,7 @@ from recipematch.beir import load_beir
 from recipematch.config import load_yaml, parse_params
 from recipematch.errors import RecipematchError
 from recipematch.external.sabermath import build_folder, full_text, read_copy
-from recipematch.graded import CANDIDATES_FILE, read_candidates
+from recipematch.graded_files import CANDIDATES_FILE, read_candidates
 
 DOCS = [("Find all primes p with p^2 + 2 prime.", "Work modulo 3: p = 3 only."),
         ("Show that n^3 - n is divisible by 6.", "Factor as (n-1)n(n+1), three consecutive integers."),

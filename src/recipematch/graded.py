@@ -39,8 +39,6 @@ Values are fractions in [0, 1], as the library reports them, under its measure n
 live apart from the percent R@k of the rest of a summary (``summary["measures"]``).
 """
 
-# long module: one job (a graded run: build, check, measure, read its files), a few lines over the limit
-
 from __future__ import annotations
 
 import json
@@ -55,12 +53,13 @@ import pandas as pd
 
 from recipematch.beir import BeirFormatError, doc_text, iter_qrels_rows
 from recipematch.errors import RecipematchError, short_repr
+from recipematch.graded_files import CANDIDATES_FILE, EXCLUDED_FILE, positive_qrel_ids, read_candidates, read_excluded
 from recipematch.rules import GAINS, MEASURE_PREFIX
 from recipematch.saber import ndcg_exponential
 
 __all__ = ["GAINS", "DEFAULT_MEASURES", "DEFAULT_DEPTH", "LIBRARY", "Run", "parse_measures",
            "check_grades", "check_qrels_file", "topk_run", "measure_run", "write_trec_run", "library_version",
-           "EXCLUDED_FILE", "read_excluded", "CANDIDATES_FILE", "read_candidates", "measure_real_valued", "GradedSpec",
+           "measure_real_valued", "GradedSpec",
            "prepare", "score_graded", "MEASURE_PREFIX", "REAL_VALUED_ENGINE"]
 
 #: what ``recipematch evaluate --measure`` computes unless told otherwise (the paper's Section 6 measure first)
@@ -72,10 +71,6 @@ DEFAULT_DEPTH = 100
 ALLOWED = {"nDCG": {"cutoff", "gains", "judged_only"}, "R": {"cutoff", "judged_only"},
            "AP": {"cutoff", "rel", "judged_only"}, "P": {"cutoff", "rel", "judged_only"},
            "RR": {"rel", "judged_only"}, "Success": {"cutoff", "rel", "judged_only"}, "Judged": {"cutoff"}}
-#: a BEIR folder's per-query ids taken out of that query's run (BRIGHT's ``excluded_ids``), when present
-EXCLUDED_FILE = "excluded_ids.json"
-#: a BEIR folder's per-query candidate ids (SABER-Math's reranking protocol), when present
-CANDIDATES_FILE = "candidates.json"
 #: what computes nDCG on real-valued grades (module docstring)
 REAL_VALUED_ENGINE = "recipematch.saber.ndcg_exponential (SABER-Math's metric: trec_eval takes integer grades only)"
 #: grades trec_eval holds in a C int; the exponential gain 2**g - 1 must fit too
@@ -365,7 +360,10 @@ def rerank_run(bset, model, candidates: Mapping[str, Sequence[str]], depth: int 
         RecipematchError: a scored query without candidates, a candidate not in the corpus, or
             ``depth`` < 1.
     """
-    from recipematch.retrieval.bm25 import bm25_score_matrix, bm25_settings  # lazy: recipematch.retrieval.bm25 pulls in torch
+    from recipematch.retrieval.bm25 import (  # lazy: recipematch.retrieval.bm25 pulls in torch
+        bm25_score_matrix,
+        bm25_settings,
+    )
     from recipematch.retrieval.cache import encode_cached  # lazy: recipematch.retrieval.cache pulls in torch
 
     if isinstance(depth, bool) or not isinstance(depth, int) or depth < 1:
@@ -511,70 +509,6 @@ def write_trec_run(path: str | os.PathLike, run: Run, tag: str = "recipematch") 
     return path
 
 
-def _read_json_file(path: Path):
-    """A folder's optional JSON file: ``None`` when absent, else its parsed value.
-
-    Raises:
-        RecipematchError: the path is a folder or a broken link, or not JSON.
-    """
-    if not path.exists() and not path.is_symlink():
-        return None
-    if not path.is_file():
-        raise RecipematchError(f"{path}: exists but is not a readable file (a folder or a broken link)")
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise RecipematchError(f"{path}: not JSON ({exc})") from None
-
-
-def read_excluded(folder: str | os.PathLike) -> dict[str, list[str]]:
-    """``query_id -> excluded doc ids`` of a BEIR folder (e.g. one the BRIGHT loader wrote) (empty
-    when the folder has no :data:`EXCLUDED_FILE`).
-
-    Raises:
-        RecipematchError: the file is not a JSON object of id lists.
-    """
-    path = Path(folder) / EXCLUDED_FILE
-    obj = _read_json_file(path)
-    if obj is None:
-        return {}
-    if not isinstance(obj, dict) or not all(isinstance(v, list) and all(isinstance(x, str) for x in v)
-                                            for v in obj.values()):
-        raise RecipematchError(f"{path}: expected an object of query id -> list of document ids")
-    return obj
-
-
-def _positive_qrels(folder: str | os.PathLike, split: str) -> dict[str, set[str]]:
-    """``query_id -> doc ids graded above 0`` of a BEIR folder's qrels."""
-    out: dict[str, set[str]] = {}
-    for _path, _lineno, qid, did, raw in iter_qrels_rows(folder, split):
-        if raw > 0:
-            out.setdefault(qid, set()).add(did)
-    return out
-
-
-def read_candidates(folder: str | os.PathLike) -> dict[str, list[str]] | None:
-    """``query_id -> candidate doc ids`` of a BEIR folder (e.g. one the SABER-Math loader wrote),
-    or ``None`` when the folder has no :data:`CANDIDATES_FILE` (not a reranking folder).
-
-    Raises:
-        RecipematchError: the file is not a non-empty JSON object of non-empty id lists without
-            repeats.
-    """
-    path = Path(folder) / CANDIDATES_FILE
-    obj = _read_json_file(path)
-    if obj is None:
-        return None
-    if not isinstance(obj, dict) or not obj:
-        raise RecipematchError(f"{path}: expected a non-empty object of query id -> list of document ids")
-    for q, v in obj.items():
-        if not isinstance(v, list) or not v or not all(isinstance(x, str) for x in v):
-            raise RecipematchError(f"{path}: query {short_repr(q, 40)}: expected a non-empty list of document ids")
-        if len(set(v)) != len(v):
-            raise RecipematchError(f"{path}: query {short_repr(q, 40)}: a candidate is listed twice")
-    return obj
-
-
 @dataclass(frozen=True)
 class GradedSpec:
     """What one evaluation computes with the library, checked against its folder
@@ -646,7 +580,7 @@ def prepare(folder: str | os.PathLike, names: Sequence[str], *, n_docs: int, spl
         parsed = parse_measures(names, gain=gain, grades=grades or (0, 1))
     if candidates is not None:  # a reranking run holds a query's candidates (up to the depth)
         n_docs = max(len(v) for v in candidates.values())
-        positive = _positive_qrels(folder, split)
+        positive = positive_qrel_ids(folder, split)
         unscored = sorted(q for q in positive if q not in candidates)
         if unscored:
             raise RecipematchError(f"{Path(folder) / CANDIDATES_FILE}: query {unscored[0]!r} has qrels but no candidates")

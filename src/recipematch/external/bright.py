@@ -14,7 +14,7 @@ Rules:
 - ``excluded_ids`` (documents BRIGHT takes out of that query's ranking; the placeholder
   ``"N/A"`` means none) are written to ``excluded_ids.json`` (``query_id -> [doc ids]``) and
   applied by :func:`recipematch.graded.topk_run` (``exclude=``; the file is
-  :data:`recipematch.graded.EXCLUDED_FILE`, read by :func:`recipematch.graded.read_excluded`), as BRIGHT's own evaluation
+  :data:`recipematch.graded_files.EXCLUDED_FILE`, read by :func:`recipematch.graded_files.read_excluded`), as BRIGHT's own evaluation
   sets their scores to minus infinity before ranking.
 - A gold or excluded id that is not a document, a gold that is also excluded, a duplicate id,
   a missing column or file: one line naming the file and what is wrong; nothing is written.
@@ -32,9 +32,9 @@ from pathlib import Path
 from recipematch.beir import write_beir
 from recipematch.errors import RecipematchError, short_repr
 from recipematch.external import check_out_folder, read_parquet_rows
+from recipematch.graded_files import EXCLUDED_FILE, read_excluded
 from recipematch.io import id_problem
 from recipematch.rules import EXTERNAL_SUBSETS
-from recipematch.graded import EXCLUDED_FILE, read_excluded
 
 __all__ = ["SPLITS", "SOURCE", "LICENCE", "EXCLUDED_FILE", "build_folder", "read_excluded"]
 

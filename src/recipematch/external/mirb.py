@@ -17,7 +17,7 @@ Rules of the folder this loader writes (one per task, :data:`TASKS`):
 - only queries with a qrel of grade > 0 are kept (MIRB scores those; the rest are counted);
   grades must be integers (``1`` or ``1.0``; ``1.5`` is refused with file, line and field);
   a qrel naming an unknown query or document is refused;
-- ``excluded_ids.jsonl`` becomes :data:`recipematch.graded.EXCLUDED_FILE` for the kept
+- ``excluded_ids.jsonl`` becomes :data:`recipematch.graded_files.EXCLUDED_FILE` for the kept
   queries (the graded measures drop them; R@k ranks every document, as for BRIGHT).
 """
 
@@ -32,8 +32,9 @@ from typing import Any
 
 from recipematch.beir import BeirFormatError, parse_score, write_beir
 from recipematch.errors import RecipematchError, short_repr
-from recipematch.io import BadLine, iter_jsonl
 from recipematch.external import check_out_folder
+from recipematch.graded_files import EXCLUDED_FILE
+from recipematch.io import BadLine, iter_jsonl
 from recipematch.rules import EXTERNAL_SUBSETS
 
 __all__ = ["TASKS", "SOURCE", "LICENCE", "read_task", "build_folder"]
@@ -181,7 +182,6 @@ def build_folder(src: str | os.PathLike, out: str | os.PathLike, task: str, *, r
     Raises:
         RecipematchError: an unknown task, or any check of :func:`read_task`.
     """
-    from recipematch.graded import EXCLUDED_FILE  # lazy: recipematch.graded pulls in pandas
 
     if task not in TASKS:
         raise RecipematchError(f"MIRB: unknown task {short_repr(task, 60)}; expected one of {list(TASKS)}")

@@ -50,6 +50,7 @@ from pathlib import Path
 from recipematch.beir import write_beir
 from recipematch.errors import RecipematchError, short_repr
 from recipematch.external import check_out_folder, read_parquet_rows
+from recipematch.graded_files import CANDIDATES_FILE
 from recipematch.rules import EXTERNAL_SUBSETS
 
 __all__ = ["SETTINGS", "SOURCE", "LICENCE", "GRADE_SCALE", "BRANCHES", "REQUIRED_COLUMNS", "full_text", "copy_problem",
@@ -204,7 +205,6 @@ def build_folder(root: str | os.PathLike, out: str | os.PathLike, setting: str, 
     Raises:
         RecipematchError: an unknown setting, or anything :func:`read_copy` refuses.
     """
-    from recipematch.graded import CANDIDATES_FILE  # lazy: recipematch.graded pulls in pandas
 
     if setting not in SETTINGS:
         raise RecipematchError(f"SABER-Math: unknown setting {short_repr(setting, 60)}; choose from {list(SETTINGS)}")
