@@ -233,6 +233,10 @@ def grid_position(spec: CellSpec) -> tuple[str, tuple[str, str | None]]:
 GATE_VERSIONS = ("v1", "v2")
 
 #: Every LLM prompt of the ladder (Table 9), by pair-file key.
+#: The peer release's recorded pair file of each prompt it holds (paper Section 3: the D1 recipe
+#: rewrites and D4 restatements the replay recordings and the embedded tiers are built from).
+RELEASE_FILES = {"d1_recipe": "pairs_d1_recipe.jsonl", "d4_restatement": "pairs_d4_unrelated.jsonl"}
+
 LLM_PROMPTS = ("d1_recipe", "d2_paraphrase", "d3_style", "d4_restatement", "d5_survey", "unrelated_negatives")
 
 

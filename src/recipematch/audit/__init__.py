@@ -22,9 +22,10 @@ audit is params only:
   near-misses, same sources pool, same LLM, same matched budget and seeds.
 
 The recipe-sensitivity number is the gap ``recipe − cell`` in benchmark R@1 (percentage
-points) with its nested-bootstrap interval (queries within seeds, Appendix A), computed by the
-``audit-report`` stage (:func:`compute_audit`) from the per-query rank files the evaluate
-stages wrote.
+points) with its nested-bootstrap interval (queries within seeds, Appendix A): the contrast
+``recipe - cell`` that the audit declares under ``contrasts``, computed by the ``stats`` stage
+like every contrast of the main pipeline (``metrics/stats.json``: its gap, its DiD against the
+real set, each model's R@1), and read from there by the ``audit-report`` stage.
 
 ``audit.json`` (written by the ``audit-report`` stage; every number computed by the run):
 
@@ -61,14 +62,14 @@ anywhere; the key itself is read by the backend at request time.
 
 Modules: :mod:`recipematch.audit.checks` (input checks), :mod:`recipematch.audit.project`
 (params, the generated ``dvc.yaml``, :func:`init_audit`), :mod:`recipematch.audit.measure`
-(the gap, the style probe, prompt identities), :mod:`recipematch.audit.report` (the report
+(the style probe, prompt identities), :mod:`recipematch.audit.report` (the report
 and its plot).
 """
 
 from __future__ import annotations
 
 from recipematch.audit.checks import check_benchmark, check_recipe, check_sources, read_sources
-from recipematch.audit.measure import compute_gap, gap_dict, prompt_identity, style_probe_benchmark
+from recipematch.audit.measure import prompt_identity, style_probe_benchmark
 from recipematch.audit.project import (
     ALSO_DIR,
     AUDIT_ARMS,
@@ -104,10 +105,8 @@ __all__ = [
     "check_benchmark",
     "check_recipe",
     "check_sources",
-    "compute_gap",
     "control_positives",
     "default_template",
-    "gap_dict",
     "init_audit",
     "json_dumps",
     "plot_audit",

@@ -18,8 +18,7 @@ from recipematch.gates import norm_v2
 from recipematch.io import id_problem, iter_jsonl_strict
 from recipematch.llm.prompts import load_custom_prompt
 from recipematch.llm.recordings import build_recordings, release_row
-from recipematch.pipeline.inputs import RELEASE_FILES
-from recipematch.rules import LLM_PROMPTS, negatives_for_prompt
+from recipematch.rules import LLM_PROMPTS, RELEASE_FILES, negatives_for_prompt
 
 
 def check_benchmark(folder: Path, name: str = "benchmark", rule: str = "plain") -> dict[str, int]:

@@ -1,7 +1,7 @@
-"""The numbers of an audit (:mod:`recipematch.audit`), computed by the ``audit-report``
-stage (:mod:`recipematch.pipeline.audit`): the recipe-sensitivity gap with its nested-bootstrap
-interval (Appendix A), the style probe of the benchmark's golds (Appendix C), and the
-identity of the prompts used."""
+"""What an audit (:mod:`recipematch.audit`) measures besides the stats stage's numbers, for the
+``audit-report`` stage (:mod:`recipematch.pipeline.audit`): the style probe of the
+benchmark's golds (Appendix C) and the identity of the prompts used. The recipe-sensitivity
+gap and its DiD are the stats stage's (the contrast ``recipe - cell``; Appendix A)."""
 
 from __future__ import annotations
 
@@ -12,34 +12,6 @@ from recipematch.beir import doc_text, positive_qrels
 from recipematch.benchmarks_data import load_set
 from recipematch.errors import RecipematchError
 from recipematch.llm.prompts import load_custom_prompt, load_prompt
-from recipematch.pipeline.stats import hit_matrix
-from recipematch.stats import nested_bootstrap_gap
-
-
-def gap_dict(bi: Any) -> dict[str, Any]:
-    """The fields of a :class:`recipematch.stats.BootstrapInterval` that ``audit.json`` records."""
-    d = bi.to_dict()
-    return {k: d[k] for k in ("estimate", "low", "high", "level", "n_boot", "seeds", "scheme", "n_seeds_a",
-                              "n_seeds_b", "n_queries")}
-
-
-def compute_gap(ranks_a, ranks_b, *, n_boot: int, seed: int, paired_seeds: bool):
-    """Nested-bootstrap R@1 gap ``a − b`` in points from two per-query rank tables (columns
-    ``seed``, ``query_id``, ``rank``; Appendix A), via :func:`recipematch.stats.nested_bootstrap_gap`.
-
-    Returns:
-        ``(BootstrapInterval, hits_a, hits_b, clusters)`` with hits in points, shape
-        ``(n_seeds, n_queries)``.
-
-    Raises:
-        RecipematchError: the two tables score different queries.
-    """
-    ha, qa, ca = hit_matrix(ranks_a, 1)
-    hb, qb, _ = hit_matrix(ranks_b, 1)
-    if qa != qb:
-        raise RecipematchError("the two arms were scored on different queries: rerun the evaluate stages")
-    g = nested_bootstrap_gap(100 * ha, 100 * hb, n_boot=n_boot, seed=seed, clusters=ca, paired_seeds=paired_seeds)
-    return g, 100 * ha, 100 * hb, ca
 
 
 def style_probe_benchmark(folder: Path, *, test_fraction: float, seed: int, n_boot: int, level: float, C: float,

@@ -24,13 +24,11 @@ import yaml
 import recipematch
 from recipematch.audit.checks import (check_base_url, check_benchmark, check_real_apart, check_recipe,
                                       check_replay_rows, check_sources, check_workdir_apart)
-from recipematch.config import ENV_VAR_NAME, field_table, parse_params
+from recipematch.config import ENV_VAR_NAME, field_table, load_params, parse_params
 from recipematch.errors import RecipematchError
 from recipematch.llm.prompts import load_custom_prompt_spec
-from recipematch.pipeline.door import check_params_file
-from recipematch.pipeline.inputs import RELEASE_FILES
-from recipematch.pipeline.models import resolve_model
-from recipematch.rules import DID_ROLES, POSITIVES
+from recipematch.base_models import resolve_model
+from recipematch.rules import DID_ROLES, POSITIVES, RELEASE_FILES
 
 #: the arms of an audit: the recipe and the control cell (positives = the control prompt)
 AUDIT_ARMS = ("recipe", "cell")
@@ -88,7 +86,7 @@ def template_params(path: Path) -> dict[str, Any]:
     Raises:
         RecipematchError: naming the file and the bad key.
     """
-    return _plain(dataclasses.asdict(check_params_file(Path(path))))
+    return _plain(dataclasses.asdict(load_params(Path(path))))
 
 
 def audit_params(template: Mapping[str, Any], *, control: str, recipe_sidecar: str, backend: str, base_url: str,
@@ -210,7 +208,8 @@ def audit_dvc_yaml(params: Mapping[str, Any]) -> dict[str, Any]:
     stages["stats"] = st("recipematch stats", "stats", ["artifacts/eval"], [], ["metrics/stats.json"])
     del stages["stats"]["outs"]
     stages["audit"] = st("recipematch audit-report", "audit",
-                         ["artifacts/eval", "metrics/gates.json", "artifacts/pairs", *evals, SOURCES_FILE, *recipe],
+                         ["metrics/stats.json", "metrics/gates.json", "metrics/corpus.json", "artifacts/pairs", *evals,
+                          SOURCES_FILE, *recipe],
                          [{"reports": {"cache": False}}], ["audit.json"])
     return {"stages": stages}
 

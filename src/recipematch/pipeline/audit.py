@@ -11,65 +11,63 @@ from typing import Any
 from recipematch.beir import corpus_sha256, qrels_sha256, queries_sha256, read_beir
 from recipematch.audit.report import plot_audit, render_report, SCHEMA
 from recipematch.audit.project import AUDIT_CONTRAST
-from recipematch.audit.measure import compute_gap, gap_dict, prompt_identity, style_probe_benchmark
+from recipematch.audit.measure import prompt_identity, style_probe_benchmark
 from recipematch import __version__
 from recipematch.errors import RecipematchError
 from recipematch.io import read_json, read_jsonl_strict, sha256_file, write_json
 from recipematch.metrics import metric_key
 from recipematch.pipeline.door import Layout, stage
 from recipematch.pipeline.inputs import train_seeds
-from recipematch.pipeline.stats import BASELINES, hit_matrix
-from recipematch.rules import CellSpec, NAMED_ARMS, POSITIVES
-from recipematch.stats import did_bootstrap, mean_sd
+from recipematch.rules import BASELINES, CellSpec, NAMED_ARMS, POSITIVES
 
-PARAMS = ("arms", "positives", "negatives", "negatives_volume", "evaluations", "stats", "style", "train.seed",
+PARAMS = ("arms", "positives", "negatives", "negatives_volume", "evaluations", "style", "train.seed",
           "train.n_seeds", "train.model", "budget", "llm", "data")
 
+#: the fields of a bootstrap interval that ``audit.json`` records (Appendix A)
+INTERVAL_FIELDS = ("estimate", "low", "high", "level", "n_boot", "seeds", "scheme", "n_seeds_a", "n_seeds_b",
+                   "n_queries")
 
-def _ranks(lay: Layout, arm: str, name: str):
-    import pandas as pd
 
-    path = lay.eval_dir(arm) / f"{name}.parquet"
-    if not path.exists():
-        raise RecipematchError(f"{path} does not exist: rerun the evaluate stage of {arm!r}")
-    df = pd.read_parquet(path)
-    df["seed"] = df["seed"].astype(str)
-    return df
+def _stats_entry(stats: dict, section: str, key: str, what: str) -> dict:
+    """One entry of ``metrics/stats.json`` (written by the stats stage), or a clear error."""
+    try:
+        return stats[section][key]
+    except KeyError:
+        raise RecipematchError(f"metrics/stats.json has no {section}[{key!r}] ({what}): rerun the stats stage "
+                               "with the audit's params (`dvc repro stats`)") from None
 
 
 def run(p, lay: Layout) -> dict:
-    """Recipe sensitivity (recipe − control, benchmark R@1, points) with its interval, the DiD
-    against the generator-free set, the style probe; ``audit.json`` and the report."""
+    """Recipe sensitivity (recipe − control, benchmark R@1, points) with its interval and the
+    DiD against the generator-free set, both as the stats stage computed them
+    (``metrics/stats.json``, the contrast ``recipe - cell`` of ``contrasts``); the style
+    probe; ``audit.json`` and the report."""
     a, b = AUDIT_CONTRAST
     if a not in p.arms or b not in p.arms:
         raise RecipematchError(f"arms must list {a!r} and {b!r} for an audit, got {list(p.arms)}")
     bench = [n for n, ev in sorted(p.evaluations.items()) if ev.role == "benchmark"]
     real = [n for n, ev in sorted(p.evaluations.items()) if ev.role == "real"]
-    s = p.stats
     bn = bench[0]
-    gap, ha, hb, bc = compute_gap(_ranks(lay, a, bn), _ranks(lay, b, bn), n_boot=s.n_boot, seed=s.seed,
-                                 paired_seeds=s.paired_seeds)
-    rs = {"metric": "R@1", "evaluation": bn, "contrast": f"{a} - {b}", "units": "points", **gap_dict(gap)}
+    stats = read_json(lay.metrics / "stats.json")
+    pair = f"{a}-{b}"
+    gap = _stats_entry(stats, "gaps", metric_key(bn, 1, pair), f"the {a} - {b} contrast on {bn}")
+    rs = {"metric": "R@1", "evaluation": bn, "contrast": f"{a} - {b}", "units": "points",
+          **{k: gap[k] for k in INTERVAL_FIELDS}}
     did = None
     if real:
         rn = real[0]
-        ra, qa, ca = hit_matrix(_ranks(lay, a, rn), 1)
-        rb, qb, _ = hit_matrix(_ranks(lay, b, rn), 1)
-        if qa != qb:
-            raise RecipematchError(f"arms {a} and {b} were scored on different {rn} queries: rerun evaluate")
-        d = did_bootstrap(ha, hb, 100 * ra, 100 * rb, n_boot=s.n_boot, seed=s.seed, real_clusters=ca, bench_clusters=bc,
-                          paired_seeds=s.paired_seeds)
-        did = {"real": rn, **{k: v for k, v in gap_dict(d.did).items() if k in ("estimate", "low", "high", "level")},
-               "gap_real": {k: d.gap_real.to_dict()[k] for k in ("estimate", "low", "high")}}
+        d = _stats_entry(stats, "did", f"{pair}.{bn}-{rn}.R@1", f"the difference in differences against {rn}")
+        did = {"real": rn, **{k: d["did"][k] for k in ("estimate", "low", "high", "level")},
+               "gap_real": {k: d["gap_real"][k] for k in ("estimate", "low", "high")}}
     scores: dict[str, Any] = {}
     for m in [*BASELINES, a, b]:
         scores[m] = {}
         for name in [*bench, *real]:
-            h, _, _ = hit_matrix(_ranks(lay, m, name), 1)
-            per_seed = [round(float(x), 4) for x in 100.0 * h.mean(axis=1)]
-            mu, sd = mean_sd(per_seed)
-            scores[m][metric_key(name, 1)] = {"mean": round(float(mu), 4), "sd": None if sd != sd else round(float(sd), 4),
-                                        "per_seed": per_seed}
+            row = _stats_entry(stats, "arms", m, f"the scores of {m}")
+            key = metric_key(name, 1)
+            if key not in row:
+                raise RecipematchError(f"metrics/stats.json has no arms[{m!r}][{key!r}]: rerun the stats stage")
+            scores[m][key] = {k: row[key][k] for k in ("mean", "sd", "per_seed")}
     st = p.style
     style = style_probe_benchmark(lay.p(p.evaluations[bn].folder), test_fraction=st.test_fraction, seed=st.seed,
                                   n_boot=st.n_boot, level=st.level, C=st.C, max_iter=st.max_iter)

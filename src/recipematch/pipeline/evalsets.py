@@ -36,7 +36,8 @@ from recipematch.evalsets import build_probe, check_release_rows, choose_heldout
 from recipematch.io import read_jsonl_strict, write_json
 from recipematch.pipeline.deps import require_declared_dep
 from recipematch.pipeline.door import Layout, stage, write_run_record
-from recipematch.pipeline.inputs import RELEASE_FILES, corpus_rows
+from recipematch.pipeline.inputs import corpus_rows
+from recipematch.rules import RELEASE_FILES
 
 PARAMS = ("evalsets", "data.source", "data.retrieve")
 

@@ -14,9 +14,6 @@ from recipematch.rules import CellSpec
 
 log = logging.getLogger("recipematch")
 
-#: The release files the replay recordings are built from (prompt → file in data/peer_release).
-RELEASE_FILES = {"d1_recipe": "pairs_d1_recipe.jsonl", "d4_restatement": "pairs_d4_unrelated.jsonl"}
-
 
 
 def train_seeds(seed: int, n_seeds: int) -> list[int]:

@@ -7,8 +7,8 @@ from recipematch.errors import RecipematchError
 from recipematch.io import read_jsonl_strict, write_json, write_jsonl
 from recipematch.llm.recordings import build_recordings
 from recipematch.pipeline.door import Layout, stage, write_run_record
-from recipematch.pipeline.inputs import RELEASE_FILES, corpus_rows
-from recipematch.rules import negatives_for_prompt
+from recipematch.pipeline.inputs import corpus_rows
+from recipematch.rules import RELEASE_FILES, negatives_for_prompt
 
 PARAMS = ("llm.model_id", "llm.judge_model_id", "llm.n_pos", "llm.n_neg")
 
