@@ -26,7 +26,7 @@ from recipematch.benchmarks_data import (
 from recipematch.beir import write_beir
 from recipematch.errors import RecipematchError
 from recipematch.retrieval import NO_GOLD
-from recipematch.scoring import evaluate_benchmark, evaluate_benchmark_bm25, score, scored_qrels
+from recipematch.scoring import BM25, score, scored_qrels
 
 FIX = Path(__file__).parent / "fixtures" / "beir"
 KS = (1, 5, 10)
@@ -57,7 +57,7 @@ def test_mathnet_retrieve_tiers(tier, ranks, r1, r5, wins):
     bset = load_mathnet_retrieve(FIX / "mathnet_mini", tier)
     assert bset.name == f"mathnet-retrieve/{tier}" and len(bset.corpus) == 10
     assert bset.near_misses == {"m1": ["n1"], "m2": ["n2", "n3"]}
-    s, pq = evaluate_benchmark(OneHot(), bset, ks=KS)
+    s, pq = score(bset, OneHot(), ks=KS)
     assert pq["rank"].tolist() == ranks
     assert (s["R@1"], s["R@5"]) == (r1, r5)
     assert pq["gold_beats_near_misses"].tolist() == wins
@@ -95,7 +95,7 @@ def test_crosslingual_strict_rule():
                                   "c7": {}}
     assert bset.query_ids == ["c1", "c3", "c4", "c7"]
     assert bset.clusters.tolist() == ["K1", "K1", "K2", "K3"]
-    s, pq = evaluate_benchmark(OneHot(), bset, ks=KS)
+    s, pq = score(bset, OneHot(), ks=KS)
     # c1 "A": its text twin c9 (1.0) beats gold "A B" (.707) -> rank 1; c3 "A C": gold c1 .707
     # ties the twin c9 -> 0; c4 "D": gold "D F" ties the now non-gold "D E" -> 0; c7: no gold
     assert pq["rank"].tolist() == [1, 0, 0, NO_GOLD]
@@ -105,7 +105,7 @@ def test_crosslingual_strict_rule():
         {"R@1": 100 / 3, "R@5": 200 / 3, "R@10": 200 / 3, "n": 3})  # c1, c3, c7
     assert pq["n_text_twins"].tolist() == [1, 0, 0, 0]
     assert pq["cluster"].tolist() == ["K1", "K1", "K2", "K3"]
-    s_off, pq_off = evaluate_benchmark(OneHot(), bset, ks=KS, self_mask=False)
+    s_off, pq_off = score(bset, OneHot(), ks=KS, self_mask=False)
     assert pq_off["rank"].tolist() == [2, 1, 1, NO_GOLD] and s_off["R@1"] == 0.0
 
 
@@ -117,7 +117,7 @@ def test_samelang_slices():
         "leaked": [False, False, True, False],
         "exact": [False, False, False, True],
     }
-    s, pq = evaluate_benchmark(OneHot(), bset, ks=KS)
+    s, pq = score(bset, OneHot(), ks=KS)
     assert pq["rank"].tolist() == [0, 0, 0, 0]
     assert {k: v["n"] for k, v in s["slices"].items()} == {"primary": 2, "english": 1,
                                                            "leaked": 1, "exact": 1}
@@ -141,14 +141,14 @@ def test_probe_two_rankings():
                                           "n_items_without_qrels": 0}
     assert len(full.corpus) == 9 and len(only.corpus) == 5
     assert full.near_misses == {"s1": ["cp-neg-s1-0", "cp-neg-s1-1"], "s2": ["cp-neg-s2-0"]}
-    s, pq = evaluate_benchmark(OneHot(), full, ks=KS)
+    s, pq = score(full, OneHot(), ks=KS)
     # s1 "A B": own entry masked; positive "A B C" ties negative "A B D" (.816) -> rank 0;
     # s2 "F": corpus twin "F" (1.0) beats positive "F G" (.707) -> rank 1
     assert pq["rank"].tolist() == [0, 1] and s["R@1"] == 50.0
     assert pq["self_masked"].tolist() == [True, False]
     assert pq["gold_beats_near_misses"].tolist() == [0.0, 1.0]  # a tie is not a win
     assert set(s["per_domain"]) == {"Algebra", "Geometry"}
-    s, pq = evaluate_benchmark(OneHot(), only, ks=KS)
+    s, pq = score(only, OneHot(), ks=KS)
     assert pq["rank"].tolist() == [0, 0] and s["R@1"] == 100.0
 
 
@@ -172,7 +172,7 @@ def test_probe_loads_the_real_peer_sample():
 
 def test_bm25_on_a_benchmark_set_uses_the_same_rules():
     bset = load_crosslingual(FIX / "crosslingual_mini")
-    s, pq = evaluate_benchmark_bm25(bset, ks=KS, k1=1.5, b=0.75)
+    s, pq = score(bset, BM25, ks=KS, bm25_k1=1.5, bm25_b=0.75)
     # c1 "a": its twin c9 "a" outscores gold "a b" -> rank 1; c7 has no strict gold
     assert pq["rank"].tolist()[0] == 1 and pq["rank"].tolist()[3] == NO_GOLD
     assert s["benchmark"] == "crosslingual" and "high_confidence" in s["slices"]

@@ -6,6 +6,8 @@
 - recall keys (``R@k``) are spelled only by :func:`recipematch.metrics.recall_key`;
 - a package folder whose modules a stage imports whole is one ``dvc.yaml`` dep;
 - every stage module is a ``recipematch`` subcommand and every ``stages/`` entry point runs one.
+- BEIR files and corpus pools are parsed only by :mod:`recipematch.io`'s JSONL reader;
+- :func:`recipematch.scoring.score` is the one public scorer.
 """
 
 from __future__ import annotations
@@ -161,3 +163,83 @@ def test_an_import_inside_a_function_says_why():
                     if not any("#" in line for line in here) and not above.startswith("#"):
                         bad.append(f"{_rel(f)}:{node.lineno}")
     assert sorted(set(bad)) == []
+
+
+#: what a module that reads JSONL only through :mod:`recipematch.io` never does itself
+_JSON_PARSERS = {"load", "loads", "raw_decode", "JSONDecoder"}
+_FILE_READERS = {"read_text", "read_bytes", "readline", "readlines"}
+
+
+@pytest.mark.parametrize("module", ["beir.py", "corpus.py"])
+def test_a_jsonl_reader_is_not_written_twice(module):
+    """beir.py and corpus.py parse no JSON and read no file themselves (beir opens files only
+    to write them): their JSONL lines come from :func:`recipematch.io.iter_jsonl_strict` /
+    :func:`recipematch.io.iter_jsonl`."""
+    tree = _tree(SRC / module)
+    bad = [f"{module}:{n.lineno} defines {n.name}" for n in ast.walk(tree)
+           if isinstance(n, ast.FunctionDef) and "read" in n.name and "jsonl" in n.name]
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module == "json":
+            bad.append(f"{module}:{node.lineno} imports from json")
+        if not isinstance(node, ast.Call):
+            continue
+        f = node.func
+        if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and f.value.id == "json" and f.attr in _JSON_PARSERS:
+            bad.append(f"{module}:{node.lineno} json.{f.attr}")
+        if isinstance(f, ast.Attribute) and f.attr in _FILE_READERS:
+            bad.append(f"{module}:{node.lineno} .{f.attr}()")
+        if isinstance(f, ast.Name) and f.id == "open":
+            mode = node.args[1] if len(node.args) > 1 else next((k.value for k in node.keywords if k.arg == "mode"), None)
+            if not (isinstance(mode, ast.Constant) and "w" in str(mode.value)):
+                bad.append(f"{module}:{node.lineno} opens a file to read it")
+    assert bad == []
+
+
+def test_beir_reads_each_jsonl_file_through_io(monkeypatch):
+    """corpus.jsonl, queries.jsonl and qrels/<split>.jsonl all go through io's reader, and a
+    line it refuses keeps io's wording as a BeirFormatError."""
+    import recipematch.io as rio
+    from recipematch.beir import BeirFormatError, read_beir
+
+    seen = []
+    real = rio.iter_jsonl
+
+    def spy(path, **kw):
+        seen.append(Path(path).relative_to(folder).as_posix())
+        return real(path, **kw)
+
+    folder = Path(__file__).parent / "fixtures" / "beir" / "mathnet_mini" / "easy"
+    monkeypatch.setattr(rio, "iter_jsonl", spy)
+    ds = read_beir(folder)
+    assert sorted(seen) == ["corpus.jsonl", "qrels/test.jsonl", "queries.jsonl"]
+    assert len(ds.corpus) == 10 and ds.counts.n_qrels_rows > 0
+
+    def refuse(path, **kw):
+        yield 1, rio.BadLine(str(path), 1, "invalid JSON: planted", "")
+
+    monkeypatch.setattr(rio, "iter_jsonl", refuse)
+    with pytest.raises(BeirFormatError, match=r"corpus\.jsonl:1: not valid JSON Lines: invalid JSON: planted; "):
+        read_beir(folder)
+
+
+def test_scoring_has_one_public_scorer():
+    """Of :mod:`recipematch.scoring`'s public functions only ``score`` reaches the ranking
+    kernels; ``score_folder`` is ``load_set`` then ``score``; no retired wrapper
+    (``evaluate_benchmark``, ``evaluate_benchmark_bm25``) is defined anywhere in the package."""
+    import recipematch.scoring as scoring
+
+    fns = {n.name: n for n in _tree(SRC / "scoring.py").body if isinstance(n, ast.FunctionDef)}
+
+    def calls(name):
+        return {c.func.id for c in ast.walk(fns[name]) if isinstance(c, ast.Call) and isinstance(c.func, ast.Name)}
+
+    public = [n for n in scoring.__all__ if callable(getattr(scoring, n))]
+    kernels = {"evaluate_bm25", "evaluate_embeddings"}
+    assert [n for n in public if calls(n) & kernels] == ["score"]
+    assert [n for n in public if "score" in calls(n)] == ["score_folder"]
+    assert calls("score_folder") == {"score", "load_set", "Path"}
+    assert not [n for n in scoring.__all__ if n.startswith("evaluate")]
+    retired = {"evaluate_benchmark", "evaluate_benchmark_bm25"}
+    bad = [f"{_rel(f)}:{n.lineno} {n.name}" for f in MODULES for n in ast.walk(_tree(f))
+           if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name in retired]
+    assert bad == []

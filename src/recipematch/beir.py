@@ -126,16 +126,19 @@ class BeirDataset:
     split: str = "test"
 
 
-def _read_jsonl(path: Path, required: tuple[str, ...], typed: dict[str, type] | None = None) -> list[tuple[int, dict]]:
-    """``(line number, object)`` for each non-blank line, read with the project's one JSONL
-    reader (:func:`recipematch.io.iter_jsonl_strict`: byte-order mark skipped, invalid UTF-8
-    and lone surrogates refused); every ``required`` key must be a string unless ``typed``
-    names another type for it.
+def _checked_rows(path: Path, required: tuple[str, ...]) -> list[tuple[int, dict]]:
+    """``(line number, object)`` for each non-blank line of a BEIR JSONL file, every row checked.
+
+    This module reads no JSON itself: the lines come from the project's one JSONL reader
+    (:func:`recipematch.io.iter_jsonl_strict`: byte-order mark skipped, blank lines skipped (their
+    numbers kept), invalid UTF-8, invalid JSON and lone surrogate escapes refused, a folder refused),
+    whose refusal keeps its wording as a :class:`BeirFormatError`. Checked here: each row is an
+    object, each ``required`` field is present and a string, an ``_id`` is a usable id. The
+    whole file is read and checked before a caller's checks across rows (duplicates).
 
     Raises:
-        BeirFormatError: naming the file and line of a malformed row.
+        BeirFormatError: naming the file and line (and the field) of a malformed row.
     """
-    typed = typed or {}
     rows: list[tuple[int, dict]] = []
     try:
         for lineno, obj in iter_jsonl_strict(path):
@@ -144,12 +147,9 @@ def _read_jsonl(path: Path, required: tuple[str, ...], typed: dict[str, type] | 
             for key in required:
                 if key not in obj:
                     raise BeirFormatError(f"{path}:{lineno}: missing field {key!r}")
-                want = typed.get(key, str)
-                if not isinstance(obj[key], want):
-                    raise BeirFormatError(
-                        f"{path}:{lineno}: field {key!r} must be a {'string' if want is str else want.__name__}, got "
-                        f"{type(obj[key]).__name__}"
-                    )
+                if not isinstance(obj[key], str):
+                    raise BeirFormatError(f"{path}:{lineno}: field {key!r} must be a string, got "
+                                          f"{type(obj[key]).__name__}")
             if isinstance(obj.get("_id"), str) and (why := id_problem(obj["_id"])):
                 raise BeirFormatError(f"{path}:{lineno}: _id {obj['_id']!r} {why}")
             rows.append((lineno, obj))
@@ -242,7 +242,7 @@ def iter_qrels_rows(folder: str | os.PathLike, split: str = "test"):
         for lineno, qid, did, score in read_qrels_tsv(tsv):
             yield tsv, lineno, qid, did, score
     elif jsonl.exists():
-        for lineno, obj in _read_jsonl(jsonl, ("query-id", "corpus-id")):
+        for lineno, obj in _checked_rows(jsonl, ("query-id", "corpus-id")):
             if "score" not in obj:
                 raise BeirFormatError(f"{jsonl}:{lineno}: missing field 'score'")
             yield jsonl, lineno, obj["query-id"], obj["corpus-id"], parse_score(obj["score"], jsonl, lineno)
@@ -265,7 +265,7 @@ def _read_qrels(folder: Path, split: str) -> tuple[Qrels, int]:
 def _read_corpus(corpus_path: Path) -> tuple[Corpus, int]:
     corpus: Corpus = {}
     n_empty = 0
-    for lineno, obj in _read_jsonl(corpus_path, ("_id", "text")):
+    for lineno, obj in _checked_rows(corpus_path, ("_id", "text")):
         did = obj["_id"]
         if did in corpus:
             raise BeirFormatError(f"{corpus_path}:{lineno}: duplicate corpus _id {did!r}")
@@ -324,7 +324,7 @@ def read_beir(folder: str | os.PathLike, split: str = "test") -> BeirDataset:
 
     queries: Queries = {}
     query_meta: dict[str, dict] = {}
-    for lineno, obj in _read_jsonl(queries_path, ("_id", "text")):
+    for lineno, obj in _checked_rows(queries_path, ("_id", "text")):
         qid = obj["_id"]
         if qid in queries:
             raise BeirFormatError(f"{queries_path}:{lineno}: duplicate query _id {qid!r}")

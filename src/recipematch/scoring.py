@@ -5,9 +5,14 @@ names its rule (``plain``, ``crosslingual_strict``, ``samelang``;
 :data:`recipematch.metrics.SCORING_RULES`); :func:`score` applies the rule to the qrels
 (:func:`recipematch.metrics.rule_qrels`), ranks every query over the whole corpus with its
 own entry masked (:mod:`recipematch.retrieval`; paper Section 3 and Appendix A) and returns
-R@k in percent, per-slice R@k and the per-query ranks. :func:`score_folder` does both steps
-for a folder; everything that can be wrong with the data fails in the loader, before a
-model is loaded.
+R@k in percent, per-slice R@k and the per-query ranks.
+
+:func:`score` is the one public scorer of R@k: an encoder or :data:`BM25` (with its
+``bm25_k1`` and ``bm25_b``) is its ``model`` argument, and the evaluate stages,
+``recipematch evaluate`` and the survey call it. :func:`score_folder` is only
+:func:`recipematch.benchmarks_data.load_set` then :func:`score`; everything that can be wrong
+with the data fails in the loader, before a model is loaded. Graded measures (nDCG, AP) over
+top-k runs are :func:`recipematch.graded.score_graded`'s.
 """
 
 from __future__ import annotations
@@ -33,8 +38,7 @@ from recipematch.retrieval import (
 )
 from recipematch.retrieval.selfmask import own_entries
 
-__all__ = ["BM25", "scored_qrels", "score", "score_folder", "evaluate_benchmark",
-           "evaluate_benchmark_bm25"]
+__all__ = ["BM25", "scored_qrels", "score", "score_folder"]
 
 #: Pass as ``model`` to score the lexical baseline (bm25s) instead of an encoder.
 BM25 = "bm25"
@@ -144,18 +148,3 @@ def score_folder(folder: str | os.PathLike, rule: str, model: Encoder | str, *,
         RecipematchError: any check of the folder for its rule.
     """
     return score(load_set(Path(folder), rule, split=split, name=name), model, ks=ks, **kwargs)
-
-
-def evaluate_benchmark(encoder: Encoder, bset: BenchmarkSet, *, ks: Sequence[int],
-                       self_mask: bool | str | None = None, cache_dir=None, chunk_size: int | None = None
-                       ) -> tuple[dict, pd.DataFrame]:
-    """:func:`score` with an encoder (kept for callers of the former
-    ``benchmarks_data.evaluate_benchmark``)."""
-    return score(bset, encoder, ks=ks, self_mask=self_mask, cache_dir=cache_dir,
-                 chunk_size=chunk_size)
-
-
-def evaluate_benchmark_bm25(bset: BenchmarkSet, *, ks: Sequence[int], k1: float, b: float,
-                            self_mask: bool | str | None = None) -> tuple[dict, pd.DataFrame]:
-    """:func:`score` with BM25 (bm25s; the paper's baseline uses k1 1.5, b 0.75)."""
-    return score(bset, BM25, ks=ks, self_mask=self_mask, bm25_k1=k1, bm25_b=b)
