@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from recipematch.errors import RecipematchError
+from recipematch.pipeline.door import Layout
 
 
 @dataclass(frozen=True)
@@ -106,13 +107,14 @@ def source_rows(source: str, path: Path) -> int | None:
 
 def _corpus_table(p, root: Path):
     """The corpus stage's table when it was built from these ``data`` params, else None."""
-    rec_path = root / "artifacts" / "corpus" / "run_record.json"
-    table = root / "artifacts" / "corpus" / "corpus.parquet"
+    lay = Layout(root)
+    rec_path = lay.corpus / "run_record.json"
+    table = lay.corpus / "corpus.parquet"
     if not (rec_path.is_file() and table.is_file()):
         return None
     config = json.loads(rec_path.read_text(encoding="utf-8")).get("config", {})
     built_from = (config.get("data.source", "sample"),
-                  config.get("data.path", config.get("source", "data/peer_release/corpus.jsonl")))
+                  config.get("data.path", config.get("source", lay.rel(lay.release / "corpus.jsonl"))))
     if built_from != (p.data.source, p.data.path):
         return None
     from recipematch.corpus import read_corpus  # lazy: plan stays light (imported by the CLI)
@@ -124,7 +126,7 @@ def _examples_per_row(p, root: Path, arm: str) -> tuple[float, str, dict | None]
     """Training examples per budget row for ``arm``: measured by the cells stage
     (``metrics/cells/<arm>.json``) when present, else the rule (a row carries ``llm.n_neg``
     LLM near-misses, one CAS negative, or none)."""
-    path = root / "metrics" / "cells" / f"{arm}.json"
+    path = Layout(root).metrics / "cells" / f"{arm}.json"
     if path.is_file():
         budget = json.loads(path.read_text(encoding="utf-8")).get("budget", {})
         for seed, info in sorted(budget.items()):
@@ -170,7 +172,8 @@ def evaluation_plan(p, root: Path) -> list[dict[str, Any]]:
     MathNet-Retrieve tier not yet written, from ``data.retrieve``), and the encodings."""
     n_models = 1 + len(p.arms) * p.train.n_seeds
     out = []
-    prefix = "artifacts/evalsets/mathnet_retrieve/"
+    lay = Layout(root)
+    prefix = lay.rel(lay.mathnet_retrieve) + "/"
     for name, ev in p.evaluations.items():
         counts, basis = _beir_counts(root / ev.folder), ev.folder
         if counts is None and ev.folder.startswith(prefix) and p.data.retrieve:
@@ -178,8 +181,9 @@ def evaluation_plan(p, root: Path) -> list[dict[str, Any]]:
             counts, basis = _beir_counts(root / p.data.retrieve / tier), f"{p.data.retrieve}/{tier}"
         row = {"evaluation": name, "folder": ev.folder, "models": n_models}
         if counts is None:
-            builder = next((f"external@{n}" for n in p.external if ev.folder.startswith(f"artifacts/external/{n}/")),
-                           next((f"regen@{n}" for n in p.regen if ev.folder.rstrip("/") == f"artifacts/regen/{n}"),
+            builder = next((f"external@{n}" for n in p.external
+                            if ev.folder.startswith(f"{lay.rel(lay.external(n))}/")),
+                           next((f"regen@{n}" for n in p.regen if ev.folder.rstrip("/") == lay.rel(lay.regen(n))),
                                 "evalsets"))
             row.update(documents=None, queries=None, encodings=None,
                        basis=f"not built yet (run the {builder} stage)")
@@ -218,7 +222,8 @@ def llm_plan(p, root: Path, corpus) -> list[dict[str, Any]]:
     from recipematch.rules import negatives_for_prompt  # lazy: plan stays light (imported by the CLI)
 
     out = []
-    gates = root / "artifacts" / "gates" / f"exclusion_{p.gates.active}.json"
+    lay = Layout(root)
+    gates = lay.gates / f"exclusion_{p.gates.active}.json"
     sources = None
     if corpus is not None and gates.is_file():
         excluded = set(json.loads(gates.read_text(encoding="utf-8"))["ids"])
@@ -227,7 +232,7 @@ def llm_plan(p, root: Path, corpus) -> list[dict[str, Any]]:
     for prompt in p.llm.prompts:
         n_neg = negatives_for_prompt(prompt, p.llm.n_neg)
         per_source = p.llm.n_pos + n_neg
-        store = root / "artifacts" / "llm" / prompt / "calls.jsonl"
+        store = lay.llm(prompt) / "calls.jsonl"
         answered, judged = _store_answered(store)
         row = {"prompt": prompt, "backend": p.llm.backend, "store": str(store.relative_to(root)),
                "stored_answers": len(answered)}
@@ -343,6 +348,8 @@ def inputs_plan(p, root: Path) -> list[dict[str, str]]:
     from recipematch.pipeline.models import resolve_model  # lazy: plan stays light (imported by the CLI)
 
     out: list[dict[str, str]] = []
+    lay = Layout(root)
+    built = lay.rel(lay.artifacts) + "/"  # a folder or file under it is a stage's output, built by the pipeline
 
     def add(key: str, value: str, status: str, detail: str = "") -> None:
         out.append({"input": key, "value": value, "status": status, "detail": detail})
@@ -365,7 +372,7 @@ def inputs_plan(p, root: Path) -> list[dict[str, str]]:
     if p.data.retrieve:
         path("data.retrieve", p.data.retrieve, "MathNet-Retrieve tiers", "dir")
     for name, ev in p.evaluations.items():
-        if not ev.folder.startswith("artifacts/"):  # artifacts/ folders are built by the evalsets stage
+        if not ev.folder.startswith(built):  # a stage builds it (evalsets, external@, regen@)
             path(f"evaluations.{name}.folder", ev.folder, "BEIR folder", "dir",
                  ("corpus.jsonl", "queries.jsonl", "qrels/test.tsv|qrels/test.jsonl"))
     for key, a in p.attacks.items():  # the MELD attack's released rows (Section 6, Appendix D)
@@ -398,7 +405,7 @@ def inputs_plan(p, root: Path) -> list[dict[str, str]]:
         if rc.source == "rows":
             path(f"regen.{name}.rows", rc.rows, "released regenerated golds", "file")
     r = p.remedies  # Table 19's replay rows: a user's file (the default's is built by the replay_pool stage)
-    if r.arms and r.replay_fractions and not r.replay_file.startswith("artifacts/"):
+    if r.arms and r.replay_fractions and not r.replay_file.startswith(built):
         path("remedies.replay_file", r.replay_file, "replay pair file", "file")
     # the labelling stages (the candidate design's judging; SABER-Math): their files and clients
     labelling = [(f"judging.{n}", jc, (("prompt", "judge prompt"), ("system_prompt", "system prompt"),
@@ -425,11 +432,11 @@ def inputs_plan(p, root: Path) -> list[dict[str, str]]:
     if p.llm.recipe_prompt:
         path("llm.recipe_prompt", p.llm.recipe_prompt, "recipe prompt sidecar", "file")
     if p.llm.backend == "replay":
-        from recipematch.pipeline.inputs import RELEASE_FILES  # lazy: plan stays light (imported by the CLI)
+        from recipematch.rules import RELEASE_FILES  # lazy: plan stays light (imported by the CLI)
 
         for prompt in p.llm.prompts:
             if prompt in RELEASE_FILES:
-                path(f"release rows ({prompt})", f"data/peer_release/{RELEASE_FILES[prompt]}",
+                path(f"release rows ({prompt})", lay.rel(lay.release / RELEASE_FILES[prompt]),
                      "released rows the recordings stage replays", "file")
     try:
         add("train.model", p.train.model, "ok", resolve_model(p.train.model))

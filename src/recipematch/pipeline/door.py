@@ -39,21 +39,30 @@ log = logging.getLogger("recipematch")
 
 @dataclass(frozen=True)
 class Layout:
-    """Every path of the pipeline, relative to ``root`` (mirrors ``dvc.yaml``)."""
+    """Every path of the pipeline, relative to ``root`` (mirrors ``dvc.yaml``:
+    ``tests/test_paths_once.py`` fails when the two disagree)."""
 
     root: Path
 
     def p(self, *parts: str) -> Path:
         return self.root.joinpath(*parts)
 
+    def rel(self, path: Path) -> str:
+        """``path`` (under ``root``) as ``params.yaml`` and ``dvc.yaml`` spell it: relative, ``/``-separated."""
+        return Path(path).relative_to(self.root).as_posix()
+
     # inputs
     @property
     def release(self) -> Path: return self.p("data", "peer_release")
     # stage outputs
     @property
+    def artifacts(self) -> Path: return self.p("artifacts")  # holds every stage output but models, metrics, reports
+    @property
     def corpus(self) -> Path: return self.p("artifacts", "corpus")
     @property
     def evalsets(self) -> Path: return self.p("artifacts", "evalsets")
+    @property
+    def mathnet_retrieve(self) -> Path: return self.p("artifacts", "evalsets", "mathnet_retrieve")  # its tiers
     @property
     def gates(self) -> Path: return self.p("artifacts", "gates")
     @property
@@ -63,20 +72,37 @@ class Layout:
     def llm(self, prompt: str) -> Path: return self.p("artifacts", "llm", prompt)
     @property
     def pairs(self) -> Path: return self.p("artifacts", "pairs")
+    def pair_file(self, source: str) -> Path: return self.p("artifacts", "pairs", f"{source}.jsonl")
+    def judge2(self, prompt: str) -> Path: return self.p("artifacts", "judge2", prompt)
+    def judge2_cells(self, prompt: str) -> Path: return self.p("artifacts", "judge2_cells", f"{prompt}.jsonl")
+    @property
+    def backtranslate(self) -> Path: return self.p("artifacts", "backtranslate")
     def specs(self, arm: str) -> Path: return self.p("artifacts", "specs", f"{arm}.json")
     def cells(self, arm: str) -> Path: return self.p("artifacts", "cells", arm)
     def validated(self, arm: str) -> Path: return self.p("artifacts", "validated", f"{arm}.json")
     def models(self, arm: str) -> Path: return self.p("models", arm)
     def eval_dir(self, arm: str) -> Path: return self.p("artifacts", "eval", arm)
+    def soups(self, label: str) -> Path: return self.p("artifacts", "soups", label)
+    @property
+    def replay(self) -> Path: return self.p("artifacts", "replay")
+    @property
+    def style(self) -> Path: return self.p("artifacts", "style")
     def external(self, name: str) -> Path: return self.p("artifacts", "external", name)
+    def regen(self, name: str) -> Path: return self.p("artifacts", "regen", name)
+    def regen_calls(self, name: str) -> Path: return self.p("artifacts", "regen_calls", name)
+    def pooling(self, name: str) -> Path: return self.p("artifacts", "pooling", name)
+    def judging(self, name: str) -> Path: return self.p("artifacts", "judging", name)
+    def meld_generate(self, name: str) -> Path: return self.p("artifacts", "meld_generate", name)
+    def saber(self, name: str) -> Path: return self.p("artifacts", "saber", name)
+    @property
+    def metrics(self) -> Path: return self.p("metrics")  # each stage's metrics file(s)
+    @property
+    def reports(self) -> Path: return self.p("reports")
+    # places outside DVC: no stage output, ignored by git
     @property
     def cache(self) -> Path: return self.p("cache", "embeddings")
     @property
     def scratch(self) -> Path: return self.p("cache")
-    @property
-    def metrics(self) -> Path: return self.p("metrics")
-    @property
-    def reports(self) -> Path: return self.p("reports")
 
 
 def offline_env() -> None:
