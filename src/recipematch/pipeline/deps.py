@@ -13,8 +13,15 @@ so DVC hashes whatever file or folder the params name. One whose param is empty 
 cannot hash an empty path; the stage refuses to run with that param set while ``dvc.yaml``
 lacks the entry (:func:`require_declared_dep`).
 
+A stage that reads evaluation sets declares which in its module's ``EVAL_DEPS`` (selectors,
+:func:`eval_deps`); ``dvc.yaml`` must list each such set's folder as
+``${evaluations.<name>.folder}``, one per distinct folder, sorted by folder, so declaring a set
+under ``evaluations`` is a params edit and ``--write``. A hand-written dep those folders
+make redundant (``artifacts/external`` once ``artifacts/external/<name>/<subset>`` is listed)
+goes, unless the module's ``KEEP_DEPS`` names it (the stage reads other files there).
+
 ``python -m recipematch.pipeline.deps`` prints what differs; ``--write`` rewrites the code,
-data and params entries of ``dvc.yaml`` in place (comments and other entries kept).
+data, evaluation and params entries of ``dvc.yaml`` in place (comments and other entries kept).
 """
 
 from __future__ import annotations
@@ -22,10 +29,11 @@ from __future__ import annotations
 import ast
 import fnmatch
 import importlib
+import itertools
 import re
 import sys
-from collections.abc import Iterable
-from pathlib import Path
+from collections.abc import Iterable, Mapping
+from pathlib import Path, PurePosixPath
 
 from recipematch.config import load_params_raw
 from recipematch.errors import RecipematchError
@@ -209,6 +217,154 @@ def data_deps(root: Path, cmd: str) -> list[str]:
     return [d for d in declared if _param_value(params or {}, _INTERP.match(d).group(1)) not in (None, "")]
 
 
+#: a generated evaluation dep: one declared evaluation's folder, as DVC interpolates it
+_EVAL_DEP = re.compile(r"^\$\{evaluations\.([A-Za-z0-9][A-Za-z0-9_-]*)\.folder\}$")
+_TEMPLATE = re.compile(r"\$\{([^}]*)\}")
+
+
+def _is_eval_dep(dep) -> bool:
+    return isinstance(dep, str) and bool(_EVAL_DEP.match(dep))
+
+
+def _stage_mod(root: Path, cmd: str):
+    m = re.search(r"\bstages/(\w+)\.py\b", cmd)
+    return importlib.import_module(stage_module(root / "stages" / f"{m.group(1)}.py")) if m else None
+
+
+def _params(root: Path) -> dict:
+    path = root / "params.yaml"
+    return (load_params_raw(path) if path.is_file() else None) or {}
+
+
+def _subst(text: str, ctx: Mapping, params: dict):
+    """``text`` with its ``${key}`` / ``${item.x}`` (from ``ctx``, a foreach or matrix item) and
+    ``${param.path}`` parts resolved; ``None`` when one does not resolve."""
+    def one(expr: str):
+        if expr == "key" or expr == "item" or expr.startswith("item."):
+            head, _, rest = expr.partition(".")
+            if head not in ctx:
+                return None
+            return _param_value(ctx[head], rest) if rest else ctx[head]
+        return _param_value(params, expr)
+
+    whole = _TEMPLATE.fullmatch(text)
+    if whole:
+        return one(whole.group(1))
+    pieces = _TEMPLATE.split(text)  # literal, expression, literal, ...
+    for i in range(1, len(pieces), 2):
+        v = one(pieces[i])
+        if v is None or isinstance(v, (dict, list)):
+            return None
+        pieces[i] = str(v)
+    return "".join(pieces)
+
+
+def _contexts(stage: Mapping, params: dict) -> list[dict]:
+    """The items DVC expands a ``dvc.yaml`` stage into (``{"key": .., "item": ..}`` per foreach
+    entry, ``{"item": {..}}`` per matrix point), ``[{}]`` for a plain stage."""
+    if "foreach" in stage:
+        over = stage["foreach"]
+        over = _subst(over, {}, params) if isinstance(over, str) else over
+        if isinstance(over, Mapping):
+            return [{"key": k, "item": v} for k, v in over.items()]
+        return [{"item": v} for v in over or []]
+    if "matrix" in stage:
+        axes = {}
+        for k, v in stage["matrix"].items():
+            v = _subst(v, {}, params) if isinstance(v, str) else v
+            axes[k] = list(v or [])
+        return [{"item": dict(zip(axes, combo))} for combo in itertools.product(*axes.values())]
+    return [{}]
+
+
+def _selected(selectors, ctx: Mapping, params: dict) -> set[str]:
+    """The evaluation names ``selectors`` (a module's ``EVAL_DEPS``) pick for one stage item.
+
+    A selector is ``"all"`` (every declared evaluation), ``"role:<role>"`` (those of that
+    role) or ``"param:<dotted key>"`` (the one evaluation that param names; the key may hold
+    ``${key}`` / ``${item.x}`` of a foreach item, e.g. ``"param:regen.${key}.of"``)."""
+    evals = params.get("evaluations") or {}
+    out: set[str] = set()
+    for sel in ([selectors] if isinstance(selectors, str) else selectors):
+        kind, _, arg = sel.partition(":")
+        if kind == "all" and not arg:
+            out.update(evals)
+        elif kind == "role" and arg:
+            out.update(n for n, ev in evals.items() if isinstance(ev, Mapping) and ev.get("role") == arg)
+        elif kind == "param" and arg:
+            key = _subst(arg, ctx, params)
+            name = _param_value(params, key) if key else None
+            if isinstance(name, str) and name in evals:  # an undeclared name: the stage itself refuses it
+                out.add(name)
+        else:
+            raise ValueError(f"EVAL_DEPS selector {sel!r}: expected 'all', 'role:<role>' or 'param:<dotted key>'")
+    return out
+
+
+def _inside(path: str, folder: str) -> bool:
+    p, f = PurePosixPath(path), PurePosixPath(folder)
+    return p == f or f in p.parents
+
+
+def _folder(params: dict, name: str) -> str:
+    folder = _param_value(params, f"evaluations.{name}.folder")
+    return str(PurePosixPath(folder)) if isinstance(folder, str) and folder else ""
+
+
+def eval_deps(root: Path, stage: Mapping, name: str = "") -> list[str]:
+    """The ``${evaluations.<name>.folder}`` deps ``dvc.yaml`` stage ``name`` (``stage``: its outer
+    definition, ``foreach`` / ``matrix`` and ``do``) must list: the folders of the evaluations
+    its module's ``EVAL_DEPS`` selects in ``root/params.yaml``, the union over a foreach or
+    matrix stage's items (DVC takes one dep list per stage definition), one per distinct
+    folder (the first name in sorted order speaks for a folder two sets share), sorted by folder.
+
+    Raises:
+        RecipematchError: a selected folder lies inside one of the stage's own outputs (DVC
+            would see a cycle: e.g. a ``regen`` entry whose ``of`` is another entry's output).
+    """
+    body = stage.get("do", stage)
+    mod = _stage_mod(root, body["cmd"])
+    selectors = getattr(mod, "EVAL_DEPS", ()) if mod else ()
+    if not selectors:
+        return []
+    params = _params(root)
+    contexts = _contexts(stage, params)
+    names: set[str] = set()
+    for ctx in contexts:
+        names |= _selected(selectors, ctx, params)
+    by_folder: dict[str, str] = {}
+    for ev in sorted(names):
+        folder = _folder(params, ev)
+        if folder:
+            by_folder.setdefault(folder, ev)
+    outs = [_subst(o if isinstance(o, str) else next(iter(o)), ctx, params)
+            for ctx in contexts for o in body.get("outs", [])]
+    for folder, ev in by_folder.items():
+        clash = [o for o in outs if o and (_inside(folder, o) or _inside(o, folder))]
+        if clash:
+            raise RecipematchError(f"dvc.yaml stage {name or body['cmd']}: reads evaluation {ev} ({folder}), which "
+                                   f"overlaps its own output {clash[0]}: DVC would see a cycle (a foreach stage "
+                                   f"gets the union of its items' sets); declare that set elsewhere")
+    return [f"${{evaluations.{by_folder[f]}.folder}}" for f in sorted(by_folder)]
+
+
+def redundant_deps(root: Path, stage: Mapping) -> list[str]:
+    """Hand-written literal deps of ``stage`` (a stage whose module declares ``EVAL_DEPS``) that
+    its generated evaluation deps make redundant: each one a declared evaluation's folder or a
+    folder holding one (``artifacts/external``), unless the module's ``KEEP_DEPS`` lists it (the
+    stage reads other files there). The stage reads exactly the sets ``EVAL_DEPS`` selects."""
+    body = stage.get("do", stage)
+    mod = _stage_mod(root, body["cmd"])
+    if not getattr(mod, "EVAL_DEPS", ()):
+        return []
+    params = _params(root)
+    folders = [f for f in (_folder(params, n) for n in params.get("evaluations") or {}) if f]
+    keep = set(getattr(mod, "KEEP_DEPS", ()))
+    return [d for d in body.get("deps", [])
+            if isinstance(d, str) and "${" not in d and d not in keep and not _is_code(d)
+            and any(_inside(f, str(PurePosixPath(d))) for f in folders)]
+
+
 def require_declared_dep(root: Path, stage_name: str, template: str, value: str) -> None:
     """Refuse to run stage ``stage_name`` with an optional data param set (``value``) while
     ``root/dvc.yaml`` does not list it among the stage's deps (as ``template``, e.g.
@@ -238,8 +394,8 @@ def check(root: Path) -> list[str]:
 
     doc = yaml.safe_load((root / "dvc.yaml").read_text(encoding="utf-8"))
     problems = []
-    for name, st in doc["stages"].items():
-        st = st.get("do", st)  # a foreach stage declares its command under do
+    for name, outer in doc["stages"].items():
+        st = outer.get("do", outer)  # a foreach stage declares its command under do
         exp = expected(root, st["cmd"])
         if exp is None:
             continue
@@ -251,10 +407,23 @@ def check(root: Path) -> list[str]:
         if extra:
             problems.append(f"stage {name}: deps list code it does not import {extra}")
         want = data_deps(root, st["cmd"])
-        have_d = [d for d in st.get("deps", []) if isinstance(d, str) and _is_param_dep(d)]
+        have_d = [d for d in st.get("deps", []) if isinstance(d, str) and _is_param_dep(d) and not _is_eval_dep(d)]
         if sorted(want) != sorted(have_d):
             problems.append(f"stage {name}: data deps {sorted(have_d)} but params.yaml and the stage "
                             f"call for {sorted(want)}")
+        want_e = eval_deps(root, outer, name)
+        have_e = [d for d in st.get("deps", []) if _is_eval_dep(d)]
+        missing, extra = sorted(set(want_e) - set(have_e)), sorted(set(have_e) - set(want_e))
+        if missing:
+            problems.append(f"stage {name}: deps lack the evaluation folders it reads {missing}")
+        if extra:
+            problems.append(f"stage {name}: deps list evaluation folders it does not read {extra} "
+                            f"(params.yaml evaluations and the module's EVAL_DEPS)")
+        redundant = redundant_deps(root, outer)
+        if redundant:
+            problems.append(f"stage {name}: deps list {redundant}, which hold evaluation folders: its generated "
+                            f"${{evaluations.<name>.folder}} deps replace them (the module's KEEP_DEPS keeps "
+                            f"one it reads other files in)")
         have_p = [p if isinstance(p, str) else next(iter(p)) for p in st.get("params", [])]
         if sorted(have_p) != sorted(params):
             problems.append(f"stage {name}: params {sorted(have_p)} but the stage reads {sorted(params)}")
@@ -262,7 +431,8 @@ def check(root: Path) -> list[str]:
 
 
 def write(root: Path) -> int:
-    """Rewrite the code deps and params of every stage in ``dvc.yaml``; returns stages changed."""
+    """Rewrite the code, data and evaluation deps and the params of every stage in ``dvc.yaml``
+    (dropping the hand-written deps the evaluation deps make redundant); returns entries changed."""
     from ruamel.yaml import YAML
 
     y = YAML()
@@ -271,15 +441,17 @@ def write(root: Path) -> int:
     path = root / "dvc.yaml"
     doc = y.load(path.read_text(encoding="utf-8"))
     changed = 0
-    for _name, st in doc["stages"].items():
-        st = st.get("do", st)  # a foreach stage declares its command under do
+    for name, outer in doc["stages"].items():
+        st = outer.get("do", outer)  # a foreach stage declares its command under do
         exp = expected(root, st["cmd"])
         if exp is None:
             continue
         code, params = exp
+        redundant = set(redundant_deps(root, outer))
         others = [d for d in st.get("deps", [])
-                  if not (isinstance(d, str) and (_is_code(d) or _is_param_dep(d)))]
-        new_deps = [*code, *data_deps(root, st["cmd"]), *others]
+                  if not (isinstance(d, str) and (_is_code(d) or _is_param_dep(d) or _is_eval_dep(d)
+                                                  or d in redundant))]
+        new_deps = [*code, *data_deps(root, st["cmd"]), *eval_deps(root, outer, name), *others]
         if list(st.get("deps", [])) != new_deps:
             st["deps"] = new_deps
             changed += 1

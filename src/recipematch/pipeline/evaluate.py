@@ -35,6 +35,8 @@ from recipematch.stats import mean_sd
 log = logging.getLogger("recipematch")
 
 PARAMS = ("train.seed", "train.n_seeds", "train.query_instruction", "evaluate", "evaluations", "mlflow")
+#: the evaluation folders it reads (dvc.yaml lists them: recipematch.pipeline.deps): every declared set
+EVAL_DEPS = "all"
 #: Sections that choose where the seeds are scored, not what they compute (no DVC params).
 RUNTIME = ("engine",)
 

@@ -8,6 +8,8 @@ from recipematch.pipeline.evaluate import encoder_for, load_evaluations, load_gr
 from recipematch.pipeline.models import resolve_model
 
 PARAMS = ("train.model", "evaluate", "evaluations")
+#: the evaluation folders it reads (dvc.yaml lists them: recipematch.pipeline.deps): every declared set
+EVAL_DEPS = "all"
 
 
 def run(p, lay: Layout, *, progress: bool = True) -> dict:

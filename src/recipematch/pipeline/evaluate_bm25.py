@@ -7,6 +7,8 @@ from recipematch.pipeline.door import Layout, stage
 from recipematch.pipeline.evaluate import load_evaluations, load_graded, score_models, write_results
 
 PARAMS = ("evaluate.ks", "evaluate.bm25_k1", "evaluate.bm25_b", "evaluations")
+#: the evaluation folders it reads (dvc.yaml lists them: recipematch.pipeline.deps): every declared set
+EVAL_DEPS = "all"
 
 
 def run(p, lay: Layout) -> dict:

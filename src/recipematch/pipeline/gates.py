@@ -14,6 +14,10 @@ from recipematch.pipeline.door import Layout, stage, write_run_record
 from recipematch.pipeline.inputs import corpus_rows, heldout_sources
 
 PARAMS = ("gates.active", "evaluations")  # both lists are always built; the gate thresholds are the cells'
+#: the evaluation folders it reads (dvc.yaml lists them: recipematch.pipeline.deps): every declared set
+EVAL_DEPS = "all"
+#: read besides them: artifacts/evalsets/heldout.json, and the whole folder's hash in the run record
+KEEP_DEPS: tuple[str, ...] = ("artifacts/evalsets",)
 
 
 def run(p, lay: Layout) -> dict:

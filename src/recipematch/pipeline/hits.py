@@ -26,6 +26,8 @@ from recipematch.rules import BASELINES, parse_contrast
 log = logging.getLogger("recipematch")
 
 PARAMS = ("hits", "arms", "train.seed", "evaluations", "style.tracking_set")
+#: the evaluation folders it reads (dvc.yaml lists them: recipematch.pipeline.deps): the benchmark sets'
+EVAL_DEPS = "role:benchmark"
 
 
 def _ranks_at_seed(lay: Layout, model: str, name: str, seed: int):

@@ -53,6 +53,8 @@ from recipematch.pipeline.door import Layout, check_device, progress_option, sta
 from recipematch.pipeline.models import resolve_model
 
 PARAMS = ("judging", "pooling", "evaluations")
+#: the evaluation folder it reads (dvc.yaml lists them: recipematch.pipeline.deps): its pool's evaluation
+EVAL_DEPS = "param:pooling.${item.pool}.evaluation"
 
 name_option = click.option("--name", "name", required=True, help="A judging entry of params.yaml `judging`.")
 

@@ -29,6 +29,10 @@ PARAMS = ("train", "mlflow", "gates", "evaluate", "evaluations", "remedies.arms"
 RUNTIME = ("engine",)
 #: the replay pair file is data the stage reads from a path a param names
 DATA_DEPS: tuple[str, ...] = ("${remedies.replay_file}",)
+#: the evaluation folders it reads (dvc.yaml lists them: recipematch.pipeline.deps): every declared set
+EVAL_DEPS = "all"
+#: read besides them: the held-out sources (artifacts/evalsets/heldout.json) the training gate excludes
+KEEP_DEPS: tuple[str, ...] = ("artifacts/evalsets",)
 
 fraction_option = click.option("--fraction", required=True,
                                help="A value of remedies.replay_fractions, as written there (it names the folders).")

@@ -26,6 +26,8 @@ from recipematch.pipeline.models import resolve_model
 
 PARAMS = ("pooling", "arms", "train.model", "train.seed", "train.n_seeds", "train.query_instruction",
           "evaluate.max_seq_length", "evaluate.batch_size", "evaluate.device", "evaluate.dtype", "evaluations")
+#: the evaluation folder it reads (dvc.yaml lists them: recipematch.pipeline.deps): the entry's evaluation
+EVAL_DEPS = "param:pooling.${key}.evaluation"
 
 name_option = click.option("--name", "name", required=True, help="A pool named in params.yaml `pooling`.")
 

@@ -33,6 +33,8 @@ from recipematch.rules import negatives_for_prompt
 log = logging.getLogger("recipematch")
 
 PARAMS = ("regen", "evaluations", "llm", "seed")
+#: the evaluation folder it reads (dvc.yaml lists them: recipematch.pipeline.deps): the entry's `of` set
+EVAL_DEPS = "param:regen.${key}.of"
 
 
 def _llm_texts(p, lay: Layout, name: str, rc, queries: dict[str, str], progress: bool):

@@ -36,6 +36,8 @@ log = logging.getLogger("recipematch")
 
 PARAMS = ("train.seed", "train.n_seeds", "train.model", "train.query_instruction", "remedies.arms",
           "remedies.soup_alphas", "evaluate", "evaluations", "mlflow")
+#: the evaluation folders it reads (dvc.yaml lists them: recipematch.pipeline.deps): every declared set
+EVAL_DEPS = "all"
 
 alpha_option = click.option("--alpha", required=True,
                             help="A value of remedies.soup_alphas, as written there (it names the soup's folders).")

@@ -24,6 +24,8 @@ from recipematch.pipeline.inputs import corpus_rows, read_pairs, train_seeds
 from recipematch.pipeline.models import resolve_model
 
 PARAMS = ("style", "arms", "train.seed", "train.n_seeds", "train.model", "evaluate", "evaluations")
+#: the evaluation folder it reads (dvc.yaml lists it: recipematch.pipeline.deps): the tracking set's
+EVAL_DEPS = "param:style.tracking_set"
 
 
 def run(p, lay: Layout) -> dict:

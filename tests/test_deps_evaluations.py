@@ -1,0 +1,223 @@
+"""dvc.yaml lists each declared evaluation's folder among the deps of exactly the stages that
+read it (``EVAL_DEPS`` of the stage module, :mod:`recipematch.pipeline.deps`), so adding a set
+is a params edit and ``python -m recipematch.pipeline.deps --write``."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+
+from recipematch.errors import RecipematchError
+from recipematch.pipeline import deps
+
+REPO = Path(__file__).resolve().parents[1]
+
+#: a synthetic pipeline: the real stage entry points, hand-written deps as the project had them
+DVC_YAML = """\
+stages:
+  corpus:
+    cmd: python stages/corpus.py
+    deps:
+      - stages/corpus.py
+  gates:
+    cmd: python stages/gates.py
+    deps:
+      - artifacts/corpus
+      - artifacts/evalsets
+      - artifacts/external
+      - artifacts/regen
+  evaluate_bm25:
+    cmd: python stages/evaluate_bm25.py
+    deps:
+      - artifacts/evalsets
+      - artifacts/external
+  evaluate:
+    matrix:
+      arm: ${arms}
+    cmd: python stages/evaluate.py --arm ${item.arm}
+    deps:
+      - artifacts/evalsets
+      - models/${item.arm}
+    outs:
+      - artifacts/eval/${item.arm}
+  style:
+    cmd: python stages/style.py
+    deps:
+      - artifacts/pairs
+      - artifacts/evalsets
+      - artifacts/external
+  hits:
+    cmd: python stages/hits.py
+    deps:
+      - artifacts/evalsets
+      - artifacts/eval
+  regen:
+    foreach: ${regen}
+    do:
+      cmd: python stages/regen.py --name ${key}
+      deps:
+        - artifacts/evalsets
+        - data
+      outs:
+        - artifacts/regen/${key}
+  pooling:
+    foreach: ${pooling}
+    do:
+      cmd: python stages/pooling.py --name ${key}
+      deps:
+        - models
+      outs:
+        - artifacts/pooling/${key}
+  stats:
+    cmd: python stages/stats.py
+    deps:
+      - artifacts/eval
+"""
+
+PARAMS = {
+    "arms": ["recipe", "cell"],
+    "evaluations": {
+        "tier": {"folder": "artifacts/evalsets/tier", "rule": "plain", "role": "benchmark"},
+        "real": {"folder": "artifacts/evalsets/real", "rule": "plain", "role": "real"},
+        "tier_regen": {"folder": "artifacts/regen/again", "rule": "plain", "role": "benchmark"},
+    },
+    "style": {"tracking_set": "tier"},
+    "regen": {"again": {"of": "tier"}},
+    "pooling": {"pool": {"evaluation": "real"}},
+}
+
+#: the stages whose modules read every declared set
+READ_ALL = {"gates", "evaluate_bm25", "evaluate"}
+
+
+def _project(tmp_path: Path, params: dict) -> Path:
+    shutil.copytree(REPO / "stages", tmp_path / "stages")
+    (tmp_path / "dvc.yaml").write_text(DVC_YAML)
+    _params(tmp_path, params)
+    deps.write(tmp_path)
+    return tmp_path
+
+
+def _params(root: Path, params: dict) -> None:
+    (root / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+
+
+def _deps(root: Path) -> dict[str, list[str]]:
+    doc = yaml.safe_load((root / "dvc.yaml").read_text())
+    return {n: st.get("do", st).get("deps", []) for n, st in doc["stages"].items()}
+
+
+def _evals(root: Path) -> dict[str, list[str]]:
+    return {n: [d for d in ds if d.startswith("${evaluations.")] for n, ds in _deps(root).items()}
+
+
+def _with(params: dict, name: str, entry: dict) -> dict:
+    return {**params, "evaluations": {**params["evaluations"], name: entry}}
+
+
+def test_write_lists_the_folders_each_stage_reads(tmp_path):
+    root = _project(tmp_path, PARAMS)
+    assert deps.check(root) == []
+    every = ["${evaluations.real.folder}", "${evaluations.tier.folder}", "${evaluations.tier_regen.folder}"]  # by folder
+    assert _evals(root) == {
+        "corpus": [], "stats": [],
+        "gates": every, "evaluate_bm25": every, "evaluate": every,
+        "style": ["${evaluations.tier.folder}"],  # style.tracking_set only
+        "hits": ["${evaluations.tier.folder}", "${evaluations.tier_regen.folder}"],  # the benchmark sets
+        "regen": ["${evaluations.tier.folder}"],  # its entry's `of`, not its own output
+        "pooling": ["${evaluations.real.folder}"],  # its entry's evaluation
+    }
+    d = _deps(root)
+    # hand-written deps that only held evaluation folders are gone; the others stay
+    assert "artifacts/evalsets" in d["gates"]  # KEEP_DEPS: heldout.json and the run record's hash
+    assert "artifacts/regen" not in d["gates"]
+    assert "artifacts/evalsets" not in d["evaluate_bm25"] + d["style"] + d["regen"] + d["hits"]
+    # no declared set lies in artifacts/external here: the generator leaves that dep alone
+    assert "artifacts/external" in d["gates"] and "artifacts/external" in d["style"]
+    assert {"artifacts/pairs"} <= set(d["style"]) and "artifacts/eval" in d["hits"] and "data" in d["regen"]
+    assert "models/${item.arm}" in d["evaluate"] and "models" in d["pooling"]
+
+
+def test_adding_then_removing_a_set_is_a_params_edit_and_write(tmp_path):
+    root = _project(tmp_path, PARAMS)
+    new = "${evaluations.extra.folder}"
+    _params(root, _with(PARAMS, "extra", {"folder": "artifacts/external/x/sub", "rule": "plain", "role": "external"}))
+    problems = deps.check(root)
+    lacking = {p.split(":")[0].removeprefix("stage ") for p in problems if "lack the evaluation folders" in p}
+    assert lacking == READ_ALL and all(new in p for p in problems if "lack" in p), problems
+    # artifacts/external now holds a declared set: the stages that listed it by hand are told
+    holders = {p.split(":")[0].removeprefix("stage ") for p in problems if "deps list ['artifacts/external']" in p}
+    assert holders == {"gates", "evaluate_bm25", "style"}
+    deps.write(root)
+    assert deps.check(root) == []
+    assert {n for n, ds in _evals(root).items() if new in ds} == READ_ALL
+    assert not any("artifacts/external" in ds for ds in _deps(root).values())
+
+    _params(root, PARAMS)  # removed again
+    problems = deps.check(root)
+    assert {p.split(":")[0].removeprefix("stage ") for p in problems if "does not read" in p} == READ_ALL
+    deps.write(root)
+    assert deps.check(root) == []
+    assert not any(new in ds for ds in _evals(root).values())
+
+
+def test_a_stage_reading_one_set_follows_its_param(tmp_path):
+    root = _project(tmp_path, PARAMS)
+    _params(root, {**PARAMS, "style": {"tracking_set": "real"}})
+    assert any(p.startswith("stage style: deps lack the evaluation folders it reads ['${evaluations.real.folder}']")
+               for p in deps.check(root))
+    deps.write(root)
+    assert _evals(root)["style"] == ["${evaluations.real.folder}"]
+    assert deps.check(root) == []
+
+
+def test_check_fails_when_a_generated_eval_dep_is_missing(tmp_path, monkeypatch):
+    root = _project(tmp_path, PARAMS)
+    text = (root / "dvc.yaml").read_text()
+    start = text.index("  evaluate_bm25:")
+    line = "      - ${evaluations.real.folder}\n"
+    cut = text.index(line, start)
+    (root / "dvc.yaml").write_text(text[:cut] + text[cut + len(line):])
+    assert deps.check(root) == [
+        "stage evaluate_bm25: deps lack the evaluation folders it reads ['${evaluations.real.folder}']"]
+    monkeypatch.chdir(root)
+    assert deps.main([]) == 1
+
+
+def test_a_hand_written_folder_holding_sets_is_reported(tmp_path):
+    root = _project(tmp_path, PARAMS)
+    text = (root / "dvc.yaml").read_text()
+    (root / "dvc.yaml").write_text(text.replace("      - artifacts/eval\n", "      - artifacts/eval\n"
+                                                "      - artifacts/regen\n", 1))  # in hits
+    assert any(p.startswith("stage hits: deps list ['artifacts/regen']") for p in deps.check(root))
+
+
+def test_sets_sharing_a_folder_give_one_dep(tmp_path):
+    params = _with(PARAMS, "also_tier", {"folder": "artifacts/evalsets/tier/", "rule": "samelang", "role": "real"})
+    root = _project(tmp_path, params)
+    assert deps.check(root) == []
+    assert _evals(root)["gates"] == ["${evaluations.real.folder}", "${evaluations.also_tier.folder}",
+                                     "${evaluations.tier_regen.folder}"]
+
+
+def test_empty_foreach_and_undeclared_names_give_no_deps(tmp_path):
+    root = _project(tmp_path, {**PARAMS, "pooling": {}, "style": {"tracking_set": "nope"}})
+    assert _evals(root)["pooling"] == [] and _evals(root)["style"] == []
+    assert deps.check(root) == []
+
+
+def test_a_stage_reading_its_own_output_is_refused(tmp_path):
+    """DVC takes one dep list per foreach stage: a regen entry of another entry's output
+    would make that entry depend on itself."""
+    root = _project(tmp_path, PARAMS)
+    _params(root, {**PARAMS, "regen": {"again": {"of": "tier"}, "twice": {"of": "tier_regen"}}})
+    with pytest.raises(RecipematchError, match="stage regen: reads evaluation tier_regen .* overlaps its own output artifacts/regen/again"):
+        deps.check(root)
+
+
+def test_selectors_are_checked():
+    with pytest.raises(ValueError, match="EVAL_DEPS selector"):
+        deps._selected("some", {}, PARAMS)
