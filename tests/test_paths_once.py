@@ -127,6 +127,8 @@ HOLDERS = {
     "pairs": "the pair files (pair_file(<source>)) of verified, llm@<prompt> and attack@<name>; the cells "
              "stages depend on the whole folder",
     "metrics": "the metrics files of every stage",
+    "soups_root": "the soup@<arm>-<alpha> stages' folders (soups(<label>)); the runs step lists it to log "
+                  "every soup to MLflow",
 }
 #: Layout members outside DVC: no output may be, hold or contain one.
 NOT_DVC = {
@@ -363,26 +365,6 @@ SPELLED_ELSEWHERE: dict[str, tuple[str, set[str]]] = {
                           "which writes dvc.yaml); Layout.evalsets is the same folder", {"artifacts/evalsets"}),
     "pipeline/mix.py": ("KEEP_DEPS: a dvc.yaml dep as dvc.yaml spells it (read by recipematch.pipeline.deps, "
                         "which writes dvc.yaml); Layout.evalsets is the same folder", {"artifacts/evalsets"}),
-    "cli.py": ("not moved yet: Layout(root).judging(name)", {"root / 'artifacts'"}),
-    "pipeline/hits.py": ("not moved yet: Layout.style", {"lay.p('artifacts', 'style', 'scores.parquet')"}),
-    "pipeline/style.py": ("not moved yet: Layout.style", {"lay.p('artifacts', 'style', 'scores.parquet')"}),
-    "pipeline/judging.py": ("not moved yet: Layout.pooling(name), Layout.judging(name)",
-                            {"lay.p('artifacts', 'pooling', jc.pool)", "lay.p('artifacts', 'judging', name)",
-                             "lay.p('artifacts', 'judging', name, 'misses.md')"}),
-    "pipeline/meld_generate.py": ("not moved yet: Layout.meld_generate(name)",
-                                  {"lay.p('artifacts', 'meld_generate', name)"}),
-    "pipeline/pair_sources.py": ("not moved yet: Layout.backtranslate, Layout.judge2(prompt), "
-                                 "Layout.judge2_cells(prompt)",
-                                 {"lay.p('artifacts', 'backtranslate')", "lay.p('artifacts', 'judge2', prompt)",
-                                  "lay.p('artifacts', 'judge2_cells', f'{prompt}.jsonl')"}),
-    "pipeline/pooling.py": ("not moved yet: Layout.pooling(name)", {"lay.p('artifacts', 'pooling', name)"}),
-    "pipeline/regen.py": ("not moved yet: Layout.regen(name), Layout.regen_calls(name)",
-                          {"lay.p('artifacts', 'regen', name)", "lay.p('artifacts', 'regen_calls', name)"}),
-    "pipeline/replay_pool.py": ("not moved yet: Layout.replay", {"lay.p('artifacts', 'replay', 'ict.jsonl')"}),
-    "pipeline/runs.py": ("not moved yet: the soups folder (Layout.soups(label)'s parent)",
-                         {"lay.p('artifacts', 'soups')"}),
-    "pipeline/saber.py": ("not moved yet: Layout.saber(name)", {"lay.p('artifacts', 'saber', name)"}),
-    "pipeline/soup.py": ("not moved yet: Layout.soups(label)", {"lay.p('artifacts', 'soups', label)"}),
 }
 
 

@@ -17,7 +17,7 @@ import click
 
 from recipematch.errors import RecipematchError
 from recipematch.metrics import SCORING_RULES
-from recipematch.pipeline.door import offline_env
+from recipematch.pipeline.door import Layout, offline_env
 
 #: (subcommand name, stage module) — each module's ``main`` is the stage's click command
 STAGE_COMMANDS = (
@@ -191,10 +191,9 @@ def survey_cmd(params_path: Path, root: Path, models_file: Path | None, model_ar
         blocker = next((a for a in (target, *target.parents) if a.exists() and not a.is_dir()), None)
         if blocker is not None:  # before any model is scored, and nothing created yet
             raise RecipematchError(f"--out {out}: {blocker} is a file, so the folder cannot be made")
-        res = run_survey(p, root, models, cache_dir=root / "cache" / "embeddings", progress=click.echo)
+        res = run_survey(p, root, models, cache_dir=Layout(root).cache, progress=click.echo)
         md = "# Public models on every declared set (Table 18's shape)\n\n" + survey_table(res) + "\n"
         if use_mlflow:  # logged before the files are written: a store that fails leaves no finished-looking output
-            from recipematch.pipeline.door import Layout  # lazy: keeps recipematch --help fast
             from recipematch.pipeline.inputs import mlflow_uri  # lazy: keeps recipematch --help fast
 
             uri = mlflow_uri(p.mlflow.tracking_uri, Layout(root.resolve()))
@@ -242,7 +241,7 @@ def judging_reliability_cmd(first: str, second: str, root: Path, out: Path | Non
         for name in (first, second):
             if not ENTRY_NAME.fullmatch(name):
                 raise RecipematchError(f"judging entry {name!r}: a name is letters, digits, '_' or '-'")
-            path = root / "artifacts" / "judging" / name / "labels.parquet"
+            path = Layout(root).judging(name) / "labels.parquet"
             if not path.is_file():
                 raise RecipematchError(f"{path} does not exist (run judging@{name})")
             df = pd.read_parquet(path, columns=["query_id", "doc_id", "judge", "score", "model"])
@@ -256,7 +255,7 @@ def judging_reliability_cmd(first: str, second: str, root: Path, out: Path | Non
         rel.update(first=first, second=second, first_model=sorted(set(both["model_1"])),
                    second_model=sorted(set(both["model_2"])))
         md = reliability_markdown(rel, first, second)
-        target = out if out is not None else root / "reports" / "judging" / f"{first}-vs-{second}"
+        target = out if out is not None else Layout(root).reports / "judging" / f"{first}-vs-{second}"
         target.mkdir(parents=True, exist_ok=True)
         atomic_write_text(target / "reliability.json", canonical_json(rel) + "\n")
         atomic_write_text(target / "reliability.md", md + "\n")

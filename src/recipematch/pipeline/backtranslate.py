@@ -33,7 +33,7 @@ from recipematch.errors import RecipematchError
 from recipematch.io import write_json, write_jsonl
 from recipematch.pipeline.door import Layout, check_device, progress_option, stage, write_run_record
 from recipematch.pipeline.inputs import corpus_rows, load_exclusion
-from recipematch.pipeline.pair_sources import BT_HOPS, bt_dir
+from recipematch.pipeline.pair_sources import BT_HOPS
 from recipematch.rules import CellSpec, NAMED_ARMS
 
 PARAMS = ("arms", "positives", "negatives", "negatives_volume", "llm.prompts", "gates.active", "backtranslate")
@@ -73,7 +73,7 @@ def make_translator(lay: Layout, cfg):
 
 
 def _finish(lay: Layout, status: dict, metrics: dict) -> dict:
-    out = bt_dir(lay)
+    out = lay.backtranslate
     write_json(out / "status.json", status)
     write_json(lay.metrics / "backtranslate.json", metrics)
     return metrics
@@ -85,7 +85,7 @@ def run(p, lay: Layout, *, progress: bool = True) -> dict:
     cfg = p.backtranslate
     _check_languages(cfg)
     need = needed_keys(p)
-    out = bt_dir(lay)
+    out = lay.backtranslate
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
     if not need:

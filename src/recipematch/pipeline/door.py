@@ -74,6 +74,8 @@ class Layout:
     def pairs(self) -> Path: return self.p("artifacts", "pairs")
     def pair_file(self, source: str) -> Path: return self.p("artifacts", "pairs", f"{source}.jsonl")
     def judge2(self, prompt: str) -> Path: return self.p("artifacts", "judge2", prompt)
+    # the two-judge rows the cells read under judge2.cells: both (empty under first, so that running
+    # the second judge only for its agreement table reruns no cell)
     def judge2_cells(self, prompt: str) -> Path: return self.p("artifacts", "judge2_cells", f"{prompt}.jsonl")
     @property
     def backtranslate(self) -> Path: return self.p("artifacts", "backtranslate")
@@ -82,7 +84,9 @@ class Layout:
     def validated(self, arm: str) -> Path: return self.p("artifacts", "validated", f"{arm}.json")
     def models(self, arm: str) -> Path: return self.p("models", arm)
     def eval_dir(self, arm: str) -> Path: return self.p("artifacts", "eval", arm)
-    def soups(self, label: str) -> Path: return self.p("artifacts", "soups", label)
+    @property
+    def soups_root(self) -> Path: return self.p("artifacts", "soups")  # one folder per soup@ stage
+    def soups(self, label: str) -> Path: return self.soups_root / label
     @property
     def replay(self) -> Path: return self.p("artifacts", "replay")
     @property

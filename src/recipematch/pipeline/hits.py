@@ -64,7 +64,7 @@ def run(p, lay: Layout) -> dict:
         else:
             out["skipped"].append({"pair": f"{a}-{b}", "reason": f"{sorted({a, b} - models)} not run"})
     style = None
-    scores = lay.p("artifacts", "style", "scores.parquet")
+    scores = lay.style / "scores.parquet"
     if scores.exists():
         df = pd.read_parquet(scores)
         style = dict(zip(df["doc_id"].astype(str), df["style_percentile"].astype(float)))

@@ -40,7 +40,6 @@ from recipematch.llm.recordings import recordings_from_store
 from recipematch.llm.judge2 import arm_candidates, run_second_judge
 from recipematch.pipeline.door import Layout, progress_option, stage, write_run_record
 from recipematch.pipeline.inputs import corpus_rows
-from recipematch.pipeline.pair_sources import judge2_cells_file, judge2_dir
 
 PARAMS = ("seed", "llm.prompts", "judge2")
 
@@ -80,11 +79,11 @@ def _backend(cfg, lay: Layout, prompt: str):
 
 
 def _cells_file(lay: Layout, prompt: str, text: str) -> None:
-    atomic_write_text(judge2_cells_file(lay, prompt), text)
+    atomic_write_text(lay.judge2_cells(prompt), text)
 
 
 def _off(lay: Layout, prompt: str, reason: str) -> dict:
-    out = judge2_dir(lay, prompt)
+    out = lay.judge2(prompt)
     out.mkdir(parents=True, exist_ok=True)
     for name in _DERIVED:
         (out / name).unlink(missing_ok=True)
@@ -110,11 +109,11 @@ def run(p, lay: Layout, prompt: str, *, progress: bool = True) -> dict:
     candidates = arm_candidates(rows, failures)
     sources = {r["doc_id"]: r["text"] for r in corpus_rows(lay)}
     backend = _backend(cfg, lay, prompt)
-    out = judge2_dir(lay, prompt)
+    out = lay.judge2(prompt)
     out.mkdir(parents=True, exist_ok=True)
     for name in _DERIVED:
         (out / name).unlink(missing_ok=True)
-    judge2_cells_file(lay, prompt).unlink(missing_ok=True)
+    lay.judge2_cells(prompt).unlink(missing_ok=True)
     store = out / "calls.jsonl"
     if cfg.backend == "replay":
         # replay costs nothing: a fresh store, so recordings added later are read (a stored

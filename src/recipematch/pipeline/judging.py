@@ -81,7 +81,7 @@ def run(p, lay: Layout, *, name: str, progress: bool = True) -> dict:
     where = f"judging.{name}"
     pc = p.pooling[jc.pool]
     ev = p.evaluations[pc.evaluation]
-    pool_dir = lay.p("artifacts", "pooling", jc.pool)
+    pool_dir = lay.pooling(jc.pool)
     if not (pool_dir / "candidates.parquet").is_file():
         raise RecipematchError(f"{where}.pool: {pool_dir}/candidates.parquet does not exist (run pooling@{jc.pool})")
     check_device(f"{where}.distilled_device", jc.distilled_device)  # before any call is paid for
@@ -166,7 +166,7 @@ def run(p, lay: Layout, *, name: str, progress: bool = True) -> dict:
     raw = np.full(n, np.nan)
     distilled = {"status": "not needed: no pair is routed to it"} if not len(dist_i) else {}
     check = agreement(np.array([], dtype=np.int64), np.array([]), [])
-    with building_dir(lay.p("artifacts", "judging", name)) as tmp:
+    with building_dir(lay.judging(name)) as tmp:
         if len(dist_i) or held_i:
             if len(train_i) < jc.min_train_pairs:
                 distilled = {"status": f"not trained: {len(train_i)} LLM labels outside the held-out queries, "
@@ -246,7 +246,7 @@ def run(p, lay: Layout, *, name: str, progress: bool = True) -> dict:
     counts["label_mix"] = {j: {("null" if k == "<NA>" else k): v for k, v in m.items()} for j, m in
                            counts["label_mix"].items()}
     # the report row per model: beside the labels (the report stage owns reports/)
-    lay.p("artifacts", "judging", name, "misses.md").write_text(
+    (lay.judging(name) / "misses.md").write_text(
         misses_markdown(misses, name=name, evaluation=pc.evaluation, judge_model=jc.model_id), encoding="utf-8")
     write_json(lay.metrics / "judging" / f"{name}.json", counts)
     return counts

@@ -152,7 +152,7 @@ def run(p, lay: Layout, *, name: str, progress: bool = True) -> dict:
               "failures": reasons, "n_failures": len(failures),
               "prompt": MELD_ATTACK_SYSTEM[name], "prompt_sha256": gen_sha, "screen_prompt_sha256": screen_sha,
               "model_id": mc.model_id}
-    with building_dir(lay.p("artifacts", "meld_generate", name)) as tmp:
+    with building_dir(lay.meld_generate(name)) as tmp:
         write_jsonl(tmp / "pairs.jsonl", rows)
         write_jsonl(tmp / "raw.jsonl", raw_rows)
         write_jsonl(tmp / "failures.jsonl", failures)

@@ -29,22 +29,6 @@ from recipematch.rules import LLM_PROMPTS
 BT_HOPS = {"bt": 1, "bt3": 3}
 
 
-def bt_dir(lay: Layout) -> Path:
-    """The backtranslate stage's output folder."""
-    return lay.p("artifacts", "backtranslate")
-
-
-def judge2_dir(lay: Layout, prompt: str) -> Path:
-    """The ``judge2@<prompt>`` stage's output folder."""
-    return lay.p("artifacts", "judge2", prompt)
-
-
-def judge2_cells_file(lay: Layout, prompt: str) -> Path:
-    """The two-judge rows the cells read under ``judge2.cells: both`` (empty under ``first``,
-    so that running the second judge only for its agreement table reruns no cell)."""
-    return lay.p("artifacts", "judge2_cells", f"{prompt}.jsonl")
-
-
 def _status(path: Path, stage: str) -> dict:
     if not path.is_file():
         raise RecipematchError(f"{path} does not exist: run the {stage} stage first (`dvc repro` runs it)")
@@ -54,9 +38,9 @@ def _status(path: Path, stage: str) -> dict:
 def cell_pair_path(lay: Layout, key: str, *, judges: str = "first") -> Path:
     """The file :func:`cell_pairs` reads for ``key`` (for run records)."""
     if key in BT_HOPS:
-        return bt_dir(lay) / f"{key}.jsonl"
+        return lay.backtranslate / f"{key}.jsonl"
     if judges == "both" and key in LLM_PROMPTS:
-        return judge2_cells_file(lay, key)
+        return lay.judge2_cells(key)
     return lay.pairs / f"{key}.jsonl"
 
 
@@ -76,15 +60,15 @@ def cell_pairs(lay: Layout, key: str, *, judges: str = "first") -> list[dict] | 
             two-judge file the judge2 stage did not write (naming ``judge2.enabled``).
     """
     if key in BT_HOPS:
-        path = bt_dir(lay) / f"{key}.jsonl"
+        path = lay.backtranslate / f"{key}.jsonl"
         if path.is_file():
             return read_pair_file(path)
-        st = _status(bt_dir(lay) / "status.json", "backtranslate")
+        st = _status(lay.backtranslate / "status.json", "backtranslate")
         raise RecipematchError(f"positives {key} ({BT_HOPS[key]} hop{'s' if BT_HOPS[key] > 1 else ''}): "
                                f"{st.get('reason') or 'the backtranslate stage wrote no ' + path.name}")
     if judges == "both" and key in LLM_PROMPTS:
-        st = _status(judge2_dir(lay, key) / "status.json", f"judge2@{key}")
-        path = judge2_cells_file(lay, key)
+        st = _status(lay.judge2(key) / "status.json", f"judge2@{key}")
+        path = lay.judge2_cells(key)
         if not st.get("enabled"):
             raise RecipematchError(f"judge2.cells: both, but the judge2@{key} stage wrote no two-judge file "
                                    f"({st.get('reason', 'no reason recorded')})")

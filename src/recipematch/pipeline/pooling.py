@@ -102,7 +102,7 @@ def run(p, lay: Layout, *, name: str, progress: bool = True) -> dict:
     cands = fuse(routes, qids, doc_ids, rrf_k=pc.rrf_k, judge_depth=pc.judge_depth, gold=gold)
     counts = pool_counts(cands, routes, qids, mode=pc.mode, judge_depth=pc.judge_depth, gold=gold)
     counts.update(evaluation=pc.evaluation, n_docs=len(doc_ids), self_mask=own.rule, n_queries_self_masked=own.n_masked)
-    with building_dir(lay.p("artifacts", "pooling", name)) as tmp:
+    with building_dir(lay.pooling(name)) as tmp:
         cands.to_parquet(tmp / "candidates.parquet", index=False)
         write_json(tmp / "MANIFEST.json", {
             "evaluation": pc.evaluation, "folder": ev.folder, "rule": ev.rule,

@@ -41,7 +41,7 @@ def _llm_texts(p, lay: Layout, name: str, rc, queries: dict[str, str], progress:
     """Query id → first kept positive, query id → reason for the rest, and the run's counts."""
     cfg = p.llm
     backend, judge_backend = _backends(cfg, lay)
-    store = lay.p("artifacts", "regen_calls", name)
+    store = lay.regen_calls(name)
     store.mkdir(parents=True, exist_ok=True)
     sampling = {"temperature": cfg.temperature, "top_p": cfg.top_p, "max_tokens": cfg.max_tokens}
     rows, failures, counts = run_llm_pairs(
@@ -97,7 +97,7 @@ def run(p, lay: Layout, name: str, *, progress: bool = True) -> dict:
     version = regenerate(bset.corpus, queries, golds, {q: t for q, t in texts.items() if q in queries},
                          missing=rc.missing, reasons=reasons, query_meta=bset.query_meta, where=f"regen.{name}")
     counts = {**version.counts, **extra, "of": rc.of, "source": rc.source}
-    with building_dir(lay.p("artifacts", "regen", name)) as tmp:
+    with building_dir(lay.regen(name)) as tmp:
         write_beir(tmp, version.corpus, version.queries, version.qrels, query_meta=version.query_meta)
         write_jsonl(tmp / "dropped.jsonl", version.dropped)
         write_json(tmp / "MANIFEST.json", {

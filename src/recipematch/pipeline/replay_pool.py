@@ -19,7 +19,7 @@ def run(p, lay: Layout) -> dict:
     """Build the inverse-cloze replay rows of every corpus problem that has two sentences."""
     rows, counts = inverse_cloze_rows(corpus_rows(lay), seed=p.remedies.ict_seed,
                                       min_chars=p.remedies.ict_min_chars)
-    out = lay.p("artifacts", "replay", "ict.jsonl")
+    out = lay.replay / "ict.jsonl"
     out.parent.mkdir(parents=True, exist_ok=True)
     write_jsonl(out, rows)
     summary = {**counts, "file_sha256": sha256_file(out)}

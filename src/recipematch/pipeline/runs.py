@@ -81,7 +81,7 @@ def restore(p, lay: Layout) -> dict[str, int]:
     c, exp_id = tracking.open_store(uri, p.mlflow.experiment, artifact_location=mlflow_artifacts(lay))
     out = {"runs": 0, "restored": 0, "scores_logged": 0, "without_scores": 0}
     groups = [(arm, lay.models(arm), "trained") for arm in p.arms]
-    soups = lay.p("artifacts", "soups")
+    soups = lay.soups_root
     groups += [(d.name, d, "soup") for d in sorted(soups.iterdir()) if d.is_dir()] if soups.is_dir() else []
     now = int(time.time() * 1000)
     with tracking.store_lock(uri):

@@ -350,7 +350,7 @@ def run(p, lay: Layout, *, name: str, progress: bool = True) -> dict:
         scores = np.concatenate([b.numpy()[0] for _s, _e, b in blocks]) if blocks else np.zeros(len(cand))
         order = [cand[i] for i in sorted(range(len(cand)), key=lambda i: (-scores[i], cand[i]))]
         ndcg.append(ndcg_exponential(qrels[q], order, 10))
-    with building_dir(lay.p("artifacts", "saber", name)) as tmp:
+    with building_dir(lay.saber(name)) as tmp:
         pd.DataFrame([{"query_id": q, "doc_id": d, "category": c, "topic_sim": t, "summary_sim": s}
                       for q in queries for d, c, t, s in selected[q]]).to_parquet(tmp / "candidates.parquet", index=False)
         pd.DataFrame(grade_rows).to_parquet(tmp / "grades.parquet", index=False)

@@ -71,7 +71,7 @@ def run(p, lay: Layout, arm: str, alpha: str) -> dict:
     base = resolve_model(base_name)
     sets = load_evaluations(p, lay)
     graded = load_graded(p, lay, sets)  # every graded check before any model
-    out_root = lay.p("artifacts", "soups", label)
+    out_root = lay.soups(label)
     out_root.mkdir(parents=True, exist_ok=True)
     models = []
     for s in train_seeds(p.train.seed, p.train.n_seeds):

@@ -88,7 +88,7 @@ def _write_scores(lay: Layout, doc_ids: list[str], style) -> None:
 
     from recipematch.style_tracking import style_percentiles  # lazy: recipematch.style_tracking pulls in scipy
 
-    out = lay.p("artifacts", "style", "scores.parquet")
+    out = lay.style / "scores.parquet"
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(out.name + ".partial")
     pd.DataFrame({"doc_id": doc_ids, "style_score": style, "style_percentile": style_percentiles(style)}
