@@ -20,6 +20,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
+
+from recipematch.metrics import metric_key
 import yaml
 from click.testing import CliRunner
 
@@ -753,3 +755,54 @@ def test_an_also_set_gets_the_benchmark_checks(tmp_path):
         f.write("r003\tr003\t1\n")
     with pytest.raises(RecipematchError, match="query's own id"):
         _init(tmp_path, inp, tmp_path / "wd", also={"x": (sg, "plain")})
+
+
+def _audit_stats_case(tmp_path, repo_root, mutate):
+    """The audit-report stage on the committed metrics/stats.json changed by ``mutate(stats,
+    benchmark, real)`` (the sets the audit reads: the first of each role)."""
+    import copy
+
+    from recipematch.config import load_yaml, parse_params
+    from recipematch.pipeline import audit as audit_stage
+    from recipematch.pipeline.door import Layout
+
+    raw = load_yaml(repo_root / "params.yaml")
+    bn = sorted(n for n, ev in raw["evaluations"].items() if ev["role"] == "benchmark")[0]
+    rn = sorted(n for n, ev in raw["evaluations"].items() if ev["role"] == "real")[0]
+    bad = copy.deepcopy(json.loads((repo_root / "metrics" / "stats.json").read_text()))
+    mutate(bad, bn, rn)
+    (tmp_path / "metrics").mkdir()
+    (tmp_path / "metrics" / "stats.json").write_text(json.dumps(bad))
+    p = parse_params(raw).view(audit_stage.PARAMS)
+    return audit_stage.run(p, Layout(tmp_path))
+
+
+def _gap(s, bn):
+    return s["gaps"][metric_key(bn, 1, "recipe-cell")]
+
+
+def _did(s, bn, rn):
+    return s["did"][f"recipe-cell.{bn}-{rn}.R@1"]
+
+
+@pytest.mark.parametrize(("mutate", "message"), [
+    (lambda s, b, r: _gap(s, b).pop("n_queries"), r"gaps\[.*lacks 'n_queries'"),
+    (lambda s, b, r: _gap(s, b).update(estimate=float("nan")), r"estimate is nan, not a finite number"),
+    (lambda s, b, r: _gap(s, b).update(estimate="10.6"), r"estimate is '10.6', not a finite number"),
+    (lambda s, b, r: _gap(s, b).update(low=float("-inf")), r"low is -inf, not a finite number"),
+    (lambda s, b, r: _gap(s, b).update(low=50.0, high=-50.0), r"low 50.0 is above high -50.0"),
+    (lambda s, b, r: s.update(gaps=[]), r"has no 'gaps' mapping"),
+    (lambda s, b, r: _did(s, b, r).pop("gap_real"), r"did\[.*lacks 'gap_real'"),
+    (lambda s, b, r: _did(s, b, r).update(did=None), r"is not a mapping"),
+    (lambda s, b, r: s["arms"]["recipe"][metric_key(b, 1)].update(per_seed=[]), r"per_seed is \[\], not a non-empty"),
+    (lambda s, b, r: s["arms"]["recipe"][metric_key(b, 1)].update(per_seed=[1.0, 2.0, 3.0]),
+     r"3 per-seed score\(s\) but the params train 1 seed"),
+    (lambda s, b, r: s["arms"]["cell"][metric_key(b, 1)].update(mean=None), r"mean is None, not a finite number"),
+    (lambda s, b, r: s["arms"]["cell"][metric_key(b, 1)].update(sd=float("inf")), r"sd is inf, not a finite"),
+])
+def test_a_broken_stats_file_is_named_not_a_traceback(tmp_path, repo_root, mutate, message):
+    """The audit report reads the stats stage's numbers; a bad entry is one clear error."""
+    from recipematch.errors import RecipematchError
+
+    with pytest.raises(RecipematchError, match=message):
+        _audit_stats_case(tmp_path, repo_root, mutate)

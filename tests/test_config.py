@@ -81,7 +81,7 @@ def test_yaml_12_scalars_and_duplicate_keys(tmp_path):
     (lambda p: p["llm"].update(prompts=["bogus"]), "llm.prompts must be distinct names"),
     (lambda p: p["evaluate"].update(batch_size=0), "evaluate.batch_size must lie in"),
     (lambda p: p["evaluate"].update(max_seq_length=0), "evaluate.max_seq_length must lie in"),
-    (lambda p: p["evaluate"].update(device="tpu"), "evaluate.device must be one of"),
+    (lambda p: p["devices"].update(evaluate="tpu"), "devices.evaluate must be one of"),
     (lambda p: p["stats"].update(seed=-1), "stats.seed must lie in"),
     (lambda p: p["mlflow"].update(tracking_uri="not a uri"), "mlflow.tracking_uri must be"),
     (lambda p: p["mlflow"].update(experiment=""), "mlflow.experiment must not be empty"),

@@ -221,3 +221,12 @@ def test_a_stage_reading_its_own_output_is_refused(tmp_path):
 def test_selectors_are_checked():
     with pytest.raises(ValueError, match="EVAL_DEPS selector"):
         deps._selected("some", {}, PARAMS)
+
+
+def test_the_deps_command_outside_a_project_is_one_line(tmp_path, monkeypatch, capsys):
+    from recipematch.pipeline import deps
+
+    monkeypatch.chdir(tmp_path)
+    assert deps.main([]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("recipematch: error:") and "dvc.yaml does not exist" in err and len(err.splitlines()) == 1

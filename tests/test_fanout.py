@@ -225,10 +225,10 @@ def test_engine_settings_are_checked_naming_the_key():
     with pytest.raises(RecipematchError, match=r"engine.kind must be one of \['local', 'ray'\]"):
         parse_params(p)
     assert parse_params(PARAMS).engine == EngineConfig()  # absent: local, today's behaviour
-    with pytest.raises(engine_mod.EngineError, match="train.device is cuda but engine.num_gpus is 0"):
-        engine_mod.check_unit_device(EngineConfig(kind="ray"), "train.device", "cuda")
-    with pytest.raises(engine_mod.EngineError, match="engine.num_gpus is 1 but evaluate.device is cpu"):
-        engine_mod.check_unit_device(EngineConfig(kind="ray", num_gpus=1.0), "evaluate.device", "cpu")
+    with pytest.raises(engine_mod.EngineError, match="devices.train is cuda but engine.num_gpus is 0"):
+        engine_mod.check_unit_device(EngineConfig(kind="ray"), "devices.train", "cuda")
+    with pytest.raises(engine_mod.EngineError, match="engine.num_gpus is 1 but devices.evaluate is cpu"):
+        engine_mod.check_unit_device(EngineConfig(kind="ray", num_gpus=1.0), "devices.evaluate", "cpu")
 
 
 def test_map_units_keeps_order_and_raises_the_units_own_error(ray_local):

@@ -82,7 +82,7 @@ def test_cuts_agreement_and_within_query_r2_by_hand() -> None:
     assert agreement(np.array([], dtype=int), np.array([]), [])["exact"] is None
 
 
-def _judging_project(tmp_path: Path, monkeypatch, **judging):
+def _judging_project(tmp_path: Path, monkeypatch, devices=None, **judging):
     from recipematch.beir import write_beir
 
     p, lay = _tiny_project(tmp_path, monkeypatch)
@@ -105,6 +105,7 @@ def _judging_project(tmp_path: Path, monkeypatch, **judging):
                                "base_url": "http://127.0.0.1:9", "model_id": JUDGE, "max_retries": 0,
                                "distilled_epochs": 1, "distilled_batch_size": 4, "distilled_max_length": 64,
                                **judging}}
+    raw["devices"] = {**raw["devices"], **(devices or {})}
     return parse_params(raw), lay, corpus, queries
 
 

@@ -70,9 +70,9 @@ def test_judging_refuses_a_pool_built_over_other_queries(tmp_path, monkeypatch):
 def test_judging_refuses_a_bad_device_before_any_call(tmp_path, monkeypatch):
     from recipematch.pipeline import judging, pooling
 
-    p, lay, _c, _q = _judging_project(tmp_path, monkeypatch, distilled_device="banana")
+    p, lay, _c, _q = _judging_project(tmp_path, monkeypatch, devices={"distilled_judge": "banana"})
     pooling.run(p, lay, name="tiny", progress=False)
-    with pytest.raises(RecipematchError, match=r"judging.tiny.distilled_device: 'banana' is not a torch device"):
+    with pytest.raises(RecipematchError, match=r"devices.distilled_judge: 'banana' is not a torch device"):
         judging.run(p, lay, name="tiny", progress=False)
     assert not (tmp_path / "cache" / "judging").exists()
 

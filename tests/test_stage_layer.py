@@ -186,16 +186,16 @@ def test_a_device_this_machine_lacks_is_refused_naming_the_key(tmp_path, repo_ro
     from recipematch.errors import RecipematchError
     from recipematch.pipeline.door import check_device
 
-    with pytest.raises(RecipematchError, match="evaluate.device: cuda requested but this machine has no CUDA"):
-        check_device("evaluate.device", "cuda")
-    check_device("evaluate.device", "cpu")
-    text = (repo_root / "params.yaml").read_text().replace("  device: cpu\n", "  device: cuda\n")
+    with pytest.raises(RecipematchError, match="devices.evaluate: cuda requested but this machine has no CUDA"):
+        check_device("devices.evaluate", "cuda")
+    check_device("devices.evaluate", "cpu")
+    text = (repo_root / "params.yaml").read_text().replace("  evaluate: cpu ", "  evaluate: cuda ")
     (tmp_path / "params.yaml").write_text(text)
     shutil.copytree(repo_root / "stages", tmp_path / "stages")
     r = subprocess.run([sys.executable, "stages/evaluate_base.py", "--no-progress"], cwd=tmp_path,
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr[-2000:]
-    assert "evaluate.device: cuda requested" in r.stderr
+    assert "devices.evaluate: cuda requested" in r.stderr
 
 
 def test_docstrings_cite_the_paper_not_unshipped_documents():

@@ -291,8 +291,8 @@ def build_plan(p, root: Path, *, train_examples_per_s: float | None = None,
         return (t.per_s, t.measured) if t else (None, f"no measured {what} rate for {device} / {model} / "
                                                       f"{seq} tokens")
 
-    tr, tr_basis = rate("train", p.train.device, p.train.model, p.train.max_seq_length, train_examples_per_s)
-    en, en_basis = rate("encode", p.evaluate.device, p.train.model, p.evaluate.max_seq_length, encode_texts_per_s)
+    tr, tr_basis = rate("train", p.devices.train, p.train.model, p.train.max_seq_length, train_examples_per_s)
+    en, en_basis = rate("encode", p.devices.evaluate, p.train.model, p.evaluate.max_seq_length, encode_texts_per_s)
     examples = sum(s["train_examples"] * p.train.epochs for a in train for s in a["seeds"])
     encodings = [e["encodings"] for e in evals]
     total_enc = None if any(e is None for e in encodings) else sum(encodings)
@@ -309,7 +309,7 @@ def build_plan(p, root: Path, *, train_examples_per_s: float | None = None,
                 "hours": None if not llm_calls_per_s or total_calls is None else total_calls / llm_calls_per_s / 3600},
     }
     return {"data": data, "training": train, "evaluations": evals, "llm": llm, "hours": hours,
-            "devices": {"train": p.train.device, "evaluate": p.evaluate.device}, "inputs": inputs_plan(p, root)}
+            "devices": {"train": p.devices.train, "evaluate": p.devices.evaluate}, "inputs": inputs_plan(p, root)}
 
 
 def _probe_url(url: str, timeout_s: float) -> tuple[str, str]:

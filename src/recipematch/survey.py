@@ -245,7 +245,7 @@ def run_survey(p, root: Path, models: Sequence[SurveyModel], *, cache_dir: Path 
             os.environ.setdefault("HF_HUB_OFFLINE", "1")
             try:
                 enc = SentenceTransformerEncoder(path, max_seq_length=m.max_seq_length, batch_size=m.batch_size,
-                                                 query_prompt=m.query_prompt or None, device=p.evaluate.device,
+                                                 query_prompt=m.query_prompt or None, device=p.devices.evaluate,
                                                  dtype=m.dtype)
             except (*model_load_errors(), RecipematchError) as exc:
                 raise RecipematchError(f"model {m.name!r}: cannot load a sentence-transformers model from {path}: "

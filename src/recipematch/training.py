@@ -111,14 +111,16 @@ class TrainSettings:
     VARIANTS_OFF = {"gradient_checkpointing": False, "lora": None, "query_instruction": "", "max_steps": 0}
 
     @classmethod
-    def pick(cls, obj: Any) -> "TrainSettings":
+    def pick(cls, obj: Any, device: str = "cpu") -> "TrainSettings":
         """The fields of this class read off any object that has them (the params section
-        ``train``); ``obj.lora`` (with ``enabled``, ``rank``, ``alpha``, ``dropout``,
+        ``train``), with ``device`` where it runs (params ``devices.train``); ``obj.lora`` (with ``enabled``, ``rank``, ``alpha``, ``dropout``,
         ``target_modules``, ``lr``) becomes a :class:`LoraSettings` when enabled. Variant fields
         the object lacks stay off."""
         import dataclasses
 
-        kw = {f.name: getattr(obj, f.name) for f in dataclasses.fields(cls) if f.name not in cls.VARIANTS_OFF}
+        kw = {f.name: getattr(obj, f.name) for f in dataclasses.fields(cls)
+              if f.name not in cls.VARIANTS_OFF and f.name != "device"}
+        kw["device"] = device
         kw["gradient_checkpointing"] = bool(getattr(obj, "gradient_checkpointing", False))
         kw["query_instruction"] = str(getattr(obj, "query_instruction", ""))
         kw["max_steps"] = int(getattr(obj, "max_steps", 0))

@@ -36,6 +36,7 @@ from recipematch.config.sections import (
     BudgetConfig,
     CasConfig,
     DataConfig,
+    DevicesConfig,
     EngineConfig,
     EvalSetConfig,
     EvaluateConfig,
@@ -62,8 +63,8 @@ from recipematch.config.yamlio import MAX_YAML_CHARS, load_yaml, load_yaml_file,
 from recipematch.errors import RecipematchError
 
 __all__ = [
-    "ENTRY_NAME", "ENV_VAR_NAME", "EVAL_RULES_ALLOWED", "MAX_YAML_CHARS", "TOP_LEVEL_KEYS", "AttackConfig",
-    "BacktranslateConfig", "BudgetConfig", "CasConfig", "DataConfig", "EngineConfig", "EvalSetConfig",
+    "ENTRY_NAME", "ENV_VAR_NAME", "EVAL_RULES_ALLOWED", "MAX_YAML_CHARS", "RUNTIME_ONLY", "TOP_LEVEL_KEYS", "AttackConfig",
+    "BacktranslateConfig", "BudgetConfig", "CasConfig", "DataConfig", "DevicesConfig", "EngineConfig", "EvalSetConfig",
     "EvaluateConfig", "EvaluationConfig", "ExternalConfig", "GatesConfig", "HitsConfig", "Judge2Config",
     "JudgingConfig", "LLMConfig", "MeldGenerateConfig", "MlflowConfig", "Params", "ParamsView", "PoolConfig",
     "RegenConfig", "RemediesConfig", "ReplayConfig", "SaberConfig", "StatsConfig", "StyleConfig", "TrainConfig",
@@ -117,12 +118,18 @@ class Params:
     backtranslate: BacktranslateConfig = spec("the back-translation control", default_factory=BacktranslateConfig)
     engine: EngineConfig = spec("where training and evaluation units run (execution only)",
                                  default_factory=EngineConfig)
+    devices: DevicesConfig = spec("where each kind of work runs (execution only: read by any stage, declared by "
+                                  "none)", default_factory=DevicesConfig)
 
     def view(self, keys: Iterable[str]) -> ParamsView:
         """The keys a stage declared (dotted, e.g. ``"gates.active"`` or ``"budget"``);
         reading any other key raises :class:`UndeclaredParam`."""
         return ParamsView(self, frozenset(keys))
 
+
+#: Top-level sections every stage may read without declaring them: they choose where the work
+#: runs, never what it computes, so they are no DVC param and an edit reruns no stage.
+RUNTIME_ONLY = ("devices",)
 
 #: Every top-level key of params.yaml; anything else is a typo and is refused.
 TOP_LEVEL_KEYS = tuple(f.name for f in dataclasses.fields(Params))
@@ -243,6 +250,8 @@ class ParamsView:
         if name.startswith("__"):
             raise AttributeError(name)
         if name in self._keys:
+            return getattr(self._target, name)
+        if not self._prefix and name in RUNTIME_ONLY:
             return getattr(self._target, name)
         sub = frozenset(k.split(".", 1)[1] for k in self._keys if k.startswith(name + "."))
         if sub:

@@ -167,7 +167,11 @@ def _check_value(v: Any, md: Mapping[str, Any], where: str) -> None:
 
 
 #: keys an older params.yaml may still carry -> where they live now (named in the unknown-key error)
-MOVED_KEYS = {"train.soup_alphas": "remedies.soup_alphas (with remedies.arms naming the arms souped)"}
+MOVED_KEYS = {"train.soup_alphas": "remedies.soup_alphas (with remedies.arms naming the arms souped)",
+              "train.device": "devices.train", "evaluate.device": "devices.evaluate",
+              "gates.cosine_device": "devices.cosine_gate", "backtranslate.device": "devices.backtranslate"}
+#: keys an older entry of a named section may still carry (section, key) -> where they live now
+MOVED_ENTRY_KEYS = {("judging", "distilled_device"): "devices.distilled_judge"}
 
 
 def build(raw: Any, cls: type[T], where: str) -> T:
@@ -179,6 +183,8 @@ def build(raw: Any, cls: type[T], where: str) -> T:
     if unknown:
         what = f"{where}: unknown key(s)" if where else "unknown top-level key(s)"
         moved = [f"{where}.{k} is now {MOVED_KEYS[f'{where}.{k}']}" for k in unknown if f"{where}.{k}" in MOVED_KEYS]
+        moved += [f"{where}.{k} is now {MOVED_ENTRY_KEYS[(where.split('.')[0], k)]}" for k in unknown
+                  if where.count(".") == 1 and (where.split(".")[0], k) in MOVED_ENTRY_KEYS]
         raise RecipematchError(f"{what} {unknown}; allowed: {names}" + (f" ({'; '.join(moved)})" if moved else ""))
     kwargs = {}
     for f in dataclasses.fields(cls):

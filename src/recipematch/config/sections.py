@@ -35,7 +35,6 @@ class GatesConfig:
     cosine_batch_size: int = spec("texts per forward pass of the cosine gate's encoder (it moves the cosines in "
                                    "the last float bits, so it is a param)", min=1, max=65_536)
     cosine_dtype: str = spec("encoding precision of the cosine gate's encoder", choices=("float32", "bfloat16"))
-    cosine_device: str = spec("where the cosine gate's encoder runs: cpu, cuda or mps", choices=DEVICES)
 
 
 @dataclass(frozen=True)
@@ -147,7 +146,6 @@ class TrainConfig:
     max_seq_length: int = spec("tokens per text in training", min=1, max=32_768)
     eval_steps: int = spec("steps between dev evaluations (paper: 100)", min=1, max=10_000_000)
     max_dev_triplets: int = spec("dev triplets scored (paper: 2,000)", min=1, max=10_000_000)
-    device: str = spec("cpu, cuda or mps", choices=DEVICES)
     bf16: bool = spec("bf16 mixed precision")
     # training variants (paper Table 2, Appendix E, Table 19); the defaults leave full fine-tuning as it was
     gradient_checkpointing: bool = spec("recompute activations in the backward pass (paper: the 4B LoRA run)",
@@ -193,7 +191,6 @@ class EvaluateConfig:
     ks: tuple[int, ...] = spec("recall cut-offs; must include 1", min=1, max=10_000)
     max_seq_length: int = spec("tokens per text when encoding (paper: 1,024)", min=1, max=32_768)
     batch_size: int = spec("texts per encoding batch", min=1, max=65_536)
-    device: str = spec("cpu, cuda or mps", choices=DEVICES)
     bm25_k1: float = spec("BM25 baseline k1 (paper: 1.5)", min=0.0, max=100.0, finite=True)
     bm25_b: float = spec("BM25 baseline b (paper: 0.75)", min=0.0, max=1.0, finite=True)
     dtype: str = spec("encoding precision: float32 or bfloat16 (paper: bf16, Appendix A)",
@@ -398,7 +395,6 @@ class JudgingConfig(_ClientConfig):
     distilled_batch_size: int = spec("its batch size", default=16, min=1, max=4096)
     distilled_learning_rate: float = spec("its learning rate", default=5e-5, min=1e-9, max=1.0, finite=True)
     distilled_max_length: int = spec("tokens of a (query, document) pair it reads", default=256, min=8, max=32_768)
-    distilled_device: str = spec("torch device of the distilled judge", default="cpu", min=1, max_len=32)
     heldout_fraction: float = spec("share of LLM-labelled queries held out of its training for the agreement "
                                     "check (disjoint by query)", default=0.2, min=0.0, max=0.9, finite=True)
     split_seed: int = spec("seed of the held-out query draw", default=42, min=0, max=2**31 - 1)
@@ -602,7 +598,6 @@ class BacktranslateConfig:
                                   "counted as unsupported_language)", default="", max_len=20)
     max_sources: int = spec("sources translated, in source-id order (0 = all)", default=0, min=0,
                              max=10_000_000)
-    device: str = spec("cpu, cuda or mps", choices=DEVICES, default="cpu")
     batch_size: int = spec("lines per generate call", default=16, min=1, max=65_536)
     num_beams: int = spec("beam width (1 = greedy)", default=4, min=1, max=64)
     max_input_tokens: int = spec("input tokens per line (longer lines are cut)", default=512, min=4,
@@ -612,6 +607,22 @@ class BacktranslateConfig:
     def __post_init__(self) -> None:
         if Path(self.model_dir).is_absolute() or ".." in Path(self.model_dir).parts:
             raise RecipematchError(f"backtranslate.model_dir must be a folder inside the project, got {short_repr(self.model_dir, 120)}")
+
+
+@dataclass(frozen=True)
+class DevicesConfig:
+    """Where each kind of work runs: execution only, like ``engine``, so no stage declares it
+    and a device edit reruns nothing (the numbers of another device can differ in the last
+    float bits; paper Appendix A ran bf16 on GPUs). Every stage may read it."""
+
+    train: str = spec("where the train and mix stages fine-tune: cpu, cuda or mps", choices=DEVICES, default="cpu")
+    evaluate: str = spec("where trained, souped and base models encode (evaluate, pooling, soups, style)",
+                         choices=DEVICES, default="cpu")
+    cosine_gate: str = spec("where the cosine gate's base-model encoder runs (cells, validate, train)",
+                            choices=DEVICES, default="cpu")
+    backtranslate: str = spec("where the back-translation model runs", choices=DEVICES, default="cpu")
+    distilled_judge: str = spec("torch device of the judging stages' distilled judge (cpu, cuda, cuda:N or mps)",
+                                default="cpu", min=1, max_len=32)
 
 
 ENGINE_KINDS = ("local", "ray")

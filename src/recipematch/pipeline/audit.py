@@ -5,6 +5,7 @@ difference in differences, Appendix C's style probe). Writes ``audit.json`` (sch
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict
 from typing import Any
 
@@ -28,13 +29,47 @@ INTERVAL_FIELDS = ("estimate", "low", "high", "level", "n_boot", "seeds", "schem
                    "n_queries")
 
 
-def _stats_entry(stats: dict, section: str, key: str, what: str) -> dict:
-    """One entry of ``metrics/stats.json`` (written by the stats stage), or a clear error."""
-    try:
-        return stats[section][key]
-    except KeyError:
+def _stats_entry(stats: Any, section: str, key: str, what: str, *, numbers: tuple[str, ...] = (),
+                 fields: tuple[str, ...] = ()) -> dict:
+    """One entry of ``metrics/stats.json`` (written by the stats stage), checked: a mapping
+    holding ``fields``, of which ``numbers`` are finite numbers; an interval's ``low`` is at
+    most its ``high``.
+
+    Raises:
+        RecipematchError: naming the entry and the field (rerun the stats stage).
+    """
+    where = f"metrics/stats.json {section}[{key!r}] ({what})"  # section: a top-level key or an arm
+    if not isinstance(stats, dict) or not isinstance(stats.get(section), dict):
+        raise RecipematchError(f"metrics/stats.json has no {section!r} mapping: rerun the stats stage (`dvc repro stats`)")
+    if key not in stats[section]:
         raise RecipematchError(f"metrics/stats.json has no {section}[{key!r}] ({what}): rerun the stats stage "
-                               "with the audit's params (`dvc repro stats`)") from None
+                               "with the audit's params (`dvc repro stats`)")
+    entry = stats[section][key]
+    if not isinstance(entry, dict):
+        raise RecipematchError(f"{where} is not a mapping: rerun the stats stage")
+    for f in (*fields, *numbers):
+        if f not in entry:
+            raise RecipematchError(f"{where} lacks {f!r}: rerun the stats stage")
+    for f in numbers:
+        v = entry[f]
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+            raise RecipematchError(f"{where}: {f} is {v!r}, not a finite number: rerun the stats stage")
+    if "low" in numbers and "high" in numbers and entry["low"] > entry["high"]:
+        raise RecipematchError(f"{where}: low {entry['low']} is above high {entry['high']}: rerun the stats stage")
+    return entry
+
+
+def _per_seed(row: dict, where: str, n_seeds: int | None) -> list[float]:
+    """An arm's per-seed scores: finite numbers, one per training seed when ``n_seeds`` is given."""
+    v = row.get("per_seed")
+    if not isinstance(v, list) or not v or any(isinstance(x, bool) or not isinstance(x, (int, float))
+                                                or not math.isfinite(x) for x in v):
+        raise RecipematchError(f"{where}: per_seed is {v!r}, not a non-empty list of finite numbers: "
+                               "rerun the stats stage")
+    if n_seeds is not None and len(v) != n_seeds:
+        raise RecipematchError(f"{where}: {len(v)} per-seed score(s) but the params train {n_seeds} seed(s): "
+                               "rerun the stats stage with the audit's params")
+    return v
 
 
 def run(p, lay: Layout) -> dict:
@@ -50,24 +85,35 @@ def run(p, lay: Layout) -> dict:
     bn = bench[0]
     stats = read_json(lay.metrics / "stats.json")
     pair = f"{a}-{b}"
-    gap = _stats_entry(stats, "gaps", metric_key(bn, 1, pair), f"the {a} - {b} contrast on {bn}")
+    interval = ("estimate", "low", "high", "level")
+    gap = _stats_entry(stats, "gaps", metric_key(bn, 1, pair), f"the {a} - {b} contrast on {bn}",
+                       numbers=interval, fields=INTERVAL_FIELDS)
     rs = {"metric": "R@1", "evaluation": bn, "contrast": f"{a} - {b}", "units": "points",
           **{k: gap[k] for k in INTERVAL_FIELDS}}
     did = None
     if real:
         rn = real[0]
-        d = _stats_entry(stats, "did", f"{pair}.{bn}-{rn}.R@1", f"the difference in differences against {rn}")
-        did = {"real": rn, **{k: d["did"][k] for k in ("estimate", "low", "high", "level")},
-               "gap_real": {k: d["gap_real"][k] for k in ("estimate", "low", "high")}}
+        key = f"{pair}.{bn}-{rn}.R@1"
+        _stats_entry(stats, "did", key, f"the difference in differences against {rn}", fields=("did", "gap_real"))
+        dd = _stats_entry(stats["did"], key, "did", "its estimate", numbers=interval)
+        gr = _stats_entry(stats["did"], key, "gap_real", f"the gap on {rn}", numbers=interval[:3])
+        did = {"real": rn, **{k: dd[k] for k in interval}, "gap_real": {k: gr[k] for k in interval[:3]}}
     scores: dict[str, Any] = {}
+    n_seeds = len(train_seeds(p.train.seed, p.train.n_seeds))
     for m in [*BASELINES, a, b]:
         scores[m] = {}
         for name in [*bench, *real]:
-            row = _stats_entry(stats, "arms", m, f"the scores of {m}")
             key = metric_key(name, 1)
-            if key not in row:
-                raise RecipematchError(f"metrics/stats.json has no arms[{m!r}][{key!r}]: rerun the stats stage")
-            scores[m][key] = {k: row[key][k] for k in ("mean", "sd", "per_seed")}
+            _stats_entry(stats, "arms", m, f"the scores of {m}")
+            row = _stats_entry(stats["arms"], m, key, f"arms[{m!r}]: the scores of {m}", numbers=("mean",),
+                               fields=("sd", "per_seed"))
+            sd = row["sd"]  # None: one seed
+            if sd is not None and (isinstance(sd, bool) or not isinstance(sd, (int, float)) or not math.isfinite(sd)):
+                raise RecipematchError(f"metrics/stats.json arms[{m!r}][{key!r}]: sd is {sd!r}, not a finite "
+                                       "number or null: rerun the stats stage")
+            per_seed = _per_seed(row, f"metrics/stats.json arms[{m!r}][{key!r}]",
+                                 n_seeds if m in (a, b) else None)
+            scores[m][key] = {"mean": row["mean"], "sd": row["sd"], "per_seed": per_seed}
     st = p.style
     style = style_probe_benchmark(lay.p(p.evaluations[bn].folder), test_fraction=st.test_fraction, seed=st.seed,
                                   n_boot=st.n_boot, level=st.level, C=st.C, max_iter=st.max_iter)

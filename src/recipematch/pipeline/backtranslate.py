@@ -64,10 +64,11 @@ def _check_languages(cfg) -> None:
                                        "such as en, fr, es or an NLLB code such as eng_Latn") from None
 
 
-def make_translator(lay: Layout, cfg):
+def make_translator(lay: Layout, p):
     """The translator the stage uses (:class:`recipematch.backtranslate.NLLBTranslator`
-    over ``backtranslate.model_dir``)."""
-    return NLLBTranslator(str(lay.p(cfg.model_dir)), device=cfg.device, batch_size=cfg.batch_size,
+    over ``backtranslate.model_dir``, on ``devices.backtranslate``); ``p``: the stage's params."""
+    cfg = p.backtranslate
+    return NLLBTranslator(str(lay.p(cfg.model_dir)), device=p.devices.backtranslate, batch_size=cfg.batch_size,
                           num_beams=cfg.num_beams, max_input_tokens=cfg.max_input_tokens,
                           max_new_tokens=cfg.max_new_tokens)
 
@@ -97,7 +98,7 @@ def run(p, lay: Layout, *, progress: bool = True) -> dict:
                   f"{cfg.model_id} there (e.g. `huggingface-cli download {cfg.model_id} --local-dir "
                   f"{cfg.model_dir}` on a machine with network access), or drop the bt/bt3 arms")
         return _finish(lay, {"needed": need, "reason": reason}, {"needed": need, "reason": reason, "model": None})
-    check_device("backtranslate.device", cfg.device)
+    check_device("devices.backtranslate", p.devices.backtranslate)
 
     ex, ex_path = load_exclusion(lay, p.gates.active)
     excluded = set(ex.ids)
@@ -120,7 +121,7 @@ def run(p, lay: Layout, *, progress: bool = True) -> dict:
                             "reason": "unsupported_language"})
             continue
         sources.append((r["doc_id"], r["text"], code))
-    translator = make_translator(lay, cfg)
+    translator = make_translator(lay, p)
     metrics: dict = {"needed": need, "model_id": cfg.model_id, "sources": len(corpus),
                      "skipped_language": len(skipped)}
     for key in need:

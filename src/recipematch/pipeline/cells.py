@@ -20,7 +20,7 @@ PARAMS = ("seed", "train.seed", "train.n_seeds", "budget", "gates", "train.model
 
 def run(p, lay: Layout, arm: str) -> dict:
     """Stage 5: assemble one arm, gate it, draw each seed's matched budget."""
-    check_device("gates.cosine_device", p.gates.cosine_device)
+    check_device("devices.cosine_gate", p.devices.cosine_gate)
     spec = arm_spec_from_file(lay, arm)
     bcfg, seed = p.budget, p.seed
     pair_files = {k: rows for k in spec.inputs() if (rows := cell_pairs(lay, k, judges=p.judge2.cells)) is not None}

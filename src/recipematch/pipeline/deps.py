@@ -467,11 +467,20 @@ def write(root: Path) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """``python -m recipematch.pipeline.deps [--write]`` in the project root: 0 when dvc.yaml
+    agrees, 1 with the problems listed, 2 with one line for a project it cannot read."""
     argv = sys.argv[1:] if argv is None else argv
     root = Path(".").resolve()
-    if "--write" in argv:
-        print(f"dvc.yaml: {write(root)} entries rewritten")
-    problems = check(root)
+    if not (root / "dvc.yaml").is_file():
+        print(f"recipematch: error: {root / 'dvc.yaml'} does not exist: run this in the project root", file=sys.stderr)
+        return 2
+    try:
+        if "--write" in argv:
+            print(f"dvc.yaml: {write(root)} entries rewritten")
+        problems = check(root)
+    except RecipematchError as e:
+        print(f"recipematch: error: {e}", file=sys.stderr)
+        return 2
     for p in problems:
         print(p)
     return 1 if problems else 0

@@ -184,10 +184,10 @@ def write_results(lay: Layout, arm: str, frames, per_model, *, ks) -> dict:
 
 
 def encoder_for(path: str, p, query_prompt: str = ""):
-    """The encoder of ``path`` under ``evaluate``; ``query_prompt`` prefixes queries (a trained
+    """The encoder of ``path`` under ``evaluate``, on ``devices.evaluate``; ``query_prompt`` prefixes queries (a trained
     arm's ``train.query_instruction``, Appendix E)."""
     e = p.evaluate
-    return encoder(path, max_seq_length=e.max_seq_length, batch_size=e.batch_size, device=e.device, dtype=e.dtype,
+    return encoder(path, max_seq_length=e.max_seq_length, batch_size=e.batch_size, device=p.devices.evaluate, dtype=e.dtype,
                    query_prompt=query_prompt)
 
 
@@ -200,7 +200,7 @@ def score_unit(unit: Mapping[str, Any], shared: Mapping[str, Any]):
     Raises:
         RecipematchError: the unit's device does not exist where it runs.
     """
-    check_device("evaluate.device", shared["params"].evaluate.device)
+    check_device("devices.evaluate", shared["params"].devices.evaluate)
     model = encoder_for(unit["model"], shared["params"], shared.get("query_prompt", ""))  # the settings every stage uses
     return score_models([(unit["seed"], model, None)], shared["sets"], arm=shared["arm"], ks=shared["ks"],
                         lay=shared["lay"], graded=shared.get("graded"))
@@ -213,9 +213,9 @@ def run(p, lay: Layout, arm: str, *, progress: bool = True, engine=None) -> dict
     eng = engine if engine is not None else EngineConfig()
     engine_mod.preflight(eng)  # an unreachable engine.address fails before any work
     ecfg = p.evaluate
-    engine_mod.check_unit_device(eng, "evaluate.device", ecfg.device)
+    engine_mod.check_unit_device(eng, "devices.evaluate", p.devices.evaluate)
     if eng.kind == "local":  # a Ray unit checks its device where it runs
-        check_device("evaluate.device", ecfg.device)
+        check_device("devices.evaluate", p.devices.evaluate)
     if not lay.models(arm).is_dir():
         raise RecipematchError(f"--arm {arm!r}: {lay.models(arm)} does not exist (train it first)")
     sets = load_evaluations(p, lay)
@@ -228,8 +228,9 @@ def run(p, lay: Layout, arm: str, *, progress: bool = True, engine=None) -> dict
         seeds.append(str(s))
         records.append(read_json(rec_path))
     units = [{"seed": s, "model": str(lay.models(arm) / f"seed_{s}")} for s in seeds]
-    # the evaluate section is a frozen dataclass: it travels to a worker as it is
-    shared = {"sets": sets, "graded": graded, "arm": arm, "ks": ecfg.ks, "lay": lay, "params": SimpleNamespace(evaluate=ecfg),
+    # the evaluate and devices sections are frozen dataclasses: they travel to a worker as it is
+    shared = {"sets": sets, "graded": graded, "arm": arm, "ks": ecfg.ks, "lay": lay,
+              "params": SimpleNamespace(evaluate=ecfg, devices=p.devices),
               "query_prompt": p.train.query_instruction}
 
     def record(i: int, out) -> None:  # the driver is the only MLflow writer

@@ -14,7 +14,7 @@ EVAL_DEPS = "all"
 
 def run(p, lay: Layout, *, progress: bool = True) -> dict:
     """Stage 8: score the untrained base model."""
-    check_device("evaluate.device", p.evaluate.device)
+    check_device("devices.evaluate", p.devices.evaluate)
     sets = load_evaluations(p, lay)
     graded = load_graded(p, lay, sets)  # every graded check before any model
     models = [("base", encoder_for(resolve_model(p.train.model), p), None)]

@@ -84,7 +84,7 @@ def run(p, lay: Layout, *, name: str, progress: bool = True) -> dict:
     pool_dir = lay.pooling(jc.pool)
     if not (pool_dir / "candidates.parquet").is_file():
         raise RecipematchError(f"{where}.pool: {pool_dir}/candidates.parquet does not exist (run pooling@{jc.pool})")
-    check_device(f"{where}.distilled_device", jc.distilled_device)  # before any call is paid for
+    check_device("devices.distilled_judge", p.devices.distilled_judge)  # before any call is paid for
     template = _read_text(lay, jc.prompt, f"{where}.prompt")
     system = _read_text(lay, jc.system_prompt, f"{where}.system_prompt") if jc.system_prompt else ""
     rubric = load_rubric(lay.p(jc.rubric) if jc.rubric else None)
@@ -177,7 +177,7 @@ def run(p, lay: Layout, *, name: str, progress: bool = True) -> dict:
                     [bset.queries[pool.at[i, "query_id"]] for i in train_i], [docs[i] for i in train_i],
                     [float(score[i]) for i in train_i], out_dir=tmp / "distilled", epochs=jc.distilled_epochs,
                     batch_size=jc.distilled_batch_size, learning_rate=jc.distilled_learning_rate,
-                    max_length=jc.distilled_max_length, seed=jc.train_seed, device=jc.distilled_device)
+                    max_length=jc.distilled_max_length, seed=jc.train_seed, device=p.devices.distilled_judge)
                 shutil.rmtree(tmp / "distilled" / "trainer", ignore_errors=True)
                 todo = sorted(set(held_i) | set(dist_i.tolist()))
                 if todo:

@@ -70,7 +70,7 @@ def contamination_gate(p, lay: Layout, *, cosine: bool = True):
     """The one contamination gate (paper Section 3, Appendix B) from the stage's params:
     ``gates`` (all keys), and for the cosine check the base model ``train.model`` encoded
     with the gate's own settings ``gates.cosine_max_seq_length`` / ``cosine_batch_size`` /
-    ``cosine_dtype`` on ``cosine_device`` (so an evaluation edit never reruns the gate).
+    ``cosine_dtype``, on ``devices.cosine_gate`` (so an evaluation edit never reruns the gate).
 
     Returns:
         ``(gate, exclusion_path)``.
@@ -85,7 +85,7 @@ def contamination_gate(p, lay: Layout, *, cosine: bool = True):
     if cosine:
         check_length(p.train.model, ("gates.cosine_max_seq_length", g.cosine_max_seq_length))
         enc = encoder(resolve_model(p.train.model), max_seq_length=g.cosine_max_seq_length,
-                      batch_size=g.cosine_batch_size, device=g.cosine_device, dtype=g.cosine_dtype)
+                      batch_size=g.cosine_batch_size, device=p.devices.cosine_gate, dtype=g.cosine_dtype)
         cos = CosineGate(encode_cached(enc, texts, lay.cache), enc, threshold=g.cosine_threshold,
                          encode=lambda batch: encode_cached(enc, batch, lay.cache) if len(batch) > 64 else enc.encode(batch))
     return ContaminationGate(ex, ngram, heldout_sources(lay), cos), ex_path

@@ -25,7 +25,7 @@ from recipematch.pipeline.inputs import train_seeds
 from recipematch.pipeline.models import resolve_model
 
 PARAMS = ("pooling", "arms", "train.model", "train.seed", "train.n_seeds", "train.query_instruction",
-          "evaluate.max_seq_length", "evaluate.batch_size", "evaluate.device", "evaluate.dtype", "evaluations")
+          "evaluate.max_seq_length", "evaluate.batch_size", "evaluate.dtype", "evaluations")
 #: the evaluation folder it reads (dvc.yaml lists them: recipematch.pipeline.deps): the entry's evaluation
 EVAL_DEPS = "param:pooling.${key}.evaluation"
 
@@ -76,7 +76,7 @@ def run(p, lay: Layout, *, name: str, progress: bool = True) -> dict:
                                "(run the stage that writes it, or `dvc pull` it)")
     bset = load_set(folder, ev.rule, name=pc.evaluation, self_mask=ev.self_mask)
     dense = _dense_models(p, lay, pc.dense)  # every checkpoint found before any encodes
-    check_device("evaluate.device", p.evaluate.device)
+    check_device("devices.evaluate", p.devices.evaluate)
     qids = list(bset.query_ids)
     doc_ids = list(bset.corpus)
     q_texts = [bset.queries[q] for q in qids]

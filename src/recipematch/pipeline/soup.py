@@ -63,7 +63,7 @@ def run(p, lay: Layout, arm: str, alpha: str) -> dict:
     if arm not in p.remedies.arms:
         raise RecipematchError(f"--arm {arm!r}: not in remedies.arms {list(p.remedies.arms)}")
     a = _alpha(alpha, p.remedies.soup_alphas)
-    check_device("evaluate.device", p.evaluate.device)
+    check_device("devices.evaluate", p.devices.evaluate)
     if not lay.models(arm).is_dir():
         raise RecipematchError(f"--arm {arm!r}: {lay.models(arm)} does not exist (train it first)")
     label = soup_label(arm, alpha)
@@ -80,7 +80,7 @@ def run(p, lay: Layout, arm: str, alpha: str) -> dict:
         if not rec_path.exists() or not ft.is_dir():
             raise RecipematchError(f"{rec_path} does not exist: train@{arm} has not trained seed {s}")
         ft_sha = sha256_tree(ft)
-        info = build_soup(ft, base, a, out_root / f"seed_{s}", device=p.evaluate.device)
+        info = build_soup(ft, base, a, out_root / f"seed_{s}", device=p.devices.evaluate)
         rec = {"arm": arm, "label": label, "seed": s, "alpha": a, "kind": info["kind"],
                "tensors_blended": info["tensors_blended"], "base_model": base_name,
                "finetuned_checkpoint_sha256": ft_sha, "checkpoint_sha256": sha256_tree(out_root / f"seed_{s}"),

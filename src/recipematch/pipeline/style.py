@@ -39,7 +39,7 @@ def run(p, lay: Layout) -> dict:
     from recipematch.pipeline.evaluate import encoder_for  # lazy: tests monkeypatch recipematch.pipeline.evaluate.encoder_for
 
     cfg = p.style
-    check_device("evaluate.device", p.evaluate.device)
+    check_device("devices.evaluate", p.devices.evaluate)
     organic = {r["doc_id"]: r["text"] for r in corpus_rows(lay)}
     rewrites = {}
     for prompt in cfg.score_prompts:

@@ -48,7 +48,7 @@ def train_unit(unit: dict, _shared=None) -> dict:
     Raises:
         RecipematchError: the unit's device does not exist where it runs.
     """
-    check_device("train.device", unit["cfg"].device)
+    check_device("devices.train", unit["cfg"].device)
     return train_one(unit["rows"], base_model=unit["base_model"], out_dir=Path(unit["out_dir"]), seed=unit["seed"],
                      cfg=unit["cfg"], progress=unit["progress"], work_dir=Path(unit["work_dir"]))
 
@@ -77,15 +77,15 @@ def run(p, lay: Layout, arm: str, *, progress: bool = True, engine=None, label: 
     rcfg = replay_cfg if replay_cfg is not None else tcfg.replay
     rkey = "remedies.replay_file" if replay_cfg is not None else "train.replay.file"
     mcfg = p.mlflow
-    engine_mod.check_unit_device(eng, "train.device", tcfg.device)
+    engine_mod.check_unit_device(eng, "devices.train", p.devices.train)
     if eng.kind == "local":  # a Ray unit checks its device where it runs
-        check_device("train.device", tcfg.device)
-    check_device("gates.cosine_device", p.gates.cosine_device)
+        check_device("devices.train", p.devices.train)
+    check_device("devices.cosine_gate", p.devices.cosine_gate)
     gate, ex_path = contamination_gate(p, lay)
     ex = gate.exclusion
     validated = read_json(lay.validated(arm))
     base = resolve_model(tcfg.model)
-    settings = TrainSettings.pick(tcfg)
+    settings = TrainSettings.pick(tcfg, device=p.devices.train)
     train_settings = {"model": tcfg.model, **settings.identity()}  # variants join only when on
     replay = None  # general pairs mixed into each training file (Appendix E); off at fraction 0
     if rcfg.fraction > 0:

@@ -17,7 +17,7 @@ def run(p, lay: Layout, arm: str) -> dict:
     from recipematch.validation import ValidationFailed, validate_cell  # lazy: recipematch.validation pulls in pandas
 
     arm_spec_from_file(lay, arm)  # an arm without a spec is named before any work
-    check_device("gates.cosine_device", p.gates.cosine_device)
+    check_device("devices.cosine_gate", p.devices.cosine_gate)
     gate, ex_path = contamination_gate(p, lay)
     records, failed = {}, []
     for s in train_seeds(p.train.seed, p.train.n_seeds):
