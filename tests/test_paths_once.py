@@ -237,8 +237,9 @@ def test_the_stages_params_yaml_declares_none_of_agree_too(tmp_path):
     assert layout_vs_dvc(Layout(tmp_path), got, params) == []
 
 
-def _one(bad: list[str], *words: str) -> None:
-    assert any(all(w in line for w in words) for line in bad), bad
+def _one(bad: list[str], *words: str) -> bool:
+    """Whether one line of ``bad`` holds every word."""
+    return any(all(w in line for w in words) for line in bad)
 
 
 def test_a_wrong_layout_member_is_named_with_its_stage(stages):
@@ -252,11 +253,11 @@ def test_a_wrong_layout_member_is_named_with_its_stage(stages):
     params = _params(REPO)
     arm = params["arms"][0]
     bad = layout_vs_dvc(WrongModels(REPO), stages, params)
-    _one(bad, f"Layout.models({arm!r}) = model/{arm}", f"dvc.yaml stage train@{arm} writes")
-    _one(bad, f"dvc.yaml stage train@{arm} writes models/{arm}, which no Layout member names")
-    _one(bad, f"Layout.models({arm!r}) = model/{arm}: no dvc.yaml stage writes it")
+    assert _one(bad, f"Layout.models({arm!r}) = model/{arm}", f"dvc.yaml stage train@{arm} writes"), bad
+    assert _one(bad, f"dvc.yaml stage train@{arm} writes models/{arm}, which no Layout member names"), bad
+    assert _one(bad, f"Layout.models({arm!r}) = model/{arm}: no dvc.yaml stage writes it"), bad
     bad = layout_vs_dvc(WrongCorpus(REPO), stages, params)
-    _one(bad, "Layout.corpus = artifacts/corpora, but dvc.yaml stage corpus writes")
+    assert _one(bad, "Layout.corpus = artifacts/corpora, but dvc.yaml stage corpus writes"), bad
 
 
 def test_a_member_no_stage_writes_and_an_output_no_member_names_fail(stages):
@@ -273,14 +274,14 @@ def test_a_member_no_stage_writes_and_an_output_no_member_names_fail(stages):
 
     params = _params(REPO)
     bad = layout_vs_dvc(Extra(REPO), stages, params)
-    _one(bad, "Layout.bogus = artifacts/bogus: no dvc.yaml stage writes it")
-    _one(bad, "Layout.per_name() takes a name")
+    assert _one(bad, "Layout.bogus = artifacts/bogus: no dvc.yaml stage writes it"), bad
+    assert _one(bad, "Layout.per_name() takes a name"), bad
     more = {**stages, "newstage": {"outs": ["artifacts/newstage", "metrics/newstage.json"], "deps": []}}
     bad = layout_vs_dvc(Layout(REPO), more, params)
     assert bad == ["dvc.yaml stage newstage writes artifacts/newstage, which no Layout member names (add one, or "
                    "list it in UNNAMED_OUTS with the reason it needs none)"]
     bad = layout_vs_dvc(ScratchInsideAnOutput(REPO), stages, params)
-    _one(bad, "Layout.scratch = artifacts/corpus/tmp is declared outside DVC", "dvc.yaml stage corpus")
+    assert _one(bad, "Layout.scratch = artifacts/corpus/tmp is declared outside DVC", "dvc.yaml stage corpus"), bad
 
 
 def test_every_exception_is_in_use(stages):
