@@ -787,9 +787,9 @@ def _did(s, bn, rn):
 
 @pytest.mark.parametrize(("mutate", "message"), [
     (lambda s, b, r: _gap(s, b).pop("n_queries"), r"gaps\[.*lacks 'n_queries'"),
-    (lambda s, b, r: _gap(s, b).update(estimate=float("nan")), r"estimate is nan, not a finite number"),
-    (lambda s, b, r: _gap(s, b).update(estimate="10.6"), r"estimate is '10.6', not a finite number"),
-    (lambda s, b, r: _gap(s, b).update(low=float("-inf")), r"low is -inf, not a finite number"),
+    (lambda s, b, r: _gap(s, b).update(estimate=float("nan")), r"estimate \(rerun the stats stage\): nan is not a finite number"),
+    (lambda s, b, r: _gap(s, b).update(estimate="10.6"), r"estimate \(rerun the stats stage\): '10.6' is not a finite number"),
+    (lambda s, b, r: _gap(s, b).update(low=float("-inf")), r"low \(rerun the stats stage\): -inf is not a finite number"),
     (lambda s, b, r: _gap(s, b).update(low=50.0, high=-50.0), r"low 50.0 is above high -50.0"),
     (lambda s, b, r: s.update(gaps=[]), r"has no 'gaps' mapping"),
     (lambda s, b, r: _did(s, b, r).pop("gap_real"), r"did\[.*lacks 'gap_real'"),
@@ -797,8 +797,8 @@ def _did(s, bn, rn):
     (lambda s, b, r: s["arms"]["recipe"][metric_key(b, 1)].update(per_seed=[]), r"per_seed is \[\], not a non-empty"),
     (lambda s, b, r: s["arms"]["recipe"][metric_key(b, 1)].update(per_seed=[1.0, 2.0, 3.0]),
      r"3 per-seed score\(s\) but the params train 1 seed"),
-    (lambda s, b, r: s["arms"]["cell"][metric_key(b, 1)].update(mean=None), r"mean is None, not a finite number"),
-    (lambda s, b, r: s["arms"]["cell"][metric_key(b, 1)].update(sd=float("inf")), r"sd is inf, not a finite"),
+    (lambda s, b, r: s["arms"]["cell"][metric_key(b, 1)].update(mean=None), r"mean \(rerun the stats stage\): None is not a finite number"),
+    (lambda s, b, r: s["arms"]["cell"][metric_key(b, 1)].update(sd=float("inf")), r"sd \(rerun the stats stage\): inf is not a finite number"),
 ])
 def test_a_broken_stats_file_is_named_not_a_traceback(tmp_path, repo_root, mutate, message):
     """The audit report reads the stats stage's numbers; a bad entry is one clear error."""

@@ -5,7 +5,6 @@ difference in differences, Appendix C's style probe). Writes ``audit.json`` (sch
 
 from __future__ import annotations
 
-import math
 from dataclasses import asdict
 from typing import Any
 
@@ -15,6 +14,7 @@ from recipematch.audit.project import AUDIT_CONTRAST
 from recipematch.audit.measure import prompt_identity, style_probe_benchmark
 from recipematch import __version__
 from recipematch.errors import RecipematchError
+from recipematch.tracking import finite_value
 from recipematch.io import read_json, read_jsonl_strict, sha256_file, write_json
 from recipematch.metrics import metric_key
 from recipematch.pipeline.door import Layout, stage
@@ -51,9 +51,7 @@ def _stats_entry(stats: Any, section: str, key: str, what: str, *, numbers: tupl
         if f not in entry:
             raise RecipematchError(f"{where} lacks {f!r}: rerun the stats stage")
     for f in numbers:
-        v = entry[f]
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
-            raise RecipematchError(f"{where}: {f} is {v!r}, not a finite number: rerun the stats stage")
+        finite_value(entry[f], f"{where}: {f} (rerun the stats stage)")
     if "low" in numbers and "high" in numbers and entry["low"] > entry["high"]:
         raise RecipematchError(f"{where}: low {entry['low']} is above high {entry['high']}: rerun the stats stage")
     return entry
@@ -62,10 +60,11 @@ def _stats_entry(stats: Any, section: str, key: str, what: str, *, numbers: tupl
 def _per_seed(row: dict, where: str, n_seeds: int | None) -> list[float]:
     """An arm's per-seed scores: finite numbers, one per training seed when ``n_seeds`` is given."""
     v = row.get("per_seed")
-    if not isinstance(v, list) or not v or any(isinstance(x, bool) or not isinstance(x, (int, float))
-                                                or not math.isfinite(x) for x in v):
+    if not isinstance(v, list) or not v:
         raise RecipematchError(f"{where}: per_seed is {v!r}, not a non-empty list of finite numbers: "
                                "rerun the stats stage")
+    for x in v:
+        finite_value(x, f"{where}: per_seed (rerun the stats stage)")
     if n_seeds is not None and len(v) != n_seeds:
         raise RecipematchError(f"{where}: {len(v)} per-seed score(s) but the params train {n_seeds} seed(s): "
                                "rerun the stats stage with the audit's params")
@@ -108,9 +107,8 @@ def run(p, lay: Layout) -> dict:
             row = _stats_entry(stats["arms"], m, key, f"arms[{m!r}]: the scores of {m}", numbers=("mean",),
                                fields=("sd", "per_seed"))
             sd = row["sd"]  # None: one seed
-            if sd is not None and (isinstance(sd, bool) or not isinstance(sd, (int, float)) or not math.isfinite(sd)):
-                raise RecipematchError(f"metrics/stats.json arms[{m!r}][{key!r}]: sd is {sd!r}, not a finite "
-                                       "number or null: rerun the stats stage")
+            if sd is not None:
+                finite_value(sd, f"metrics/stats.json arms[{m!r}][{key!r}]: sd (rerun the stats stage)")
             per_seed = _per_seed(row, f"metrics/stats.json arms[{m!r}][{key!r}]",
                                  n_seeds if m in (a, b) else None)
             scores[m][key] = {"mean": row["mean"], "sd": row["sd"], "per_seed": per_seed}
