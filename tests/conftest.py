@@ -53,3 +53,28 @@ class Hashed:
         out = np.stack([np.random.default_rng(int.from_bytes(hashlib.sha256(t.encode()).digest()[:8], "little"))
                         .standard_normal(self.dim) for t in texts]).astype(np.float32)
         return out / np.linalg.norm(out, axis=1, keepdims=True)
+
+
+def stage_paths(root: Path, stage: str, params=None):
+    """The paths stage ``stage`` (DVC's name, ``cells@recipe``) gets under ``root`` from this
+    project's ``dvc.yaml`` ``cmd``, resolved with ``params`` (a raw params mapping; default the
+    project's ``params.yaml``): tests run a stage on exactly the paths ``dvc repro`` gives it."""
+    import yaml
+
+    from recipematch.pipeline.graph import stage_paths as from_dvc_yaml
+
+    if params is None:
+        params = yaml.safe_load((REPO / "params.yaml").read_text(encoding="utf-8"))
+    return from_dvc_yaml(Path(root), stage, dvc_yaml=REPO / "dvc.yaml", params=params)
+
+
+def stage_args(stage: str, params=None) -> list[str]:
+    """The options this project's ``dvc.yaml`` ``cmd`` passes stage ``stage`` (its paths
+    included), resolved with ``params`` as in :func:`stage_paths`."""
+    import yaml
+
+    from recipematch.pipeline.graph import resolve
+
+    if params is None:
+        params = yaml.safe_load((REPO / "params.yaml").read_text(encoding="utf-8"))
+    return resolve(REPO, dvc_yaml=REPO / "dvc.yaml", params=params, only=stage)[stage].args

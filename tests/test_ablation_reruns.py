@@ -16,6 +16,8 @@ from pathlib import Path
 import networkx as nx
 import pytest
 
+from conftest import stage_paths
+
 from recipematch.config import load_yaml, parse_params
 from recipematch.io import sha256_file
 from recipematch.pipeline import backtranslate, specs
@@ -52,8 +54,8 @@ MEASURED = {"specs": specs, "backtranslate": backtranslate}
 def _outputs(tmp_path: Path, raw: dict) -> dict[str, str]:
     lay = Layout(tmp_path)
     p = parse_params(raw)
-    for mod in MEASURED.values():
-        mod.run(p.view(mod.PARAMS), lay)
+    for name, mod in MEASURED.items():
+        mod.run(p.view(mod.PARAMS), stage_paths(tmp_path, name, raw) if getattr(mod.main, "path_roles", None) else lay)
     return {str(f.relative_to(tmp_path)): sha256_file(f) for f in sorted(tmp_path.rglob("*")) if f.is_file()}
 
 

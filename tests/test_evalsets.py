@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from conftest import stage_paths
 from recipematch.benchmarks_data import load_plain
 from recipematch.errors import RecipematchError
 from recipematch.evalsets import build_gold_only, build_tiers, choose_heldout, write_tiers
@@ -144,7 +145,7 @@ def _stage_root(tmp_path, edit=None):
     raw["evalsets"] = {"seed": 7, "n_heldout": 5, "corpus_docs": 0}
     lay = Layout(tmp_path)
     p = parse_params(raw)
-    corpus_stage.run(p.view(corpus_stage.PARAMS), lay)
+    corpus_stage.run(p.view(corpus_stage.PARAMS), stage_paths(tmp_path, "corpus", raw))
     return raw, lay
 
 
@@ -152,7 +153,7 @@ def _run_evalsets(raw, lay):
     from recipematch.config import parse_params
     from recipematch.pipeline import evalsets as evalsets_stage
 
-    return evalsets_stage.run(parse_params(raw).view(evalsets_stage.PARAMS), lay)
+    return evalsets_stage.run(parse_params(raw).view(evalsets_stage.PARAMS), stage_paths(lay.root, "evalsets", raw))
 
 
 def _rewrite_first(path: Path, fn):

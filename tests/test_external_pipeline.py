@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import REPO
+from conftest import REPO, stage_paths
 
 from recipematch.config import load_yaml, parse_params
 from recipematch.errors import RecipematchError
@@ -80,31 +80,31 @@ def test_the_external_stage_builds_each_subset_and_counts_it(tmp_path: Path) -> 
     raw = _raw()
     raw["external"]["impliret"]["subsets"] = ["unispeaker__arithmetic", "multispeaker__temporal"]
     p, lay = _project(tmp_path, raw)
-    counts = external.run(p.view(external.PARAMS), lay, name="impliret")
+    counts = external.run(p.view(external.PARAMS), stage_paths(lay.root, "external@impliret"), name="impliret")
     assert sorted(counts["subsets"]) == ["multispeaker__temporal", "unispeaker__arithmetic"]
     assert counts["subsets"]["unispeaker__arithmetic"]["n_queries"] == 4
     assert json.loads((lay.metrics / "external" / "impliret.json").read_text()) == counts
     m = json.loads((lay.external("impliret") / "unispeaker__arithmetic" / "MANIFEST.json").read_text())
     assert m["revision"] == raw["external"]["impliret"]["revision"] and m["n_docs"] == 4
     with pytest.raises(RecipematchError, match=r"--name 'bright': not declared in params.yaml external"):
-        external.run(p.view(external.PARAMS), lay, name="bright")
+        external.run(p.view(external.PARAMS), stage_paths(lay.root, "external@impliret"), name="bright")
 
 
 def test_a_missing_copy_or_bad_row_stops_the_stage_and_keeps_the_last_build(tmp_path: Path) -> None:
     from recipematch.pipeline import external
 
     p, lay = _project(tmp_path)
-    external.run(p.view(external.PARAMS), lay, name="impliret")
+    external.run(p.view(external.PARAMS), stage_paths(lay.root, "external@impliret"), name="impliret")
     before = (lay.external("impliret") / "unispeaker__arithmetic" / "corpus.jsonl").read_bytes()
     bad = tmp_path / "data" / "impliret" / "unispeaker__arithmetic.jsonl"
     bad.write_text(bad.read_text() + '{"question": "q"}\n')
     with pytest.raises(RecipematchError, match=r"unispeaker__arithmetic.jsonl:5: field 'pos_document'"):
-        external.run(p.view(external.PARAMS), lay, name="impliret")
+        external.run(p.view(external.PARAMS), stage_paths(lay.root, "external@impliret"), name="impliret")
     assert (lay.external("impliret") / "unispeaker__arithmetic" / "corpus.jsonl").read_bytes() == before
     assert not list(lay.p("artifacts", "external").glob("*.partial"))
     shutil.rmtree(tmp_path / "data" / "impliret")
     with pytest.raises(RecipematchError, match=r"external.impliret.copy: .* does not exist .*nothing downloads"):
-        external.run(p.view(external.PARAMS), lay, name="impliret")
+        external.run(p.view(external.PARAMS), stage_paths(lay.root, "external@impliret"), name="impliret")
 
 
 def _scored(tmp_path: Path, raw: dict | None = None):
@@ -114,7 +114,7 @@ def _scored(tmp_path: Path, raw: dict | None = None):
     from recipematch.scoring import BM25
 
     p, lay = _project(tmp_path, raw)
-    external.run(p.view(external.PARAMS), lay, name="impliret")
+    external.run(p.view(external.PARAMS), stage_paths(lay.root, "external@impliret"), name="impliret")
     ev = p.evaluations["impliret_ua"]
     sets = {"impliret_ua": load_set(lay.p(ev.folder), ev.rule, name="impliret_ua")}
     graded = load_graded(p, lay, sets)
@@ -156,7 +156,7 @@ def test_a_grade_outside_the_declared_scale_stops_before_any_model(tmp_path: Pat
     from recipematch.pipeline.evaluate import load_graded
 
     p, lay = _project(tmp_path, _raw(grade_scale=[0, 0]))
-    external.run(p.view(external.PARAMS), lay, name="impliret")
+    external.run(p.view(external.PARAMS), stage_paths(lay.root, "external@impliret"), name="impliret")
     sets = {"impliret_ua": load_set(lay.p(SET["folder"]), "plain")}
     with pytest.raises(RecipematchError, match=r"qrels/test.tsv:2: field 'score' 1 is outside the declared scale 0..0"):
         load_graded(p, lay, sets)

@@ -15,6 +15,7 @@ from test_llm_support import ChatServer
 from test_pipeline_e2e import PARAMS as E2E_PARAMS
 from test_pipeline_e2e import _view
 
+from conftest import stage_paths
 from recipematch.config import parse_params
 from recipematch.errors import RecipematchError
 from recipematch.io import read_json, write_jsonl
@@ -95,7 +96,7 @@ def project(tmp_path: Path) -> Layout:
     lay = Layout(tmp_path)
     lay.release.mkdir(parents=True)
     write_jsonl(lay.release / "corpus.jsonl", [{"_id": k, "title": "", "text": v} for k, v in ANCHORS.items()])
-    corpus_stage.run(_view(_params(), corpus_stage), lay)
+    corpus_stage.run(_view(_params(), corpus_stage), stage_paths(tmp_path, "corpus", _params()))
     rows = [_row("s1", [N["N1a"][1]]), _row("s2", [N["N2a"][1], N["N2b"][1]]), _row("s3", [])]
     write_jsonl(lay.pairs / "d1_recipe.jsonl", rows)
     write_jsonl(lay.llm("d1_recipe") / "failures.jsonl", [

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import Hashed
+from conftest import Hashed, stage_paths
 
 from recipematch.errors import RecipematchError
 from recipematch.external import meld, meld_attack
@@ -184,7 +184,7 @@ def test_the_external_stage_builds_meld_and_every_encoder_gets_its_separation(tm
     raw["evaluations"]["meld"] = {"folder": "artifacts/external/meld/pairs_only", "rule": "plain", "role": "external",
                                   "label": "MELD (pairs only)", "report_ks": [1], "measures": ["R@1", "R@10"]}
     p, lay = parse_params(raw), Layout(tmp_path)
-    counts = external.run(p.view(external.PARAMS), lay, name="meld")
+    counts = external.run(p.view(external.PARAMS), stage_paths(lay.root, "external@meld", raw), name="meld")
     assert counts["subsets"]["pairs_only"]["n_pairs"] == 6
     ev = p.evaluations["meld"]
     sets = {"meld": load_set(lay.p(ev.folder), ev.rule, name="meld")}
@@ -302,14 +302,14 @@ def test_the_attack_stage_writes_the_pair_file_the_cells_stage_reads(tmp_path) -
     raw = load_yaml(REPO / "params.yaml")
     raw["attacks"] = {"meld9": {"rows": "data/rows.jsonl", "revision": "r"}}
     p, lay = parse_params(raw), Layout(tmp_path)
-    counts = attack.run(p.view(attack.PARAMS), lay, name="meld9")
+    counts = attack.run(p.view(attack.PARAMS), stage_paths(lay.root, "attack@meld9"), name="meld9")
     assert counts["rows_out"] == 4 and json.loads((lay.metrics / "attacks" / "meld9.json").read_text()) == counts
     assert cell_pairs(lay, "meld9") == read_pair_file(lay.pairs / "meld9.jsonl") and len(cell_pairs(lay, "meld9")) == 4
     first = (lay.pairs / "meld9.jsonl").read_bytes()
-    attack.run(p.view(attack.PARAMS), lay, name="meld9")
+    attack.run(p.view(attack.PARAMS), stage_paths(lay.root, "attack@meld9"), name="meld9")
     assert (lay.pairs / "meld9.jsonl").read_bytes() == first  # byte-identical rerun
     with pytest.raises(RecipematchError, match=r"--name 'meld9alt': not declared"):
-        attack.run(p.view(attack.PARAMS), lay, name="meld9alt")
+        attack.run(p.view(attack.PARAMS), stage_paths(lay.root, "attack@meld9"), name="meld9alt")
 
 
 @pytest.mark.parametrize("edit, message", [

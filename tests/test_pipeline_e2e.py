@@ -33,6 +33,7 @@ from recipematch.pipeline import (
     validate,
     verified,
 )
+from conftest import stage_paths
 from recipematch.pipeline.door import Layout
 
 FIX = Path(__file__).parent / "fixtures" / "mini_release"
@@ -85,13 +86,13 @@ def _view(params, module):
 
 class stages:  # noqa: N801 - the stage functions by name, each called through its door's params view
     Layout = Layout
-    run_corpus = staticmethod(lambda params, lay: corpus.run(_view(params, corpus), lay))
-    run_evalsets = staticmethod(lambda params, lay: evalsets.run(_view(params, evalsets), lay))
-    run_gates = staticmethod(lambda params, lay: gates.run(_view(params, gates), lay))
-    run_verified = staticmethod(lambda params, lay, **kw: verified.run(_view(params, verified), lay, **kw))
-    run_recordings = staticmethod(lambda params, lay: recordings.run(_view(params, recordings), lay))
+    run_corpus = staticmethod(lambda params, lay: corpus.run(_view(params, corpus), stage_paths(lay.root, "corpus", params)))
+    run_evalsets = staticmethod(lambda params, lay: evalsets.run(_view(params, evalsets), stage_paths(lay.root, "evalsets", params)))
+    run_gates = staticmethod(lambda params, lay: gates.run(_view(params, gates), stage_paths(lay.root, "gates", params)))
+    run_verified = staticmethod(lambda params, lay, **kw: verified.run(_view(params, verified), stage_paths(lay.root, "verified", params), **kw))
+    run_recordings = staticmethod(lambda params, lay: recordings.run(_view(params, recordings), stage_paths(lay.root, "recordings", params)))
     run_llm = staticmethod(lambda params, lay, prompt, **kw: llm.run(_view(params, llm), lay, prompt, **kw))
-    run_specs = staticmethod(lambda params, lay: specs.run(_view(params, specs), lay))
+    run_specs = staticmethod(lambda params, lay: specs.run(_view(params, specs), stage_paths(lay.root, "specs", params)))
     run_cells = staticmethod(lambda params, lay, arm: cells.run(_view(params, cells), lay, arm))
     run_validate = staticmethod(lambda params, lay, arm: validate.run(_view(params, validate), lay, arm))
     run_train = staticmethod(lambda params, lay, arm, **kw: train.run(_view(params, train), lay, arm, **kw))
@@ -453,7 +454,7 @@ def test_remedies_soups_and_replay_mixes_give_table_19(pipeline, tmp_path, caplo
     params = copy.deepcopy(params)
     params["remedies"] = {"arms": ["recipe"], "soup_alphas": [0.5], "replay_fractions": [0.5],
                           "replay_file": "artifacts/replay/ict.jsonl", "ict_seed": 11, "ict_min_chars": 20}
-    pool = replay_pool.run(_view(params, replay_pool), lay)
+    pool = replay_pool.run(_view(params, replay_pool), stage_paths(lay.root, "replay_pool", params))
     rows = [json.loads(x) for x in lay.p("artifacts", "replay", "ict.jsonl").read_text().splitlines()]
     n_corpus = len(pd.read_parquet(lay.corpus / "corpus.parquet"))
     assert pool["rows"] == len(rows) > 0 and pool["problems"] == n_corpus

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from conftest import REPO
+from conftest import REPO, stage_paths
 
 from recipematch.config import load_yaml, parse_params
 from recipematch.errors import RecipematchError
@@ -89,12 +89,12 @@ def test_the_attack_stage_anchors_rows_on_the_corpus_stages_problems(tmp_path: P
     raw = load_yaml(REPO / "params.yaml")
     raw["attacks"] = {"saber_summary": {"rows": "data/rows.jsonl", "revision": "r"}}
     p = parse_params(raw)
-    counts = attack.run(p.view(attack.PARAMS), lay, name="saber_summary")
+    counts = attack.run(p.view(attack.PARAMS), stage_paths(lay.root, "attack@saber_summary"), name="saber_summary")
     assert counts["rows_out"] == 3 and counts["prompt"] == "saber_core_idea"
     pairs = read_pair_file(lay.pairs / "saber_summary.jsonl")
     assert cell_pairs(lay, "saber_summary") == pairs and pairs[0]["anchor"] == CORPUS["007a"]
     first = (lay.pairs / "saber_summary.jsonl").read_bytes()
-    attack.run(p.view(attack.PARAMS), lay, name="saber_summary")
+    attack.run(p.view(attack.PARAMS), stage_paths(lay.root, "attack@saber_summary"), name="saber_summary")
     assert (lay.pairs / "saber_summary.jsonl").read_bytes() == first  # byte-identical rerun
 
 

@@ -82,14 +82,17 @@ def test_user_error_is_one_line_and_exit_2(tmp_path):
     import subprocess
     import sys
 
+    from conftest import stage_args
+
     (tmp_path / "params.yaml").write_text("seed: -1\n")
-    r = subprocess.run([sys.executable, "-m", "recipematch", "corpus", "--root", str(tmp_path)],
+    r = subprocess.run([sys.executable, "-m", "recipematch", "corpus", "--root", str(tmp_path), *stage_args("corpus")],
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 2
     assert "Traceback" not in r.stderr
     err = [line for line in r.stderr.splitlines() if line.startswith("recipematch: error:")]
     assert len(err) == 1 and "params.yaml" in err[0], r.stderr
-    r = subprocess.run([sys.executable, "-m", "recipematch", "corpus", "--root", str(tmp_path), "--debug"],
+    r = subprocess.run([sys.executable, "-m", "recipematch", "corpus", "--root", str(tmp_path), "--debug",
+                        *stage_args("corpus")],
                        capture_output=True, text=True, timeout=120)
     assert r.returncode != 0 and "Traceback" in r.stderr
 

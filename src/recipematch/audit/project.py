@@ -1,6 +1,6 @@
 """The audit's DVC project (:mod:`recipematch.audit`): its ``params.yaml`` (the main
-project's keys, set for an audit and checked whole), its generated ``dvc.yaml`` (recipematch's
-own stages as ``recipematch <stage>`` commands), and :func:`init_audit`, which checks every
+project's keys, set for an audit and checked whole), its ``dvc.yaml`` (the main
+``dvc.yaml``'s stages, paths and params as written there, run as ``recipematch <stage>``), and :func:`init_audit`, which checks every
 input (:mod:`recipematch.audit.checks`), copies it under ``WORKDIR/data`` and runs ``git
 init``, ``dvc init`` and ``dvc add`` (subprocesses)."""
 
@@ -149,68 +149,82 @@ def _stage_params(module: str) -> list[str]:
     return list(importlib.import_module(f"recipematch.pipeline.{module}").PARAMS)
 
 
-def audit_dvc_yaml(params: Mapping[str, Any]) -> dict[str, Any]:
-    """The audit's ``dvc.yaml``: recipematch's stages as ``recipematch <stage>`` commands,
-    each declaring the params its module reads, with the data deps and outputs of the main
-    ``dvc.yaml`` (the benchmark folder and the source pool in place of the embedded sample).
-    Code is not a dep here (the project holds no source tree): ``audit.json`` records the
-    recipematch version."""
+#: the main ``dvc.yaml``'s stages an audit runs, in dependency order (``recordings`` only when
+#: the LLM answers are replayed)
+AUDIT_STAGES = ("corpus", "evalsets", "gates", "recordings", "llm", "specs", "cells", "validate", "train",
+                "evaluate_base", "evaluate_bm25", "evaluate", "stats")
+
+
+def main_stages() -> dict[str, Any]:
+    """The main project's ``dvc.yaml`` stages (unresolved), next to the source tree like
+    :func:`default_template`.
+
+    Raises:
+        RecipematchError: not found (an installed copy without the repository).
+    """
+    path = Path(recipematch.__file__).resolve().parents[2] / "dvc.yaml"
+    if not path.is_file():
+        raise RecipematchError(f"no pipeline at {path}: the audit runs the main project's dvc.yaml stages, "
+                               "so it needs the recipematch repository (pip install -e .)")
+    return yaml.safe_load(path.read_text(encoding="utf-8"))["stages"]
+
+
+def _under(path: str, folder: str) -> bool:
+    return path == folder or path.startswith(folder.rstrip("/") + "/")
+
+
+def audit_dvc_yaml(params: Mapping[str, Any], main: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The audit's ``dvc.yaml``: the main ``dvc.yaml``'s stages (``main``, default
+    :func:`main_stages`) that an audit runs, each with the main stage's command (paths
+    included, run as ``recipematch <stage>``), params and outputs. Deps: the main stage's
+    deps that an audit stage writes, the main's data deps the audit copies in (the source
+    pool through ``${data.path}``, the replayed release rows), and the audit's declared
+    evaluation folders in place of the main project's. Code is not a dep here (the project
+    holds no source tree): ``audit.json`` records the recipematch version."""
+    from recipematch.cli import STAGE_COMMANDS  # lazy: the CLI imports the audit
+
+    main = main_stages() if main is None else main
+    cli_name = {module: name for name, module in STAGE_COMMANDS}
     replay = params["llm"]["backend"] == "replay"
     evals = [ev["folder"] for _, ev in sorted(params["evaluations"].items())]
     recipe = [RECIPE_DIR] if params["llm"].get("recipe_prompt") else []
+    groups = [g for g in AUDIT_STAGES if replay or g != "recordings"]
+    missing = [g for g in groups if g not in main]
+    if missing:
+        raise RecipematchError(f"the main dvc.yaml has no stage {', '.join(missing)} (the audit runs it)")
+    outs = [next(iter(o)) if isinstance(o, Mapping) else o for g in groups
+            for key in ("outs", "metrics") for o in main[g].get(key) or []]
 
-    def st(cmd, module, deps, outs, metrics=None, **extra):
-        d: dict[str, Any] = {"cmd": cmd, "deps": deps}
-        ps = _stage_params(module)
-        if ps:
-            d["params"] = ps
-        d["outs"] = outs
-        if metrics:
-            d["metrics"] = [{m: {"cache": False}} for m in metrics]
-        d.update(extra)
-        return d
+    replayed = {f"{REPLAY_DIR}/{f}" for f in RELEASE_FILES.values()}  # what init copies for the recordings stage
 
-    arm = {"arm": "${arms}"}
-    stages: dict[str, Any] = {
-        "corpus": st("recipematch corpus", "corpus", [SOURCES_FILE], ["artifacts/corpus"], ["metrics/corpus.json"]),
-        "evalsets": st("recipematch evalsets", "evalsets", ["artifacts/corpus"], ["artifacts/evalsets"],
-                       ["metrics/evalsets.json"]),
-        "gates": st("recipematch gates", "gates", ["artifacts/corpus", "artifacts/evalsets", *evals],
-                    ["artifacts/gates"], ["metrics/gates.json"]),
-    }
-    if replay:
-        stages["recordings"] = st("recipematch recordings", "recordings", ["artifacts/corpus", REPLAY_DIR],
-                                  ["artifacts/recordings"], ["metrics/recordings.json"])
-    stages["llm"] = st("recipematch llm --prompt ${item.prompt} --no-progress", "llm",
-                       ["artifacts/corpus", "artifacts/gates", *(["artifacts/recordings"] if replay else []), *recipe],
-                       [{"artifacts/llm/${item.prompt}": {"persist": True}}, "artifacts/pairs/${item.prompt}.jsonl"],
-                       ["metrics/llm_${item.prompt}.json"], matrix={"prompt": "${llm.prompts}"})
-    stages["specs"] = st("recipematch specs", "specs", [], ["artifacts/specs"])
-    stages["cells"] = st("recipematch cells --arm ${item.arm}", "cells",
-                         ["artifacts/specs/${item.arm}.json", "artifacts/pairs", "artifacts/corpus", "artifacts/gates",
-                          "artifacts/evalsets"], ["artifacts/cells/${item.arm}"], ["metrics/cells/${item.arm}.json"],
-                         matrix=arm)
-    stages["validate"] = st("recipematch validate --arm ${item.arm}", "validate",
-                            ["artifacts/evalsets", "artifacts/corpus", "artifacts/cells/${item.arm}", "artifacts/gates"],
-                            ["artifacts/validated/${item.arm}.json"], ["metrics/validate/${item.arm}.json"], matrix=arm)
-    stages["train"] = st("recipematch train --arm ${item.arm} --no-progress", "train",
-                         ["artifacts/specs/${item.arm}.json", "artifacts/cells/${item.arm}",
-                          "artifacts/validated/${item.arm}.json", "artifacts/corpus", "artifacts/gates",
-                          "artifacts/evalsets"], [{"models/${item.arm}": {"persist": True}}],
-                         ["metrics/train/${item.arm}.json"], matrix=arm)
-    stages["evaluate_base"] = st("recipematch evaluate-base --no-progress", "evaluate_base", [*evals],
-                                 ["artifacts/eval/base"], ["metrics/eval/base.json"])
-    stages["evaluate_bm25"] = st("recipematch evaluate-bm25", "evaluate_bm25", [*evals], ["artifacts/eval/bm25"],
-                                 ["metrics/eval/bm25.json"])
-    stages["evaluate"] = st("recipematch evaluate-arm --arm ${item.arm} --no-progress", "evaluate",
-                            [*evals, "models/${item.arm}"], ["artifacts/eval/${item.arm}"],
-                            ["metrics/eval/${item.arm}.json"], matrix=arm)
-    stages["stats"] = st("recipematch stats", "stats", ["artifacts/eval"], [], ["metrics/stats.json"])
-    del stages["stats"]["outs"]
-    stages["audit"] = st("recipematch audit-report", "audit",
-                         ["metrics/stats.json", "metrics/gates.json", "metrics/corpus.json", "artifacts/pairs", *evals,
-                          SOURCES_FILE, *recipe],
-                         [{"reports": {"cache": False}}], ["audit.json"])
+    def dep_kept(group: str, d: str) -> bool:
+        if d == "${data.path}" or any(_under(o, d) or _under(d, o) for o in outs):
+            return True
+        return group == "recordings" and d in replayed
+
+    stages: dict[str, Any] = {}
+    for g in groups:
+        st = copy.deepcopy(dict(main[g]))
+        argv = st["cmd"].split(" ", 2)
+        module = argv[1].removeprefix("stages/").removesuffix(".py")
+        st["cmd"] = " ".join(["recipematch", cli_name[module], *argv[2:]])
+        deps: list[str] = []
+        for d in st.get("deps") or []:
+            if d.startswith("${evaluations."):
+                deps += [e for e in evals if e not in deps]
+            elif not d.startswith(("src/", "stages/")) and dep_kept(g, d) and d not in deps:
+                deps.append(d)
+        if g == "llm":
+            deps += recipe
+        st["deps"] = deps
+        st.pop("plots", None)  # the main plot names the main project's sets
+        stages[g] = st
+    stages["audit"] = {
+        "cmd": "recipematch audit-report",
+        "deps": ["metrics/stats.json", "metrics/gates.json", "metrics/corpus.json", "artifacts/pairs", *evals,
+                 SOURCES_FILE, *recipe],
+        "params": _stage_params("audit"),
+        "outs": [{"reports": {"cache": False}}], "metrics": [{"audit.json": {"cache": False}}]}
     return {"stages": stages}
 
 

@@ -15,7 +15,7 @@ from recipematch.errors import RecipematchError
 from recipematch.external.meld_attack import read_attack_rows
 from recipematch.external.saber_attack import build_document_rows, read_summary_rows
 from recipematch.io import write_json, write_jsonl
-from recipematch.pipeline.door import Layout, stage
+from recipematch.pipeline.door import StagePaths, stage
 from recipematch.pipeline.inputs import corpus_rows
 from recipematch.rules import SABER_ATTACKS
 
@@ -24,7 +24,7 @@ PARAMS = ("attacks",)
 name_option = click.option("--name", "name", required=True, help="A row set named in params.yaml `attacks`.")
 
 
-def run(p, lay: Layout, *, name: str) -> dict:
+def run(p, lay: StagePaths, *, name: str) -> dict:
     """Check the released rows of ``name`` and write its pair file (Appendix D)."""
     if name not in p.attacks:
         raise RecipematchError(f"--name {name!r}: not declared in params.yaml attacks (declared: {sorted(p.attacks)})")
@@ -32,15 +32,15 @@ def run(p, lay: Layout, *, name: str) -> dict:
     if name in SABER_ATTACKS:
         corpus = {str(r["doc_id"]): r["text"] for r in corpus_rows(lay)}
         if name == "saber_document":
-            rows, counts = build_document_rows(lay.p(a.rows), name, corpus, seed=a.seed, revision=a.revision)
+            rows, counts = build_document_rows(lay.root / a.rows, name, corpus, seed=a.seed, revision=a.revision)
         else:
-            rows, counts = read_summary_rows(lay.p(a.rows), name, corpus, revision=a.revision)
+            rows, counts = read_summary_rows(lay.root / a.rows, name, corpus, revision=a.revision)
     else:
-        rows, counts = read_attack_rows(lay.p(a.rows), name, revision=a.revision)
-    write_jsonl(lay.pairs / f"{name}.jsonl", rows)
+        rows, counts = read_attack_rows(lay.root / a.rows, name, revision=a.revision)
+    write_jsonl(lay.pair_file, rows)
     counts = {"rows": a.rows, **counts}
-    write_json(lay.metrics / "attacks" / f"{name}.json", counts)
+    write_json(lay.metrics, counts)
     return counts
 
 
-main = stage("attack", PARAMS, name_option)(lambda p, lay, name: run(p, lay, name=name))
+main = stage("attack", PARAMS, name_option, paths=("corpus", "pair_file", "metrics"))(lambda p, lay, name: run(p, lay, name=name))

@@ -8,7 +8,7 @@ folder the params name (:mod:`recipematch.pipeline.deps` checks that entry).
 from __future__ import annotations
 
 from recipematch.io import write_json, write_jsonl
-from recipematch.pipeline.door import Layout, stage, write_run_record
+from recipematch.pipeline.door import StagePaths, stage, write_run_record
 
 #: params keys this stage reads (its dvc.yaml entry lists the same)
 PARAMS: tuple[str, ...] = ("data.source", "data.path")
@@ -18,20 +18,20 @@ PARAMS: tuple[str, ...] = ("data.source", "data.path")
 DATA_DEPS: tuple[str, ...] = ("${data.path}",)
 
 
-def run(p, lay: Layout) -> dict:
+def run(p, lay: StagePaths) -> dict:
     """Stage 1: load and normalise the organic source problems (sample, MathNet or a JSONL pool)."""
     from recipematch.corpus import load_source  # lazy: recipematch.corpus pulls in pandas
 
     src = lay.root / p.data.path
     loaded = load_source(p.data.source, src)
-    lay.corpus.mkdir(parents=True, exist_ok=True)
-    loaded.table.to_parquet(lay.corpus / "corpus.parquet", index=False)
-    write_jsonl(lay.corpus / "failures.jsonl", loaded.failures)
+    lay.out.mkdir(parents=True, exist_ok=True)
+    loaded.table.to_parquet(lay.out / "corpus.parquet", index=False)
+    write_jsonl(lay.out / "failures.jsonl", loaded.failures)
     counts = loaded.counts()
-    write_json(lay.metrics / "corpus.json", counts)
-    write_run_record(lay.corpus, "corpus", {"data.source": p.data.source, "data.path": p.data.path},
+    write_json(lay.metrics, counts)
+    write_run_record(lay.out, "corpus", {"data.source": p.data.source, "data.path": p.data.path},
                      {"corpus": src}, counts)
     return counts
 
 
-main = stage("corpus", PARAMS)(run)
+main = stage("corpus", PARAMS, paths=("out", "metrics"))(run)

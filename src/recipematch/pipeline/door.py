@@ -109,6 +109,60 @@ class Layout:
     def scratch(self) -> Path: return self.p("cache")
 
 
+#: What each path a stage's ``cmd`` can pass holds (``--<role> PATH``, relative to ``--root``).
+#: A role is a name, never a path: ``dvc.yaml``'s ``cmd`` lines are the one place paths are written.
+ROLES: dict[str, str] = {
+    "out": "the folder (or file) this stage writes",
+    "metrics": "this stage's metrics file (dvc.yaml `metrics:`)",
+    "release": "the peer release folder (data/, tracked by data.dvc)",
+    "corpus": "the normalised corpus folder (stage corpus)",
+    "evalsets": "the evaluation sets folder (stage evalsets)",
+    "gates": "the contamination gate folder (stage gates)",
+    "recordings": "the replayed LLM answers folder (stage recordings)",
+    "pairs": "the folder of pair files, one <source>.jsonl each (stages verified, llm@, attack@)",
+    "pair_file": "the pair file this stage writes (one <source>.jsonl under the pairs folder)",
+    "specs": "the folder of arm specs, one <arm>.json each (stage specs)",
+    "scratch": "a scratch folder outside DVC (interrupted work resumes from it)",
+    "cache": "the embedding cache folder outside DVC (a cache, never an input)",
+}
+
+
+class StagePaths:
+    """The paths one stage's ``dvc.yaml`` ``cmd`` passes it, by role (see :data:`ROLES`),
+    each absolute under ``root``. Reading a role the command does not pass raises
+    :class:`~recipematch.errors.RecipematchError` naming the stage and the option."""
+
+    def __init__(self, stage_name: str, root: Path, given: Mapping[str, Path]):
+        self.__dict__.update({"stage": stage_name, "root": Path(root), "_given": dict(given)})
+
+    def __getattr__(self, role: str) -> Path:
+        if role.startswith("__"):
+            raise AttributeError(role)
+        given = self.__dict__["_given"]
+        if role not in given:
+            raise RecipematchError(f"stage {self.__dict__['stage']}: its command passes no --{role.replace('_', '-')} "
+                                   f"path (dvc.yaml `cmd` names every path a stage reads or writes)")
+        return given[role]
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError("StagePaths is read-only")
+
+    def rel(self, path: Path) -> str:
+        """``path`` (under ``root``) as ``params.yaml`` and ``dvc.yaml`` spell it: relative, ``/``-separated."""
+        return Path(path).relative_to(self.root).as_posix()
+
+    def roles(self) -> dict[str, Path]:
+        return dict(self._given)
+
+
+def path_option(role: str) -> Callable:
+    """The ``--<role> PATH`` option of a stage (required; relative to ``--root``)."""
+    if role not in ROLES:
+        raise ValueError(f"unknown path role {role!r}: add it to door.ROLES")
+    return click.option(f"--{role.replace('_', '-')}", f"path_{role}", required=True,
+                        type=click.Path(path_type=Path), help=f"Path of {ROLES[role]}.")
+
+
 def offline_env() -> None:
     """Quiet, offline runs: no hub lookups, no telemetry."""
     for k, v in {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "MLFLOW_DISABLE_TELEMETRY": "true",
@@ -178,11 +232,15 @@ def check_params_file(path: Path):
     return load_params(path)
 
 
-def stage(name: str, keys: tuple[str, ...], *options: Callable, runtime: tuple[str, ...] = ()) -> Callable:
+def stage(name: str, keys: tuple[str, ...], *options: Callable, runtime: tuple[str, ...] = (),
+          paths: tuple[str, ...] | None = None) -> Callable:
     """Decorator turning ``run(params_view, layout, **options) -> summary`` into the stage's
     click command (see the module docstring). ``options`` are click option decorators.
     ``runtime`` names top-level sections that choose where the work runs, never what it
-    computes (``engine``): each is passed whole as a keyword of ``run`` and is no DVC param."""
+    computes (``engine``): each is passed whole as a keyword of ``run`` and is no DVC param.
+    ``paths`` names the roles (:data:`ROLES`) the stage reads or writes: each becomes a required
+    ``--<role> PATH`` option, which ``dvc.yaml``'s ``cmd`` passes, and ``run`` gets a
+    :class:`StagePaths` of them instead of a :class:`Layout`."""
 
     def deco(run: Callable[..., Any]) -> click.Command:
         @click.command(name, help=(run.__doc__ or "").strip().split("\n\n")[0])
@@ -199,13 +257,16 @@ def stage(name: str, keys: tuple[str, ...], *options: Callable, runtime: tuple[s
 
             def go():
                 p, lay = open_params(params_path, root, keys + runtime)
+                if paths is not None:
+                    lay = StagePaths(name, lay.root, {r: lay.root / opts.pop(f"path_{r}") for r in paths})
                 return run(p, lay, **opts, **{k: getattr(p, k) for k in runtime})
 
             out = run_guarded(go, debug=debug)
             click.echo(json.dumps(out, indent=1, sort_keys=True, ensure_ascii=False, default=str))
 
-        for o in reversed(options):
+        for o in reversed([*options, *(path_option(r) for r in paths or ())]):
             command = o(command)
+        command.path_roles = paths  # type: ignore[attr-defined]
         command.params_keys = keys  # type: ignore[attr-defined]
         command.runtime_keys = runtime  # type: ignore[attr-defined]
         return command

@@ -35,7 +35,7 @@ from recipematch.errors import RecipematchError
 from recipematch.evalsets import build_probe, check_release_rows, choose_heldout, sample_search_corpus, write_tiers
 from recipematch.io import read_jsonl_strict, write_json
 from recipematch.pipeline.deps import require_declared_dep
-from recipematch.pipeline.door import Layout, stage, write_run_record
+from recipematch.pipeline.door import StagePaths, stage, write_run_record
 from recipematch.pipeline.inputs import corpus_rows
 from recipematch.rules import RELEASE_FILES
 
@@ -46,7 +46,7 @@ PARAMS = ("evalsets", "data.source", "data.retrieve")
 DATA_DEPS: tuple[str, ...] = ("${data.retrieve}",)
 
 
-def run(p, lay: Layout) -> dict:
+def run(p, lay: StagePaths) -> dict:
     """Stage 2: hold out evaluation sources; write the tiers, the cross-language set and the probe."""
     cfg = p.evalsets
     retrieve = p.data.retrieve
@@ -54,10 +54,10 @@ def run(p, lay: Layout) -> dict:
         # before any work: DVC must hash the folder, or a changed copy would not rerun the stage
         require_declared_dep(lay.root, "evalsets", "${data.retrieve}", retrieve)
     if cfg.n_heldout == 0:  # an audit: the benchmark is a declared folder, no embedded tier is built
-        write_json(lay.evalsets / "heldout.json", {"heldout_sources": []})
+        write_json(lay.out / "heldout.json", {"heldout_sources": []})
         counts = {"heldout_sources": 0}
-        write_json(lay.metrics / "evalsets.json", counts)
-        write_run_record(lay.evalsets, "evalsets", asdict(cfg), {}, counts)
+        write_json(lay.metrics, counts)
+        write_run_record(lay.out, "evalsets", asdict(cfg), {}, counts)
         return counts
     corpus = corpus_rows(lay)
     ids = {r["doc_id"] for r in corpus}
@@ -83,7 +83,7 @@ def run(p, lay: Layout) -> dict:
         raise RecipematchError(f"evalsets.n_heldout={cfg.n_heldout} exceeds the {len(candidates)} corpus sources "
                                f"with a recorded D1 rewrite and D4 restatement; lower it")
     heldout = choose_heldout(candidates, cfg.n_heldout, seed=cfg.seed)
-    out = lay.evalsets
+    out = lay.out
     full = None if p.data.source == "sample" else corpus
     # the same-language set first: its slice flags are checked before any other folder is written
     sl = build_crosslingual_folder(lay.release, out / "samelang", corpus_rows=full, subdir="samelang_eval")
@@ -109,7 +109,7 @@ def run(p, lay: Layout) -> dict:
               **{f"samelang.{k}": v for k, v in sl.items()},
               "probe.queries": len(probe), "probe.negatives": sum(len(q.get("negatives") or ()) for q in probe),
               **{f"mathnet_retrieve.{k}": v for k, v in mr.items()}}
-    write_json(lay.metrics / "evalsets.json", counts)
+    write_json(lay.metrics, counts)
     inputs = {"corpus": lay.corpus / "corpus.parquet", "d1": lay.release / RELEASE_FILES["d1_recipe"],
               "d4": lay.release / RELEASE_FILES["d4_restatement"],
               "probe": lay.release / "probe_sample.jsonl", "crosslingual": lay.release / "crosslingual_eval"}
@@ -124,4 +124,4 @@ def run(p, lay: Layout) -> dict:
     return counts
 
 
-main = stage("evalsets", PARAMS)(run)
+main = stage("evalsets", PARAMS, paths=("corpus", "release", "out", "metrics"))(run)

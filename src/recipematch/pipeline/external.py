@@ -15,23 +15,23 @@ import click
 from recipematch.errors import RecipematchError
 from recipematch.external.impliret import build_folders
 from recipematch.io import write_json
-from recipematch.pipeline.door import Layout, stage
+from recipematch.pipeline.door import StagePaths, stage
 
 PARAMS = ("external",)
 
 name_option = click.option("--name", "name", required=True, help="An external benchmark named in params.yaml `external`.")
 
 
-def run(p, lay: Layout, *, name: str) -> dict:
+def run(p, lay: StagePaths, *, name: str) -> dict:
     """Build the BEIR folders of external benchmark ``name`` (Section 6)."""
     if name not in p.external:
         raise RecipematchError(f"--name {name!r}: not declared in params.yaml external (declared: {sorted(p.external)})")
     ex = p.external[name]
-    copy = lay.p(ex.copy)
+    copy = lay.root / ex.copy
     if not copy.is_dir():
         raise RecipematchError(f"external.{name}.copy: {copy} does not exist (a local copy of the benchmark; "
                                f"nothing downloads: copy it there, or `dvc pull` it)")
-    out = lay.external(name)
+    out = lay.out
     tmp = out.with_name(out.name + ".partial")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
@@ -65,8 +65,8 @@ def run(p, lay: Layout, *, name: str) -> dict:
     tmp.rename(out)
     counts = {"loader": ex.loader, "copy": ex.copy, "subsets": {
         s: {k: m[k] for k in sorted(m) if k.startswith("n_")} for s, m in manifests.items()}}
-    write_json(lay.metrics / "external" / f"{name}.json", counts)
+    write_json(lay.metrics, counts)
     return counts
 
 
-main = stage("external", PARAMS, name_option)(lambda p, lay, name: run(p, lay, name=name))
+main = stage("external", PARAMS, name_option, paths=("out", "metrics"))(lambda p, lay, name: run(p, lay, name=name))

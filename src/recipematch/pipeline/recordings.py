@@ -6,14 +6,14 @@ from __future__ import annotations
 from recipematch.errors import RecipematchError
 from recipematch.io import read_jsonl_strict, write_json, write_jsonl
 from recipematch.llm.recordings import build_recordings
-from recipematch.pipeline.door import Layout, stage, write_run_record
+from recipematch.pipeline.door import StagePaths, stage, write_run_record
 from recipematch.pipeline.inputs import corpus_rows
 from recipematch.rules import RELEASE_FILES, negatives_for_prompt
 
 PARAMS = ("llm.model_id", "llm.judge_model_id", "llm.n_pos", "llm.n_neg")
 
 
-def run(p, lay: Layout) -> dict:
+def run(p, lay: StagePaths) -> dict:
     """Stage 4b: replay recordings from the peer's released LLM rows (no text invented)."""
     cfg = p.llm
     texts = {r["doc_id"]: r["text"] for r in corpus_rows(lay)}
@@ -27,9 +27,9 @@ def run(p, lay: Layout) -> dict:
             raise RecipematchError(f"{lay.release / fname}: {e}") from None
         records.extend(recs)
         counts[prompt] = {"release_rows": len(rows), "recordings": len(recs)}
-    write_jsonl(lay.recordings / "recordings.jsonl", records)
-    write_json(lay.metrics / "recordings.json", counts)
-    write_run_record(lay.recordings, "recordings",
+    write_jsonl(lay.out / "recordings.jsonl", records)
+    write_json(lay.metrics, counts)
+    write_run_record(lay.out, "recordings",
                      {"model_id": cfg.model_id, "judge_model_id": cfg.judge_model_id, "n_pos": cfg.n_pos,
                       "n_neg": cfg.n_neg},
                      {f: lay.release / f for f in RELEASE_FILES.values()}, counts)
@@ -37,4 +37,4 @@ def run(p, lay: Layout) -> dict:
 
 
 
-main = stage("recordings", PARAMS)(run)
+main = stage("recordings", PARAMS, paths=("corpus", "release", "out", "metrics"))(run)

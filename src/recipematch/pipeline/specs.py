@@ -7,7 +7,7 @@ from dataclasses import asdict
 from recipematch.config import check_arm_inputs
 from recipematch.errors import RecipematchError
 from recipematch.io import write_json
-from recipematch.pipeline.door import Layout, stage
+from recipematch.pipeline.door import StagePaths, stage
 from recipematch.rules import CellSpec, NAMED_ARMS
 
 PARAMS = ("arms", "positives", "negatives", "negatives_volume", "llm.prompts")
@@ -27,7 +27,7 @@ def arm_spec(p, arm: str):
     return NAMED_ARMS[arm]
 
 
-def run(p, lay: Layout) -> dict:
+def run(p, lay: StagePaths) -> dict:
     """Stage 5a: write one cell spec per arm (``artifacts/specs/<arm>.json``), so that changing
     the cell under test changes only ``cell.json`` and DVC reruns only that arm's stages.
 
@@ -40,8 +40,8 @@ def run(p, lay: Layout) -> dict:
     for a in p.arms:
         spec = arm_spec(p, a)
         out[a] = {"arm": a, "name": spec.name, **asdict(spec)}
-        write_json(lay.specs(a), out[a])
+        write_json(lay.out / f"{a}.json", out[a])
     return out
 
 
-main = stage("specs", PARAMS)(run)
+main = stage("specs", PARAMS, paths=("out",))(run)

@@ -10,14 +10,14 @@ from pathlib import Path
 from recipematch import cas
 from recipematch.io import read_jsonl_strict, sha256_text, sha256_tree, write_json, write_jsonl
 from recipematch.pairs import cas_rows_to_pairs, sort_rows
-from recipematch.pipeline.door import Layout, progress_option, stage, write_run_record
+from recipematch.pipeline.door import StagePaths, progress_option, stage, write_run_record
 from recipematch.depth import paraphrase_depth
 from recipematch.pipeline.inputs import corpus_rows, load_exclusion
 
 PARAMS = ("seed", "cas", "gates.active")
 
 
-def run(p, lay: Layout, *, progress: bool = True) -> dict:
+def run(p, lay: StagePaths, *, progress: bool = True) -> dict:
     """Stage 4a: computer-algebra (verified) pairs."""
     import sympy
 
@@ -27,7 +27,7 @@ def run(p, lay: Layout, *, progress: bool = True) -> dict:
     corpus = corpus_rows(lay)
     excluded = set(ex.ids)
     problems = [(r["doc_id"], r["text"]) for r in corpus if r["doc_id"] not in excluded]
-    lay.cas.mkdir(parents=True, exist_ok=True)
+    lay.out.mkdir(parents=True, exist_ok=True)
     # the resumable journal and the timings live outside the DVC output (they depend on
     # completion order and wall time); the final, sorted outcomes file is copied in
     # keyed by the generator's source: a journal written by other code is never resumed
@@ -40,11 +40,11 @@ def run(p, lay: Layout, *, progress: bool = True) -> dict:
                                 memory_mb=cfg.memory_mb, workers=cfg.workers, progress=progress)
     import shutil
 
-    shutil.copyfile(work / "outcomes.jsonl", lay.cas / "outcomes.jsonl")
+    shutil.copyfile(work / "outcomes.jsonl", lay.out / "outcomes.jsonl")
     texts = dict(problems)
     model_id = f"sympy=={sympy.__version__};recipematch-cas={cas.GENERATOR_VERSION}"
     rows, failures = [], []
-    outcomes = read_jsonl_strict(lay.cas / "outcomes.jsonl")
+    outcomes = read_jsonl_strict(lay.out / "outcomes.jsonl")
     for o in outcomes:
         if o["source_id"] not in texts:
             continue
@@ -52,9 +52,9 @@ def run(p, lay: Layout, *, progress: bool = True) -> dict:
             failures.append({"source_id": o["source_id"], "status": o.get("status"), "reason": o.get("reason")})
         rows.extend(cas_rows_to_pairs(o, texts[o["source_id"]], model_id=model_id))
     rows = sort_rows(rows)
-    lay.pairs.mkdir(parents=True, exist_ok=True)
-    write_jsonl(lay.pairs / "cas.jsonl", rows)
-    write_jsonl(lay.cas / "failures.jsonl", sorted(failures, key=lambda f: f["source_id"]))
+    lay.pair_file.parent.mkdir(parents=True, exist_ok=True)
+    write_jsonl(lay.pair_file, rows)
+    write_jsonl(lay.out / "failures.jsonl", sorted(failures, key=lambda f: f["source_id"]))
     srcs = {r["source_id"] for r in rows}
     counts = {"paraphrase_depth_char3_jaccard": paraphrase_depth(rows), "problems": len(problems),
               "skipped_excluded": len(corpus) - len(problems), "rows": len(rows),
@@ -65,8 +65,8 @@ def run(p, lay: Layout, *, progress: bool = True) -> dict:
                            for f in sorted({r["positive_provenance"]["transform_family"] for r in rows})},
               "generator": {k: v for k, v in summary.items() if k not in ("census", "resumed") and not k.endswith("_path")},
               "census": summary.get("census", {})}
-    write_json(lay.metrics / "verified.json", counts)
-    write_run_record(lay.cas, "verified", {**asdict(cfg), "seed": seed, "generator_version": cas.GENERATOR_VERSION},
+    write_json(lay.metrics, counts)
+    write_run_record(lay.out, "verified", {**asdict(cfg), "seed": seed, "generator_version": cas.GENERATOR_VERSION},
                      {"corpus": lay.corpus / "corpus.parquet", "exclusion": ex_path}, counts)
     # problems taken from an earlier, interrupted run: a fact of this run, kept out of
     # every DVC output so a resumed run and a fresh one hash the same
@@ -75,4 +75,4 @@ def run(p, lay: Layout, *, progress: bool = True) -> dict:
     return {**counts, "this_run": this_run}
 
 
-main = stage("verified", PARAMS, progress_option)(run)
+main = stage("verified", PARAMS, progress_option, paths=("corpus", "gates", "out", "pair_file", "scratch", "metrics"))(run)
