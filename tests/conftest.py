@@ -78,3 +78,70 @@ def stage_args(stage: str, params=None) -> list[str]:
     if params is None:
         params = yaml.safe_load((REPO / "params.yaml").read_text(encoding="utf-8"))
     return resolve(REPO, dvc_yaml=REPO / "dvc.yaml", params=params, only=stage)[stage].args
+
+
+class Outputs:
+    """Where the stages of this project's ``dvc.yaml`` write under ``root``, by the stage that
+    writes each path (read from the stages' commands, resolved with ``params``: a raw params
+    mapping, default the project's ``params.yaml``). Tests read outputs through it and run a
+    stage on :meth:`stage`'s paths, exactly those ``dvc repro`` passes."""
+
+    def __init__(self, root: Path, params=None):
+        import yaml
+
+        self.root = Path(root).resolve()
+        self.params = params if params is not None else yaml.safe_load((REPO / "params.yaml").read_text(encoding="utf-8"))
+        self._cache: dict[str, object] = {}
+
+    def stage(self, name: str):
+        """The :class:`~recipematch.pipeline.door.StagePaths` of stage ``name`` (``cells@recipe``)."""
+        if name not in self._cache:
+            self._cache[name] = stage_paths(self.root, name, self.params)
+        return self._cache[name]
+
+    def p(self, *parts: str) -> Path:
+        return self.root.joinpath(*parts)
+
+    def rel(self, path: Path) -> str:
+        return Path(path).relative_to(self.root).as_posix()
+
+    # one stage's own output
+    release = property(lambda self: self.stage("evalsets").release)
+    corpus = property(lambda self: self.stage("corpus").out)
+    evalsets = property(lambda self: self.stage("evalsets").out)
+    gates = property(lambda self: self.stage("gates").out)
+    cas = property(lambda self: self.stage("verified").out)
+    recordings = property(lambda self: self.stage("recordings").out)
+    backtranslate = property(lambda self: self.stage("backtranslate").out)
+    replay = property(lambda self: self.stage("replay_pool").out)
+    style = property(lambda self: self.stage("style").out)
+    reports = property(lambda self: self.stage("report").out)
+    metrics = property(lambda self: self.stage("report").metrics_dir)
+    cache = property(lambda self: self.stage("evaluate_base").cache)
+    scratch = property(lambda self: self.stage("verified").scratch.parent)
+    # folders that hold one output per arm, label, prompt or source
+    pairs = property(lambda self: self.stage("style").pairs)
+
+    def pair_file(self, source: str) -> Path:
+        return self.pairs / f"{source}.jsonl"
+
+    def llm(self, prompt: str) -> Path:
+        return self.stage(f"llm@{prompt}").out
+
+    def cells(self, arm: str) -> Path:
+        return self.stage("report").cells_root / arm
+
+    def models(self, label: str) -> Path:
+        return self.stage("style").models_root / label
+
+    def eval_dir(self, label: str) -> Path:
+        return self.stage("stats").evals / label
+
+    def external(self, name: str) -> Path:
+        return self.stage(f"external@{name}").out
+
+    def regen(self, name: str) -> Path:
+        return self.stage(f"regen@{name}").out
+
+
+

@@ -21,7 +21,6 @@ from conftest import stage_paths
 from recipematch.config import load_yaml, parse_params
 from recipematch.io import sha256_file
 from recipematch.pipeline import backtranslate, specs
-from recipematch.pipeline.door import Layout
 
 ROOT = Path(__file__).resolve().parents[1]
 #: the stages the cell under test owns, plus what reads every arm (statistics, style, hit accounting, report)
@@ -52,10 +51,9 @@ MEASURED = {"specs": specs, "backtranslate": backtranslate}
 
 
 def _outputs(tmp_path: Path, raw: dict) -> dict[str, str]:
-    lay = Layout(tmp_path)
     p = parse_params(raw)
     for name, mod in MEASURED.items():
-        mod.run(p.view(mod.PARAMS), stage_paths(tmp_path, name, raw) if getattr(mod.main, "path_roles", None) else lay)
+        mod.run(p.view(mod.PARAMS), stage_paths(tmp_path, name, raw))
     return {str(f.relative_to(tmp_path)): sha256_file(f) for f in sorted(tmp_path.rglob("*")) if f.is_file()}
 
 

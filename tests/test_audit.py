@@ -763,8 +763,9 @@ def _audit_stats_case(tmp_path, repo_root, mutate):
     import copy
 
     from recipematch.config import load_yaml, parse_params
+    from recipematch.audit.project import AUDIT_REPORT_CMD
     from recipematch.pipeline import audit as audit_stage
-    from recipematch.pipeline.door import Layout
+    from recipematch.pipeline.graph import paths_of
 
     raw = load_yaml(repo_root / "params.yaml")
     bn = sorted(n for n, ev in raw["evaluations"].items() if ev["role"] == "benchmark")[0]
@@ -774,7 +775,8 @@ def _audit_stats_case(tmp_path, repo_root, mutate):
     (tmp_path / "metrics").mkdir()
     (tmp_path / "metrics" / "stats.json").write_text(json.dumps(bad))
     p = parse_params(raw).view(audit_stage.PARAMS)
-    return audit_stage.run(p, Layout(tmp_path))
+    args = shlex.split(AUDIT_REPORT_CMD)[2:]
+    return audit_stage.run(p, paths_of(audit_stage.main, tmp_path, audit_stage.main.make_context("audit", args).params))
 
 
 def _gap(s, bn):

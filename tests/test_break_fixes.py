@@ -9,6 +9,8 @@ import sys
 from pathlib import Path
 
 import pytest
+
+from conftest import stage_args
 from click.testing import CliRunner
 
 from recipematch.beir import write_beir
@@ -41,11 +43,11 @@ def test_yaml_complex_key_is_a_clear_error(tmp_path):
 
 def test_missing_upstream_file_is_one_line_naming_it(tmp_path, repo_root):
     (tmp_path / "params.yaml").write_text((repo_root / "params.yaml").read_text())
-    r = subprocess.run([sys.executable, "-m", "recipematch", "corpus", "--root", str(tmp_path)],
+    r = subprocess.run([sys.executable, "-m", "recipematch", "corpus", "--root", str(tmp_path), *stage_args("corpus")],
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 2 and "Traceback" not in r.stderr
     assert "data/peer_release/corpus.jsonl does not exist (fetch the raw inputs with `dvc pull data.dvc`" in r.stderr
-    r = subprocess.run([sys.executable, "-m", "recipematch", "gates", "--root", str(tmp_path)],
+    r = subprocess.run([sys.executable, "-m", "recipematch", "gates", "--root", str(tmp_path), *stage_args("gates")],
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 2 and "corpus.parquet does not exist: run the stage that writes it first" in r.stderr
 

@@ -3,6 +3,8 @@ from pathlib import Path
 
 import pytest
 
+from conftest import stage_paths
+
 from recipematch.config import BudgetConfig, TrainConfig, load_yaml, section, top
 from recipematch.errors import RecipematchError
 
@@ -195,16 +197,14 @@ def test_an_arm_the_configuration_cannot_build_stops_before_any_model_loads(tmp_
     the missing file; nothing is written."""
     from recipematch.config import check_arm_inputs, parse_params
     from recipematch.pipeline import backtranslate, specs
-    from recipematch.pipeline.door import Layout
 
     raw = load_yaml(Path(__file__).resolve().parents[1] / "params.yaml")
     bad = parse_params({**raw, **override, "remedies": {**raw["remedies"], "arms": []}})
     with pytest.raises(RecipematchError, match=match):
         check_arm_inputs(bad)
-    lay = Layout(tmp_path)
-    for mod in (specs, backtranslate):
+    for name, mod in (("specs", specs), ("backtranslate", backtranslate)):
         with pytest.raises(RecipematchError, match=match):
-            mod.run(bad.view(mod.PARAMS), lay)
+            mod.run(bad.view(mod.PARAMS), stage_paths(tmp_path, name))
     assert not any(tmp_path.rglob("*.json"))
     check_arm_inputs(parse_params(raw))  # the shipped default builds every arm it declares
 

@@ -135,7 +135,7 @@ def _stage_root(tmp_path, edit=None):
     stage run; returns ``(params, layout)``."""
     from recipematch.config import load_yaml, parse_params
     from recipematch.pipeline import corpus as corpus_stage
-    from recipematch.pipeline.door import Layout
+    from conftest import Outputs
 
     rel = tmp_path / "data" / "peer_release"
     shutil.copytree(MINI, rel)
@@ -143,7 +143,7 @@ def _stage_root(tmp_path, edit=None):
         edit(rel)
     raw = load_yaml(Path(__file__).resolve().parents[1] / "params.yaml")
     raw["evalsets"] = {"seed": 7, "n_heldout": 5, "corpus_docs": 0}
-    lay = Layout(tmp_path)
+    lay = Outputs(tmp_path)
     p = parse_params(raw)
     corpus_stage.run(p.view(corpus_stage.PARAMS), stage_paths(tmp_path, "corpus", raw))
     return raw, lay

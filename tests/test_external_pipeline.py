@@ -16,7 +16,7 @@ from conftest import REPO, stage_paths
 
 from recipematch.config import load_yaml, parse_params
 from recipematch.errors import RecipematchError
-from recipematch.pipeline.door import Layout
+from conftest import Outputs
 
 FIX = Path(__file__).parent / "fixtures" / "impliret_mini"
 SET = {"folder": "artifacts/external/impliret/unispeaker__arithmetic", "rule": "plain", "role": "external",
@@ -71,7 +71,7 @@ def _project(tmp_path: Path, raw: dict | None = None) -> tuple:
     for f in FIX.glob("*.jsonl"):
         shutil.copy(f, tmp_path / "data" / "impliret" / f.name)
     raw = raw or _raw()
-    return parse_params(raw), Layout(tmp_path)
+    return parse_params(raw), Outputs(tmp_path, raw)
 
 
 def test_the_external_stage_builds_each_subset_and_counts_it(tmp_path: Path) -> None:
@@ -143,7 +143,7 @@ def test_scoring_stages_add_the_librarys_per_query_measures(tmp_path: Path) -> N
     r = per_model["bm25"]["impliret_ua"]
     assert r["measures"]["nDCG@10"] == pytest.approx(float(np.mean(list(want.values()))))
     assert r["graded"]["measure_names"] == {"nDCG@10": "nDCG@10", "R@10": "R@10"} and r["graded"]["run_depth"] == 4
-    agg = write_results(lay, "bm25", frames, per_model, ks=(1, 10))
+    agg = write_results(lay.stage("evaluate_bm25"), "bm25", frames, per_model, ks=(1, 10))
     assert agg["impliret_ua.measure.nDCG@10.mean"] == pytest.approx(100 * r["measures"]["nDCG@10"], abs=1e-4)
     assert agg["impliret_ua.measure.nDCG@10.sd"] is None  # one run
     back = pd.read_parquet(lay.eval_dir("bm25") / "impliret_ua.parquet")

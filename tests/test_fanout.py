@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import ray
 
+from conftest import Outputs, stage_paths
 from recipematch import engine as engine_mod
 from recipematch.config import EngineConfig, parse_params
 from recipematch.errors import RecipematchError
@@ -27,11 +28,13 @@ RAY2 = EngineConfig(kind="ray", workers=2, num_cpus=1)
 
 
 def _train(params, lay, engine=None):
-    return train.run(parse_params(params).view(train.PARAMS), lay, ARM, progress=False, engine=engine)
+    return train.run(parse_params(params).view(train.PARAMS), stage_paths(lay.root, f"train@{ARM}", params), ARM,
+                     progress=False, engine=engine)
 
 
 def _evaluate(params, lay, engine=None):
-    return evaluate.run(parse_params(params).view(evaluate.PARAMS), lay, ARM, progress=False, engine=engine)
+    return evaluate.run(parse_params(params).view(evaluate.PARAMS), stage_paths(lay.root, f"evaluate@{ARM}", params),
+                        ARM, progress=False, engine=engine)
 
 
 @pytest.fixture(scope="module")
@@ -56,7 +59,7 @@ def validated(tmp_path_factory):
 
 def _copy(lay, dest: Path):
     shutil.copytree(lay.root, dest)
-    return stages.Layout(dest)
+    return Outputs(dest)
 
 
 @pytest.fixture(scope="module")

@@ -15,7 +15,7 @@ from test_llm_support import ChatServer
 from test_pipeline_e2e import PARAMS as E2E_PARAMS
 from test_pipeline_e2e import _view
 
-from conftest import stage_paths
+from conftest import Outputs, stage_args, stage_paths
 from recipematch.config import parse_params
 from recipematch.errors import RecipematchError
 from recipematch.io import read_json, write_jsonl
@@ -23,7 +23,6 @@ from recipematch.llm.prompts import load_prompt
 from recipematch.llm.recordings import candidate_key
 from recipematch.pipeline import corpus as corpus_stage
 from recipematch.pipeline import judge2
-from recipematch.pipeline.door import Layout
 from recipematch.pipeline.pair_sources import cell_pairs
 
 MODEL = "Qwen/Qwen3-32B-AWQ"
@@ -90,10 +89,15 @@ def _params(**judge2_cfg) -> dict:
     return p
 
 
+def _cells(project: Outputs):
+    """The paths a cells stage reads pair files from (the first arm's: every arm reads the same)."""
+    return project.stage(f"cells@{project.params['arms'][0]}")
+
+
 @pytest.fixture
-def project(tmp_path: Path) -> Layout:
+def project(tmp_path: Path) -> Outputs:
     """A project holding a corpus and one hand-built D1 arm (rows + the first judge's rejection)."""
-    lay = Layout(tmp_path)
+    lay = Outputs(tmp_path, _params())
     lay.release.mkdir(parents=True)
     write_jsonl(lay.release / "corpus.jsonl", [{"_id": k, "title": "", "text": v} for k, v in ANCHORS.items()])
     corpus_stage.run(_view(_params(), corpus_stage), stage_paths(tmp_path, "corpus", _params()))
@@ -122,8 +126,8 @@ def _check_hand_numbers(metrics: dict) -> None:
             assert got[k] == pytest.approx(v), (role, k)
 
 
-def test_disabled_by_default_writes_only_its_status(project: Layout) -> None:
-    out = judge2.run(_view(_params(), judge2), project, "d1_recipe", progress=False)
+def test_disabled_by_default_writes_only_its_status(project: Outputs) -> None:
+    out = judge2.run(_view(_params(), judge2), project.stage("judge2@d1_recipe"), "d1_recipe", progress=False)
     assert out["enabled"] is False and "judge2.enabled is false" in out["reason"]
     d = project.p("artifacts", "judge2", "d1_recipe")
     assert sorted(f.name for f in d.iterdir()) == ["status.json"]
@@ -131,15 +135,15 @@ def test_disabled_by_default_writes_only_its_status(project: Layout) -> None:
     assert project.p("artifacts", "judge2_cells", "d1_recipe.jsonl").read_bytes() == b""
 
 
-def test_replay_without_recordings_is_a_clear_error(project: Layout) -> None:
+def test_replay_without_recordings_is_a_clear_error(project: Outputs) -> None:
     with pytest.raises(RecipematchError, match=r"recordings/judge2/d1_recipe\.jsonl does not exist.*ships no"):
-        judge2.run(_view(_params(enabled=True), judge2), project, "d1_recipe", progress=False)
+        judge2.run(_view(_params(enabled=True), judge2), project.stage("judge2@d1_recipe"), "d1_recipe", progress=False)
 
 
-def test_replayed_second_judge_agreement_table_and_two_judge_file(project: Layout) -> None:
-    write_jsonl(judge2.recordings_path(project, "d1_recipe"), _recordings())
+def test_replayed_second_judge_agreement_table_and_two_judge_file(project: Outputs) -> None:
+    write_jsonl(judge2.recordings_path(project.stage("judge2@d1_recipe"), "d1_recipe"), _recordings())
     params = _params(enabled=True)
-    out = judge2.run(_view(params, judge2), project, "d1_recipe", progress=False)
+    out = judge2.run(_view(params, judge2), project.stage("judge2@d1_recipe"), "d1_recipe", progress=False)
     metrics = read_json(project.metrics / "judge2_d1_recipe.json")
     _check_hand_numbers(metrics)
     c = metrics["counts"]
@@ -156,32 +160,32 @@ def test_replayed_second_judge_agreement_table_and_two_judge_file(project: Layou
     cells_file = project.p("artifacts", "judge2_cells", "d1_recipe.jsonl")
     assert cells_file.read_bytes() == b""
     with pytest.raises(RecipematchError, match="written under judge2.cells: first"):
-        cell_pairs(project, "d1_recipe", judges="both")
+        cell_pairs(_cells(project), "d1_recipe", judges="both")
     # the cells' switch: `both` reads the two-judge file, `first` the first judge's rows
-    judge2.run(_view(_params(enabled=True, cells="both"), judge2), project, "d1_recipe", progress=False)
+    judge2.run(_view(_params(enabled=True, cells="both"), judge2), project.stage("judge2@d1_recipe"), "d1_recipe", progress=False)
     assert cells_file.read_bytes() == (d / "pairs.jsonl").read_bytes()
-    assert [r["source_id"] for r in cell_pairs(project, "d1_recipe", judges="both")] == ["s1", "s3"]
-    assert [r["source_id"] for r in cell_pairs(project, "d1_recipe", judges="first")] == ["s1", "s2", "s3"]
+    assert [r["source_id"] for r in cell_pairs(_cells(project), "d1_recipe", judges="both")] == ["s1", "s3"]
+    assert [r["source_id"] for r in cell_pairs(_cells(project), "d1_recipe", judges="first")] == ["s1", "s2", "s3"]
     # byte-identical on a rerun
     before = (d / "pairs.jsonl").read_bytes(), (project.metrics / "judge2_d1_recipe.json").read_bytes()
-    judge2.run(_view(params, judge2), project, "d1_recipe", progress=False)
+    judge2.run(_view(params, judge2), project.stage("judge2@d1_recipe"), "d1_recipe", progress=False)
     assert ((d / "pairs.jsonl").read_bytes(), (project.metrics / "judge2_d1_recipe.json").read_bytes()) == before
     # switching the judge off again empties the cells' copy, so `both` cannot read a stale one
-    judge2.run(_view(_params(), judge2), project, "d1_recipe", progress=False)
+    judge2.run(_view(_params(), judge2), project.stage("judge2@d1_recipe"), "d1_recipe", progress=False)
     assert cells_file.read_bytes() == b""
     with pytest.raises(RecipematchError, match="judge2.enabled is false"):
-        cell_pairs(project, "d1_recipe", judges="both")
+        cell_pairs(_cells(project), "d1_recipe", judges="both")
 
 
-def test_recordings_of_another_model_answer_nothing(project: Layout) -> None:
+def test_recordings_of_another_model_answer_nothing(project: Outputs) -> None:
     recs = [{**r, "model_id": "someone/else"} for r in _recordings()]
-    write_jsonl(judge2.recordings_path(project, "d1_recipe"), recs)
+    write_jsonl(judge2.recordings_path(project.stage("judge2@d1_recipe"), "d1_recipe"), recs)
     with pytest.raises(RecipematchError, match="answered none of 7"):
-        judge2.run(_view(_params(enabled=True), judge2), project, "d1_recipe", progress=False)
+        judge2.run(_view(_params(enabled=True), judge2), project.stage("judge2@d1_recipe"), "d1_recipe", progress=False)
     assert not (project.p("artifacts", "judge2", "d1_recipe") / "pairs.jsonl").exists()
 
 
-def test_live_second_judge_on_a_local_server_then_replayed(project: Layout) -> None:
+def test_live_second_judge_on_a_local_server_then_replayed(project: Outputs) -> None:
     table = {}
     for (sid, _role, text), v in SECOND.items():
         table[JUDGE_T.render(anchor=ANCHORS[sid], candidate=text)] = _verdict(v)
@@ -189,18 +193,18 @@ def test_live_second_judge_on_a_local_server_then_replayed(project: Layout) -> N
     table[JUDGE_T.render(anchor=ANCHORS["s2"], candidate=N["N2b"][1])] = "I cannot judge this."
     with ChatServer(table, model=JUDGE2) as srv:
         params = _params(enabled=True, backend="openai", base_url=srv.base_url)
-        live = judge2.run(_view(params, judge2), project, "d1_recipe", progress=False)
+        live = judge2.run(_view(params, judge2), project.stage("judge2@d1_recipe"), "d1_recipe", progress=False)
         assert {b["model"] for b in srv.bodies} == {JUDGE2} and len(srv.bodies) == 7
-        again = judge2.run(_view(params, judge2), project, "d1_recipe", progress=False)
+        again = judge2.run(_view(params, judge2), project.stage("judge2@d1_recipe"), "d1_recipe", progress=False)
         assert again["this_run"] == {"from_store": 7, "sent": 0} and len(srv.bodies) == 7  # nothing paid twice
     _check_hand_numbers(read_json(project.metrics / "judge2_d1_recipe.json"))
     assert live["counts"]["parse_rejected"] == {"invalid_json": 1}
     d = project.p("artifacts", "judge2", "d1_recipe")
     live_pairs = (d / "pairs.jsonl").read_text()
     # the stage's export of its store becomes the replay recordings
-    judge2.recordings_path(project, "d1_recipe").parent.mkdir(parents=True)
-    shutil.copy(d / "recordings.jsonl", judge2.recordings_path(project, "d1_recipe"))
-    judge2.run(_view(_params(enabled=True), judge2), project, "d1_recipe", progress=False)
+    judge2.recordings_path(project.stage("judge2@d1_recipe"), "d1_recipe").parent.mkdir(parents=True)
+    shutil.copy(d / "recordings.jsonl", judge2.recordings_path(project.stage("judge2@d1_recipe"), "d1_recipe"))
+    judge2.run(_view(_params(enabled=True), judge2), project.stage("judge2@d1_recipe"), "d1_recipe", progress=False)
     _check_hand_numbers(read_json(project.metrics / "judge2_d1_recipe.json"))
     replayed = (d / "pairs.jsonl").read_text()
     assert replayed.replace('"recorded_from_call_store"', '"live"') == live_pairs
@@ -216,7 +220,7 @@ def test_params_switches_are_checked() -> None:
     assert parse_params(E2E_PARAMS).judge2.enabled is False  # a params file without the section: off
 
 
-def test_stage_command_off_is_fast_and_on_without_recordings_exits_2(project: Layout, repo_root: Path) -> None:
+def test_stage_command_off_is_fast_and_on_without_recordings_exits_2(project: Outputs, repo_root: Path) -> None:
     import subprocess
     import sys
     import time
@@ -226,12 +230,14 @@ def test_stage_command_off_is_fast_and_on_without_recordings_exits_2(project: La
     (project.root / "params.yaml").write_text(yaml.safe_dump(_params()))
     t0 = time.monotonic()
     r = subprocess.run([sys.executable, str(repo_root / "stages" / "judge2.py"), "--prompt", "d1_recipe",
-                        "--root", str(project.root), "--no-progress"], capture_output=True, text=True, timeout=120)
+                        "--root", str(project.root), "--no-progress",
+                        *stage_args("judge2@d1_recipe", _params())], capture_output=True, text=True, timeout=120)
     took = time.monotonic() - t0
     assert r.returncode == 0, r.stderr
     assert took < 20, took  # interpreter start and imports only
     (project.root / "params.yaml").write_text(yaml.safe_dump(_params(enabled=True)))
     r = subprocess.run([sys.executable, str(repo_root / "stages" / "judge2.py"), "--prompt", "d1_recipe",
-                        "--root", str(project.root), "--no-progress"], capture_output=True, text=True, timeout=120)
+                        "--root", str(project.root), "--no-progress",
+                        *stage_args("judge2@d1_recipe", _params())], capture_output=True, text=True, timeout=120)
     assert r.returncode == 2 and "Traceback" not in r.stderr
     assert "recordings/judge2/d1_recipe.jsonl does not exist" in r.stderr

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import REPO
+from conftest import Outputs, REPO
 from test_llm_support import ChatServer
 from test_pooling import _tiny_project
 
@@ -106,7 +106,7 @@ def _judging_project(tmp_path: Path, monkeypatch, devices=None, **judging):
                                "distilled_epochs": 1, "distilled_batch_size": 4, "distilled_max_length": 64,
                                **judging}}
     raw["devices"] = {**raw["devices"], **(devices or {})}
-    return parse_params(raw), lay, corpus, queries
+    return parse_params(raw), Outputs(lay.root, raw), corpus, queries
 
 
 def _verdict(q: str, d: str, query: str, doc: str, gold: dict) -> str:
@@ -144,11 +144,11 @@ def test_pool_judge_graded_qrels_and_ndcg_end_to_end(tmp_path: Path, monkeypatch
     from recipematch.pipeline import judging, pooling
 
     p, lay, corpus, queries = _judging_project(tmp_path, monkeypatch, llm_fused_ranks=100)
-    pooling.run(p, lay, name="tiny", progress=False)
+    pooling.run(p, lay.stage("pooling@tiny"), name="tiny", progress=False)
     with ChatServer(_server_table(p, corpus, queries), model=JUDGE) as srv:
         import dataclasses
         p = dataclasses.replace(p, judging={"tiny": dataclasses.replace(p.judging["tiny"], base_url=srv.base_url)})
-        counts = judging.run(p, lay, name="tiny", progress=False)
+        counts = judging.run(p, lay.stage("judging@tiny"), name="tiny", progress=False)
         assert len(srv.bodies) == 18  # 3 queries x 6 documents, every pair routed to the LLM
     out = tmp_path / "artifacts" / "judging" / "tiny"
     labels = pd.read_parquet(out / "labels.parquet")
@@ -184,7 +184,7 @@ def test_pool_judge_graded_qrels_and_ndcg_end_to_end(tmp_path: Path, monkeypatch
         share = "—" if not m["judged"] else "0.0%"
         assert f"| {route} | {m['top1_misses']} | {m['judged']} | 0 | {m['called_partial']} | {share} |" in report
     # a rerun answers from the call store: nothing is sent, the same labels come out
-    again = judging.run(p, lay, name="tiny", progress=False)
+    again = judging.run(p, lay.stage("judging@tiny"), name="tiny", progress=False)
     assert again["calls"]["sent"] == 0 and again["calls"]["from_store"] == 18
     assert pd.read_parquet(out / "labels.parquet").equals(labels)
 
@@ -194,11 +194,11 @@ def test_the_distilled_judge_labels_the_rest_and_is_checked_on_held_out_queries(
 
     p, lay, corpus, queries = _judging_project(tmp_path, monkeypatch, llm_fused_ranks=3, llm_dense_ranks=0,
                                                long_chars=0, heldout_fraction=0.5, min_train_pairs=2)
-    pooling.run(p, lay, name="tiny", progress=False)
+    pooling.run(p, lay.stage("pooling@tiny"), name="tiny", progress=False)
     with ChatServer(_server_table(p, corpus, queries), model=JUDGE) as srv:
         import dataclasses
         p = dataclasses.replace(p, judging={"tiny": dataclasses.replace(p.judging["tiny"], base_url=srv.base_url)})
-        counts = judging.run(p, lay, name="tiny", progress=False)
+        counts = judging.run(p, lay.stage("judging@tiny"), name="tiny", progress=False)
         assert len(srv.bodies) == 9  # fused ranks 1-3 of three queries
     labels = pd.read_parquet(tmp_path / "artifacts" / "judging" / "tiny" / "labels.parquet")
     assert (labels["judge_route"] == "llm").sum() == 9 and (labels["fused_rank"][labels["judge_route"] == "llm"] <= 3).all()
@@ -232,10 +232,10 @@ def test_judging_without_recordings_stops_in_one_line_and_bad_params_are_named(t
     from recipematch.pipeline import judging, pooling
 
     p, lay, _c, _q = _judging_project(tmp_path, monkeypatch, backend="replay", base_url="")
-    pooling.run(p, lay, name="tiny", progress=False)
+    pooling.run(p, lay.stage("pooling@tiny"), name="tiny", progress=False)
     with pytest.raises(RecipematchError, match=r"^judging.tiny: backend replay needs recordings, and "
                                                r"judging.tiny.recordings = '' is no file") as err:
-        judging.run(p, lay, name="tiny", progress=False)
+        judging.run(p, lay.stage("judging@tiny"), name="tiny", progress=False)
     assert "\n" not in str(err.value) and not (tmp_path / "artifacts" / "judging" / "tiny").exists()
     raw = load_yaml(REPO / "params.yaml")
     raw["judging"] = {"x": {"pool": "nosuch", "folder": "j", "prompt": "j/p.txt", "model_id": "m"}}

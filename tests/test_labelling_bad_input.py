@@ -4,6 +4,7 @@ breaker run: each gets one clear line and loses nothing."""
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -52,28 +53,28 @@ def test_judging_refuses_a_pool_built_over_other_queries(tmp_path, monkeypatch):
     p, lay, _c, _q = _judging_project(tmp_path, monkeypatch, backend="replay", base_url="",
                                       recordings="judge/rec.jsonl")
     (tmp_path / "judge" / "rec.jsonl").write_text("")
-    pooling.run(p, lay, name="tiny", progress=False)
+    pooling.run(p, lay.stage("pooling@tiny"), name="tiny", progress=False)
     folder = tmp_path / "artifacts" / "evalsets" / "tiny"
     corpus, queries, qrels = load_beir(folder)
     queries["q1"] = queries["q1"] + " (edited)"
     write_beir(folder, corpus, queries, qrels)
     with pytest.raises(RecipematchError, match=r"^judging.tiny: the pool was built over other queries .*rerun pooling@tiny"):
-        judging.run(p, lay, name="tiny", progress=False)
+        judging.run(p, lay.stage("judging@tiny"), name="tiny", progress=False)
     (tmp_path / "artifacts" / "pooling" / "tiny" / "MANIFEST.json").write_text("[]")
     with pytest.raises(RecipematchError, match="MANIFEST.json is not an object"):
-        judging.run(p, lay, name="tiny", progress=False)
+        judging.run(p, lay.stage("judging@tiny"), name="tiny", progress=False)
     (tmp_path / "artifacts" / "pooling" / "tiny" / "MANIFEST.json").write_text('{"corpus')
     with pytest.raises(RecipematchError, match="MANIFEST.json cannot be read"):
-        judging.run(p, lay, name="tiny", progress=False)
+        judging.run(p, lay.stage("judging@tiny"), name="tiny", progress=False)
 
 
 def test_judging_refuses_a_bad_device_before_any_call(tmp_path, monkeypatch):
     from recipematch.pipeline import judging, pooling
 
     p, lay, _c, _q = _judging_project(tmp_path, monkeypatch, devices={"distilled_judge": "banana"})
-    pooling.run(p, lay, name="tiny", progress=False)
+    pooling.run(p, lay.stage("pooling@tiny"), name="tiny", progress=False)
     with pytest.raises(RecipematchError, match=r"devices.distilled_judge: 'banana' is not a torch device"):
-        judging.run(p, lay, name="tiny", progress=False)
+        judging.run(p, lay.stage("judging@tiny"), name="tiny", progress=False)
     assert not (tmp_path / "cache" / "judging").exists()
 
 
@@ -150,6 +151,9 @@ def test_the_reliability_command_joins_two_judging_entries(tmp_path):
 
     from recipematch.cli import main
 
+    # a project declaring the two entries: their folders are the judging@ stages' outputs in its dvc.yaml
+    shutil.copy(REPO / "dvc.yaml", tmp_path / "dvc.yaml")
+    (tmp_path / "params.yaml").write_text("judging:\n  a: {}\n  b: {}\n", encoding="utf-8")
     for name, scores, model in (("a", [2, 1, 0, None], "m1"), ("b", [2, 0, 0, 1], "m2")):
         folder = tmp_path / "artifacts" / "judging" / name
         folder.mkdir(parents=True)
@@ -161,4 +165,4 @@ def test_the_reliability_command_joins_two_judging_entries(tmp_path):
     rel = json.loads((tmp_path / "reports" / "judging" / "a-vs-b" / "reliability.json").read_text())
     assert rel["n"] == 3 and rel["exact"] == round(2 / 3, 6) and rel["first_model"] == ["m1"]
     res = CliRunner().invoke(main, ["judging-reliability", "--first", "a", "--second", "zz", "--root", str(tmp_path)])
-    assert res.exit_code == 2 and "run judging@zz" in res.output
+    assert res.exit_code == 2 and "dvc.yaml has no stage 'judging@zz'" in res.output

@@ -18,7 +18,7 @@ from recipematch.pipeline import evalsets as evalsets_stage
 from recipematch.pipeline import gates as gates_stage
 from recipematch.pipeline import specs as specs_stage
 from recipematch.pipeline import stats as stats_stage
-from recipematch.pipeline.door import Layout
+from conftest import Outputs
 from recipematch.report import factorial_markdown, ladder_markdown, table_markdown
 from recipematch.rules import LADDER, NAMED_ARMS, CellSpec, grid_position, parse_contrast
 
@@ -146,7 +146,7 @@ EVALS = {
 }
 
 
-def _write_ranks(lay: Layout, arm: str, seeds: list[str], rng: np.random.Generator) -> None:
+def _write_ranks(lay: Outputs, arm: str, seeds: list[str], rng: np.random.Generator) -> None:
     d = lay.eval_dir(arm)
     d.mkdir(parents=True, exist_ok=True)
     for name in EVALS:
@@ -168,13 +168,13 @@ def test_stats_computes_exactly_the_declared_contrasts(tmp_path):
     raw["evaluate"] = {**raw["evaluate"], "ks": [1, 5]}
     raw["style"] = {**raw["style"], "tracking_set": "easy"}
     raw["remedies"] = {**raw["remedies"], "arms": []}  # no soup or replay-mix rows: only the declared contrasts
-    lay = Layout(tmp_path)
+    lay = Outputs(tmp_path, raw)
     rng = np.random.default_rng(0)
     for a in ("base", "bm25"):
         _write_ranks(lay, a, [a], rng)
     for a in arms:
         _write_ranks(lay, a, ["42", "43"], rng)
-    out = stats_stage.run(parse_params(raw).view(stats_stage.PARAMS), lay)
+    out = stats_stage.run(parse_params(raw).view(stats_stage.PARAMS), lay.stage("stats"))
     assert out["contrasts"] == ["d2_own-d4", "recipe-base"]
     assert out["contrasts_skipped"] == ["recipe-verified"]  # verified is not run: listed, not computed
     assert sorted(out["gaps"]) == sorted(f"{c}.{n}.R@1" for c in out["contrasts"] for n in EVALS)
@@ -287,9 +287,9 @@ def tiny(tmp_path_factory):
     # this project builds the paper's own sets only (no external copy or regenerated version, no stage for them)
     raw["evaluations"] = {k: v for k, v in raw["evaluations"].items()
                           if v["role"] != "external" and not v.get("version_of")}
-    lay = Layout(root)
+    lay = Outputs(root, raw)
     for stage in (corpus_stage, evalsets_stage, gates_stage, specs_stage):
-        stage.run(parse_params(raw).view(stage.PARAMS), lay)
+        stage.run(parse_params(raw).view(stage.PARAMS), lay.stage(stage.main.name))
     heldout = set(read_json(lay.evalsets / "heldout.json")["heldout_sources"])
     from recipematch.corpus import read_corpus
 
@@ -305,7 +305,7 @@ def tiny(tmp_path_factory):
 
 def test_cells_stage_builds_an_own_negatives_arm(tiny):
     raw, lay, rows = tiny
-    counts = cells_stage.run(parse_params(raw).view(cells_stage.PARAMS), lay, "d2_own")
+    counts = cells_stage.run(parse_params(raw).view(cells_stage.PARAMS), lay.stage("cells@d2_own"), "d2_own")
     assert counts["cell"] == "d2xown" and counts["assemble"]["sources_in"] == len(rows)
     assert read_json(lay.cells("d2_own") / "cell.json")["spec"] == {"positives": "d2", "negatives": "own",
                                                                      "volume": "full"}
@@ -326,7 +326,7 @@ def test_cells_stage_stops_naming_the_missing_prompts_pair_file(tiny):
     assert not (lay.pairs / "d3_style.jsonl").exists()
     with pytest.raises(RecipematchError, match=r"cells\[d3_own\]: no input for positives=d3 of cell d3xown: "
                                                r"pair file 'd3_style'.*add d3_style to llm\.prompts"):
-        cells_stage.run(parse_params(raw).view(cells_stage.PARAMS), lay, "d3_own")
+        cells_stage.run(parse_params(raw).view(cells_stage.PARAMS), lay.stage("cells@d3_own"), "d3_own")
     assert not lay.cells("d3_own").exists()
 
 
@@ -336,7 +336,7 @@ def test_report_stage_renders_tables_9_and_12_from_the_arms_that_ran(tmp_path):
 
     arms = ["verified", "recipe", "reference", "cell"]
     raw = _params(arms=arms, positives="d4", negatives="recipe", negatives_volume="full")
-    lay = Layout(tmp_path)
+    lay = Outputs(tmp_path, raw)
     stats = _synthetic_stats({"base": (8.0, 0.0, 80.0), "bm25": (5.0, 0.0, 20.0), "verified": (17.0, 0.2, 56.5),
                               "recipe": (61.9, 9.9, 66.4), "reference": (46.9, 10.3, 78.0),
                               "cell": (37.8, 27.0, 78.9)}, contrasts=["recipe-verified", "cell-reference"])
@@ -348,7 +348,7 @@ def test_report_stage_renders_tables_9_and_12_from_the_arms_that_ran(tmp_path):
                    "negatives": s.negatives, "volume": s.volume}})
         write_json(lay.metrics / "cells" / f"{a}.json", {"arm": a})
         write_json(lay.metrics / "train" / f"{a}.json", {"arm": a})
-    text = Path(report_stage.run(parse_params(raw).view(report_stage.PARAMS), lay)).read_text()
+    text = Path(report_stage.run(parse_params(raw).view(report_stage.PARAMS), lay.stage("report"))).read_text()
     assert "## Table 9 (the prompt ladder; cells not run: —)" in text
     assert "| D4: restatement, unrelated prompt | — (d4xnone) | — | — | — |" in text
     assert "| D1: the benchmark's prompt (recipe arm) | recipe (d1xrecipe) | 61.90 ± 0.50 |" in text
@@ -366,13 +366,13 @@ def test_stats_reads_the_soup_rows_of_every_arm(tmp_path):
                        "replay_fractions": [0.2], "replay_file": "artifacts/replay/ict.jsonl"}
     raw["evaluate"] = {**raw["evaluate"], "ks": [1]}
     raw["style"] = {**raw["style"], "tracking_set": "easy"}
-    lay = Layout(tmp_path)
+    lay = Outputs(tmp_path, raw)
     rng = np.random.default_rng(1)
     for a in ("base", "bm25"):
         _write_ranks(lay, a, [a], rng)
     for a in ("recipe", "verified", "recipe@soup0.5", "verified@soup0.5", "recipe@mix0.2", "verified@mix0.2"):
         _write_ranks(lay, a, ["42"], rng)
-    out = stats_stage.run(parse_params(raw).view(stats_stage.PARAMS), lay)
+    out = stats_stage.run(parse_params(raw).view(stats_stage.PARAMS), lay.stage("stats"))
     assert {"recipe@soup0.5", "verified@soup0.5", "recipe@mix0.2", "verified@mix0.2"} <= set(out["arms"])
     assert out["remedies"]["recipe"] == {"soups": {"0.5": "recipe@soup0.5"}, "mixes": {"0.2": "recipe@mix0.2"}}
     ranks = pd.read_parquet(lay.eval_dir("recipe@soup0.5") / "easy.parquet")

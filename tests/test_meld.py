@@ -173,7 +173,7 @@ def test_the_external_stage_builds_meld_and_every_encoder_gets_its_separation(tm
     from recipematch.benchmarks_data import load_set
     from recipematch.config import load_yaml, parse_params
     from recipematch.pipeline import external
-    from recipematch.pipeline.door import Layout
+    from conftest import Outputs
     from recipematch.pipeline.evaluate import load_graded, score_models, write_results
     from recipematch.scoring import BM25
 
@@ -183,7 +183,7 @@ def test_the_external_stage_builds_meld_and_every_encoder_gets_its_separation(tm
     raw["evaluations"] = {k: v for k, v in raw["evaluations"].items() if v["role"] != "external"}
     raw["evaluations"]["meld"] = {"folder": "artifacts/external/meld/pairs_only", "rule": "plain", "role": "external",
                                   "label": "MELD (pairs only)", "report_ks": [1], "measures": ["R@1", "R@10"]}
-    p, lay = parse_params(raw), Layout(tmp_path)
+    p, lay = parse_params(raw), Outputs(tmp_path, raw)
     counts = external.run(p.view(external.PARAMS), stage_paths(lay.root, "external@meld", raw), name="meld")
     assert counts["subsets"]["pairs_only"]["n_pairs"] == 6
     ev = p.evaluations["meld"]
@@ -195,7 +195,7 @@ def test_the_external_stage_builds_meld_and_every_encoder_gets_its_separation(tm
     want = meld.separation(sets["meld"], Hashed(16), graded["meld"].distractors)
     assert r["separation"] == want
     assert r["measures"]["R@1"] == pytest.approx(r["R@1"] / 100)  # single gold: the library's R@1 is our hit@1
-    agg = write_results(lay, "x", frames, per_model, ks=(1, 10))
+    agg = write_results(lay.stage("evaluate_base"), "x", frames, per_model, ks=(1, 10))  # any scoring stage's folders
     assert agg["meld.separation.auc_all.mean"] == pytest.approx(want["auc_all"], abs=1e-4)
     assert "cluster" in frames["meld"][0].columns  # pairs are the resampling unit
     _, bm = score_models([("bm25", BM25, None)], sets, arm="bm25", ks=(1,), lay=lay, bm25=(1.5, 0.75), graded=graded)
@@ -294,14 +294,14 @@ def test_the_attack_stage_writes_the_pair_file_the_cells_stage_reads(tmp_path) -
     from recipematch.config import load_yaml, parse_params
     from recipematch.pairs import read_pair_file
     from recipematch.pipeline import attack
-    from recipematch.pipeline.door import Layout
+    from conftest import Outputs
     from recipematch.pipeline.pair_sources import cell_pairs
 
     (tmp_path / "data").mkdir()
     shutil.copy(ATTACK, tmp_path / "data" / "rows.jsonl")
     raw = load_yaml(REPO / "params.yaml")
     raw["attacks"] = {"meld9": {"rows": "data/rows.jsonl", "revision": "r"}}
-    p, lay = parse_params(raw), Layout(tmp_path)
+    p, lay = parse_params(raw), Outputs(tmp_path, raw)
     counts = attack.run(p.view(attack.PARAMS), stage_paths(lay.root, "attack@meld9"), name="meld9")
     assert counts["rows_out"] == 4 and json.loads((lay.metrics / "attacks" / "meld9.json").read_text()) == counts
     assert cell_pairs(lay, "meld9") == read_pair_file(lay.pairs / "meld9.jsonl") and len(cell_pairs(lay, "meld9")) == 4

@@ -21,7 +21,7 @@ from recipematch.external.meld_attack import read_attack_rows
 from recipematch.external.meld_generate import (
     build_rows, parse_generation, parse_screen, read_domains, repair_latex_escapes)
 from recipematch.llm.prompts import PromptTemplate, load_prompt, load_prompt_parts
-from recipematch.pipeline.door import Layout
+from conftest import Outputs
 
 MODEL = "local/generator"
 DOMAINS = [{"domain": "algebra", "field_1": "vector spaces", "field_2": "module theory",
@@ -57,7 +57,7 @@ def _project(tmp_path: Path, **entry):
     raw["meld_generate"] = {"meld9": {"folder": "meld", "domains": "meld/domains.jsonl", "backend": "openai",
                                       "base_url": "http://127.0.0.1:9", "model_id": MODEL, "max_retries": 0,
                                       "n_pairs": 3, "rounds": 2, "negatives": 2, **entry}}
-    return parse_params(raw), Layout(tmp_path)
+    return parse_params(raw), Outputs(tmp_path, raw)
 
 
 def _table(not_equivalent=("T01 in module theory", "T10 in measure theory"), asked=3):
@@ -90,7 +90,7 @@ def test_the_stage_generates_screens_and_writes_rows_the_attack_stage_reads(tmp_
 
     p, lay = _project(tmp_path)
     with ChatServer(_table(), model=MODEL) as srv:
-        counts = meld_generate.run(_with_url(p, srv.base_url), lay, name="meld9", progress=False)
+        counts = meld_generate.run(_with_url(p, srv.base_url), lay.stage("meld_generate@meld9"), name="meld9", progress=False)
         bodies = list(srv.bodies)
     # round 1: 2 generation calls (temperature 0, greedy), 6 pairs, 6 screens; round 2: 2 calls (temperature 1.0),
     # per domain one repeat and one misframed pair rejected, one new pair screened
@@ -119,13 +119,13 @@ def test_the_stage_generates_screens_and_writes_rows_the_attack_stage_reads(tmp_
         assert {n["text"] for n in r["negatives"]} <= pool - own  # same-framing statements of other kept pairs
     # a rerun answers from the call store without the server: the same bytes
     first = (out / "pairs.jsonl").read_bytes()
-    again = meld_generate.run(p, lay, name="meld9", progress=False)
+    again = meld_generate.run(p, lay.stage("meld_generate@meld9"), name="meld9", progress=False)
     assert again == counts and (out / "pairs.jsonl").read_bytes() == first
     # replay from a copy of the store in the run's folder: the same rows
     shutil.copy(tmp_path / "cache" / "meld_generate" / "meld9" / "calls.jsonl", tmp_path / "meld" / "calls.jsonl")
     p2, lay2 = _project(tmp_path / "replayed", backend="replay", base_url="", recordings="meld/calls.jsonl")
     shutil.copy(tmp_path / "meld" / "calls.jsonl", tmp_path / "replayed" / "meld" / "calls.jsonl")
-    meld_generate.run(p2, lay2, name="meld9", progress=False)
+    meld_generate.run(p2, lay2.stage("meld_generate@meld9"), name="meld9", progress=False)
     assert (tmp_path / "replayed" / "artifacts" / "meld_generate" / "meld9" / "pairs.jsonl").read_bytes() == first
 
 
@@ -134,7 +134,7 @@ def test_the_pair_target_stops_after_the_round_that_reaches_it(tmp_path: Path) -
 
     p, lay = _project(tmp_path, target_pairs=4, negatives=1)
     with ChatServer(_table(), model=MODEL) as srv:
-        counts = meld_generate.run(_with_url(p, srv.base_url), lay, name="meld9", progress=False)
+        counts = meld_generate.run(_with_url(p, srv.base_url), lay.stage("meld_generate@meld9"), name="meld9", progress=False)
     assert counts["rounds_run"] == 1 and counts["pairs_kept"] == 4 and counts["calls"]["generate"] == 2
 
 
@@ -143,11 +143,11 @@ def test_replay_without_recordings_and_a_run_with_no_rows_stop_in_one_line(tmp_p
 
     p, lay = _project(tmp_path, backend="replay", base_url="")
     with pytest.raises(RecipematchError, match=r"^meld_generate.meld9: backend replay needs recordings"):
-        meld_generate.run(p, lay, name="meld9", progress=False)
+        meld_generate.run(p, lay.stage("meld_generate@meld9"), name="meld9", progress=False)
     p, lay = _project(tmp_path / "broken")
     with ChatServer({}, model=MODEL) as srv:  # no answer matches: every call fails
         with pytest.raises(RecipematchError, match=r"^meld_generate.meld9: no row came out \(0 pairs parsed"):
-            meld_generate.run(_with_url(p, srv.base_url), lay, name="meld9", progress=False)
+            meld_generate.run(_with_url(p, srv.base_url), lay.stage("meld_generate@meld9"), name="meld9", progress=False)
     fails = (tmp_path / "broken" / "artifacts" / "meld_generate" / "meld9" / "failures.jsonl").read_text()
     assert fails.count('"step":"generate"') == 4
 
@@ -204,14 +204,14 @@ def test_a_resumed_or_extended_run_never_asks_a_stored_screen_again_and_extra_pa
     p, lay = _project(tmp_path, rounds=1, negatives=1)
     (tmp_path / "meld" / "domains.jsonl").write_text(json.dumps(DOMAINS[1]) + "\n")
     with ChatServer(_table(), model=MODEL) as srv:
-        meld_generate.run(_with_url(p, srv.base_url), lay, name="meld9", progress=False)
+        meld_generate.run(_with_url(p, srv.base_url), lay.stage("meld_generate@meld9"), name="meld9", progress=False)
         first = len(srv.bodies)
     (tmp_path / "meld" / "domains.jsonl").write_text("".join(json.dumps(d) + "\n" for d in DOMAINS))
     with ChatServer(_table(), model=MODEL) as srv:  # the new domain comes first: every running id shifts
-        counts = meld_generate.run(_with_url(p, srv.base_url), lay, name="meld9", progress=False)
+        counts = meld_generate.run(_with_url(p, srv.base_url), lay.stage("meld_generate@meld9"), name="meld9", progress=False)
         second = len(srv.bodies)
     assert first == 1 + 3 and second == 1 + 3 and counts["calls"] == {"generate": 2, "screen": 6}
     p, lay = _project(tmp_path / "extra", rounds=1, n_pairs=2, negatives=1)
     with ChatServer(_table(not_equivalent=(), asked=2), model=MODEL) as srv:  # the answers carry 3 pairs: one more than asked
-        counts = meld_generate.run(_with_url(p, srv.base_url), lay, name="meld9", progress=False)
+        counts = meld_generate.run(_with_url(p, srv.base_url), lay.stage("meld_generate@meld9"), name="meld9", progress=False)
     assert counts["calls"]["screen"] == 4 and counts["failures"]["pair: extra: beyond the n_pairs=2 asked for"] == 2

@@ -101,19 +101,19 @@ def test_the_external_stage_builds_the_declared_tasks_and_checks_all_first(tmp_p
 
     from recipematch.config import load_yaml, parse_params
     from recipematch.pipeline import external
-    from recipematch.pipeline.door import Layout
+    from conftest import Outputs
 
     shutil.copytree(FIX, tmp_path / "data" / "mirb")
     raw = load_yaml(REPO / "params.yaml")
     raw["external"]["mirb"] = {"loader": "mirb", "copy": "data/mirb", "subsets": ["modup", "mseqa"]}
-    p, lay = parse_params(raw), Layout(tmp_path)
-    counts = external.run(p.view(external.PARAMS), lay, name="mirb")
+    p, lay = parse_params(raw), Outputs(tmp_path, raw)
+    counts = external.run(p.view(external.PARAMS), lay.stage("external@mirb"), name="mirb")
     assert counts["subsets"]["modup"]["n_queries"] == 2 and counts["subsets"]["mseqa"]["n_queries"] == 2
     with (tmp_path / "data" / "mirb" / "mseqa" / "qrels" / "test.jsonl").open("a") as f:
         f.write('{"query-id": 7, "corpus-id": 101, "score": 0.5}\n')
     before = (lay.external("mirb") / "modup" / "corpus.jsonl").read_bytes()
     with pytest.raises(RecipematchError, match=r"mseqa/qrels/test.jsonl:4: field 'score' must be an integer grade"):
-        external.run(p.view(external.PARAMS), lay, name="mirb")
+        external.run(p.view(external.PARAMS), lay.stage("external@mirb"), name="mirb")
     assert (lay.external("mirb") / "modup" / "corpus.jsonl").read_bytes() == before
     raw["external"]["mirb"]["subsets"] = ["leanpremises"]
     with pytest.raises(RecipematchError, match=r"external.mirb.subsets: unknown mirb subsets \['leanpremises'\]"):

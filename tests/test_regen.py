@@ -86,29 +86,29 @@ def _params(tmp: Path, regen: dict, version: dict | None = None) -> dict:
 
 def test_regen_stage_from_rows_writes_a_version_whole(tmp_path):
     from recipematch.pipeline import regen
-    from recipematch.pipeline.door import Layout
+    from conftest import Outputs
 
     write_beir(tmp_path / "sets" / "tier", CORPUS, QUERIES, {"q1": {"g1": 1}, "q2": {"g2": 1}})
     (tmp_path / "data").mkdir()
     (tmp_path / "data" / "rows.json").write_text(json.dumps({"config": {}, "queries": {
         "q1": {"style": {"text": "NEW ONE", "verified": True}}, "q2": {"style": {"text": "fresh", "verified": False}}}}))
     raw = _params(tmp_path, {"v": {"of": "nope", "source": "rows", "rows": "data/rows.json", "variant": "style"}})
-    lay = Layout(tmp_path)
+    lay = Outputs(tmp_path, raw)
     with pytest.raises(RecipematchError, match=r"regen.v.of: 'nope' is not a declared benchmark evaluation"):
-        regen.run(parse_params(raw).view(regen.PARAMS), lay, "v", progress=False)
+        regen.run(parse_params(raw).view(regen.PARAMS), lay.stage("regen@v"), "v", progress=False)
     raw["regen"]["v"]["of"] = "tier"
     with pytest.raises(RecipematchError, match=r"1 of 2 queries got no regenerated gold \(first: q2 \(unverified\)\)"):
-        regen.run(parse_params(raw).view(regen.PARAMS), lay, "v", progress=False)
+        regen.run(parse_params(raw).view(regen.PARAMS), lay.stage("regen@v"), "v", progress=False)
     assert not (tmp_path / "artifacts" / "regen").exists() or not any((tmp_path / "artifacts" / "regen").iterdir())
     raw["regen"]["v"]["missing"] = "drop"
-    counts = regen.run(parse_params(raw).view(regen.PARAMS), lay, "v", progress=False)
+    counts = regen.run(parse_params(raw).view(regen.PARAMS), lay.stage("regen@v"), "v", progress=False)
     assert (counts["kept"], counts["dropped"], counts["duplicates_of_new_golds_removed"]) == (1, 1, 1)
     ds = read_beir(tmp_path / "artifacts" / "regen" / "v")
     assert ds.corpus["g1"]["text"] == "NEW ONE" and "e1" not in ds.corpus and list(ds.queries) == ["q1"]
     man = json.loads((tmp_path / "artifacts" / "regen" / "v" / "MANIFEST.json").read_text())
     assert man["provenance"]["variant"] == "style" and man["texts_changed"] == 1
     first = (tmp_path / "artifacts" / "regen" / "v" / "corpus.jsonl").read_bytes()
-    regen.run(parse_params(raw).view(regen.PARAMS), lay, "v", progress=False)
+    regen.run(parse_params(raw).view(regen.PARAMS), lay.stage("regen@v"), "v", progress=False)
     assert (tmp_path / "artifacts" / "regen" / "v" / "corpus.jsonl").read_bytes() == first
 
 

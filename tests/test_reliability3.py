@@ -652,19 +652,19 @@ def test_a_rerun_evaluation_appends_nothing_and_a_changed_score_is_flagged(tmp_p
     from types import SimpleNamespace
 
     from recipematch import tracking
-    from recipematch.pipeline.door import Layout
+    from conftest import Outputs
     from recipematch.pipeline.evaluate import _log_eval_to_mlflow
 
     mcfg = SimpleNamespace(tracking_uri="sqlite:///mlflow.db", experiment="t")
     rec = {"run_key": "k" * 64, "seed": 13, "cell": "d1xrecipe", "config": {"epochs": 1}}
     res = {"tier": {"R@1": 40.0, "R@10": 90.0, "self_mask": "id_and_text"}}
     for _ in range(2):
-        _log_eval_to_mlflow(mcfg, Layout(tmp_path), rec, "recipe", "13", res)
+        _log_eval_to_mlflow(mcfg, Outputs(tmp_path), rec, "recipe", "13", res)
     c, exp_id = tracking.open_store(f"sqlite:///{tmp_path / 'mlflow.db'}", "t")
     run_id = tracking.find_run(c, exp_id, rec["run_key"])
     assert _history(c, run_id, "tier.R_at_1") == [(0, 40.0)]
     assert c.get_run(run_id).data.params["train.epochs"] == "1"  # re-created whole, params included
-    _log_eval_to_mlflow(mcfg, Layout(tmp_path), rec, "recipe", "13", {"tier": {**res["tier"], "R@1": 45.0}})
+    _log_eval_to_mlflow(mcfg, Outputs(tmp_path), rec, "recipe", "13", {"tier": {**res["tier"], "R@1": 45.0}})
     run = c.get_run(run_id)
     assert _history(c, run_id, "tier.R_at_1") == [(0, 40.0), (1, 45.0)]
     assert run.data.metrics["tier.R_at_1"] == 45.0  # the latest value is the newest score
@@ -712,6 +712,7 @@ def test_runs_restore_recreates_lost_runs_from_what_dvc_keeps(tmp_path: Path) ->
     from recipematch.cli import main
 
     shutil.copy(REPO / "params.yaml", tmp_path / "params.yaml")
+    shutil.copy(REPO / "dvc.yaml", tmp_path / "dvc.yaml")  # the folders restore reads are its stages' outputs
     arm = tmp_path / "models" / "recipe"
     arm.mkdir(parents=True)
     recs = {s: {"run_key": f"{s:064d}", "seed": s, "cell": "d1xrecipe", "train_loss": 0.5, "dev_accuracy_best": 0.9,
@@ -721,10 +722,10 @@ def test_runs_restore_recreates_lost_runs_from_what_dvc_keeps(tmp_path: Path) ->
     ev = tmp_path / "artifacts" / "eval" / "recipe"
     ev.mkdir(parents=True)
     (ev / "per_seed.json").write_text(json.dumps({"13": {"tier": {"R@1": 40.0, "n_queries": 5}}}))
-    soup = tmp_path / "artifacts" / "soups" / "soup@recipe-0.5"
+    soup = tmp_path / "artifacts" / "soups" / "recipe@soup0.3"  # soup@recipe-0.3's output (params.yaml remedies)
     soup.mkdir(parents=True)
     (soup / "seed_13.json").write_text(json.dumps({
-        "run_key": "s" * 64, "seed": 13, "arm": "recipe", "label": "soup@recipe-0.5", "alpha": 0.5, "kind": "full",
+        "run_key": "s" * 64, "seed": 13, "arm": "recipe", "label": "recipe@soup0.3", "alpha": 0.3, "kind": "full",
         "base_model": "m", "query_instruction": "", "checkpoint_sha256": "a" * 64,
         "finetuned_checkpoint_sha256": "b" * 64}))
     res = CliRunner().invoke(main, ["runs", "restore", "--root", str(tmp_path)])
@@ -735,7 +736,7 @@ def test_runs_restore_recreates_lost_runs_from_what_dvc_keeps(tmp_path: Path) ->
     r13 = c.get_run(tracking.find_run(c, exp_id, recs[13]["run_key"]))
     assert r13.data.metrics["tier.R_at_1"] == 40.0 and r13.data.metrics["train_loss"] == 0.5
     assert r13.data.tags["restored_from_record"] == "true" and r13.data.params["train.epochs"] == "1"
-    assert c.get_run(tracking.find_run(c, exp_id, "s" * 64)).data.params["soup.alpha"] == "0.5"
+    assert c.get_run(tracking.find_run(c, exp_id, "s" * 64)).data.params["soup.alpha"] == "0.3"
     res = CliRunner().invoke(main, ["runs", "restore", "--root", str(tmp_path)])
     assert json.loads(res.output.strip().splitlines()[-1])["restored"] == 0
     assert _history(c, r13.info.run_id, "tier.R_at_1") == [(0, 40.0)]

@@ -77,12 +77,12 @@ def test_the_attack_stage_anchors_rows_on_the_corpus_stages_problems(tmp_path: P
     from recipematch.corpus import CORPUS_COLUMNS
     from recipematch.pairs import read_pair_file
     from recipematch.pipeline import attack
-    from recipematch.pipeline.door import Layout
+    from conftest import Outputs
     from recipematch.pipeline.pair_sources import cell_pairs
 
     (tmp_path / "data").mkdir()
     _write(tmp_path / "data" / "rows.jsonl")
-    lay = Layout(tmp_path)
+    lay = Outputs(tmp_path)
     lay.corpus.mkdir(parents=True)
     pd.DataFrame([{"doc_id": k, "title": "", "text": v, "language": "en", "domain": "", "text_sha256": ""}
                   for k, v in CORPUS.items()], columns=CORPUS_COLUMNS).to_parquet(lay.corpus / "corpus.parquet", index=False)

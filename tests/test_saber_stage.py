@@ -16,7 +16,7 @@ from test_llm_support import ChatServer
 
 from recipematch.config import load_yaml, parse_params
 from recipematch.errors import RecipematchError
-from recipematch.pipeline.door import Layout
+from conftest import Outputs
 from recipematch.llm.prompts import fill_slots
 from recipematch.pipeline.saber import parse_core_idea, parse_preference
 
@@ -58,7 +58,7 @@ def _project(tmp_path: Path, **saber):
                              "topics": "in/topics.jsonl", "judge_prompt": "in/pairwise.txt", "backend": "openai",
                              "base_url": "http://127.0.0.1:9", "model_id": JUDGE, "max_retries": 0, "k": 2,
                              "rounds": 20, "tau_topic": 0.5, "tau_summ": 0.5, **saber}}
-    return parse_params(raw), Layout(tmp_path), rows
+    return parse_params(raw), Outputs(tmp_path, raw), rows
 
 
 def _table(rows, quality, bad_pair=None, bad_doc=None):
@@ -89,7 +89,7 @@ def test_the_saber_stage_selects_runs_the_tournament_and_recovers_the_judges_ord
     p, lay, rows = _project(tmp_path)
     quality = {f"b{i}": 10 + i for i in range(6)} | {"s0": 5, "s1": 4, "t0": 3, "t1": 2}
     with ChatServer(_table(rows, quality), model=JUDGE) as srv:
-        counts = saber.run(_with_url(p, srv.base_url), lay, name="tiny", progress=False)
+        counts = saber.run(_with_url(p, srv.base_url), lay.stage("saber@tiny"), name="tiny", progress=False)
     out = tmp_path / "artifacts" / "saber" / "tiny"
     cands = pd.read_parquet(out / "candidates.parquet")
     assert cands.groupby("category").size().to_dict() == {"both": 2, "summary_only": 2, "topic_only": 2}
@@ -106,7 +106,7 @@ def test_the_saber_stage_selects_runs_the_tournament_and_recovers_the_judges_ord
     assert len(q) == 6 and all(0.0 <= r["score"] <= 5.0 for r in q)
     assert 0.0 <= counts["bm25_rerank_ndcg10_exponential"] <= 1.0
     # a rerun answers from the call store without the server
-    again = saber.run(p, lay, name="tiny", progress=False)
+    again = saber.run(p, lay.stage("saber@tiny"), name="tiny", progress=False)
     assert again == counts
     assert pd.read_parquet(out / "grades.parquet").set_index("doc_id").equals(grades)
 
@@ -117,7 +117,7 @@ def test_a_broken_pairwise_answer_is_a_counted_failure_not_a_win(tmp_path: Path)
     p, lay, rows = _project(tmp_path, both_orders=True)
     quality = {f"b{i}": 10 + i for i in range(6)} | {"s0": 5, "s1": 4, "t0": 3, "t1": 2}
     with ChatServer(_table(rows, quality, bad_pair=("t0", "t1")), model=JUDGE) as srv:
-        counts = saber.run(_with_url(p, srv.base_url), lay, name="tiny", progress=False)
+        counts = saber.run(_with_url(p, srv.base_url), lay.stage("saber@tiny"), name="tiny", progress=False)
     judged = [json.loads(x) for x in (tmp_path / "artifacts/saber/tiny/judgments.jsonl").read_text().splitlines()]
     broken = [j for j in judged if {j["first"], j["second"]} == {"t0", "t1"}]
     assert len(broken) == 1 and broken[0]["winner"] is None and broken[0]["reason"] == "answer outside A/B"
@@ -132,7 +132,7 @@ def test_a_candidate_whose_every_game_failed_gets_no_grade(tmp_path: Path) -> No
     p, lay, rows = _project(tmp_path)
     quality = {f"b{i}": 10 + i for i in range(6)} | {"s0": 5, "s1": 4, "t0": 3, "t1": 2}
     with ChatServer(_table(rows, quality, bad_doc="t1"), model=JUDGE) as srv:
-        counts = saber.run(_with_url(p, srv.base_url), lay, name="tiny", progress=False)
+        counts = saber.run(_with_url(p, srv.base_url), lay.stage("saber@tiny"), name="tiny", progress=False)
     out = tmp_path / "artifacts" / "saber" / "tiny"
     grades = pd.read_parquet(out / "grades.parquet").set_index("doc_id")
     assert grades.loc["t1", "games"] == 0 and pd.isna(grades.loc["t1", "grade"])
@@ -160,12 +160,12 @@ def test_the_parsers_and_bad_inputs(tmp_path: Path) -> None:
     assert parse_preference('{"preferred": "A", "x": ' + "1" * 5000 + "}") == (None, "answer outside A/B")
     p, lay, _rows = _project(tmp_path, backend="replay", base_url="")
     with pytest.raises(RecipematchError, match=r"saber.tiny: backend replay needs recordings"):
-        saber.run(p, lay, name="tiny", progress=False)
+        saber.run(p, lay.stage("saber@tiny"), name="tiny", progress=False)
     p, lay, _rows = _project(tmp_path / "again")
     (tmp_path / "again" / "in" / "ontology.json").write_text(json.dumps({**TREE, "math": "circles"}))
     with pytest.raises(RecipematchError, match=r"^saber.tiny.ontology: .*ontology.json: ontology: cycle through node "
                                                r"'(math|geometry|circles)'$"):
-        saber.run(p, lay, name="tiny", progress=False)
+        saber.run(p, lay.stage("saber@tiny"), name="tiny", progress=False)
     raw = load_yaml(REPO / "params.yaml")
     raw["saber"] = {"x": {"folder": "in", "corpus": "/etc/c.jsonl", "ontology": "o", "topics": "t", "judge_prompt": "j",
                           "model_id": "m"}}
@@ -186,7 +186,7 @@ def test_a_run_that_grades_nothing_fails_after_recording_why(tmp_path: Path) -> 
     with ChatServer(table, model=JUDGE) as srv:
         with pytest.raises(RecipematchError, match=r"saber.tiny: no query got a single grade \(1 queries, .*"
                                                    r"judgment: answer outside A/B"):
-            saber.run(_with_url(p, srv.base_url), lay, name="tiny", progress=False)
+            saber.run(_with_url(p, srv.base_url), lay.stage("saber@tiny"), name="tiny", progress=False)
     out = tmp_path / "artifacts" / "saber" / "tiny"
     assert (out / "failures.jsonl").read_text().count("answer outside A/B") > 0
     counts = json.loads((tmp_path / "metrics" / "saber" / "tiny.json").read_text())

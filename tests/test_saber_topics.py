@@ -169,7 +169,7 @@ def test_the_stage_assigns_topics_through_the_llm_and_labels_as_with_the_true_to
     quality = {f"b{i}": 10 + i for i in range(6)} | {"s0": 5, "s1": 4, "t0": 3, "t1": 2}
     p, lay, rows = _project(tmp_path / "file")
     with ChatServer(_table(rows, quality), model=JUDGE) as srv:
-        given = saber.run(_with_url(p, srv.base_url), lay, name="tiny", progress=False)
+        given = saber.run(_with_url(p, srv.base_url), lay.stage("saber@tiny"), name="tiny", progress=False)
     p2, lay2, _ = _project(tmp_path / "walk", topics="", topic_prompt="in/topic_prompt.txt")
     (tmp_path / "walk" / "in" / "topic_prompt.txt").write_text(TOPIC_PROMPT)
     ont = Ontology.from_parents(TREE)
@@ -181,7 +181,7 @@ def test_the_stage_assigns_topics_through_the_llm_and_labels_as_with_the_true_to
             user = fill_slots(TOPIC_PROMPT, {"text": f"{text}\n\nSolution:\n{sol}", "tags": ", ".join(tags)}, 'x')
             table[("", user)] = json.dumps(score(node, tags))
     with ChatServer(table, model=JUDGE) as srv:
-        walked = saber.run(_with_url(p2, srv.base_url), lay2, name="tiny", progress=False)
+        walked = saber.run(_with_url(p2, srv.base_url), lay2.stage("saber@tiny"), name="tiny", progress=False)
     out, out2 = (tmp_path / x / "artifacts" / "saber" / "tiny" for x in ("file", "walk"))
     assigned = {json.loads(x)["_id"]: json.loads(x)["topics"] for x in (out2 / "topics.jsonl").read_text().splitlines()}
     assert assigned == {d: t for d, (_x, _s, t) in rows.items()}
@@ -201,10 +201,10 @@ def test_a_run_whose_walk_assigns_nothing_stops_in_one_line(tmp_path: Path) -> N
     (tmp_path / "in" / "topic_prompt.txt").write_text(TOPIC_PROMPT)
     with ChatServer(_table(rows, {}), model=JUDGE) as srv:  # no topic answers: every call fails
         with pytest.raises(RecipematchError, match=r"^saber.tiny: no problem has a topic \(the walk's failures: "):
-            saber.run(_with_url(p, srv.base_url), lay, name="tiny", progress=False)
+            saber.run(_with_url(p, srv.base_url), lay.stage("saber@tiny"), name="tiny", progress=False)
     (tmp_path / "in" / "topic_prompt.txt").write_text("no slots here")
     with pytest.raises(RecipematchError, match=r"^saber.tiny.topic_prompt: the template lacks the slots"):
-        saber.run(p, lay, name="tiny", progress=False)
+        saber.run(p, lay.stage("saber@tiny"), name="tiny", progress=False)
 
 
 def test_params_need_topics_or_a_topic_prompt_and_files_inside_the_folder(tmp_path: Path) -> None:
@@ -255,23 +255,23 @@ def test_the_stage_records_a_problem_without_text_and_names_bad_input_files(tmp_
             table[("", fill_slots(TOPIC_PROMPT, {"text": f"{text}\n\nSolution:\n{sol}", "tags": ", ".join(tags)}, 'x'))] = \
                 json.dumps(_scorer(ont, set(truth))(node, tags))
     with ChatServer(table, model=JUDGE) as srv:
-        counts = saber.run(_with_url(p, srv.base_url), lay, name="tiny", progress=False)
+        counts = saber.run(_with_url(p, srv.base_url), lay.stage("saber@tiny"), name="tiny", progress=False)
         asked = [b["messages"][-1]["content"] for b in srv.bodies]
     assert not any("Text:\n   " in a or a.startswith("Text:\n\n") for a in asked)  # never asked with no text
     assert counts["failures"]["topics: no text"] == 1
     (tmp_path / "in" / "ontology.json").write_text('{"math": null, "algebra": "math", "algebra": "math"}')
     with pytest.raises(RecipematchError, match=r"^saber.tiny.ontology: .*ontology.json: not a JSON object .*duplicate_key"):
-        saber.run(p, lay, name="tiny", progress=False)
+        saber.run(p, lay.stage("saber@tiny"), name="tiny", progress=False)
     (tmp_path / "in" / "ontology.json").write_text("[" * 100_000 + "]" * 100_000)
     with pytest.raises(RecipematchError, match=r"^saber.tiny.ontology: .*not a JSON object"):
-        saber.run(p, lay, name="tiny", progress=False)
+        saber.run(p, lay.stage("saber@tiny"), name="tiny", progress=False)
     (tmp_path / "in" / "ontology.json").write_text(json.dumps(TREE))
     p2, lay2, _ = _project(tmp_path / "t")
     with open(tmp_path / "t" / "in" / "topics.jsonl", "a") as fh:
         fh.write(json.dumps({"_id": "c0x", "topics": []}) + "\n")
     (tmp_path / "t" / "in" / "topics.jsonl").write_text(json.dumps({"_id": "q0", "topics": ["nosuch"]}) + "\n")
     with pytest.raises(RecipematchError, match=r"^saber.tiny.topics: .*topics.jsonl: problem 'q0': topics \['nosuch'\]"):
-        saber.run(p2, lay2, name="tiny", progress=False)
+        saber.run(p2, lay2.stage("saber@tiny"), name="tiny", progress=False)
 
 
 @pytest.mark.parametrize("folder", ["artifacts", "artifacts/saber/x", "metrics", "cache", "reports/x", "~", "in ",
@@ -295,6 +295,6 @@ def test_a_run_where_no_query_is_eligible_says_so(tmp_path: Path) -> None:
     with ChatServer(_table(rows, {}), model=JUDGE) as srv:
         with pytest.raises(RecipematchError, match=r"^saber.tiny: 0 of 1 queries eligible: each needs k=50 candidates "
                                                    r"in every category \(topic_only, summary_only, both\)"):
-            saber.run(_with_url(p, srv.base_url), lay, name="tiny", progress=False)
+            saber.run(_with_url(p, srv.base_url), lay.stage("saber@tiny"), name="tiny", progress=False)
     summaries = (tmp_path / "artifacts" / "saber" / "tiny" / "summaries.jsonl").read_text().splitlines()
     assert len(summaries) == len(rows) and json.loads(summaries[0])["_id"] == "q0"

@@ -182,7 +182,7 @@ def test_real_grades_take_exponential_ndcg_only(tmp_path: Path) -> None:
 def test_the_external_stage_builds_sabermath_and_the_evaluate_stage_scores_it(tmp_path: Path) -> None:
     from recipematch.benchmarks_data import load_set
     from recipematch.pipeline import external
-    from recipematch.pipeline.door import Layout
+    from conftest import Outputs
     from recipematch.pipeline.evaluate import load_graded, score_models
     from recipematch.scoring import BM25
 
@@ -194,8 +194,8 @@ def test_the_external_stage_builds_sabermath_and_the_evaluate_stage_scores_it(tm
     raw["evaluations"]["saber"] = {"folder": "artifacts/external/sabermath/statement-full", "rule": "plain",
                                    "role": "external", "label": "SABER-Math", "report_ks": [1],
                                    "measures": ["nDCG@10"], "gain": "exponential", "grade_scale": [0, 5]}
-    p, lay = parse_params(raw), Layout(tmp_path)
-    counts = external.run(p.view(external.PARAMS), lay, name="sabermath")
+    p, lay = parse_params(raw), Outputs(tmp_path, raw)
+    counts = external.run(p.view(external.PARAMS), lay.stage("external@sabermath"), name="sabermath")
     assert counts["subsets"]["statement-full"]["n_queries"] == 2 and counts["subsets"]["full-full"]["n_docs"] == 6
     ev = p.evaluations["saber"]
     sets = {"saber": load_set(lay.p(ev.folder), ev.rule, name="saber")}

@@ -81,7 +81,7 @@ def test_stats_stage_reports_the_slices_of_a_declared_samelang_set(tmp_path):
     land in stats.json beside the usual gaps (the easy set here is the same fixture read
     under the plain rule, standing in for a benchmark)."""
     from recipematch.pipeline import stats as stats_stage
-    from recipematch.pipeline.door import Layout
+    from conftest import Outputs
 
     p = copy.deepcopy(E2E_PARAMS)
     p["arms"] = ["verified", "recipe"]
@@ -91,7 +91,7 @@ def test_stats_stage_reports_the_slices_of_a_declared_samelang_set(tmp_path):
         "samelang": {"folder": "x/samelang", "rule": "samelang", "role": "real", "label": "same-language",
                      "report_ks": [1]}}
     p["style"] = {**p["style"], "tracking_set": "easy"}
-    lay = Layout(tmp_path)
+    lay = Outputs(tmp_path, p)
     f = _frames()
     _, easy = score(load_set(FIX, "plain", name="easy"), OneHot(), ks=(1, 5))
     for model, frame in (("base", f["base"]), ("bm25", f["base"]), ("verified", f["base"].assign(seed="42")),
@@ -101,7 +101,7 @@ def test_stats_stage_reports_the_slices_of_a_declared_samelang_set(tmp_path):
         frame.to_parquet(d / "samelang.parquet", index=False)
         pd.concat([easy.assign(seed=s) for s in sorted(frame["seed"].unique())],
                   ignore_index=True).to_parquet(d / "easy.parquet", index=False)
-    out = stats_stage.run(parse_params(p).view(stats_stage.PARAMS), lay)
+    out = stats_stage.run(parse_params(p).view(stats_stage.PARAMS), lay.stage("stats"))
     t = out["slices"]["samelang"]
     assert t["models"]["recipe"]["primary"]["mean"] == 100.0 and t["models"]["verified"]["primary"]["mean"] == 50.0
     assert t["gap_to_base"]["recipe"]["english"]["estimate"] == 100.0

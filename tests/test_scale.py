@@ -19,7 +19,7 @@ from recipematch.io import read_json
 from recipematch.pipeline import corpus as corpus_stage
 from recipematch.pipeline import deps
 from recipematch.pipeline import evalsets as evalsets_stage
-from recipematch.pipeline.door import Layout
+from conftest import Outputs, stage_paths
 
 REPO = Path(__file__).resolve().parents[1]
 FIX = Path(__file__).parent / "fixtures"
@@ -30,18 +30,18 @@ sys.path.insert(0, str(Path(__file__).parent))
 from test_pipeline_e2e import PARAMS  # noqa: E402  (the tiny project's params)
 
 
-def _project(tmp: Path) -> Layout:
+def _project(tmp: Path) -> Outputs:
     rel = tmp / "data" / "peer_release"
     rel.mkdir(parents=True)
     for f in MINI.glob("*.jsonl"):
         shutil.copy(f, rel / f.name)
     for sub in ("crosslingual_eval", "samelang_eval"):
         shutil.copytree(MINI / sub, rel / sub)
-    return Layout(tmp)
+    return Outputs(tmp)
 
 
 def _run(module, params, lay):
-    return module.run(parse_params(params).view(module.PARAMS), lay)
+    return module.run(parse_params(params).view(module.PARAMS), stage_paths(lay.root, module.main.name, params))
 
 
 def _mathnet_folder(dest: Path) -> Path:

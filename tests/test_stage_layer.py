@@ -100,16 +100,15 @@ def test_user_error_is_one_line_and_exit_2(tmp_path):
 def test_tracking_of_a_dvc_temp_experiment_lands_in_the_project(tmp_path):
     """`dvc exp run --temp/--queue` runs stages in <project>/.dvc/tmp/exps/<x>/: a relative
     sqlite store must resolve to the project's own mlflow.db, not the throw-away copy's."""
-    from recipematch.pipeline.door import Layout
     from recipematch.pipeline.inputs import mlflow_artifacts, mlflow_uri, project_root
 
     copy = tmp_path / "proj" / ".dvc" / "tmp" / "exps" / "tmpab12"
     copy.mkdir(parents=True)
-    lay = Layout(copy)
+    lay = copy
     assert project_root(lay) == (tmp_path / "proj").resolve()
     assert mlflow_uri("sqlite:///mlflow.db", lay) == f"sqlite:///{(tmp_path / 'proj' / 'mlflow.db').resolve()}"
     assert mlflow_artifacts(lay) == (tmp_path / "proj" / "mlruns").resolve().as_uri()
-    plain = Layout(tmp_path / "proj")
+    plain = tmp_path / "proj"
     assert mlflow_uri("sqlite:///mlflow.db", plain) == mlflow_uri("sqlite:///mlflow.db", lay)
     assert mlflow_uri("http://127.0.0.1:5000", lay) == "http://127.0.0.1:5000"
 
@@ -195,7 +194,9 @@ def test_a_device_this_machine_lacks_is_refused_naming_the_key(tmp_path, repo_ro
     text = (repo_root / "params.yaml").read_text().replace("  evaluate: cpu ", "  evaluate: cuda ")
     (tmp_path / "params.yaml").write_text(text)
     shutil.copytree(repo_root / "stages", tmp_path / "stages")
-    r = subprocess.run([sys.executable, "stages/evaluate_base.py", "--no-progress"], cwd=tmp_path,
+    from conftest import stage_args
+
+    r = subprocess.run([sys.executable, "stages/evaluate_base.py", *stage_args("evaluate_base")], cwd=tmp_path,
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr[-2000:]
     assert "devices.evaluate: cuda requested" in r.stderr

@@ -144,10 +144,10 @@ def test_evaluate_after_a_lost_store_logs_to_a_restored_run_and_rewrites_no_reco
     """The evaluate stage's MLflow mirror after mlflow.db was lost: no 'Run with id=... not
     found'; the run is re-created from the seed record, and no file is written."""
     from recipematch.config import MlflowConfig
-    from recipematch.pipeline.door import Layout
+    from conftest import Outputs
     from recipematch.pipeline.evaluate import _log_eval_to_mlflow
 
-    lay = Layout(tmp_path)
+    lay = Outputs(tmp_path)
     before = sorted(p.name for p in tmp_path.rglob("*"))
     res = {"probe": {"R@1": 50.0, "R@5": 75.0, "n_queries": 4, "self_mask": True}}
     mcfg = MlflowConfig(tracking_uri="sqlite:///mlflow.db", experiment="e2e")

@@ -324,7 +324,7 @@ def test_soup_stage_scores_each_alpha_as_its_own_row(repo_root, tiny_model, trai
     from recipematch.config import load_yaml
     from recipematch.io import read_json, sha256_tree
     from recipematch.pipeline import soup
-    from recipematch.pipeline.door import Layout
+    from conftest import Outputs
 
     raw = load_yaml(repo_root / "params.yaml")
     raw["train"].update(model=str(tiny_model), n_seeds=1)
@@ -334,20 +334,20 @@ def test_soup_stage_scores_each_alpha_as_its_own_row(repo_root, tiny_model, trai
                                    "label": "easy", "report_ks": [1]}}
     raw["style"]["tracking_set"] = "easy"
     raw["pooling"], raw["judging"], raw["saber"] = {}, {}, {}  # the default's pools name its own sets
-    lay = Layout(tmp_path)
+    lay = Outputs(tmp_path, raw)
     _beir(tmp_path / "artifacts" / "evalsets" / "easy")
     shutil.copytree(trained, lay.models("recipe") / "seed_42")
     (lay.models("recipe") / "seed_42.json").write_text("{}")
     view = parse_params(raw).view(soup.PARAMS)
 
     with pytest.raises(RecipematchError, match=r"--alpha 0.7: not one of remedies.soup_alphas \[0.5, 1.0\]"):
-        soup.run(view, lay, arm="recipe", alpha="0.7")
+        soup.run(view, lay.stage("soup@recipe-0.5"), arm="recipe", alpha="0.7")
     with pytest.raises(RecipematchError, match=r"--arm 'verified': not in remedies.arms"):
-        soup.run(view, lay, arm="verified", alpha="0.5")
+        soup.run(view, lay.stage("soup@recipe-0.5"), arm="verified", alpha="0.5")
     with pytest.raises(RecipematchError, match=r"models/cell does not exist \(train it first\)"):
-        soup.run(view, lay, arm="cell", alpha="0.5")
+        soup.run(view, lay.stage("soup@cell-0.5"), arm="cell", alpha="0.5")
 
-    out = soup.run(view, lay, arm="recipe", alpha="0.5")
+    out = soup.run(view, lay.stage("soup@recipe-0.5"), arm="recipe", alpha="0.5")
     assert out["seeds"] == 1 and 0 <= out["easy.R@1.mean"] <= 100
     label = "recipe@soup0.5"
     rec = read_json(lay.p("artifacts", "soups", label, "seed_42.json"))
@@ -358,7 +358,7 @@ def test_soup_stage_scores_each_alpha_as_its_own_row(repo_root, tiny_model, trai
     ranks = pd.read_parquet(lay.eval_dir(label) / "easy.parquet")
     assert set(ranks["arm"]) == {label} and len(ranks) == 6
 
-    soup.run(view, lay, arm="recipe", alpha="1.0")  # alpha 1 is the trained checkpoint itself
+    soup.run(view, lay.stage("soup@recipe-1.0"), arm="recipe", alpha="1.0")  # alpha 1 is the trained checkpoint itself
     assert (lay.p("artifacts", "soups", "recipe@soup1.0", "seed_42", "model.safetensors").read_bytes()
             == (trained / "model.safetensors").read_bytes())
 

@@ -17,7 +17,7 @@ import click
 
 from recipematch.errors import RecipematchError
 from recipematch.metrics import SCORING_RULES
-from recipematch.pipeline.door import Layout, offline_env
+from recipematch.pipeline.door import offline_env
 
 #: (subcommand name, stage module) — each module's ``main`` is the stage's click command
 STAGE_COMMANDS = (
@@ -138,11 +138,12 @@ def plan_cmd(params_path: Path, root: Path, as_json: bool, train_examples_per_s:
 @click.option("--model", "model_args", multiple=True, metavar="NAME=PATH",
               help="A local sentence-transformers folder, added to the models under the evaluate stages' "
                    "settings (repeatable).")
-@click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=Path("reports/survey"),
-              show_default=True, help="Folder for survey.json and survey.md (relative to --root).")
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Folder for survey.json and survey.md (relative to --root; default: survey/ in the report "
+                   "stage's folder).")
 @click.option("--mlflow/--no-mlflow", "use_mlflow", default=True, show_default=True,
               help="Log one MLflow run per model (experiment <mlflow.experiment>-survey).")
-def survey_cmd(params_path: Path, root: Path, models_file: Path | None, model_args: tuple[str, ...], out: Path,
+def survey_cmd(params_path: Path, root: Path, models_file: Path | None, model_args: tuple[str, ...], out: Path | None,
                use_mlflow: bool) -> None:
     """Public models on every declared set (paper Table 18): each model scored under its own
     encoding convention, rows sorted by the headline set's R@1. Default: the untrained base
@@ -152,6 +153,7 @@ def survey_cmd(params_path: Path, root: Path, models_file: Path | None, model_ar
     import yaml
 
     from recipematch.pipeline.door import check_params_file, run_guarded  # lazy: keeps recipematch --help fast
+    from recipematch.pipeline.graph import project_stage_paths  # lazy: keeps recipematch --help fast
     from recipematch.survey import default_models, log_survey, parse_models, run_survey, survey_table  # lazy: keeps recipematch --help fast
 
     def go():
@@ -181,7 +183,8 @@ def survey_cmd(params_path: Path, root: Path, models_file: Path | None, model_ar
                 raise RecipematchError(f"--model {arg!r}: expected NAME=PATH")
             models.append(replace(base, name=name, path=mpath))
         models = parse_models([{k: v for k, v in vars(m).items()} for m in models], where="models")
-        target = out if out.is_absolute() else root / out
+        given = out if out is not None else project_stage_paths(root, "report").out / "survey"
+        target = given if given.is_absolute() else root / given
         inputs = {f"evaluations.{n}.folder": root / ev.folder for n, ev in p.evaluations.items()}
         for m in models:  # a model named by an alias is protected as the folder it resolves to
             folder = Path(m.path) if Path(m.path).is_dir() else Path(resolve_model(m.path))
@@ -190,13 +193,14 @@ def survey_cmd(params_path: Path, root: Path, models_file: Path | None, model_ar
         check_outputs_outside({"--out": target}, inputs)
         blocker = next((a for a in (target, *target.parents) if a.exists() and not a.is_dir()), None)
         if blocker is not None:  # before any model is scored, and nothing created yet
-            raise RecipematchError(f"--out {out}: {blocker} is a file, so the folder cannot be made")
-        res = run_survey(p, root, models, cache_dir=Layout(root).cache, progress=click.echo)
+            raise RecipematchError(f"--out {given}: {blocker} is a file, so the folder cannot be made")
+        cache = project_stage_paths(root, "evaluate_base").cache  # the evaluate stages' embedding cache
+        res = run_survey(p, root, models, cache_dir=cache, progress=click.echo)
         md = "# Public models on every declared set (Table 18's shape)\n\n" + survey_table(res) + "\n"
         if use_mlflow:  # logged before the files are written: a store that fails leaves no finished-looking output
             from recipematch.pipeline.inputs import mlflow_uri  # lazy: keeps recipematch --help fast
 
-            uri = mlflow_uri(p.mlflow.tracking_uri, Layout(root.resolve()))
+            uri = mlflow_uri(p.mlflow.tracking_uri, root)
             try:
                 log_survey(res, uri, f"{p.mlflow.experiment}-survey")
             except RecipematchError:
@@ -217,12 +221,13 @@ def survey_cmd(params_path: Path, root: Path, models_file: Path | None, model_ar
 
 
 @main.command("judging-reliability")
-@click.option("--first", required=True, help="A judging entry (its LLM labels: artifacts/judging/<first>/labels.parquet).")
+@click.option("--first", required=True, help="A judging entry (its LLM labels: labels.parquet in its judging@ stage's folder).")
 @click.option("--second", required=True, help="Another judging entry over the same pool, with another judge model.")
 @click.option("--root", type=click.Path(file_okay=False, path_type=Path), default=Path("."), show_default=True,
               help="Project root.")
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=None,
-              help="Folder for reliability.json and reliability.md (default reports/judging/<first>-vs-<second>).")
+              help="Folder for reliability.json and reliability.md (default: judging/<first>-vs-<second> in the "
+                   "report stage's folder).")
 def judging_reliability_cmd(first: str, second: str, root: Path, out: Path | None) -> None:
     """Reliability against a second judge (the candidate design note): two judging entries'
     LLM labels on the pairs both scored: each judge's score distribution, the combined label,
@@ -231,6 +236,7 @@ def judging_reliability_cmd(first: str, second: str, root: Path, out: Path | Non
 
     from recipematch.errors import RecipematchError  # lazy: keeps recipematch --help fast
     from recipematch.pipeline.door import run_guarded  # lazy: keeps recipematch --help fast
+    from recipematch.pipeline.graph import project_stage_paths  # lazy: keeps recipematch --help fast
 
     def go():
         from recipematch.config import ENTRY_NAME  # lazy: keeps recipematch --help fast
@@ -241,7 +247,7 @@ def judging_reliability_cmd(first: str, second: str, root: Path, out: Path | Non
         for name in (first, second):
             if not ENTRY_NAME.fullmatch(name):
                 raise RecipematchError(f"judging entry {name!r}: a name is letters, digits, '_' or '-'")
-            path = Layout(root).judging(name) / "labels.parquet"
+            path = project_stage_paths(root, f"judging@{name}").out / "labels.parquet"
             if not path.is_file():
                 raise RecipematchError(f"{path} does not exist (run judging@{name})")
             df = pd.read_parquet(path, columns=["query_id", "doc_id", "judge", "score", "model"])
@@ -255,7 +261,7 @@ def judging_reliability_cmd(first: str, second: str, root: Path, out: Path | Non
         rel.update(first=first, second=second, first_model=sorted(set(both["model_1"])),
                    second_model=sorted(set(both["model_2"])))
         md = reliability_markdown(rel, first, second)
-        target = out if out is not None else Layout(root).reports / "judging" / f"{first}-vs-{second}"
+        target = out if out is not None else project_stage_paths(root, "report").out / "judging" / f"{first}-vs-{second}"
         target.mkdir(parents=True, exist_ok=True)
         atomic_write_text(target / "reliability.json", canonical_json(rel) + "\n")
         atomic_write_text(target / "reliability.md", md + "\n")
@@ -285,7 +291,8 @@ def runs_restore_cmd(params_path: Path, root: Path) -> None:
     from recipematch.pipeline.runs import restore  # lazy: keeps recipematch --help fast
 
     def go():
-        return restore(*open_params(params_path, root, ("arms", "mlflow")))
+        p, _ = open_params(params_path, root, ("arms", "mlflow"))
+        return restore(p, root)
 
     click.echo(json.dumps(run_guarded(go, debug=False), sort_keys=True))
 

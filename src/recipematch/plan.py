@@ -38,7 +38,8 @@ from pathlib import Path
 from typing import Any
 
 from recipematch.errors import RecipematchError
-from recipematch.pipeline.door import Layout
+from recipematch.pipeline.graph import Stage, params_mapping, resolve, source_dvc_yaml, stage_options
+from recipematch.rules import MATHNET_RETRIEVE_DIR
 
 
 @dataclass(frozen=True)
@@ -105,16 +106,38 @@ def source_rows(source: str, path: Path) -> int | None:
     return sum(_count_lines(f) for f in sorted([*path.rglob("*.jsonl"), *path.rglob("*.json")]))
 
 
+def _stages(p, root: Path) -> dict[str, Stage]:
+    """The stages ``dvc repro`` would run at ``root`` for params ``p``: the project's
+    ``dvc.yaml`` (the checkout's outside a project) resolved with ``p``."""
+    dvc_yaml = root / "dvc.yaml" if (root / "dvc.yaml").is_file() else source_dvc_yaml()
+    return resolve(root, dvc_yaml=dvc_yaml, params=params_mapping(p))
+
+
+def _path(stages: dict[str, Stage], root: Path, name: str, role: str) -> Path | None:
+    """The ``--<role>`` path stage ``name``'s command passes (under ``root``), or None when
+    the stage is not in the graph."""
+    if name not in stages:
+        return None
+    _, opts = stage_options(stages[name])
+    return Path(root) / opts[f"path_{role}"]
+
+
+def _built(stages: dict[str, Stage], folder: str) -> str | None:
+    """The stage whose output is ``folder`` or holds it, or None (an input, not built)."""
+    folder = folder.rstrip("/")
+    return next((name for name, st in stages.items()
+                 if any(folder == o or folder.startswith(o.rstrip("/") + "/") for o in st.outs)), None)
+
+
 def _corpus_table(p, root: Path):
     """The corpus stage's table when it was built from these ``data`` params, else None."""
-    lay = Layout(root)
-    rec_path = lay.corpus / "run_record.json"
-    table = lay.corpus / "corpus.parquet"
+    corpus = _path(_stages(p, root), root, "corpus", "out")
+    rec_path = corpus / "run_record.json"
+    table = corpus / "corpus.parquet"
     if not (rec_path.is_file() and table.is_file()):
         return None
     config = json.loads(rec_path.read_text(encoding="utf-8")).get("config", {})
-    built_from = (config.get("data.source", "sample"),
-                  config.get("data.path", config.get("source", lay.rel(lay.release / "corpus.jsonl"))))
+    built_from = (config.get("data.source", "sample"), config.get("data.path", config.get("source")))
     if built_from != (p.data.source, p.data.path):
         return None
     from recipematch.corpus import read_corpus  # lazy: plan stays light (imported by the CLI)
@@ -126,8 +149,8 @@ def _examples_per_row(p, root: Path, arm: str) -> tuple[float, str, dict | None]
     """Training examples per budget row for ``arm``: measured by the cells stage
     (``metrics/cells/<arm>.json``) when present, else the rule (a row carries ``llm.n_neg``
     LLM near-misses, one CAS negative, or none)."""
-    path = Layout(root).metrics / "cells" / f"{arm}.json"
-    if path.is_file():
+    path = _path(_stages(p, root), root, f"cells@{arm}", "metrics")
+    if path is not None and path.is_file():
         budget = json.loads(path.read_text(encoding="utf-8")).get("budget", {})
         for seed, info in sorted(budget.items()):
             if info.get("selected"):
@@ -172,8 +195,8 @@ def evaluation_plan(p, root: Path) -> list[dict[str, Any]]:
     MathNet-Retrieve tier not yet written, from ``data.retrieve``), and the encodings."""
     n_models = 1 + len(p.arms) * p.train.n_seeds
     out = []
-    lay = Layout(root)
-    prefix = lay.rel(lay.mathnet_retrieve) + "/"
+    stages = _stages(p, root)
+    prefix = f"{_path(stages, root, 'evalsets', 'out').relative_to(root).as_posix()}/{MATHNET_RETRIEVE_DIR}/"
     for name, ev in p.evaluations.items():
         counts, basis = _beir_counts(root / ev.folder), ev.folder
         if counts is None and ev.folder.startswith(prefix) and p.data.retrieve:
@@ -181,10 +204,7 @@ def evaluation_plan(p, root: Path) -> list[dict[str, Any]]:
             counts, basis = _beir_counts(root / p.data.retrieve / tier), f"{p.data.retrieve}/{tier}"
         row = {"evaluation": name, "folder": ev.folder, "models": n_models}
         if counts is None:
-            builder = next((f"external@{n}" for n in p.external
-                            if ev.folder.startswith(f"{lay.rel(lay.external(n))}/")),
-                           next((f"regen@{n}" for n in p.regen if ev.folder.rstrip("/") == lay.rel(lay.regen(n))),
-                                "evalsets"))
+            builder = _built(stages, ev.folder) or "evalsets"
             row.update(documents=None, queries=None, encodings=None,
                        basis=f"not built yet (run the {builder} stage)")
         else:
@@ -222,8 +242,8 @@ def llm_plan(p, root: Path, corpus) -> list[dict[str, Any]]:
     from recipematch.rules import negatives_for_prompt  # lazy: plan stays light (imported by the CLI)
 
     out = []
-    lay = Layout(root)
-    gates = lay.gates / f"exclusion_{p.gates.active}.json"
+    stages = _stages(p, root)
+    gates = _path(stages, root, "gates", "out") / f"exclusion_{p.gates.active}.json"
     sources = None
     if corpus is not None and gates.is_file():
         excluded = set(json.loads(gates.read_text(encoding="utf-8"))["ids"])
@@ -232,7 +252,7 @@ def llm_plan(p, root: Path, corpus) -> list[dict[str, Any]]:
     for prompt in p.llm.prompts:
         n_neg = negatives_for_prompt(prompt, p.llm.n_neg)
         per_source = p.llm.n_pos + n_neg
-        store = lay.llm(prompt) / "calls.jsonl"
+        store = _path(stages, root, f"llm@{prompt}", "out") / "calls.jsonl"
         answered, judged = _store_answered(store)
         row = {"prompt": prompt, "backend": p.llm.backend, "store": str(store.relative_to(root)),
                "stored_answers": len(answered)}
@@ -348,8 +368,7 @@ def inputs_plan(p, root: Path) -> list[dict[str, str]]:
     from recipematch.pipeline.models import resolve_model  # lazy: plan stays light (imported by the CLI)
 
     out: list[dict[str, str]] = []
-    lay = Layout(root)
-    built = lay.rel(lay.artifacts) + "/"  # a folder or file under it is a stage's output, built by the pipeline
+    stages = _stages(p, root)  # a folder or file a stage writes is built by the pipeline, not an input
 
     def add(key: str, value: str, status: str, detail: str = "") -> None:
         out.append({"input": key, "value": value, "status": status, "detail": detail})
@@ -372,7 +391,7 @@ def inputs_plan(p, root: Path) -> list[dict[str, str]]:
     if p.data.retrieve:
         path("data.retrieve", p.data.retrieve, "MathNet-Retrieve tiers", "dir")
     for name, ev in p.evaluations.items():
-        if not ev.folder.startswith(built):  # a stage builds it (evalsets, external@, regen@)
+        if _built(stages, ev.folder) is None:  # else a stage builds it (evalsets, external@, regen@)
             path(f"evaluations.{name}.folder", ev.folder, "BEIR folder", "dir",
                  ("corpus.jsonl", "queries.jsonl", "qrels/test.tsv|qrels/test.jsonl"))
     for key, a in p.attacks.items():  # the MELD attack's released rows (Section 6, Appendix D)
@@ -405,7 +424,7 @@ def inputs_plan(p, root: Path) -> list[dict[str, str]]:
         if rc.source == "rows":
             path(f"regen.{name}.rows", rc.rows, "released regenerated golds", "file")
     r = p.remedies  # Table 19's replay rows: a user's file (the default's is built by the replay_pool stage)
-    if r.arms and r.replay_fractions and not r.replay_file.startswith(built):
+    if r.arms and r.replay_fractions and _built(stages, r.replay_file) is None:
         path("remedies.replay_file", r.replay_file, "replay pair file", "file")
     # the labelling stages (the candidate design's judging; SABER-Math): their files and clients
     labelling = [(f"judging.{n}", jc, (("prompt", "judge prompt"), ("system_prompt", "system prompt"),
@@ -436,7 +455,8 @@ def inputs_plan(p, root: Path) -> list[dict[str, str]]:
 
         for prompt in p.llm.prompts:
             if prompt in RELEASE_FILES:
-                path(f"release rows ({prompt})", lay.rel(lay.release / RELEASE_FILES[prompt]),
+                release = _path(stages, root, "recordings", "release").relative_to(root).as_posix()
+                path(f"release rows ({prompt})", f"{release}/{RELEASE_FILES[prompt]}",
                      "released rows the recordings stage replays", "file")
     try:
         add("train.model", p.train.model, "ok", resolve_model(p.train.model))

@@ -236,6 +236,9 @@ GATE_VERSIONS = ("v1", "v2")
 #: The peer release's recorded pair file of each prompt it holds (paper Section 3: the D1 recipe
 #: rewrites and D4 restatements the replay recordings and the embedded tiers are built from).
 RELEASE_FILES = {"d1_recipe": "pairs_d1_recipe.jsonl", "d4_restatement": "pairs_d4_unrelated.jsonl"}
+#: The subfolder of the evalsets stage's output that holds the MathNet-Retrieve tiers of a local
+#: copy (``data.retrieve``), one BEIR folder per tier (paper Section 3).
+MATHNET_RETRIEVE_DIR = "mathnet_retrieve"
 
 LLM_PROMPTS = ("d1_recipe", "d2_paraphrase", "d3_style", "d4_restatement", "d5_survey", "unrelated_negatives")
 

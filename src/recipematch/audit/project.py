@@ -149,6 +149,8 @@ def _stage_params(module: str) -> list[str]:
     return list(importlib.import_module(f"recipematch.pipeline.{module}").PARAMS)
 
 
+#: the command of the audit-report stage, the one stage only an audit project runs
+AUDIT_REPORT_CMD = "recipematch audit-report --metrics-dir metrics --pairs artifacts/pairs --out reports --summary audit.json"
 #: the main ``dvc.yaml``'s stages an audit runs, in dependency order (``recordings`` only when
 #: the LLM answers are replayed)
 AUDIT_STAGES = ("corpus", "evalsets", "gates", "recordings", "llm", "specs", "cells", "validate", "train",
@@ -156,17 +158,15 @@ AUDIT_STAGES = ("corpus", "evalsets", "gates", "recordings", "llm", "specs", "ce
 
 
 def main_stages() -> dict[str, Any]:
-    """The main project's ``dvc.yaml`` stages (unresolved), next to the source tree like
-    :func:`default_template`.
+    """The main project's ``dvc.yaml`` stages (unresolved), from the checkout this package runs
+    from (:func:`recipematch.pipeline.graph.source_dvc_yaml`).
 
     Raises:
-        RecipematchError: not found (an installed copy without the repository).
+        RecipematchError: an installed copy without the repository.
     """
-    path = Path(recipematch.__file__).resolve().parents[2] / "dvc.yaml"
-    if not path.is_file():
-        raise RecipematchError(f"no pipeline at {path}: the audit runs the main project's dvc.yaml stages, "
-                               "so it needs the recipematch repository (pip install -e .)")
-    return yaml.safe_load(path.read_text(encoding="utf-8"))["stages"]
+    from recipematch.pipeline.graph import source_dvc_yaml  # lazy: the audit CLI stays light
+
+    return yaml.safe_load(source_dvc_yaml().read_text(encoding="utf-8"))["stages"]
 
 
 def _under(path: str, folder: str) -> bool:
@@ -220,7 +220,7 @@ def audit_dvc_yaml(params: Mapping[str, Any], main: Mapping[str, Any] | None = N
         st.pop("plots", None)  # the main plot names the main project's sets
         stages[g] = st
     stages["audit"] = {
-        "cmd": "recipematch audit-report",
+        "cmd": AUDIT_REPORT_CMD,
         "deps": ["metrics/stats.json", "metrics/gates.json", "metrics/corpus.json", "artifacts/pairs", *evals,
                  SOURCES_FILE, *recipe],
         "params": _stage_params("audit"),

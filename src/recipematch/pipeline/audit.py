@@ -17,7 +17,7 @@ from recipematch.errors import RecipematchError
 from recipematch.tracking import finite_value
 from recipematch.io import read_json, read_jsonl_strict, sha256_file, write_json
 from recipematch.metrics import metric_key
-from recipematch.pipeline.door import Layout, stage
+from recipematch.pipeline.door import StagePaths, stage
 from recipematch.pipeline.inputs import train_seeds
 from recipematch.rules import BASELINES, CellSpec, NAMED_ARMS, POSITIVES
 
@@ -31,18 +31,18 @@ INTERVAL_FIELDS = ("estimate", "low", "high", "level", "n_boot", "seeds", "schem
 
 def _stats_entry(stats: Any, section: str, key: str, what: str, *, numbers: tuple[str, ...] = (),
                  fields: tuple[str, ...] = ()) -> dict:
-    """One entry of ``metrics/stats.json`` (written by the stats stage), checked: a mapping
+    """One entry of ``stats.json`` (written by the stats stage), checked: a mapping
     holding ``fields``, of which ``numbers`` are finite numbers; an interval's ``low`` is at
     most its ``high``.
 
     Raises:
         RecipematchError: naming the entry and the field (rerun the stats stage).
     """
-    where = f"metrics/stats.json {section}[{key!r}] ({what})"  # section: a top-level key or an arm
+    where = f"stats.json {section}[{key!r}] ({what})"  # section: a top-level key or an arm
     if not isinstance(stats, dict) or not isinstance(stats.get(section), dict):
-        raise RecipematchError(f"metrics/stats.json has no {section!r} mapping: rerun the stats stage (`dvc repro stats`)")
+        raise RecipematchError(f"stats.json has no {section!r} mapping: rerun the stats stage (`dvc repro stats`)")
     if key not in stats[section]:
-        raise RecipematchError(f"metrics/stats.json has no {section}[{key!r}] ({what}): rerun the stats stage "
+        raise RecipematchError(f"stats.json has no {section}[{key!r}] ({what}): rerun the stats stage "
                                "with the audit's params (`dvc repro stats`)")
     entry = stats[section][key]
     if not isinstance(entry, dict):
@@ -71,10 +71,10 @@ def _per_seed(row: dict, where: str, n_seeds: int | None) -> list[float]:
     return v
 
 
-def run(p, lay: Layout) -> dict:
+def run(p, lay: StagePaths) -> dict:
     """Recipe sensitivity (recipe − control, benchmark R@1, points) with its interval and the
     DiD against the generator-free set, both as the stats stage computed them
-    (``metrics/stats.json``, the contrast ``recipe - cell`` of ``contrasts``); the style
+    (``stats.json``, the contrast ``recipe - cell`` of ``contrasts``); the style
     probe; ``audit.json`` and the report."""
     a, b = AUDIT_CONTRAST
     if a not in p.arms or b not in p.arms:
@@ -82,7 +82,7 @@ def run(p, lay: Layout) -> dict:
     bench = [n for n, ev in sorted(p.evaluations.items()) if ev.role == "benchmark"]
     real = [n for n, ev in sorted(p.evaluations.items()) if ev.role == "real"]
     bn = bench[0]
-    stats = read_json(lay.metrics / "stats.json")
+    stats = read_json(lay.metrics_dir / "stats.json")
     pair = f"{a}-{b}"
     interval = ("estimate", "low", "high", "level")
     gap = _stats_entry(stats, "gaps", metric_key(bn, 1, pair), f"the {a} - {b} contrast on {bn}",
@@ -108,25 +108,25 @@ def run(p, lay: Layout) -> dict:
                                fields=("sd", "per_seed"))
             sd = row["sd"]  # None: one seed
             if sd is not None:
-                finite_value(sd, f"metrics/stats.json arms[{m!r}][{key!r}]: sd (rerun the stats stage)")
-            per_seed = _per_seed(row, f"metrics/stats.json arms[{m!r}][{key!r}]",
+                finite_value(sd, f"stats.json arms[{m!r}][{key!r}]: sd (rerun the stats stage)")
+            per_seed = _per_seed(row, f"stats.json arms[{m!r}][{key!r}]",
                                  n_seeds if m in (a, b) else None)
             scores[m][key] = {"mean": row["mean"], "sd": row["sd"], "per_seed": per_seed}
     st = p.style
-    style = style_probe_benchmark(lay.p(p.evaluations[bn].folder), test_fraction=st.test_fraction, seed=st.seed,
+    style = style_probe_benchmark(lay.root / p.evaluations[bn].folder, test_fraction=st.test_fraction, seed=st.seed,
                                   n_boot=st.n_boot, level=st.level, C=st.C, max_iter=st.max_iter)
     control_prompt = POSITIVES[p.positives]
-    recipe_sidecar = lay.p(p.llm.recipe_prompt) if p.llm.recipe_prompt else None
+    recipe_sidecar = (lay.root / p.llm.recipe_prompt) if p.llm.recipe_prompt else None
     judge = prompt_identity("judge", None)
 
     def bset_hashes(name: str) -> dict[str, Any]:
         folder = p.evaluations[name].folder
-        ds = read_beir(lay.p(folder))
+        ds = read_beir(lay.root / folder)
         return {"folder": folder, "corpus_sha256": corpus_sha256(ds.corpus), "queries_sha256": queries_sha256(ds.queries),
                 "qrels_sha256": qrels_sha256(ds.qrels), "queries": len(ds.queries), "documents": len(ds.corpus)}
 
-    gates = read_json(lay.metrics / "gates.json")
-    corpus = read_json(lay.metrics / "corpus.json")
+    gates = read_json(lay.metrics_dir / "gates.json")
+    corpus = read_json(lay.metrics_dir / "corpus.json")
     n_sources = int(corpus["rows_ok"])
     removed = int(gates[gates["active"]]["corpus_ids_excluded"])
     pairs = {}
@@ -148,19 +148,19 @@ def run(p, lay: Layout) -> dict:
         "prompts": {"recipe": prompt_identity("d1_recipe", recipe_sidecar),
                     "control": prompt_identity(control_prompt, None), "judge": judge},
         "data": {"benchmark": bset_hashes(bn), "real": bset_hashes(real[0]) if real else None,
-                 "sources": {"path": p.data.path, "sha256": sha256_file(lay.p(p.data.path)), "rows": n_sources}},
+                 "sources": {"path": p.data.path, "sha256": sha256_file(lay.root / p.data.path), "rows": n_sources}},
         "gates": {"active": gates["active"], "sources": n_sources, "sources_removed": removed,
                   "sources_kept": n_sources - removed},
         "pairs": pairs,
         "recipematch_version": __version__,
     }
-    write_json(lay.root / "audit.json", audit)
-    lay.reports.mkdir(parents=True, exist_ok=True)
-    plot_audit(audit, lay.reports / "audit.png")
-    (lay.reports / "audit.md").write_text(render_report(audit, "audit.png"), encoding="utf-8")
+    write_json(lay.summary, audit)
+    lay.out.mkdir(parents=True, exist_ok=True)
+    plot_audit(audit, lay.out / "audit.png")
+    (lay.out / "audit.md").write_text(render_report(audit, "audit.png"), encoding="utf-8")
     return {"recipe_sensitivity": {k: rs[k] for k in ("estimate", "low", "high")},
             "did": None if did is None else {k: did[k] for k in ("estimate", "low", "high")},
             "style_probe_auc": style["auc"]}
 
 
-main = stage("audit", PARAMS)(run)
+main = stage("audit", PARAMS, paths=("metrics_dir", "pairs", "out", "summary"))(run)

@@ -31,7 +31,7 @@ from recipematch.config import check_arm_inputs
 from recipematch.backtranslate import backtranslate, nllb_code, NLLBTranslator
 from recipematch.errors import RecipematchError
 from recipematch.io import write_json, write_jsonl
-from recipematch.pipeline.door import Layout, check_device, progress_option, stage, write_run_record
+from recipematch.pipeline.door import StagePaths, check_device, progress_option, stage, write_run_record
 from recipematch.pipeline.inputs import corpus_rows, load_exclusion
 from recipematch.pipeline.pair_sources import BT_HOPS
 from recipematch.rules import CellSpec, NAMED_ARMS
@@ -48,9 +48,9 @@ def needed_keys(p) -> list[str]:
     return sorted(keys)
 
 
-def model_present(lay: Layout, model_dir: str) -> bool:
+def model_present(lay: StagePaths, model_dir: str) -> bool:
     """True when ``model_dir`` holds a model configuration (``config.json``)."""
-    return (lay.p(model_dir) / "config.json").is_file()
+    return ((lay.root / model_dir) / "config.json").is_file()
 
 
 def _check_languages(cfg) -> None:
@@ -64,29 +64,29 @@ def _check_languages(cfg) -> None:
                                        "such as en, fr, es or an NLLB code such as eng_Latn") from None
 
 
-def make_translator(lay: Layout, p):
+def make_translator(lay: StagePaths, p):
     """The translator the stage uses (:class:`recipematch.backtranslate.NLLBTranslator`
     over ``backtranslate.model_dir``, on ``devices.backtranslate``); ``p``: the stage's params."""
     cfg = p.backtranslate
-    return NLLBTranslator(str(lay.p(cfg.model_dir)), device=p.devices.backtranslate, batch_size=cfg.batch_size,
+    return NLLBTranslator(str(lay.root / cfg.model_dir), device=p.devices.backtranslate, batch_size=cfg.batch_size,
                           num_beams=cfg.num_beams, max_input_tokens=cfg.max_input_tokens,
                           max_new_tokens=cfg.max_new_tokens)
 
 
-def _finish(lay: Layout, status: dict, metrics: dict) -> dict:
-    out = lay.backtranslate
+def _finish(lay: StagePaths, status: dict, metrics: dict) -> dict:
+    out = lay.out
     write_json(out / "status.json", status)
-    write_json(lay.metrics / "backtranslate.json", metrics)
+    write_json(lay.metrics, metrics)
     return metrics
 
 
-def run(p, lay: Layout, *, progress: bool = True) -> dict:
+def run(p, lay: StagePaths, *, progress: bool = True) -> dict:
     """Stage 4e: back-translated positives (1 and 3 hops) for the arms that read them."""
     check_arm_inputs(p)  # a cell the configuration cannot build stops here, naming its missing file
     cfg = p.backtranslate
     _check_languages(cfg)
     need = needed_keys(p)
-    out = lay.backtranslate
+    out = lay.out
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
     if not need:
@@ -94,7 +94,7 @@ def run(p, lay: Layout, *, progress: bool = True) -> dict:
         return _finish(lay, {"needed": [], "reason": reason}, {"needed": [], "reason": reason})
     if not model_present(lay, cfg.model_dir):
         reason = (f"no back-translation model: backtranslate.model_dir = {cfg.model_dir!r} holds no model "
-                  f"({lay.p(cfg.model_dir) / 'config.json'} does not exist). Put the files of "
+                  f"({(lay.root / cfg.model_dir) / 'config.json'} does not exist). Put the files of "
                   f"{cfg.model_id} there (e.g. `huggingface-cli download {cfg.model_id} --local-dir "
                   f"{cfg.model_dir}` on a machine with network access), or drop the bt/bt3 arms")
         return _finish(lay, {"needed": need, "reason": reason}, {"needed": need, "reason": reason, "model": None})
@@ -143,4 +143,4 @@ def run(p, lay: Layout, *, progress: bool = True) -> dict:
     return _finish(lay, {"needed": need, "reason": None}, metrics)
 
 
-main = stage("backtranslate", PARAMS, progress_option)(run)
+main = stage("backtranslate", PARAMS, progress_option, paths=("corpus", "gates", "out", "metrics"))(run)

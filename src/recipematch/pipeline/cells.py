@@ -9,7 +9,7 @@ from dataclasses import asdict
 from recipematch.cells import assemble_cell, budget_rows, MissingInput
 from recipematch.errors import RecipematchError
 from recipematch.io import write_json, write_jsonl
-from recipematch.pipeline.door import Layout, arm_option, check_device, stage, write_run_record
+from recipematch.pipeline.door import StagePaths, arm_option, check_device, stage, write_run_record
 from recipematch.pipeline.inputs import arm_spec_from_file, train_seeds
 from recipematch.pipeline.models import contamination_gate
 from recipematch.pipeline.pair_sources import cell_pair_path, cell_pairs
@@ -18,7 +18,7 @@ from recipematch.rules import NAMED_ARMS
 PARAMS = ("seed", "train.seed", "train.n_seeds", "budget", "gates", "train.model", "judge2.cells")
 
 
-def run(p, lay: Layout, arm: str) -> dict:
+def run(p, lay: StagePaths, arm: str) -> dict:
     """Stage 5: assemble one arm, gate it, draw each seed's matched budget."""
     check_device("devices.cosine_gate", p.devices.cosine_gate)
     spec = arm_spec_from_file(lay, arm)
@@ -33,7 +33,7 @@ def run(p, lay: Layout, arm: str) -> dict:
     source_list = None
     if arm in bcfg.shared_sources:
         source_list = _shared_source_list(bcfg.shared_sources, lay, seed=seed, gate=gate, judges=p.judge2.cells)
-    out = lay.cells(arm)
+    out = lay.out
     out.mkdir(parents=True, exist_ok=True)
     write_jsonl(out / "pool.jsonl", kept)
     seeds = {}
@@ -50,14 +50,14 @@ def run(p, lay: Layout, arm: str) -> dict:
     write_jsonl(out / "drops.jsonl", drops)
     counts = {"arm": arm, "cell": spec.name, "assemble": asm_counts, "gates": gate_counts, "budget": seeds}
     write_json(out / "cell.json", {"arm": arm, "spec": asdict(spec), "name": spec.name})
-    write_json(lay.metrics / "cells" / f"{arm}.json", counts)
+    write_json(lay.metrics, counts)
     write_run_record(out, f"cells:{arm}", {"spec": asdict(spec), "budget": asdict(bcfg), "gates": asdict(p.gates),
                                            "seed": seed},
                      {**{k: cell_pair_path(lay, k, judges=p.judge2.cells) for k in pair_files}, "exclusion": ex_path}, counts)
     return counts
 
 
-def _shared_source_list(arms: Sequence[str], lay: Layout, *, seed: int, gate, judges: str = "first") -> list[str]:
+def _shared_source_list(arms: Sequence[str], lay: StagePaths, *, seed: int, gate, judges: str = "first") -> list[str]:
     """Sources every arm in ``arms`` can draw from after the gate (paper Appendix A: both
     arms of a comparison drawn from the same source list). Only named arms may share a list."""
     common: set[str] | None = None
@@ -71,4 +71,5 @@ def _shared_source_list(arms: Sequence[str], lay: Layout, *, seed: int, gate, ju
     return sorted(common or ())
 
 
-main = stage("cells", PARAMS, arm_option)(run)
+main = stage("cells", PARAMS, arm_option, paths=("spec", "pairs", "backtranslate", "judge2", "judge2_cells",
+                                                "evalsets", "gates", "cache", "out", "metrics"))(run)

@@ -7,7 +7,10 @@ function, and exposes ``main = stage(...)(run)``: a click command that
 1. reads ``params.yaml`` once (:func:`recipematch.config.load_params`, every key checked),
 2. restricts it to the declared keys (reading another raises
    :class:`~recipematch.config.UndeclaredParam`),
-3. calls ``run(params_view, layout, **options)`` and prints its JSON summary,
+3. calls ``run(params_view, paths, **options)`` and prints its JSON summary, where ``paths``
+   (:class:`StagePaths`) holds every path the stage reads or writes, each passed by
+   ``dvc.yaml``'s ``cmd`` as a ``--<role> PATH`` option (:data:`ROLES`): ``dvc.yaml`` is the
+   one place the pipeline's paths are written,
 4. turns a :class:`~recipematch.errors.RecipematchError` into one line on stderr and exit
    status 2 (``--debug`` shows the traceback).
 
@@ -24,7 +27,6 @@ import os
 import platform
 import sys
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -35,78 +37,6 @@ from recipematch.errors import RecipematchError
 from recipematch.io import sha256_tree, write_json
 
 log = logging.getLogger("recipematch")
-
-
-@dataclass(frozen=True)
-class Layout:
-    """Every path of the pipeline, relative to ``root`` (mirrors ``dvc.yaml``:
-    ``tests/test_paths_once.py`` fails when the two disagree)."""
-
-    root: Path
-
-    def p(self, *parts: str) -> Path:
-        return self.root.joinpath(*parts)
-
-    def rel(self, path: Path) -> str:
-        """``path`` (under ``root``) as ``params.yaml`` and ``dvc.yaml`` spell it: relative, ``/``-separated."""
-        return Path(path).relative_to(self.root).as_posix()
-
-    # inputs
-    @property
-    def release(self) -> Path: return self.p("data", "peer_release")
-    # stage outputs
-    @property
-    def artifacts(self) -> Path: return self.p("artifacts")  # holds every stage output but models, metrics, reports
-    @property
-    def corpus(self) -> Path: return self.p("artifacts", "corpus")
-    @property
-    def evalsets(self) -> Path: return self.p("artifacts", "evalsets")
-    @property
-    def mathnet_retrieve(self) -> Path: return self.p("artifacts", "evalsets", "mathnet_retrieve")  # its tiers
-    @property
-    def gates(self) -> Path: return self.p("artifacts", "gates")
-    @property
-    def cas(self) -> Path: return self.p("artifacts", "cas")
-    @property
-    def recordings(self) -> Path: return self.p("artifacts", "recordings")
-    def llm(self, prompt: str) -> Path: return self.p("artifacts", "llm", prompt)
-    @property
-    def pairs(self) -> Path: return self.p("artifacts", "pairs")
-    def pair_file(self, source: str) -> Path: return self.p("artifacts", "pairs", f"{source}.jsonl")
-    def judge2(self, prompt: str) -> Path: return self.p("artifacts", "judge2", prompt)
-    # the two-judge rows the cells read under judge2.cells: both (empty under first, so that running
-    # the second judge only for its agreement table reruns no cell)
-    def judge2_cells(self, prompt: str) -> Path: return self.p("artifacts", "judge2_cells", f"{prompt}.jsonl")
-    @property
-    def backtranslate(self) -> Path: return self.p("artifacts", "backtranslate")
-    def specs(self, arm: str) -> Path: return self.p("artifacts", "specs", f"{arm}.json")
-    def cells(self, arm: str) -> Path: return self.p("artifacts", "cells", arm)
-    def validated(self, arm: str) -> Path: return self.p("artifacts", "validated", f"{arm}.json")
-    def models(self, arm: str) -> Path: return self.p("models", arm)
-    def eval_dir(self, arm: str) -> Path: return self.p("artifacts", "eval", arm)
-    @property
-    def soups_root(self) -> Path: return self.p("artifacts", "soups")  # one folder per soup@ stage
-    def soups(self, label: str) -> Path: return self.soups_root / label
-    @property
-    def replay(self) -> Path: return self.p("artifacts", "replay")
-    @property
-    def style(self) -> Path: return self.p("artifacts", "style")
-    def external(self, name: str) -> Path: return self.p("artifacts", "external", name)
-    def regen(self, name: str) -> Path: return self.p("artifacts", "regen", name)
-    def regen_calls(self, name: str) -> Path: return self.p("artifacts", "regen_calls", name)
-    def pooling(self, name: str) -> Path: return self.p("artifacts", "pooling", name)
-    def judging(self, name: str) -> Path: return self.p("artifacts", "judging", name)
-    def meld_generate(self, name: str) -> Path: return self.p("artifacts", "meld_generate", name)
-    def saber(self, name: str) -> Path: return self.p("artifacts", "saber", name)
-    @property
-    def metrics(self) -> Path: return self.p("metrics")  # each stage's metrics file(s)
-    @property
-    def reports(self) -> Path: return self.p("reports")
-    # places outside DVC: no stage output, ignored by git
-    @property
-    def cache(self) -> Path: return self.p("cache", "embeddings")
-    @property
-    def scratch(self) -> Path: return self.p("cache")
 
 
 #: What each path a stage's ``cmd`` can pass holds (``--<role> PATH``, relative to ``--root``).
@@ -120,7 +50,30 @@ ROLES: dict[str, str] = {
     "gates": "the contamination gate folder (stage gates)",
     "recordings": "the replayed LLM answers folder (stage recordings)",
     "pairs": "the folder of pair files, one <source>.jsonl each (stages verified, llm@, attack@)",
-    "pair_file": "the pair file this stage writes (one <source>.jsonl under the pairs folder)",
+    "pair_file": "a pair file (one <source>.jsonl under the pairs folder): the one this stage writes, or for "
+                 "judge2 the one it judges again",
+    "llm": "the LLM store folder of one prompt (stage llm@<prompt>)",
+    "judge_recordings": "the folder of the second judge's replay recordings, one <prompt>.jsonl each",
+    "cells_file": "the pair file the cells stage reads for this prompt under judge2.cells: both",
+    "spec": "this arm's cell spec file (stage specs)",
+    "backtranslate": "the back-translated pair files, one <hop key>.jsonl each (stage backtranslate)",
+    "judge2": "the second judge's folders, one <prompt> folder each (stages judge2@)",
+    "judge2_cells": "the two-judge pair files, one <prompt>.jsonl each (stages judge2@)",
+    "cells": "this arm's cell folder: its pool and one seed_<s>.jsonl per training seed (stage cells@)",
+    "validated": "this arm's validation record (stage validate@)",
+    "models": "the checkpoint folder of one arm or label: seed_<s>/ and seed_<s>.json per seed",
+    "train_metrics": "the training metrics file of one arm or label",
+    "eval": "the evaluation folder of one arm or label: per-query parquet and per_seed.json",
+    "eval_metrics": "the evaluation metrics file of one arm or label",
+    "evals": "the folder of evaluation folders, one per arm or label (stages evaluate*, soup@, mix@)",
+    "models_root": "the folder of checkpoint folders, one per arm or label (stages train@, mix@)",
+    "plot": "this stage's plot data file (dvc.yaml `plots:`)",
+    "style": "the style detector's folder (stage style)",
+    "metrics_dir": "the metrics folder, read whole (every stage's counts)",
+    "cells_root": "the folder of cell folders, one per arm (stages cells@)",
+    "calls": "the LLM calls this stage made, a DVC output (an interrupted run resumes from them)",
+    "pools": "the folder of candidate pools, one per pooling entry (stages pooling@)",
+    "summary": "the audit's summary file",
     "specs": "the folder of arm specs, one <arm>.json each (stage specs)",
     "scratch": "a scratch folder outside DVC (interrupted work resumes from it)",
     "cache": "the embedding cache folder outside DVC (a cache, never an input)",
@@ -208,7 +161,7 @@ def run_guarded(fn: Callable[[], Any], *, debug: bool) -> Any:
 
 
 def open_params(params_path: Path, root: Path, keys: tuple[str, ...]):
-    """Read ``params.yaml`` once, checked whole, restricted to ``keys``.
+    """Read ``params.yaml`` once, checked whole, restricted to ``keys``; with the project root, resolved.
 
     Raises:
         RecipematchError: missing file or any bad key (named).
@@ -218,7 +171,7 @@ def open_params(params_path: Path, root: Path, keys: tuple[str, ...]):
     p = params_path if params_path.is_absolute() else root / params_path
     if not p.exists():
         raise RecipematchError(f"parameters file {p} does not exist (--params is relative to --root)")
-    return load_params(p).view(keys), Layout(root.resolve())
+    return load_params(p).view(keys), root.resolve()
 
 
 def check_params_file(path: Path):
@@ -233,14 +186,14 @@ def check_params_file(path: Path):
 
 
 def stage(name: str, keys: tuple[str, ...], *options: Callable, runtime: tuple[str, ...] = (),
-          paths: tuple[str, ...] | None = None) -> Callable:
-    """Decorator turning ``run(params_view, layout, **options) -> summary`` into the stage's
+          paths: tuple[str, ...] = ()) -> Callable:
+    """Decorator turning ``run(params_view, paths, **options) -> summary`` into the stage's
     click command (see the module docstring). ``options`` are click option decorators.
     ``runtime`` names top-level sections that choose where the work runs, never what it
     computes (``engine``): each is passed whole as a keyword of ``run`` and is no DVC param.
     ``paths`` names the roles (:data:`ROLES`) the stage reads or writes: each becomes a required
     ``--<role> PATH`` option, which ``dvc.yaml``'s ``cmd`` passes, and ``run`` gets a
-    :class:`StagePaths` of them instead of a :class:`Layout`."""
+    :class:`StagePaths` of them."""
 
     def deco(run: Callable[..., Any]) -> click.Command:
         @click.command(name, help=(run.__doc__ or "").strip().split("\n\n")[0])
@@ -256,15 +209,14 @@ def stage(name: str, keys: tuple[str, ...], *options: Callable, runtime: tuple[s
                 logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
 
             def go():
-                p, lay = open_params(params_path, root, keys + runtime)
-                if paths is not None:
-                    lay = StagePaths(name, lay.root, {r: lay.root / opts.pop(f"path_{r}") for r in paths})
+                p, at = open_params(params_path, root, keys + runtime)
+                lay = StagePaths(name, at, {r: at / opts.pop(f"path_{r}") for r in paths})
                 return run(p, lay, **opts, **{k: getattr(p, k) for k in runtime})
 
             out = run_guarded(go, debug=debug)
             click.echo(json.dumps(out, indent=1, sort_keys=True, ensure_ascii=False, default=str))
 
-        for o in reversed([*options, *(path_option(r) for r in paths or ())]):
+        for o in reversed([*options, *(path_option(r) for r in paths)]):
             command = o(command)
         command.path_roles = paths  # type: ignore[attr-defined]
         command.params_keys = keys  # type: ignore[attr-defined]

@@ -37,7 +37,7 @@ from recipematch.io import read_jsonl_strict, write_json
 from recipematch.pipeline.deps import require_declared_dep
 from recipematch.pipeline.door import StagePaths, stage, write_run_record
 from recipematch.pipeline.inputs import corpus_rows
-from recipematch.rules import RELEASE_FILES
+from recipematch.rules import MATHNET_RETRIEVE_DIR, RELEASE_FILES
 
 PARAMS = ("evalsets", "data.source", "data.retrieve")
 
@@ -99,7 +99,7 @@ def run(p, lay: StagePaths) -> dict:
         raise RecipematchError(f"evalsets.corpus_docs: {e}") from None
     tiers = write_tiers(out, search, {"d1": d1, "d4": d4}, heldout)
     xl = build_crosslingual_folder(lay.release, out / "crosslingual", corpus_rows=full)
-    mr = write_mathnet_retrieve(lay.root / retrieve, out / "mathnet_retrieve") if retrieve else {}
+    mr = write_mathnet_retrieve(lay.root / retrieve, out / MATHNET_RETRIEVE_DIR) if retrieve else {}
     write_beir(out / "probe", *build_probe(search, probe))
     write_beir(out / "probe_only", *build_probe(None, probe))
     write_json(out / "heldout.json", {"heldout_sources": heldout})

@@ -26,7 +26,7 @@ from recipematch.errors import RecipematchError
 from recipematch.external.meld import load_distractors, separation
 from recipematch.io import read_json, write_json
 from recipematch.metrics import metric_key, recall_key
-from recipematch.pipeline.door import Layout, arm_option, check_device, progress_option, stage
+from recipematch.pipeline.door import StagePaths, arm_option, check_device, progress_option, stage
 from recipematch.pipeline.inputs import mlflow_artifacts, mlflow_uri, train_seeds
 from recipematch.pipeline.models import encoder
 from recipematch.pipeline.runs import score_metrics, trained_run
@@ -41,7 +41,7 @@ EVAL_DEPS = "all"
 RUNTIME = ("engine",)
 
 
-def load_evaluations(p, lay: Layout) -> dict:
+def load_evaluations(p, lay: StagePaths) -> dict:
     """Every declared evaluation, loaded and checked before any model is loaded.
 
     Raises:
@@ -49,7 +49,7 @@ def load_evaluations(p, lay: Layout) -> dict:
     """
     out = {}
     for name, ev in sorted(p.evaluations.items()):
-        folder = lay.p(ev.folder)
+        folder = lay.root / ev.folder
         if not folder.is_dir():
             raise RecipematchError(f"evaluations.{name}.folder: {folder} does not exist "
                                    f"(run the stage that writes it, or `dvc pull` it)")
@@ -57,7 +57,7 @@ def load_evaluations(p, lay: Layout) -> dict:
     return out
 
 
-def load_graded(p, lay: Layout, sets: Mapping[str, Any]) -> dict:
+def load_graded(p, lay: StagePaths, sets: Mapping[str, Any]) -> dict:
     """The graded measures of each declared evaluation that names some (Section 6; ``measures``,
     ``gain``, ``grade_scale``, ``depth``), checked against its folder before any model: the
     qrels' grades (file, line, field), the measure names, the excluded-ids file, the depth. A
@@ -77,16 +77,16 @@ def load_graded(p, lay: Layout, sets: Mapping[str, Any]) -> dict:
     out = {}
     for name, ev in sorted(p.evaluations.items()):
         if ev.measures:
-            spec = prepare(lay.p(ev.folder), ev.measures, n_docs=len(sets[name].corpus), gain=ev.gain,
+            spec = prepare(lay.root / ev.folder, ev.measures, n_docs=len(sets[name].corpus), gain=ev.gain,
                            scale=tuple(ev.grade_scale) or None, depth=ev.depth,
                            where=f"evaluations.{name}.measures:")
-            dis = load_distractors(lay.p(ev.folder))
+            dis = load_distractors(lay.root / ev.folder)
             out[name] = replace(spec, distractors=tuple(dis)) if dis else spec
     return out
 
 
 def score_models(models: Sequence[tuple[str, Any, dict | None]], sets: Mapping[str, Any], *, arm: str, ks,
-                 lay: Layout, bm25: tuple[float, float] | None = None, graded: Mapping[str, Any] | None = None):
+                 lay: StagePaths, bm25: tuple[float, float] | None = None, graded: Mapping[str, Any] | None = None):
     """Score each ``(seed_label, model, record)`` on each set; a set in ``graded``
     (:func:`load_graded`) also gets its graded measures from the library, per query.
 
@@ -140,13 +140,13 @@ def score_models(models: Sequence[tuple[str, Any, dict | None]], sets: Mapping[s
     return frames, per_model
 
 
-def write_results(lay: Layout, arm: str, frames, per_model, *, ks) -> dict:
+def write_results(lay: StagePaths, arm: str, frames, per_model, *, ks) -> dict:
     """Per-query parquet per set, per-seed JSON, and mean ± sd metrics for ``arm``."""
     import pandas as pd
 
     import shutil
 
-    out = lay.eval_dir(arm)
+    out = lay.eval
     tmp = out.with_name(out.name + ".partial")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
@@ -179,7 +179,7 @@ def write_results(lay: Layout, arm: str, frames, per_model, *, ks) -> dict:
     write_json(tmp / "per_seed.json", per_model)
     shutil.rmtree(out, ignore_errors=True)
     tmp.rename(out)
-    write_json(lay.metrics / "eval" / f"{arm}.json", agg)
+    write_json(lay.eval_metrics, agg)
     return agg
 
 
@@ -206,7 +206,7 @@ def score_unit(unit: Mapping[str, Any], shared: Mapping[str, Any]):
                         lay=shared["lay"], graded=shared.get("graded"))
 
 
-def run(p, lay: Layout, arm: str, *, progress: bool = True, engine=None) -> dict:
+def run(p, lay: StagePaths, arm: str, *, progress: bool = True, engine=None) -> dict:
     """Stage 8: score every seed of one trained arm on every declared evaluation, the seeds
     as units of ``engine`` (an :class:`~recipematch.config.EngineConfig`; ``None``: one
     after another in this process)."""
@@ -216,18 +216,18 @@ def run(p, lay: Layout, arm: str, *, progress: bool = True, engine=None) -> dict
     engine_mod.check_unit_device(eng, "devices.evaluate", p.devices.evaluate)
     if eng.kind == "local":  # a Ray unit checks its device where it runs
         check_device("devices.evaluate", p.devices.evaluate)
-    if not lay.models(arm).is_dir():
-        raise RecipematchError(f"--arm {arm!r}: {lay.models(arm)} does not exist (train it first)")
+    if not lay.models.is_dir():
+        raise RecipematchError(f"--arm {arm!r}: {lay.models} does not exist (train it first)")
     sets = load_evaluations(p, lay)
     graded = load_graded(p, lay, sets)
     seeds, records = [], []
     for s in train_seeds(p.train.seed, p.train.n_seeds):
-        rec_path = lay.models(arm) / f"seed_{s}.json"
+        rec_path = lay.models / f"seed_{s}.json"
         if not rec_path.exists():
             raise RecipematchError(f"{rec_path} does not exist: train@{arm} has not trained seed {s}")
         seeds.append(str(s))
         records.append(read_json(rec_path))
-    units = [{"seed": s, "model": str(lay.models(arm) / f"seed_{s}")} for s in seeds]
+    units = [{"seed": s, "model": str(lay.models / f"seed_{s}")} for s in seeds]
     # the evaluate and devices sections are frozen dataclasses: they travel to a worker as it is
     shared = {"sets": sets, "graded": graded, "arm": arm, "ks": ecfg.ks, "lay": lay,
               "params": SimpleNamespace(evaluate=ecfg, devices=p.devices),
@@ -243,7 +243,7 @@ def run(p, lay: Layout, arm: str, *, progress: bool = True, engine=None) -> dict
     return write_results(lay, arm, frames, per_model, ks=ecfg.ks)
 
 
-def _log_eval_to_mlflow(mcfg, lay: Layout, rec: Mapping[str, Any], arm: str, seed: str,
+def _log_eval_to_mlflow(mcfg, lay: StagePaths, rec: Mapping[str, Any], arm: str, seed: str,
                         res: Mapping[str, Mapping[str, Any]]) -> None:
     """Mirror the scores to the seed's MLflow run, found by the record's run key (re-created
     from the record when the tracking store lost it; the record itself is never rewritten). A
@@ -252,12 +252,13 @@ def _log_eval_to_mlflow(mcfg, lay: Layout, rec: Mapping[str, Any], arm: str, see
     ``metric_changed.<key>`` (:func:`recipematch.tracking.log_metrics_once`)."""
     import time as _time
 
-    c, exp_id = tracking.open_store(mlflow_uri(mcfg.tracking_uri, lay), mcfg.experiment,
-                                    artifact_location=mlflow_artifacts(lay))
-    with tracking.store_lock(mlflow_uri(mcfg.tracking_uri, lay)):  # one writer at a time (parallel stages)
+    c, exp_id = tracking.open_store(mlflow_uri(mcfg.tracking_uri, lay.root), mcfg.experiment,
+                                    artifact_location=mlflow_artifacts(lay.root))
+    with tracking.store_lock(mlflow_uri(mcfg.tracking_uri, lay.root)):  # one writer at a time (parallel stages)
         run_id, _ = trained_run(c, exp_id, arm, {"seed": seed, **rec})
         tracking.log_metrics_once(c, run_id, score_metrics(res, int(_time.time() * 1000)), changed="supersede")
         c.set_tag(run_id, "self_mask", ",".join(sorted(f"{t}={r['self_mask']}" for t, r in res.items())))
 
 
-main = stage("evaluate", PARAMS, arm_option, progress_option, runtime=RUNTIME)(run)
+main = stage("evaluate", PARAMS, arm_option, progress_option, runtime=RUNTIME,
+             paths=("cache", "models", "eval", "eval_metrics"))(run)

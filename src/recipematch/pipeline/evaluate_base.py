@@ -3,7 +3,7 @@ row of paper Table 1)."""
 
 from __future__ import annotations
 
-from recipematch.pipeline.door import Layout, check_device, progress_option, stage
+from recipematch.pipeline.door import StagePaths, check_device, progress_option, stage
 from recipematch.pipeline.evaluate import encoder_for, load_evaluations, load_graded, score_models, write_results
 from recipematch.pipeline.models import resolve_model
 
@@ -12,7 +12,7 @@ PARAMS = ("train.model", "evaluate", "evaluations")
 EVAL_DEPS = "all"
 
 
-def run(p, lay: Layout, *, progress: bool = True) -> dict:
+def run(p, lay: StagePaths, *, progress: bool = True) -> dict:
     """Stage 8: score the untrained base model."""
     check_device("devices.evaluate", p.devices.evaluate)
     sets = load_evaluations(p, lay)
@@ -23,4 +23,5 @@ def run(p, lay: Layout, *, progress: bool = True) -> dict:
     return write_results(lay, "base", frames, per_model, ks=p.evaluate.ks)
 
 
-main = stage("evaluate_base", PARAMS, progress_option)(run)
+main = stage("evaluate_base", PARAMS, progress_option,
+             paths=("cache", "eval", "eval_metrics"))(run)

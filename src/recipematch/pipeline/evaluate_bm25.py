@@ -3,7 +3,7 @@ declared evaluation."""
 
 from __future__ import annotations
 
-from recipematch.pipeline.door import Layout, stage
+from recipematch.pipeline.door import StagePaths, stage
 from recipematch.pipeline.evaluate import load_evaluations, load_graded, score_models, write_results
 
 PARAMS = ("evaluate.ks", "evaluate.bm25_k1", "evaluate.bm25_b", "evaluations")
@@ -11,7 +11,7 @@ PARAMS = ("evaluate.ks", "evaluate.bm25_k1", "evaluate.bm25_b", "evaluations")
 EVAL_DEPS = "all"
 
 
-def run(p, lay: Layout) -> dict:
+def run(p, lay: StagePaths) -> dict:
     """Stage 8: score BM25 on every declared evaluation."""
     from recipematch.scoring import BM25  # lazy: recipematch.scoring pulls in pandas, torch
 
@@ -23,4 +23,5 @@ def run(p, lay: Layout) -> dict:
     return write_results(lay, "bm25", frames, per_model, ks=e.ks)
 
 
-main = stage("evaluate_bm25", PARAMS)(run)
+main = stage("evaluate_bm25", PARAMS,
+             paths=("cache", "eval", "eval_metrics"))(run)

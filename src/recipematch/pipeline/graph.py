@@ -72,7 +72,10 @@ def resolve(root: Path, *, dvc_yaml: Path | None = None, params: Mapping | None 
         raise RecipematchError(f"{path} does not exist: the pipeline's stages and paths are read from dvc.yaml")
     d = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
     if params is not None:  # deps left out: they name the project's own evaluation sets (deps --write)
-        stages_in = {g: {k: v for k, v in s.items() if k != "deps"} for g, s in (d.get("stages") or {}).items()}
+        def no_deps(st: Mapping) -> dict:
+            return {k: (no_deps(v) if k == "do" else v) for k, v in st.items() if k != "deps"}
+
+        stages_in = {g: no_deps(s) for g, s in (d.get("stages") or {}).items()}
         d = {**d, "vars": [dict(params)], "stages": stages_in}
         fs_root = Path(path).resolve().parent  # no params.yaml read: the mapping is the only source
         wdir = str(fs_root / ".recipematch-no-params")
@@ -103,15 +106,67 @@ def stage_paths(root: Path, name: str, *, dvc_yaml: Path | None = None, params: 
     """The :class:`StagePaths` stage ``name`` gets under ``root`` when DVC runs it.
 
     Raises:
-        RecipematchError: no such stage (the known ones listed), or a stage whose command
-            passes no paths (it still reads a ``Layout``).
+        RecipematchError: no such stage, or a command ``python stages/<m>.py`` does not parse.
     """
     stages = resolve(root, dvc_yaml=dvc_yaml, params=params, only=name)
     if name not in stages:
         raise RecipematchError(f"dvc.yaml has no stage {name!r}")
     main, opts = stage_options(stages[name])
-    roles = getattr(main, "path_roles", None)
-    if roles is None:
-        raise RecipematchError(f"stage {name} takes no path options")
+    return paths_of(main, root, opts)
+
+
+def paths_of(main: Any, root: Path, opts: Mapping[str, Any]) -> StagePaths:
+    """The :class:`StagePaths` of stage command ``main`` under ``root`` from its parsed
+    options ``opts`` (``main.make_context(...).params``)."""
     root = Path(root).resolve()
-    return StagePaths(main.name, root, {r: root / opts[f"path_{r}"] for r in roles})
+    return StagePaths(main.name, root, {r: root / opts[f"path_{r}"] for r in main.path_roles})
+
+
+def source_dvc_yaml() -> Path:
+    """The ``dvc.yaml`` of the recipematch checkout this package runs from.
+
+    Raises:
+        RecipematchError: an installed copy without the repository.
+    """
+    import recipematch
+
+    path = Path(recipematch.__file__).resolve().parents[2] / "dvc.yaml"
+    if not path.is_file():
+        raise RecipematchError(f"no pipeline at {path}: the stages and their paths are read from the recipematch "
+                               "repository's dvc.yaml (install it with pip install -e .)")
+    return path
+
+
+def project_stage_paths(root: Path, name: str) -> StagePaths:
+    """The paths stage ``name`` gets in the project at ``root``: its own ``dvc.yaml`` and
+    ``params.yaml`` when it has a ``dvc.yaml`` (deps left out, so only the keys the command and
+    outputs name must be there), else the checkout's ``dvc.yaml`` (:func:`source_dvc_yaml`) with
+    no params, enough for a stage whose command names no ``${...}``.
+
+    Raises:
+        RecipematchError: as :func:`stage_paths`, or a templated stage outside a project.
+    """
+    if (Path(root) / "dvc.yaml").is_file():
+        params_file = Path(root) / "params.yaml"
+        if not params_file.is_file():
+            raise RecipematchError(f"{params_file} does not exist: the project's dvc.yaml is resolved with it")
+        params = yaml.safe_load(params_file.read_text(encoding="utf-8")) or {}
+        return stage_paths(root, name, params=params if isinstance(params, Mapping) else {})
+    return stage_paths(root, name, dvc_yaml=source_dvc_yaml(), params={})
+
+
+def params_mapping(p: Any) -> dict[str, Any]:
+    """A checked :class:`~recipematch.config.Params` as the plain mapping DVC interpolates
+    (what :func:`resolve` takes as ``params``)."""
+    import dataclasses
+
+    def plain(obj: Any) -> Any:
+        if dataclasses.is_dataclass(obj):
+            return {f.name: plain(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+        if isinstance(obj, Mapping):
+            return {str(k): plain(v) for k, v in obj.items()}
+        if isinstance(obj, (list, tuple)):
+            return [plain(v) for v in obj]
+        return obj
+
+    return plain(p)

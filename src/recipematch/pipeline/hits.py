@@ -20,7 +20,7 @@ from recipematch.errors import RecipematchError
 from recipematch.hits import hit_accounting
 from recipematch.io import write_json
 from recipematch.metrics import rule_qrels
-from recipematch.pipeline.door import Layout, stage
+from recipematch.pipeline.door import StagePaths, stage
 from recipematch.rules import BASELINES, parse_contrast
 
 log = logging.getLogger("recipematch")
@@ -30,11 +30,11 @@ PARAMS = ("hits", "arms", "train.seed", "evaluations", "style.tracking_set")
 EVAL_DEPS = "role:benchmark"
 
 
-def _ranks_at_seed(lay: Layout, model: str, name: str, seed: int):
+def _ranks_at_seed(lay: StagePaths, model: str, name: str, seed: int):
     """``{query_id: rank}`` of ``model`` on set ``name`` at ``seed`` (a baseline is its one run)."""
     import pandas as pd
 
-    path = lay.eval_dir(model) / f"{name}.parquet"
+    path = lay.evals / model / f"{name}.parquet"
     if not path.exists():
         raise RecipematchError(f"{path} does not exist: rerun the evaluate stage of {model!r}")
     df = pd.read_parquet(path, columns=["seed", "query_id", "rank"])
@@ -45,7 +45,7 @@ def _ranks_at_seed(lay: Layout, model: str, name: str, seed: int):
     return dict(zip(df["query_id"].astype(str), df["rank"].astype(int)))
 
 
-def run(p, lay: Layout) -> dict:
+def run(p, lay: StagePaths) -> dict:
     """Sole wins per benchmark set and model pair, and what separates them (Section 7)."""
     import pandas as pd
 
@@ -72,7 +72,7 @@ def run(p, lay: Layout) -> dict:
     bench = sorted(n for n, ev in p.evaluations.items() if ev.role == "benchmark")
     for name in bench:
         ev = p.evaluations[name]
-        bset = load_set(lay.p(ev.folder), ev.rule, name=name, self_mask=ev.self_mask)
+        bset = load_set(lay.root / ev.folder, ev.rule, name=name, self_mask=ev.self_mask)
         golds = rule_qrels(ev.rule, bset.qrels, query_lang=bset.query_lang or None,
                            gold_tags=bset.gold_tags or None)
         golds = {q: sorted(g) for q, g in golds.items()}
@@ -95,8 +95,8 @@ def run(p, lay: Layout) -> dict:
                                  probe_hits_a=probe)
             out["sets"][name][f"{a}-{b}"] = acc
             log.info("%s %s-%s at seed %s: %s", name, a, b, seed, acc["counts"])
-    write_json(lay.metrics / "hits.json", out)
+    write_json(lay.metrics, out)
     return {n: {pr: v["counts"] for pr, v in per.items()} for n, per in out["sets"].items()}
 
 
-main = stage("hits", PARAMS)(run)
+main = stage("hits", PARAMS, paths=("evals", "style", "metrics"))(run)

@@ -9,7 +9,7 @@ from recipematch.errors import RecipematchError
 from recipematch.gates import ExclusionList
 from recipematch.io import canonical_json, read_json, sha256_text
 from recipematch.pairs import read_pair_file
-from recipematch.pipeline.door import Layout
+from recipematch.pipeline.door import StagePaths
 from recipematch.rules import CellSpec
 
 log = logging.getLogger("recipematch")
@@ -21,55 +21,55 @@ def train_seeds(seed: int, n_seeds: int) -> list[int]:
     return [seed + i for i in range(n_seeds)]
 
 
-def corpus_rows(lay: Layout) -> list[dict]:
+def corpus_rows(lay: StagePaths) -> list[dict]:
     """The corpus stage's rows ``{doc_id, text, ...}``."""
     from recipematch.corpus import read_corpus  # lazy: recipematch.corpus pulls in pandas
 
     return read_corpus(lay.corpus / "corpus.parquet").to_dict("records")
 
 
-def load_exclusion(lay: Layout, active: str):
+def load_exclusion(lay: StagePaths, active: str):
     """The active exclusion list and its path."""
     path = lay.gates / f"exclusion_{active}.json"
     return ExclusionList.from_json(read_json(path)), path
 
 
-def heldout_sources(lay: Layout) -> list[str]:
+def heldout_sources(lay: StagePaths) -> list[str]:
     return list(read_json(lay.evalsets / "heldout.json")["heldout_sources"])
 
 
-def arm_spec_from_file(lay: Layout, arm: str):
-    """The cell spec the specs stage wrote for ``arm``."""
-    path = lay.specs(arm)
+def arm_spec_from_file(lay, arm: str):
+    """The cell spec the specs stage wrote for ``arm`` (the stage's ``--spec`` file)."""
+    path = lay.spec
     if not path.exists():
         raise RecipematchError(f"{path} does not exist: is {arm!r} in params.yaml arms? (run the specs stage)")
     d = read_json(path)
     return CellSpec(d["positives"], d["negatives"], d["volume"])
 
 
-def read_pairs(lay: Layout, key: str) -> list[dict] | None:
+def read_pairs(lay: StagePaths, key: str) -> list[dict] | None:
     """A pair file by key (``None`` when this configuration does not produce it); every row
     checked (a malformed row names file, line and field)."""
     path = lay.pairs / f"{key}.jsonl"
     return read_pair_file(path) if path.exists() else None
 
 
-def project_root(lay: Layout) -> Path:
+def project_root(root: Path) -> Path:
     """The project a stage belongs to. ``dvc exp run --temp`` / ``--queue`` run stages in a
     copy under ``<project>/.dvc/tmp/exps/``; tracking must land in the project itself, or
     the experiment's MLflow runs are lost with the copy."""
-    parts = lay.root.resolve().parts
+    parts = Path(root).resolve().parts
     for i in range(len(parts) - 3):
         if parts[i:i + 3] == (".dvc", "tmp", "exps"):
             return Path(*parts[:i])
-    return lay.root.resolve()
+    return Path(root).resolve()
 
 
-def mlflow_uri(tracking_uri: str, lay: Layout) -> str:
+def mlflow_uri(tracking_uri: str, root: Path) -> str:
     """A relative ``sqlite:///`` path resolved against the project root (the real project,
     also for a stage running in a ``dvc exp`` temporary copy: :func:`project_root`)."""
     if tracking_uri.startswith("sqlite:///") and not tracking_uri.startswith("sqlite:////"):
-        return "sqlite:///" + str((project_root(lay) / tracking_uri[len("sqlite:///"):]).resolve())
+        return "sqlite:///" + str((project_root(root) / tracking_uri[len("sqlite:///"):]).resolve())
     return tracking_uri
 
 
@@ -82,9 +82,9 @@ def run_tags(p_declared: dict) -> dict[str, str]:
             "params_sha256": sha256_text(canonical_json(p_declared))[:16]}
 
 
-def mlflow_artifacts(lay: Layout) -> str:
+def mlflow_artifacts(root: Path) -> str:
     """Where MLflow runs of this project keep their artifacts (``mlruns/`` of the project)."""
-    return (project_root(lay) / "mlruns").resolve().as_uri()
+    return (project_root(root) / "mlruns").resolve().as_uri()
 
 
 def git_rev(root: Path) -> str:

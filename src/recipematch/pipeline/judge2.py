@@ -38,7 +38,7 @@ from recipematch.llm.serving import open_server, ServerSpec
 from recipematch.llm.replay import ReplayBackend
 from recipematch.llm.recordings import recordings_from_store
 from recipematch.llm.judge2 import arm_candidates, run_second_judge
-from recipematch.pipeline.door import Layout, progress_option, stage, write_run_record
+from recipematch.pipeline.door import StagePaths, progress_option, stage, write_run_record
 from recipematch.pipeline.inputs import corpus_rows
 
 PARAMS = ("seed", "llm.prompts", "judge2")
@@ -47,12 +47,12 @@ PARAMS = ("seed", "llm.prompts", "judge2")
 _DERIVED = ("pairs.jsonl", "judgments.jsonl", "failures.jsonl", "recordings.jsonl")
 
 
-def recordings_path(lay: Layout, prompt: str) -> Path:
-    """Where replay recordings of the second judge for ``prompt`` are read from."""
-    return lay.p("recordings", "judge2", f"{prompt}.jsonl")
+def recordings_path(lay: StagePaths, prompt: str) -> Path:
+    """Where replay recordings of the second judge for ``prompt`` are read from (``--judge-recordings``)."""
+    return lay.judge_recordings / f"{prompt}.jsonl"
 
 
-def _backend(cfg, lay: Layout, prompt: str):
+def _backend(cfg, lay: StagePaths, prompt: str):
     """The second judge's backend.
 
     Raises:
@@ -65,7 +65,7 @@ def _backend(cfg, lay: Layout, prompt: str):
             raise RecipematchError(
                 f"judge2.enabled with judge2.backend: replay, but {path} does not exist: the sample ships no "
                 f"second-judge recordings. Run the second judge live once (judge2.backend: openai, judge2.base_url) "
-                f"and copy artifacts/judge2/{prompt}/recordings.jsonl there, or set judge2.enabled: false")
+                f"and copy {lay.rel(lay.out / 'recordings.jsonl')} there, or set judge2.enabled: false")
         try:
             return ReplayBackend(path)
         except ValueError as e:
@@ -78,23 +78,23 @@ def _backend(cfg, lay: Layout, prompt: str):
     return open_server(spec, probe=True)
 
 
-def _cells_file(lay: Layout, prompt: str, text: str) -> None:
-    atomic_write_text(lay.judge2_cells(prompt), text)
+def _cells_file(lay: StagePaths, prompt: str, text: str) -> None:
+    atomic_write_text(lay.cells_file, text)
 
 
-def _off(lay: Layout, prompt: str, reason: str) -> dict:
-    out = lay.judge2(prompt)
+def _off(lay: StagePaths, prompt: str, reason: str) -> dict:
+    out = lay.out
     out.mkdir(parents=True, exist_ok=True)
     for name in _DERIVED:
         (out / name).unlink(missing_ok=True)
     _cells_file(lay, prompt, "")
     status = {"enabled": False, "prompt": prompt, "reason": reason, "cells": "first"}
     write_json(out / "status.json", status)
-    write_json(lay.metrics / f"judge2_{prompt}.json", status)
+    write_json(lay.metrics, status)
     return status
 
 
-def run(p, lay: Layout, prompt: str, *, progress: bool = True) -> dict:
+def run(p, lay: StagePaths, prompt: str, *, progress: bool = True) -> dict:
     """Stage 4d: a second judge re-judges one LLM arm; the two-judge file and the agreement table."""
     cfg = p.judge2
     if prompt not in p.llm.prompts:
@@ -102,18 +102,18 @@ def run(p, lay: Layout, prompt: str, *, progress: bool = True) -> dict:
     if not cfg.enabled:
         return _off(lay, prompt, "judge2.enabled is false: no second judge ran (set judge2.enabled: true)")
 
-    rows_path = lay.pairs / f"{prompt}.jsonl"
-    fail_path = lay.llm(prompt) / "failures.jsonl"
+    rows_path = lay.pair_file
+    fail_path = lay.llm / "failures.jsonl"
     rows = read_jsonl_strict(rows_path)
     failures = read_jsonl_strict(fail_path)
     candidates = arm_candidates(rows, failures)
     sources = {r["doc_id"]: r["text"] for r in corpus_rows(lay)}
     backend = _backend(cfg, lay, prompt)
-    out = lay.judge2(prompt)
+    out = lay.out
     out.mkdir(parents=True, exist_ok=True)
     for name in _DERIVED:
         (out / name).unlink(missing_ok=True)
-    lay.judge2_cells(prompt).unlink(missing_ok=True)
+    lay.cells_file.unlink(missing_ok=True)
     store = out / "calls.jsonl"
     if cfg.backend == "replay":
         # replay costs nothing: a fresh store, so recordings added later are read (a stored
@@ -141,14 +141,15 @@ def run(p, lay: Layout, prompt: str, *, progress: bool = True) -> dict:
     _cells_file(lay, prompt, (out / "pairs.jsonl").read_text(encoding="utf-8") if cfg.cells == "both" else "")
     status = {"enabled": True, "prompt": prompt, "reason": None, "rows": len(res.rows), "cells": cfg.cells}
     write_json(out / "status.json", status)
-    write_json(lay.metrics / f"judge2_{prompt}.json", metrics)
+    write_json(lay.metrics, metrics)
     inputs = {"pairs": rows_path, "failures": fail_path, "corpus": lay.corpus / "corpus.parquet"}
     if cfg.backend == "replay":
         inputs["recordings"] = recordings_path(lay, prompt)
     write_run_record(out, f"judge2:{prompt}", asdict(cfg), inputs, {"rows": len(res.rows)})
-    write_json(lay.scratch / "judge2" / f"{prompt}.this_run.json", this_run)
+    write_json(lay.scratch / f"{prompt}.this_run.json", this_run)
     return {**metrics, "this_run": this_run}
 
 
 main = stage("judge2", PARAMS, click.option("--prompt", required=True, help="Prompt name, e.g. d1_recipe."),
-             progress_option)(run)
+             progress_option, paths=("corpus", "llm", "pair_file", "judge_recordings", "out", "cells_file", "metrics",
+                                     "scratch"))(run)

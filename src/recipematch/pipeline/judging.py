@@ -49,7 +49,7 @@ from recipematch.judging import (
     task_id,
     train_distilled,
 )
-from recipematch.pipeline.door import Layout, check_device, progress_option, stage
+from recipematch.pipeline.door import StagePaths, check_device, progress_option, stage
 from recipematch.pipeline.models import resolve_model
 
 PARAMS = ("judging", "pooling", "evaluations")
@@ -59,8 +59,8 @@ EVAL_DEPS = "param:pooling.${item.pool}.evaluation"
 name_option = click.option("--name", "name", required=True, help="A judging entry of params.yaml `judging`.")
 
 
-def _read_text(lay: Layout, rel: str, what: str) -> str:
-    path = lay.p(rel)
+def _read_text(lay: StagePaths, rel: str, what: str) -> str:
+    path = lay.root / rel
     if not path.is_file():
         raise RecipematchError(f"{what}: {path} does not exist")
     try:
@@ -73,7 +73,7 @@ def _routes_of(row: pd.Series, rank_cols: list[str]) -> str:
     return ",".join(c[len("rank_"):] for c in rank_cols if not pd.isna(row[c]))
 
 
-def run(p, lay: Layout, *, name: str, progress: bool = True) -> dict:
+def run(p, lay: StagePaths, *, name: str, progress: bool = True) -> dict:
     """Judge one pool, train and check the distilled judge, write labels and graded qrels."""
     if name not in p.judging:
         raise RecipematchError(f"--name {name!r}: not declared in params.yaml judging (declared: {sorted(p.judging)})")
@@ -81,17 +81,17 @@ def run(p, lay: Layout, *, name: str, progress: bool = True) -> dict:
     where = f"judging.{name}"
     pc = p.pooling[jc.pool]
     ev = p.evaluations[pc.evaluation]
-    pool_dir = lay.pooling(jc.pool)
+    pool_dir = lay.pools / jc.pool
     if not (pool_dir / "candidates.parquet").is_file():
         raise RecipematchError(f"{where}.pool: {pool_dir}/candidates.parquet does not exist (run pooling@{jc.pool})")
     check_device("devices.distilled_judge", p.devices.distilled_judge)  # before any call is paid for
     template = _read_text(lay, jc.prompt, f"{where}.prompt")
     system = _read_text(lay, jc.system_prompt, f"{where}.system_prompt") if jc.system_prompt else ""
-    rubric = load_rubric(lay.p(jc.rubric) if jc.rubric else None)
+    rubric = load_rubric((lay.root / jc.rubric) if jc.rubric else None)
     schema = answer_schema(rubric)
-    recordings = lay.p(jc.recordings) if jc.recordings else None
+    recordings = (lay.root / jc.recordings) if jc.recordings else None
     check_recordings(jc, recordings, where)  # before any work: a missing recording file stops here, in one line
-    bset = load_set(lay.p(ev.folder), ev.rule, name=pc.evaluation, self_mask=ev.self_mask)
+    bset = load_set(lay.root / ev.folder, ev.rule, name=pc.evaluation, self_mask=ev.self_mask)
     try:
         manifest = json.loads((pool_dir / "MANIFEST.json").read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
@@ -128,7 +128,7 @@ def run(p, lay: Layout, *, name: str, progress: bool = True) -> dict:
                                       user=user, source_id=pool.at[i, "query_id"], variant=pool.at[i, "task_id"],
                                       sampling=sampling, seed=jc.seed, model_id=jc.model_id,
                                       response_schema=schema if jc.structured_output else None))
-    with CallStore(client_store_path(lay.p("cache", "judging", name), jc, recordings)) as store:
+    with CallStore(client_store_path(lay.scratch, jc, recordings)) as store:
         pending = any(r.key not in store or store.supersedable(r.key) for r in reqs)
         backend = open_client(jc, recordings, where, structured_output=jc.structured_output) if pending else None  # a resumed run with every answer stored calls no one
         records, call_counts = through_store(store, backend, reqs, lambda req, res: None, progress=progress,
@@ -166,7 +166,7 @@ def run(p, lay: Layout, *, name: str, progress: bool = True) -> dict:
     raw = np.full(n, np.nan)
     distilled = {"status": "not needed: no pair is routed to it"} if not len(dist_i) else {}
     check = agreement(np.array([], dtype=np.int64), np.array([]), [])
-    with building_dir(lay.judging(name)) as tmp:
+    with building_dir(lay.out) as tmp:
         if len(dist_i) or held_i:
             if len(train_i) < jc.min_train_pairs:
                 distilled = {"status": f"not trained: {len(train_i)} LLM labels outside the held-out queries, "
@@ -246,11 +246,12 @@ def run(p, lay: Layout, *, name: str, progress: bool = True) -> dict:
     counts["label_mix"] = {j: {("null" if k == "<NA>" else k): v for k, v in m.items()} for j, m in
                            counts["label_mix"].items()}
     # the report row per model: beside the labels (the report stage owns reports/)
-    (lay.judging(name) / "misses.md").write_text(
+    (lay.out / "misses.md").write_text(
         misses_markdown(misses, name=name, evaluation=pc.evaluation, judge_model=jc.model_id), encoding="utf-8")
-    write_json(lay.metrics / "judging" / f"{name}.json", counts)
+    write_json(lay.metrics, counts)
     return counts
 
 
-main = stage("judging", PARAMS, name_option, progress_option)(
+main = stage("judging", PARAMS, name_option, progress_option,
+             paths=("pools", "cache", "scratch", "out", "metrics"))(
     lambda p, lay, name, progress: run(p, lay, name=name, progress=progress))

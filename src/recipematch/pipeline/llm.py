@@ -16,7 +16,7 @@ from recipematch.llm.replay import ReplayBackend
 from recipematch.llm.recordings import read_jsonl
 from recipematch.llm.prompts import load_custom_prompt
 from recipematch.llm.pipeline import build_generation_requests, run_llm_pairs
-from recipematch.pipeline.door import Layout, progress_option, stage, write_run_record
+from recipematch.pipeline.door import StagePaths, progress_option, stage, write_run_record
 from recipematch.depth import paraphrase_depth
 from recipematch.pipeline.inputs import corpus_rows, load_exclusion
 from recipematch.rules import negatives_for_prompt
@@ -24,7 +24,7 @@ from recipematch.rules import negatives_for_prompt
 PARAMS = ("seed", "llm", "gates.active")
 
 
-def _backends(cfg, lay: Layout):
+def _backends(cfg, lay: StagePaths):
     """``(generator, judge)`` backends: the replay store, or OpenAI-compatible servers (a
     ``vllm serve`` among them; the judge may live on its own server with its own key).
 
@@ -55,7 +55,7 @@ def _serving(cfg) -> dict:
             "allow_reasoning_preamble": cfg.allow_reasoning_preamble}
 
 
-def run(p, lay: Layout, prompt: str, *, progress: bool = True) -> dict:
+def run(p, lay: StagePaths, prompt: str, *, progress: bool = True) -> dict:
     """Stage 4c: LLM-written pairs for one prompt: generate → parse → judge → keep."""
     cfg = p.llm
     if prompt not in cfg.prompts:
@@ -67,7 +67,7 @@ def run(p, lay: Layout, prompt: str, *, progress: bool = True) -> dict:
     sources = [(r["doc_id"], r["text"]) for r in corpus if r["doc_id"] not in excluded]
     custom = _recipe_prompt(cfg, lay, prompt)
     backend, judge_backend = _backends(cfg, lay)
-    out = lay.llm(prompt)
+    out = lay.out
     out.mkdir(parents=True, exist_ok=True)
     n_neg = cfg.n_neg if custom is not None else negatives_for_prompt(prompt, cfg.n_neg)
     sampling = {"temperature": cfg.temperature, "top_p": cfg.top_p, "max_tokens": cfg.max_tokens}
@@ -78,8 +78,7 @@ def run(p, lay: Layout, prompt: str, *, progress: bool = True) -> dict:
         judge_backend=judge_backend, store_path=out / "calls.jsonl", model_id=cfg.model_id,
         judge_model_id=cfg.judge_model_id, sampling=sampling, seed=seed, require_tags=cfg.require_tags,
         progress=progress, custom_prompt=custom, **_serving(cfg))
-    lay.pairs.mkdir(parents=True, exist_ok=True)
-    write_jsonl(lay.pairs / f"{prompt}.jsonl", rows)
+    write_jsonl(lay.pair_file, rows)
     write_jsonl(out / "failures.jsonl", failures)
     # how many answers came from the store on this run depends on whether it resumed: such
     # counts are not metrics, so a resumed run and a fresh one give identical metrics
@@ -87,18 +86,18 @@ def run(p, lay: Layout, prompt: str, *, progress: bool = True) -> dict:
                                           for k in ("from_store", "sent") if k in counts.get(part, {})}}
     counts = {"sources_requested": len(sources), "skipped_excluded": len(corpus) - len(sources),
               "paraphrase_depth_char3_jaccard": paraphrase_depth(rows), **counts}
-    write_json(lay.metrics / f"llm_{prompt}.json", counts)
+    write_json(lay.metrics, counts)
     write_run_record(out, f"llm:{prompt}", asdict(cfg),
                      {"corpus": lay.corpus / "corpus.parquet", "exclusion": ex_path,
                       "recordings": lay.recordings / "recordings.jsonl"},
                      {"rows": len(rows), "failures": len(failures)})
     # facts of this run (self-test, answers taken from the store) stay out of the DVC
     # output, so a resumed run and a fresh one hash the same
-    write_json(lay.scratch / "llm" / f"{prompt}.this_run.json", this_run)
+    write_json(lay.scratch / f"{prompt}.this_run.json", this_run)
     return {**counts, "this_run": this_run}
 
 
-def _recipe_prompt(cfg, lay: Layout, prompt: str):
+def _recipe_prompt(cfg, lay: StagePaths, prompt: str):
     """The user's recipe prompt (``llm.recipe_prompt``) when ``prompt`` is the recipe's
     pair key ``d1_recipe``, else ``None`` (the shipped prompt).
 
@@ -109,14 +108,14 @@ def _recipe_prompt(cfg, lay: Layout, prompt: str):
     if prompt != "d1_recipe" or not cfg.recipe_prompt:
         return None
 
-    custom = load_custom_prompt(lay.p(cfg.recipe_prompt))
+    custom = load_custom_prompt(lay.root / cfg.recipe_prompt)
     if custom.role != "generator" or not custom.has_near_misses:
         raise RecipematchError(f"llm.recipe_prompt: {cfg.recipe_prompt} must be a generator prompt whose answer "
                                "declares near_misses (the recipe arm trains on its own near-misses)")
     return custom
 
 
-def _llm_self_test(cfg, lay: Layout, backend, sources, *, prompt: str, n_neg: int, sampling, seed: int,
+def _llm_self_test(cfg, lay: StagePaths, backend, sources, *, prompt: str, n_neg: int, sampling, seed: int,
                    store_path: Path, limit: int = 3, custom=None) -> dict:
     """Worker self-test gate (the judging design note): before writing any output the
     backend re-answers up to ``limit`` already-recorded requests and must match them byte
@@ -149,4 +148,4 @@ def _llm_self_test(cfg, lay: Layout, backend, sources, *, prompt: str, n_neg: in
 
 
 main = stage("llm", PARAMS, click.option("--prompt", required=True, help="Prompt name, e.g. d1_recipe."),
-             progress_option)(run)
+             progress_option, paths=("corpus", "gates", "recordings", "out", "pair_file", "metrics", "scratch"))(run)

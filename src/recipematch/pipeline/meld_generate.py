@@ -26,7 +26,7 @@ from recipematch.llm.backends import GenerationRequest
 from recipematch.llm.prompts import load_prompt, load_prompt_parts
 from recipematch.llm.asker import StoredAsker, failure_counts, top_counts
 from recipematch.llm.serving import check_recordings
-from recipematch.pipeline.door import Layout, progress_option, stage
+from recipematch.pipeline.door import StagePaths, progress_option, stage
 from recipematch.rules import MELD_ATTACK_SYSTEM
 
 PARAMS = ("meld_generate",)
@@ -35,18 +35,18 @@ SCREEN = "meld_screen"
 name_option = click.option("--name", "name", required=True, help="A row set named in params.yaml `meld_generate`.")
 
 
-def run(p, lay: Layout, *, name: str, progress: bool = True) -> dict:
+def run(p, lay: StagePaths, *, name: str, progress: bool = True) -> dict:
     """Generate, screen and write one MELD attack row set (Appendix D)."""
     if name not in p.meld_generate:
         raise RecipematchError(f"--name {name!r}: not declared in params.yaml meld_generate "
                                f"(declared: {sorted(p.meld_generate)})")
     mc = p.meld_generate[name]
     where = f"meld_generate.{name}"
-    domains_path = lay.p(mc.domains)
+    domains_path = lay.root / mc.domains
     if not domains_path.is_file():
         raise RecipematchError(f"{where}.domains: {domains_path} does not exist")
     domains = read_domains(domains_path, f"{where}.domains")
-    recordings = lay.p(mc.recordings) if mc.recordings else None
+    recordings = (lay.root / mc.recordings) if mc.recordings else None
     check_recordings(mc, recordings, where)
     system_name = MELD_ATTACK_SYSTEM[name]
     turns = {rnd: load_prompt_parts(f"{system_name}:{turn}", f"{system_name}.system.txt",
@@ -55,7 +55,7 @@ def run(p, lay: Layout, *, name: str, progress: bool = True) -> dict:
     gen_sha = attack_prompt_sha256(system_name)
     screen_sha = screen.sha256
     group = name.removeprefix("meld_")
-    asker = StoredAsker(mc, recordings, where, lay.p("cache", "meld_generate", name), progress=progress)
+    asker = StoredAsker(mc, recordings, where, lay.scratch, progress=progress)
     ask = asker.ask
 
     def sampling(temperature: float) -> dict:
@@ -152,7 +152,7 @@ def run(p, lay: Layout, *, name: str, progress: bool = True) -> dict:
               "failures": reasons, "n_failures": len(failures),
               "prompt": MELD_ATTACK_SYSTEM[name], "prompt_sha256": gen_sha, "screen_prompt_sha256": screen_sha,
               "model_id": mc.model_id}
-    with building_dir(lay.meld_generate(name)) as tmp:
+    with building_dir(lay.out) as tmp:
         write_jsonl(tmp / "pairs.jsonl", rows)
         write_jsonl(tmp / "raw.jsonl", raw_rows)
         write_jsonl(tmp / "failures.jsonl", failures)
@@ -161,7 +161,7 @@ def run(p, lay: Layout, *, name: str, progress: bool = True) -> dict:
             "settings": {"n_pairs": mc.n_pairs, "rounds": mc.rounds, "target_pairs": mc.target_pairs,
                          "greedy_first_round": mc.greedy_first_round, "screen": mc.screen,
                          "negatives": mc.negatives, "direction": mc.direction, "row_seed": mc.row_seed}})
-    write_json(lay.metrics / "meld_generate" / f"{name}.json", counts)
+    write_json(lay.metrics, counts)
     if not rows:  # written first: the failures say why, the call store keeps every answer
         top = top_counts(reasons)
         raise RecipematchError(f"{where}: no row came out ({len(raw_rows)} pairs parsed, {len(kept)} kept, "
@@ -170,5 +170,6 @@ def run(p, lay: Layout, *, name: str, progress: bool = True) -> dict:
     return counts
 
 
-main = stage("meld_generate", PARAMS, name_option, progress_option)(
+main = stage("meld_generate", PARAMS, name_option, progress_option,
+             paths=("scratch", "out", "metrics"))(
     lambda p, lay, name, progress: run(p, lay, name=name, progress=progress))

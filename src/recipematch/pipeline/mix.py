@@ -21,7 +21,7 @@ from recipematch.config import ReplayConfig
 from recipematch.errors import RecipematchError
 from recipematch.pipeline import evaluate as evaluate_stage
 from recipematch.pipeline import train as train_stage
-from recipematch.pipeline.door import Layout, arm_option, progress_option, stage
+from recipematch.pipeline.door import StagePaths, arm_option, progress_option, stage
 from recipematch.rules import mix_label
 
 PARAMS = ("train", "mlflow", "gates", "evaluate", "evaluations", "remedies.arms", "remedies.replay_fractions",
@@ -51,7 +51,7 @@ def _fraction(text: str, allowed) -> float:
     return f
 
 
-def run(p, lay: Layout, arm: str, fraction: str, *, progress: bool = True, engine=None) -> dict:
+def run(p, lay: StagePaths, arm: str, fraction: str, *, progress: bool = True, engine=None) -> dict:
     """Retrain ``arm`` with replay rows at ``fraction`` and score every seed.
 
     Returns:
@@ -72,4 +72,5 @@ def run(p, lay: Layout, arm: str, fraction: str, *, progress: bool = True, engin
     return {"train": summary, "eval": scores}
 
 
-main = stage("mix", PARAMS, arm_option, fraction_option, progress_option, runtime=RUNTIME)(run)
+main = stage("mix", PARAMS, arm_option, fraction_option, progress_option, runtime=RUNTIME,
+             paths=("spec", "cells", "validated", "evalsets", "gates", "cache", "models", "train_metrics", "scratch", "eval", "eval_metrics"))(run)

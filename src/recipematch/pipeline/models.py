@@ -7,11 +7,11 @@ from recipematch.errors import RecipematchError
 from recipematch.io import read_json
 from recipematch.gates import ContaminationGate, CosineGate, NgramGate
 from recipematch.base_models import resolve_model  # noqa: F401 - re-exported: the stage modules' name for it
-from recipematch.pipeline.door import Layout
+from recipematch.pipeline.door import StagePaths
 from recipematch.pipeline.inputs import heldout_sources, load_exclusion
 
 
-def eval_texts(lay: Layout) -> list[str]:
+def eval_texts(lay: StagePaths) -> list[str]:
     """Every evaluation text the gates stage collected from the declared evaluations."""
     return list(read_json(lay.gates / "eval_texts.json")["texts"])
 
@@ -66,7 +66,7 @@ def encoder(model: str, *, max_seq_length: int, batch_size: int, device: str, dt
                                                       device=device, dtype=dtype, query_prompt=query_prompt or None))
 
 
-def contamination_gate(p, lay: Layout, *, cosine: bool = True):
+def contamination_gate(p, lay: StagePaths, *, cosine: bool = True):
     """The one contamination gate (paper Section 3, Appendix B) from the stage's params:
     ``gates`` (all keys), and for the cosine check the base model ``train.model`` encoded
     with the gate's own settings ``gates.cosine_max_seq_length`` / ``cosine_batch_size`` /

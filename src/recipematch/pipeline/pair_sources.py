@@ -21,7 +21,7 @@ from pathlib import Path
 from recipematch.errors import RecipematchError
 from recipematch.io import read_json
 from recipematch.pairs import read_pair_file
-from recipematch.pipeline.door import Layout
+from recipematch.pipeline.door import StagePaths
 from recipematch.pipeline.inputs import read_pairs
 from recipematch.rules import LLM_PROMPTS
 
@@ -35,16 +35,16 @@ def _status(path: Path, stage: str) -> dict:
     return read_json(path)
 
 
-def cell_pair_path(lay: Layout, key: str, *, judges: str = "first") -> Path:
+def cell_pair_path(lay: StagePaths, key: str, *, judges: str = "first") -> Path:
     """The file :func:`cell_pairs` reads for ``key`` (for run records)."""
     if key in BT_HOPS:
         return lay.backtranslate / f"{key}.jsonl"
     if judges == "both" and key in LLM_PROMPTS:
-        return lay.judge2_cells(key)
+        return lay.judge2_cells / f"{key}.jsonl"
     return lay.pairs / f"{key}.jsonl"
 
 
-def cell_pairs(lay: Layout, key: str, *, judges: str = "first") -> list[dict] | None:
+def cell_pairs(lay: StagePaths, key: str, *, judges: str = "first") -> list[dict] | None:
     """The rows of pair-file ``key`` for the cells stage (``None`` when this configuration
     produces no such file, as :func:`recipematch.pipeline.inputs.read_pairs`).
 
@@ -67,8 +67,8 @@ def cell_pairs(lay: Layout, key: str, *, judges: str = "first") -> list[dict] | 
         raise RecipematchError(f"positives {key} ({BT_HOPS[key]} hop{'s' if BT_HOPS[key] > 1 else ''}): "
                                f"{st.get('reason') or 'the backtranslate stage wrote no ' + path.name}")
     if judges == "both" and key in LLM_PROMPTS:
-        st = _status(lay.judge2(key) / "status.json", f"judge2@{key}")
-        path = lay.judge2_cells(key)
+        st = _status(lay.judge2 / key / "status.json", f"judge2@{key}")
+        path = lay.judge2_cells / f"{key}.jsonl"
         if not st.get("enabled"):
             raise RecipematchError(f"judge2.cells: both, but the judge2@{key} stage wrote no two-judge file "
                                    f"({st.get('reason', 'no reason recorded')})")

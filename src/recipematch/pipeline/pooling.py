@@ -20,7 +20,7 @@ from recipematch.benchmarks_data import load_set
 from recipematch.beir import corpus_sha256, doc_text, queries_sha256
 from recipematch.errors import RecipematchError
 from recipematch.io import building_dir, write_json
-from recipematch.pipeline.door import Layout, check_device, progress_option, stage
+from recipematch.pipeline.door import StagePaths, check_device, progress_option, stage
 from recipematch.pipeline.inputs import train_seeds
 from recipematch.pipeline.models import resolve_model
 
@@ -32,7 +32,7 @@ EVAL_DEPS = "param:pooling.${key}.evaluation"
 name_option = click.option("--name", "name", required=True, help="A pool named in params.yaml `pooling`.")
 
 
-def _dense_models(p, lay: Layout, models) -> list[tuple[str, str, str]]:
+def _dense_models(p, lay: StagePaths, models) -> list[tuple[str, str, str]]:
     """``(route name, checkpoint path, query prompt)`` per dense route, in declared order."""
     out = []
 
@@ -41,14 +41,14 @@ def _dense_models(p, lay: Layout, models) -> list[tuple[str, str, str]]:
             out.append(("dense_base", resolve_model(p.train.model), ""))
             continue
         for s in train_seeds(p.train.seed, p.train.n_seeds):
-            ckpt = lay.models(m) / f"seed_{s}"
+            ckpt = lay.models_root / m / f"seed_{s}"
             if not ckpt.is_dir():
                 raise RecipematchError(f"{ckpt} does not exist: train@{m} has not trained seed {s} (run it first)")
             out.append((f"dense_{m}_s{s}", str(ckpt), p.train.query_instruction))
     return out
 
 
-def _model_identity(p, lay: Layout, path: str) -> str:
+def _model_identity(p, lay: StagePaths, path: str) -> str:
     """What the MANIFEST records for a dense route's model, the same in every clone: a trained
     checkpoint's path relative to the project root, the base model by its ``train.model``
     name (its resolved folder lies wherever the package or the cache was installed)."""
@@ -58,7 +58,7 @@ def _model_identity(p, lay: Layout, path: str) -> str:
         return p.train.model
 
 
-def run(p, lay: Layout, *, name: str, progress: bool = True) -> dict:
+def run(p, lay: StagePaths, *, name: str, progress: bool = True) -> dict:
     """Pool the candidates of one declared evaluation over dense, BM25 and n-gram routes."""
     from recipematch.pipeline.evaluate import encoder_for  # lazy: tests monkeypatch recipematch.pipeline.evaluate.encoder_for
     from recipematch.pooling import Route, bm25_route, fuse, ngram_topk, pool_counts  # lazy: recipematch.pooling pulls in pandas, torch
@@ -70,7 +70,7 @@ def run(p, lay: Layout, *, name: str, progress: bool = True) -> dict:
         raise RecipematchError(f"--name {name!r}: not declared in params.yaml pooling (declared: {sorted(p.pooling)})")
     pc = p.pooling[name]
     ev = p.evaluations[pc.evaluation]
-    folder = lay.p(ev.folder)
+    folder = lay.root / ev.folder
     if not folder.is_dir():
         raise RecipematchError(f"evaluations.{pc.evaluation}.folder: {folder} does not exist "
                                "(run the stage that writes it, or `dvc pull` it)")
@@ -102,7 +102,7 @@ def run(p, lay: Layout, *, name: str, progress: bool = True) -> dict:
     cands = fuse(routes, qids, doc_ids, rrf_k=pc.rrf_k, judge_depth=pc.judge_depth, gold=gold)
     counts = pool_counts(cands, routes, qids, mode=pc.mode, judge_depth=pc.judge_depth, gold=gold)
     counts.update(evaluation=pc.evaluation, n_docs=len(doc_ids), self_mask=own.rule, n_queries_self_masked=own.n_masked)
-    with building_dir(lay.pooling(name)) as tmp:
+    with building_dir(lay.out) as tmp:
         cands.to_parquet(tmp / "candidates.parquet", index=False)
         write_json(tmp / "MANIFEST.json", {
             "evaluation": pc.evaluation, "folder": ev.folder, "rule": ev.rule,
@@ -114,9 +114,10 @@ def run(p, lay: Layout, *, name: str, progress: bool = True) -> dict:
                          "token_pattern": pc.token_pattern, "ngram_n": pc.ngram_n},
             "columns": list(cands.columns), "n_rows": int(len(cands)),
         })
-    write_json(lay.metrics / "pooling" / f"{name}.json", counts)
+    write_json(lay.metrics, counts)
     return counts
 
 
-main = stage("pooling", PARAMS, name_option, progress_option)(
+main = stage("pooling", PARAMS, name_option, progress_option,
+             paths=("models_root", "cache", "out", "metrics"))(
     lambda p, lay, name, progress: run(p, lay, name=name, progress=progress))

@@ -25,7 +25,7 @@ from recipematch.beir import corpus_sha256, doc_text, queries_sha256, write_beir
 from recipematch.errors import RecipematchError
 from recipematch.io import building_dir, sha256_file, write_json, write_jsonl
 from recipematch.llm.pipeline import run_llm_pairs
-from recipematch.pipeline.door import Layout, progress_option, stage
+from recipematch.pipeline.door import StagePaths, progress_option, stage
 from recipematch.pipeline.llm import _backends, _serving
 from recipematch.regen import read_release_rows, regenerate
 from recipematch.rules import negatives_for_prompt
@@ -37,11 +37,11 @@ PARAMS = ("regen", "evaluations", "llm", "seed")
 EVAL_DEPS = "param:regen.${key}.of"
 
 
-def _llm_texts(p, lay: Layout, name: str, rc, queries: dict[str, str], progress: bool):
+def _llm_texts(p, lay: StagePaths, name: str, rc, queries: dict[str, str], progress: bool):
     """Query id → first kept positive, query id → reason for the rest, and the run's counts."""
     cfg = p.llm
     backend, judge_backend = _backends(cfg, lay)
-    store = lay.regen_calls(name)
+    store = lay.calls
     store.mkdir(parents=True, exist_ok=True)
     sampling = {"temperature": cfg.temperature, "top_p": cfg.top_p, "max_tokens": cfg.max_tokens}
     rows, failures, counts = run_llm_pairs(
@@ -67,7 +67,7 @@ def _llm_texts(p, lay: Layout, name: str, rc, queries: dict[str, str], progress:
     return texts, reasons, {"llm": counts, "provenance": provenance}
 
 
-def run(p, lay: Layout, name: str, *, progress: bool = True) -> dict:
+def run(p, lay: StagePaths, name: str, *, progress: bool = True) -> dict:
     """Stage: regenerate one declared benchmark's golds another way (Appendix E)."""
     from recipematch.scoring import scored_qrels  # lazy: recipematch.scoring pulls in pandas, torch
 
@@ -78,12 +78,12 @@ def run(p, lay: Layout, name: str, *, progress: bool = True) -> dict:
     if ev is None or ev.role != "benchmark":
         raise RecipematchError(f"regen.{name}.of: {rc.of!r} is not a declared benchmark evaluation (benchmarks: "
                                f"{sorted(n for n, e in p.evaluations.items() if e.role == 'benchmark')})")
-    bset = load_set(lay.p(ev.folder), ev.rule, name=rc.of, self_mask=ev.self_mask)
+    bset = load_set(lay.root / ev.folder, ev.rule, name=rc.of, self_mask=ev.self_mask)
     queries = {q: bset.queries[q] for q in bset.query_ids}
     golds = {q: sorted(g) for q, g in scored_qrels(bset).items()}
     extra: dict = {}
     if rc.source == "rows":
-        path = lay.p(rc.rows)
+        path = lay.root / rc.rows
         texts, reasons, config = read_release_rows(path, rc.variant)
         provenance = {"source": "rows", "rows": rc.rows, "rows_sha256": sha256_file(path), "variant": rc.variant,
                       "release_config": config}
@@ -97,7 +97,7 @@ def run(p, lay: Layout, name: str, *, progress: bool = True) -> dict:
     version = regenerate(bset.corpus, queries, golds, {q: t for q, t in texts.items() if q in queries},
                          missing=rc.missing, reasons=reasons, query_meta=bset.query_meta, where=f"regen.{name}")
     counts = {**version.counts, **extra, "of": rc.of, "source": rc.source}
-    with building_dir(lay.regen(name)) as tmp:
+    with building_dir(lay.out) as tmp:
         write_beir(tmp, version.corpus, version.queries, version.qrels, query_meta=version.query_meta)
         write_jsonl(tmp / "dropped.jsonl", version.dropped)
         write_json(tmp / "MANIFEST.json", {
@@ -107,10 +107,11 @@ def run(p, lay: Layout, name: str, *, progress: bool = True) -> dict:
             "texts_changed": sum(1 for q in version.queries
                                  if doc_text(bset.corpus[golds[q][0]]).strip() != version.corpus[golds[q][0]]["text"].strip()),
         })
-    write_json(lay.metrics / "regen" / f"{name}.json", counts)
+    write_json(lay.metrics, counts)
     log.info("regen@%s: %s of %s queries with a regenerated gold (%s dropped), %s duplicates removed", name,
              counts["kept"], counts["queries"], counts["dropped"], counts["duplicates_of_new_golds_removed"])
     return counts
 
 
-main = stage("regen", PARAMS, click.option("--name", required=True, help="The regen entry."), progress_option)(run)
+main = stage("regen", PARAMS, click.option("--name", required=True, help="The regen entry."), progress_option,
+             paths=("recordings", "calls", "out", "metrics"))(run)

@@ -8,36 +8,36 @@ import logging
 from pathlib import Path
 
 from recipematch.io import read_json
-from recipematch.pipeline.door import Layout, stage
+from recipematch.pipeline.door import StagePaths, stage
 from recipematch.report import write_report
 
 PARAMS = ("arms", "seed", "train.seed", "train.n_seeds", "positives", "negatives", "negatives_volume", "budget")
 
 log = logging.getLogger("recipematch")
 
-def run(p, lay: Layout) -> Path:
+def run(p, lay: StagePaths) -> Path:
     """Markdown report: Table 1's shape, the Figure-1-style scatter (PNG), Tables 9 and 11-12
     from the arms that ran (each arm's cell read from its ``cell.json``)."""
     arms = list(p.arms)
-    stats = read_json(lay.metrics / "stats.json")
+    stats = read_json(lay.metrics_dir / "stats.json")
     cells = {}
     for a in arms:
-        c = read_json(lay.cells(a) / "cell.json")
+        c = read_json(lay.cells_root / a / "cell.json")
         cells[a] = {"name": c["name"], "positives": c["spec"]["positives"], "negatives": c["spec"]["negatives"],
                     "volume": c["spec"]["volume"]}
     counts = {}
     for name in ("corpus", "evalsets", "gates", "verified", "recordings"):
-        path = lay.metrics / f"{name}.json"
+        path = lay.metrics_dir / f"{name}.json"
         if path.exists():
             counts[name] = read_json(path)
-    for path in sorted(lay.metrics.glob("llm_*.json")):
+    for path in sorted(lay.metrics_dir.glob("llm_*.json")):
         counts[path.stem] = read_json(path)
     for a in arms:
-        counts[f"cells.{a}"] = read_json(lay.metrics / "cells" / f"{a}.json")
-        counts[f"train.{a}"] = read_json(lay.metrics / "train" / f"{a}.json")
-    return write_report(stats, cells, counts, lay.reports, params=_report_params(p),
-                        style=read_json(lay.metrics / "style.json"),
-                        hits=read_json(lay.metrics / "hits.json") if (lay.metrics / "hits.json").exists() else None)
+        counts[f"cells.{a}"] = read_json(lay.metrics_dir / "cells" / f"{a}.json")
+        counts[f"train.{a}"] = read_json(lay.metrics_dir / "train" / f"{a}.json")
+    return write_report(stats, cells, counts, lay.out, params=_report_params(p),
+                        style=read_json(lay.metrics_dir / "style.json"),
+                        hits=read_json(lay.metrics_dir / "hits.json") if (lay.metrics_dir / "hits.json").exists() else None)
 
 
 def _report_params(p) -> dict:
@@ -47,4 +47,4 @@ def _report_params(p) -> dict:
             "negatives": p.negatives, "negatives_volume": p.negatives_volume, "budget": asdict(p.budget)}
 
 
-main = stage("report", PARAMS)(lambda p, lay: str(run(p, lay)))
+main = stage("report", PARAMS, paths=("metrics_dir", "cells_root", "out"))(lambda p, lay: str(run(p, lay)))

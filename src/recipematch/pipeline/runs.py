@@ -13,13 +13,15 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from recipematch import tracking
 from recipematch.errors import RecipematchError
 from recipematch.io import read_json
-from recipematch.pipeline.door import Layout
+from recipematch.pipeline.graph import resolve, stage_options
 from recipematch.pipeline.inputs import mlflow_artifacts, mlflow_uri
+from recipematch.rules import soup_label
 from recipematch.tracking import finite_value
 
 log = logging.getLogger("recipematch")
@@ -61,9 +63,11 @@ def _seed_records(folder) -> list[tuple[int, dict]]:
     return sorted(out)
 
 
-def restore(p, lay: Layout) -> dict[str, int]:
+def restore(p, root: Path) -> dict[str, int]:
     """Re-create every trained arm's and soup's runs (:func:`trained_run`, and soups by their
     run key) and log their scores from ``per_seed.json`` where the evaluate stage wrote one.
+    The folders are the ones the project's ``dvc.yaml`` passes its ``train@``, ``soup@`` and
+    ``evaluate@`` stages (:mod:`recipematch.pipeline.graph`).
     Scores are logged with ``changed="supersede"`` (:func:`recipematch.tracking.log_metrics_once`):
     nothing the store holds is appended again.
 
@@ -77,17 +81,26 @@ def restore(p, lay: Layout) -> dict[str, int]:
 
     from recipematch.pipeline.soup import SOUP_RECORD_KEYS, soup_run  # lazy: import cycle with recipematch.pipeline.soup
 
-    uri = mlflow_uri(p.mlflow.tracking_uri, lay)
-    c, exp_id = tracking.open_store(uri, p.mlflow.experiment, artifact_location=mlflow_artifacts(lay))
+    root = Path(root).resolve()
+    groups, evals = [], {}  # (label, checkpoint folder, kind, its evaluation folder)
+    for st in resolve(root).values():
+        main, opts = stage_options(st)
+        if main.name == "train" and opts["arm"] in p.arms:
+            groups.append((opts["arm"], root / opts["path_models"], "trained", None))
+        elif main.name == "soup":
+            groups.append((soup_label(opts["arm"], opts["alpha"]), root / opts["path_out"], "soup",
+                           root / opts["path_eval"]))
+        elif main.name == "evaluate":
+            evals[opts["arm"]] = root / opts["path_eval"]
+    uri = mlflow_uri(p.mlflow.tracking_uri, root)
+    c, exp_id = tracking.open_store(uri, p.mlflow.experiment, artifact_location=mlflow_artifacts(root))
     out = {"runs": 0, "restored": 0, "scores_logged": 0, "without_scores": 0}
-    groups = [(arm, lay.models(arm), "trained") for arm in p.arms]
-    soups = lay.soups_root
-    groups += [(d.name, d, "soup") for d in sorted(soups.iterdir()) if d.is_dir()] if soups.is_dir() else []
     now = int(time.time() * 1000)
     with tracking.store_lock(uri):
-        for label, folder, kind in groups:
-            per_seed_path = lay.eval_dir(label) / "per_seed.json"
-            per_seed = read_json(per_seed_path) if per_seed_path.is_file() else {}
+        for label, folder, kind, eval_dir in groups:
+            eval_dir = eval_dir or evals.get(label)  # a trained arm's scores: its evaluate@ stage's folder
+            per_seed_path = eval_dir / "per_seed.json" if eval_dir is not None else None
+            per_seed = read_json(per_seed_path) if per_seed_path is not None and per_seed_path.is_file() else {}
             for seed, rec in _seed_records(folder) if folder.is_dir() else []:
                 where = folder / f"seed_{seed}.json"
                 if not isinstance(rec, Mapping) or not rec.get("run_key"):

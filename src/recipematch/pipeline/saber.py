@@ -40,7 +40,7 @@ from recipematch.llm.asker import failure_counts, StoredAsker, top_counts
 from recipematch.llm.answer_json import load_answer_object
 from recipematch.llm.prompts import fill_slots
 from recipematch.llm.serving import check_recordings
-from recipematch.pipeline.door import Layout, progress_option, stage
+from recipematch.pipeline.door import StagePaths, progress_option, stage
 from recipematch.saber import (
     bradley_terry,
     combine_orders,
@@ -62,8 +62,8 @@ CORE_IDEA_PROMPT = "saber_core_idea.txt"
 name_option = click.option("--name", "name", required=True, help="A run of params.yaml `saber`.")
 
 
-def _file(lay: Layout, rel: str, what: str):
-    path = lay.p(rel)
+def _file(lay: StagePaths, rel: str, what: str):
+    path = lay.root / rel
     if not path.is_file():
         raise RecipematchError(f"{what}: {path} does not exist")
     return path
@@ -149,7 +149,7 @@ def _assign_topics(sc, ont, ids, corpus, texts, template, system, sampling, ask,
     return out, walk.calls_made
 
 
-def run(p, lay: Layout, *, name: str, progress: bool = True) -> dict:
+def run(p, lay: StagePaths, *, name: str, progress: bool = True) -> dict:
     """Label one problem corpus the SABER-Math way."""
     from recipematch.retrieval.bm25 import score_blocks  # lazy: recipematch.retrieval.bm25 pulls in torch
 
@@ -174,7 +174,7 @@ def run(p, lay: Layout, *, name: str, progress: bool = True) -> dict:
         try:
             information_content(ont, {d: t for d, t in topics.items() if t} or {"": [ont.root]})
         except RecipematchError as e:
-            raise RecipematchError(f"{where}.topics: {lay.p(sc.topics)}: {e}") from None
+            raise RecipematchError(f"{where}.topics: {(lay.root / sc.topics)}: {e}") from None
     judge_t = _file(lay, sc.judge_prompt, f"{where}.judge_prompt").read_text(encoding="utf-8")
     fill_slots(judge_t, {"query": "", "first": "", "second": ""}, f"{where}.judge_prompt")  # a template lacking a slot stops here
     if topics is None:
@@ -182,7 +182,7 @@ def run(p, lay: Layout, *, name: str, progress: bool = True) -> dict:
         fill_slots(topic_t, {"text": "", "tags": ""}, f"{where}.topic_prompt")
         topic_sys = (_file(lay, sc.topic_system_prompt, f"{where}.topic_system_prompt").read_text(encoding="utf-8")
                      if sc.topic_system_prompt else "")
-    recordings = lay.p(sc.recordings) if sc.recordings else None
+    recordings = (lay.root / sc.recordings) if sc.recordings else None
     check_recordings(sc, recordings, where)
     unknown = sorted(set(topics or ()) - set(corpus))[:3]
     if unknown:
@@ -191,7 +191,7 @@ def run(p, lay: Layout, *, name: str, progress: bool = True) -> dict:
     texts = {d: doc_text(corpus[d])[: sc.max_doc_chars] for d in ids}
     failures: list[dict] = []
     sampling = {"temperature": sc.temperature, "top_p": sc.top_p, "max_tokens": sc.max_tokens}
-    asker = StoredAsker(sc, recordings, where, lay.p("cache", "saber", name), progress=progress)
+    asker = StoredAsker(sc, recordings, where, lay.scratch, progress=progress)
     ask = asker.ask
 
     try:
@@ -229,7 +229,7 @@ def run(p, lay: Layout, *, name: str, progress: bool = True) -> dict:
         # 2. similarities
         if not any(topics.values()):
             if sc.topics:
-                raise RecipematchError(f"{where}.topics: {lay.p(sc.topics)}: no problem has a topic")
+                raise RecipematchError(f"{where}.topics: {(lay.root / sc.topics)}: no problem has a topic")
             top = sorted({f["reason"] for f in failures if f["step"] == "topics"})[:3]
             raise RecipematchError(f"{where}: no problem has a topic (the walk's failures: {top or 'none'}; every "
                                    f"answer is kept in the call store)")
@@ -350,7 +350,7 @@ def run(p, lay: Layout, *, name: str, progress: bool = True) -> dict:
         scores = np.concatenate([b.numpy()[0] for _s, _e, b in blocks]) if blocks else np.zeros(len(cand))
         order = [cand[i] for i in sorted(range(len(cand)), key=lambda i: (-scores[i], cand[i]))]
         ndcg.append(ndcg_exponential(qrels[q], order, 10))
-    with building_dir(lay.saber(name)) as tmp:
+    with building_dir(lay.out) as tmp:
         pd.DataFrame([{"query_id": q, "doc_id": d, "category": c, "topic_sim": t, "summary_sim": s}
                       for q in queries for d, c, t, s in selected[q]]).to_parquet(tmp / "candidates.parquet", index=False)
         pd.DataFrame(grade_rows).to_parquet(tmp / "grades.parquet", index=False)
@@ -379,7 +379,7 @@ def run(p, lay: Layout, *, name: str, progress: bool = True) -> dict:
               "rounds_played": {str(k): v for k, v in pd.Series([tours[q].round for q in queries], dtype="int64")
                                 .value_counts().sort_index().items()},
               "bm25_rerank_ndcg10_exponential": round(float(np.mean(ndcg)), 6) if ndcg else None}
-    write_json(lay.metrics / "saber" / f"{name}.json", counts)
+    write_json(lay.metrics, counts)
     if not queries:  # written first: the metrics count why each query was skipped
         kinds = top_counts(skip_kinds, none="none")
         raise RecipematchError(f"saber.{name}: 0 of {len(qids)} queries eligible: each needs k={sc.k} candidates in "
@@ -393,5 +393,6 @@ def run(p, lay: Layout, *, name: str, progress: bool = True) -> dict:
     return counts
 
 
-main = stage("saber", PARAMS, name_option, progress_option)(
+main = stage("saber", PARAMS, name_option, progress_option,
+             paths=("scratch", "out", "metrics"))(
     lambda p, lay, name, progress: run(p, lay, name=name, progress=progress))

@@ -24,7 +24,7 @@ import click
 from recipematch import tracking
 from recipematch.errors import RecipematchError
 from recipematch.io import canonical_json, sha256_text, sha256_tree, write_json
-from recipematch.pipeline.door import Layout, arm_option, check_device, stage
+from recipematch.pipeline.door import StagePaths, arm_option, check_device, stage
 from recipematch.pipeline.evaluate import encoder_for, load_evaluations, load_graded, score_models, write_results
 from recipematch.pipeline.inputs import mlflow_artifacts, mlflow_uri, train_seeds
 from recipematch.pipeline.models import resolve_model
@@ -58,25 +58,25 @@ def _alpha(text: str, allowed) -> float:
     return a
 
 
-def run(p, lay: Layout, arm: str, alpha: str) -> dict:
+def run(p, lay: StagePaths, arm: str, alpha: str) -> dict:
     """Soups of one arm at one alpha: build each seed's soup, score it, log it."""
     if arm not in p.remedies.arms:
         raise RecipematchError(f"--arm {arm!r}: not in remedies.arms {list(p.remedies.arms)}")
     a = _alpha(alpha, p.remedies.soup_alphas)
     check_device("devices.evaluate", p.devices.evaluate)
-    if not lay.models(arm).is_dir():
-        raise RecipematchError(f"--arm {arm!r}: {lay.models(arm)} does not exist (train it first)")
+    if not lay.models.is_dir():
+        raise RecipematchError(f"--arm {arm!r}: {lay.models} does not exist (train it first)")
     label = soup_label(arm, alpha)
     base_name = p.train.model
     base = resolve_model(base_name)
     sets = load_evaluations(p, lay)
     graded = load_graded(p, lay, sets)  # every graded check before any model
-    out_root = lay.soups(label)
+    out_root = lay.out
     out_root.mkdir(parents=True, exist_ok=True)
     models = []
     for s in train_seeds(p.train.seed, p.train.n_seeds):
-        ft = lay.models(arm) / f"seed_{s}"
-        rec_path = lay.models(arm) / f"seed_{s}.json"
+        ft = lay.models / f"seed_{s}"
+        rec_path = lay.models / f"seed_{s}.json"
         if not rec_path.exists() or not ft.is_dir():
             raise RecipematchError(f"{rec_path} does not exist: train@{arm} has not trained seed {s}")
         ft_sha = sha256_tree(ft)
@@ -117,17 +117,18 @@ def soup_run(c, exp_id: str, rec: Mapping[str, Any]) -> tuple[str, bool]:
     return run_id, not found
 
 
-def _log_to_mlflow(mcfg, lay: Layout, rec: dict, res: dict) -> None:
+def _log_to_mlflow(mcfg, lay: StagePaths, rec: dict, res: dict) -> None:
     """One MLflow run per (soup, seed), found again by its run key; a score that changed since
     the last run (an edited evaluation) is logged at the next step and tagged."""
     import time as _time
 
-    c, exp_id = tracking.open_store(mlflow_uri(mcfg.tracking_uri, lay), mcfg.experiment,
-                                    artifact_location=mlflow_artifacts(lay))
-    with tracking.store_lock(mlflow_uri(mcfg.tracking_uri, lay)):
+    c, exp_id = tracking.open_store(mlflow_uri(mcfg.tracking_uri, lay.root), mcfg.experiment,
+                                    artifact_location=mlflow_artifacts(lay.root))
+    with tracking.store_lock(mlflow_uri(mcfg.tracking_uri, lay.root)):
         run_id, _ = soup_run(c, exp_id, rec)
         tracking.log_metrics_once(c, run_id, score_metrics(res, int(_time.time() * 1000)), changed="supersede")
         c.set_terminated(run_id, status="FINISHED")
 
 
-main = stage("soup", PARAMS, arm_option, alpha_option)(run)
+main = stage("soup", PARAMS, arm_option, alpha_option,
+             paths=("cache", "models", "out", "eval", "eval_metrics"))(run)

@@ -29,7 +29,7 @@ from typing import Any
 from recipematch.errors import RecipematchError
 from recipematch.io import write_json
 from recipematch.metrics import hits_at_k, metric_key
-from recipematch.pipeline.door import Layout, stage
+from recipematch.pipeline.door import StagePaths, stage
 from recipematch.rules import BASELINES, MEASURE_PREFIX, mix_label, parse_contrast, remedy_labels, soup_label
 from recipematch.stats import (
     did_bootstrap,
@@ -138,7 +138,7 @@ def _graded_gaps(out, evals, ranks, rows, pairs, scfg) -> None:
                                                     "sets": members, "level": 0.95}
 
 
-def run(p, lay: Layout) -> dict:
+def run(p, lay: StagePaths) -> dict:
     """Stage 9: mean ± sd, nested-bootstrap gaps and the DiD (percentage points)."""
     import pandas as pd
 
@@ -152,7 +152,7 @@ def run(p, lay: Layout) -> dict:
     for a in rows:
         ranks[a] = {}
         for name in evals:
-            path = lay.eval_dir(a) / f"{name}.parquet"
+            path = lay.evals / a / f"{name}.parquet"
             if not path.exists():
                 raise RecipematchError(f"{path} does not exist: rerun the evaluate stage of {a!r}")
             df = pd.read_parquet(path)
@@ -166,7 +166,7 @@ def run(p, lay: Layout) -> dict:
             for a in rows:
                 df = ranks[a][name]
                 if "slice_primary" not in df.columns:
-                    raise RecipematchError(f"{lay.eval_dir(a) / (name + '.parquet')} has no slice_primary column: "
+                    raise RecipematchError(f"{lay.evals / a / (name + '.parquet')} has no slice_primary column: "
                                            f"rerun the evaluate stage of {a!r}")
                 ranks[a][name] = df[df["slice_primary"].astype(bool)]
     out: dict[str, Any] = {"arms": {}, "gaps": {}, "did": {}, "n_boot": scfg.n_boot, "seed": scfg.seed,
@@ -255,7 +255,7 @@ def run(p, lay: Layout) -> dict:
     out["slices"] = {name: slice_table({a: full[a][name] for a in rows}, base="base", k=1, n_boot=scfg.n_boot,
                                        seed=scfg.seed, paired_seeds=False)
                      for name, ev in evals.items() if ev.rule == "samelang"}
-    write_json(lay.metrics / "stats.json", out)
+    write_json(lay.metrics, out)
     # DVC plot data: one point per model, x = the (first) real set, y = each benchmark set
     pts = []
     if real:
@@ -267,7 +267,7 @@ def run(p, lay: Layout) -> dict:
                 for b in bench:
                     pt[f"{b}_R@1"] = out["arms"][a][metric_key(b, 1)]["per_seed"][i]
                 pts.append(pt)
-    write_json(lay.metrics / "plots" / "scatter.json", pts)
+    write_json(lay.plot, pts)
     return out
 
 
@@ -321,9 +321,9 @@ def _as_dict(obj: Any) -> Any:
     return obj
 
 
-def _main(p, lay: Layout) -> dict:
+def _main(p, lay: StagePaths) -> dict:
     out = run(p, lay)
     return {"gaps": {k: {kk: v[kk] for kk in ("estimate", "low", "high") if kk in v} for k, v in out["gaps"].items()}}
 
 
-main = stage("stats", PARAMS)(_main)
+main = stage("stats", PARAMS, paths=("evals", "metrics", "plot"))(_main)

@@ -19,7 +19,7 @@ from recipematch.benchmarks_data import load_set
 from recipematch.beir import doc_text
 from recipematch.errors import RecipematchError
 from recipematch.io import write_json
-from recipematch.pipeline.door import Layout, check_device, stage
+from recipematch.pipeline.door import StagePaths, check_device, stage
 from recipematch.pipeline.inputs import corpus_rows, read_pairs, train_seeds
 from recipematch.pipeline.models import resolve_model
 
@@ -28,7 +28,7 @@ PARAMS = ("style", "arms", "train.seed", "train.n_seeds", "train.model", "evalua
 EVAL_DEPS = "param:style.tracking_set"
 
 
-def run(p, lay: Layout) -> dict:
+def run(p, lay: StagePaths) -> dict:
     """Stage 11: style probe AUCs (stripped and unstripped) and style tracking per model."""
     import numpy as np
 
@@ -55,7 +55,7 @@ def run(p, lay: Layout) -> dict:
         raise RecipematchError(f"style.tracking_set {cfg.tracking_set!r} is not a declared evaluation "
                                f"{sorted(p.evaluations)}")
     ev = p.evaluations[cfg.tracking_set]
-    bset = load_set(lay.p(ev.folder), ev.rule, name=cfg.tracking_set)
+    bset = load_set(lay.root / ev.folder, ev.rule, name=cfg.tracking_set)
     doc_ids = list(bset.corpus)
     doc_texts = [doc_text(bset.corpus[d]) for d in doc_ids]
     style = stripped.decision_function(doc_texts)
@@ -65,7 +65,7 @@ def run(p, lay: Layout) -> dict:
     exclude = np.array([pos.get(q, -1) for q in qids], dtype=np.int64)
     models = [("base", resolve_model(p.train.model))]
     for a in p.arms:
-        models += [(f"{a}.seed{s}", str(lay.models(a) / f"seed_{s}"))
+        models += [(f"{a}.seed{s}", str(lay.models_root / a / f"seed_{s}"))
                    for s in train_seeds(p.train.seed, p.train.n_seeds)]
     for label, path in models:
         enc = encoder_for(path, p)
@@ -75,12 +75,12 @@ def run(p, lay: Layout) -> dict:
                            exclude_doc=exclude)
         out["tracking"][label] = {k: (round(v, 4) if isinstance(v, float) else v)
                                   for k, v in t.to_metrics().items()}
-    write_json(lay.metrics / "style.json", out)
+    write_json(lay.metrics, out)
     return {"probe": {k: v for k, v in out["probe"].items() if k.endswith(".auc")},
             "tracking": {m: t.get("rho_mean") for m, t in out["tracking"].items()}}
 
 
-def _write_scores(lay: Layout, doc_ids: list[str], style) -> None:
+def _write_scores(lay: StagePaths, doc_ids: list[str], style) -> None:
     """``artifacts/style/scores.parquet``: one row per tracked document, written whole or not at all."""
     import os
 
@@ -88,7 +88,7 @@ def _write_scores(lay: Layout, doc_ids: list[str], style) -> None:
 
     from recipematch.style_tracking import style_percentiles  # lazy: recipematch.style_tracking pulls in scipy
 
-    out = lay.style / "scores.parquet"
+    out = lay.out / "scores.parquet"
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(out.name + ".partial")
     pd.DataFrame({"doc_id": doc_ids, "style_score": style, "style_percentile": style_percentiles(style)}
@@ -96,4 +96,4 @@ def _write_scores(lay: Layout, doc_ids: list[str], style) -> None:
     os.replace(tmp, out)
 
 
-main = stage("style", PARAMS)(run)
+main = stage("style", PARAMS, paths=("corpus", "pairs", "models_root", "cache", "out", "metrics"))(run)

@@ -20,7 +20,7 @@ from recipematch.io import (
     write_json,
 )
 from recipematch.pairs import read_pair_file
-from recipematch.pipeline.door import Layout, arm_option, check_device, progress_option, stage
+from recipematch.pipeline.door import StagePaths, arm_option, check_device, progress_option, stage
 from recipematch.pipeline.inputs import (
     arm_spec_from_file,
     git_rev,
@@ -53,7 +53,7 @@ def train_unit(unit: dict, _shared=None) -> dict:
                      cfg=unit["cfg"], progress=unit["progress"], work_dir=Path(unit["work_dir"]))
 
 
-def run(p, lay: Layout, arm: str, *, progress: bool = True, engine=None, label: str | None = None,
+def run(p, lay: StagePaths, arm: str, *, progress: bool = True, engine=None, label: str | None = None,
         replay_cfg=None) -> dict:
     """Stage 7: train every seed of one arm (one MLflow run per seed), the seeds as units of
     ``engine`` (an :class:`~recipematch.config.EngineConfig`; ``None``: one after another
@@ -83,20 +83,20 @@ def run(p, lay: Layout, arm: str, *, progress: bool = True, engine=None, label: 
     check_device("devices.cosine_gate", p.devices.cosine_gate)
     gate, ex_path = contamination_gate(p, lay)
     ex = gate.exclusion
-    validated = read_json(lay.validated(arm))
+    validated = read_json(lay.validated)
     base = resolve_model(tcfg.model)
     settings = TrainSettings.pick(tcfg, device=p.devices.train)
     train_settings = {"model": tcfg.model, **settings.identity()}  # variants join only when on
     replay = None  # general pairs mixed into each training file (Appendix E); off at fraction 0
     if rcfg.fraction > 0:
-        replay = training_mod.ReplayPool.load(lay.p(rcfg.file), gate, key=rkey)
+        replay = training_mod.ReplayPool.load(lay.root / rcfg.file, gate, key=rkey)
         train_settings["replay"] = {"file_sha256": replay.sha256, "fraction": rcfg.fraction}
-    uri = mlflow_uri(mcfg.tracking_uri, lay)
-    c, exp_id = tracking.open_store(uri, mcfg.experiment, artifact_location=mlflow_artifacts(lay))
+    uri = mlflow_uri(mcfg.tracking_uri, lay.root)
+    c, exp_id = tracking.open_store(uri, mcfg.experiment, artifact_location=mlflow_artifacts(lay.root))
     # every write to the store holds its lock: parallel stages (`dvc queue start -j 2`) never
     # write one SQLite file at the same time, and find-or-create of a run key is atomic
     writing = functools.partial(tracking.store_lock, uri)
-    out_root = lay.models(label)
+    out_root = lay.models
     out_root.mkdir(parents=True, exist_ok=True)
     for stale in out_root.glob("rm-train-*"):  # left by an older version killed mid-training
         import shutil
@@ -107,7 +107,7 @@ def run(p, lay: Layout, arm: str, *, progress: bool = True, engine=None, label: 
     # the code that trains is part of a run's identity: an edit retrains, an interruption resumes
     code_sha = sha256_text("".join(sha256_file(Path(m.__file__)) for m in (training_mod, train_stage_mod)))
     for s in train_seeds(tcfg.seed, tcfg.n_seeds):
-        pair_path = lay.cells(arm) / f"seed_{s}.jsonl"
+        pair_path = lay.cells / f"seed_{s}.jsonl"
         pair_sha = sha256_file(pair_path)
         v = validated.get(str(s))
         if v is None or v["file_sha256"] != pair_sha:
@@ -198,7 +198,7 @@ def run(p, lay: Layout, arm: str, *, progress: bool = True, engine=None, label: 
 
     # work folders live outside the DVC output, one per (arm, seed): train_one clears what a killed run left there
     units = [{"rows": j["rows"], "base_model": base, "out_dir": str(j["ckpt"]), "seed": j["seed"], "cfg": settings,
-              "progress": progress, "work_dir": str(lay.p("cache", "train-tmp", label, f"seed_{j['seed']}"))}
+              "progress": progress, "work_dir": str(lay.scratch / f"seed_{j['seed']}")}
              for j in todo]
     try:
         engine_mod.map_units(train_unit, units, eng, labels=[f"train[{label}] seed {j['seed']}" for j in todo],
@@ -210,7 +210,7 @@ def run(p, lay: Layout, arm: str, *, progress: bool = True, engine=None, label: 
                     c.set_terminated(j["run_id"], status="FAILED")
         raise
     summary = {str(s): summary[str(s)] for s in train_seeds(tcfg.seed, tcfg.n_seeds)}
-    write_json(lay.metrics / "train" / f"{label}.json", summary)
+    write_json(lay.train_metrics, summary)
     return summary
 
 
@@ -222,4 +222,5 @@ def _summary(rec: dict) -> dict:
             "train_examples": rec["train_examples"], "train_loss": round(float(rec["train_loss"]), 4)}
 
 
-main = stage("train", PARAMS, arm_option, progress_option, runtime=RUNTIME)(run)
+main = stage("train", PARAMS, arm_option, progress_option, runtime=RUNTIME,
+             paths=("spec", "cells", "validated", "evalsets", "gates", "cache", "models", "train_metrics", "scratch"))(run)

@@ -34,7 +34,7 @@ def run(p, lay: StagePaths, *, progress: bool = True) -> dict:
     # (records carry the version string only, which an edit need not change)
 
     code = sha256_text(sha256_tree(Path(cas.__file__).parent))[:16]
-    work = lay.scratch / "cas" / code
+    work = lay.scratch / code
     work.mkdir(parents=True, exist_ok=True)
     summary = cas.run_generator(problems, out_path=work / "outcomes.jsonl", seed=seed, timeout_s=cfg.timeout_s,
                                 memory_mb=cfg.memory_mb, workers=cfg.workers, progress=progress)
