@@ -8,6 +8,7 @@ params defaults aside) that spell one.
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -18,6 +19,8 @@ SRC = REPO / "src" / "recipematch"
 
 #: The first folders of the pipeline's outputs and caches: a string constant spelling a path under one is flagged.
 ROOTS = ("artifacts", "models", "metrics", "reports", "cache")
+#: A path under one of them, at the start of a string or after a space, quote or bracket (a message's path too).
+SPELLED = re.compile(r"(?:^|[\s'\"(\[`])(?:" + "|".join(ROOTS) + r")/")
 #: Functions that join path parts: a bare root as one of their arguments is a path too.
 JOINERS = {"p", "joinpath", "Path", "PurePath", "PurePosixPath", "join"}
 
@@ -34,11 +37,16 @@ def _docstrings(tree: ast.AST) -> set[int]:
 
 
 def _params_defaults(tree: ast.AST, rel: str) -> set[int]:
-    """String constants that are a params field's default (``default=`` in ``recipematch/config``)."""
+    """String constants that are a params field's default or help (``default=`` and the text of
+    ``spec(...)`` in ``recipematch/config``: what ``recipematch params`` prints)."""
     if not rel.startswith("config/"):
         return set()
-    return {id(k.value) for node in ast.walk(tree) if isinstance(node, ast.Call)
-            for k in node.keywords if k.arg == "default" and isinstance(k.value, ast.Constant)}
+    calls = [node for node in ast.walk(tree) if isinstance(node, ast.Call)]
+    defaults = {id(k.value) for node in calls for k in node.keywords
+                if k.arg == "default" and isinstance(k.value, ast.Constant)}
+    helps = {id(node.args[0]) for node in calls if _callee(node) == "spec" and node.args
+             and isinstance(node.args[0], ast.Constant)}
+    return defaults | helps
 
 
 def _callee(node: ast.Call) -> str:
@@ -48,7 +56,7 @@ def _callee(node: ast.Call) -> str:
 
 def path_literals(f: Path, rel: str) -> list[tuple[int, str]]:
     """``(line, text)`` of each pipeline path spelled in code in module ``f``: a string constant
-    starting ``artifacts/`` or ``models/`` (an f-string's too), or a bare ``artifacts``/``models``
+    holding a path under one of :data:`ROOTS` (an f-string's too, a message's too), or a bare root
     joined as a path part (``root / "artifacts"``, ``lay.p("artifacts", ...)``). Docstrings,
     comments and params defaults are skipped."""
     tree = ast.parse(f.read_text(encoding="utf-8"), filename=str(f))
@@ -57,8 +65,7 @@ def path_literals(f: Path, rel: str) -> list[tuple[int, str]]:
     for node in ast.walk(tree):
         if id(node) in skip:
             continue
-        if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.startswith(
-                tuple(f"{r}/" for r in ROOTS)):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and SPELLED.search(node.value):
             found.append((node.lineno, node.value))
         parts = ([node.left, node.right] if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div)
                  else node.args if isinstance(node, ast.Call) and _callee(node) in JOINERS else [])
@@ -72,7 +79,13 @@ def path_literals(f: Path, rel: str) -> list[tuple[int, str]]:
 SPELLED_ELSEWHERE: dict[str, tuple[str, set[str]]] = {
     "audit/project.py": ("the audit-report stage, which only an audit project runs, is written here (every other "
                          "audit stage is the main dvc.yaml's)",
-                         {"artifacts/pairs", "metrics/stats.json", "metrics/gates.json", "metrics/corpus.json"}),
+                         {"artifacts/pairs", "metrics/stats.json", "metrics/gates.json", "metrics/corpus.json",
+                          "recipematch audit-report --metrics-dir metrics --pairs artifacts/pairs --out reports "
+                          "--summary audit.json"}),
+    "config/checks.py": ("params are checked without reading dvc.yaml: an external copy inside the external "
+                         "stages' output folder would be replaced by the build it feeds",
+                         {".copy must not lie under artifacts/external/ (the stages' output, replaced whole on every "
+                          "build), got "}),
     "pipeline/gates.py": ("KEEP_DEPS: a dvc.yaml dep as dvc.yaml spells it (read by recipematch.pipeline.deps, "
                           "which writes dvc.yaml); the command passes the same folder as --evalsets", {"artifacts/evalsets"}),
     "pipeline/mix.py": ("KEEP_DEPS: a dvc.yaml dep as dvc.yaml spells it (read by recipematch.pipeline.deps, "
@@ -111,7 +124,7 @@ def test_the_literal_check_sees_code_and_skips_prose(tmp_path):
                  '    c = f"artifacts/regen/{name}"\n'
                  '    d = {"models": 3}["models"]\n'
                  '    return "see artifacts/x", a, b, c, d\n', encoding="utf-8")
-    assert [line for line, _ in path_literals(f, "m.py")] == [5, 6, 7]
+    assert [line for line, _ in path_literals(f, "m.py")] == [5, 6, 7, 9]  # a message's path too
     cfg = tmp_path / "c.py"
     cfg.write_text('x = spec("help", default="artifacts/replay/ict.jsonl")\n', encoding="utf-8")
     assert path_literals(cfg, "config/sections.py") == []

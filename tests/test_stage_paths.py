@@ -147,3 +147,25 @@ def test_a_stage_run_without_its_paths_is_a_usage_error(tmp_path):
 def test_an_unknown_stage_is_named(tmp_path):
     with pytest.raises(RecipematchError, match="dvc.yaml has no stage 'nope'"):
         stage_paths(tmp_path, "nope")
+
+
+def test_every_pair_file_a_stage_writes_is_where_its_readers_look(project):
+    """A writer's ``--pair-file`` (verified, llm@, attack@) and judge2's ``--cells-file`` are the
+    files the cells stages find by key (:func:`recipematch.pipeline.inputs.pair_path`)."""
+    from recipematch.pipeline.inputs import pair_path
+
+    stages, _ = project
+    moved = {name: paths for name, _, paths in _moved(project)}
+    cells = next(paths for name, paths in moved.items() if name.startswith("cells@"))
+    keys = {"verified": "cas"}
+    checked = 0
+    for name, paths in moved.items():
+        group, _, item = name.partition("@")
+        if "pair_file" in paths and group != "judge2":
+            assert paths["pair_file"] == pair_path(cells["pairs"], keys.get(group, item)).as_posix(), name
+            checked += 1
+        if "cells_file" in paths:
+            assert paths["cells_file"] == pair_path(cells["judge2_cells"], item).as_posix(), name
+            assert paths["pair_file"] == pair_path(cells["pairs"], item).as_posix(), name  # the file it judges
+            checked += 1
+    assert checked >= 1 + 2 + 2 + 3  # verified, two llm@, two judge2@, three attack@

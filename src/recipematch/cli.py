@@ -97,7 +97,7 @@ def params_cmd(check_path: Path | None) -> None:
 @click.option("--params", "params_path", type=click.Path(dir_okay=False, path_type=Path), default=Path("params.yaml"),
               show_default=True, help="Parameters file (relative to --root).")
 @click.option("--root", type=click.Path(file_okay=False, path_type=Path), default=Path("."), show_default=True,
-              help="Project root (its artifacts/ and metrics/ make the counts exact).")
+              help="Project root (the stage outputs it holds make the counts exact).")
 @click.option("--json", "as_json", is_flag=True, help="Print the plan as JSON.")
 @click.option("--train-examples-per-s", type=float, default=None, help="Training rate to use (examples/s).")
 @click.option("--encode-texts-per-s", type=float, default=None, help="Encoding rate to use (texts/s).")

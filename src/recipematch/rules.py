@@ -353,7 +353,7 @@ def missing_input_message(spec: CellSpec, key: str) -> str:
                + ("; the document channel is built from its summaries)" if key == "saber_document" else ")"))
     else:
         how = "the verified (computer-algebra) stage writes it"
-    return (f"no input for {which}={val} of cell {spec.name}: pair file '{key}' (artifacts/pairs/{key}.jsonl) "
+    return (f"no input for {which}={val} of cell {spec.name}: pair file '{key}' ({key}.jsonl) "
             f"is not built in this configuration; {how}")
 
 

@@ -81,7 +81,7 @@ def _corrupt(path: Path, why: str) -> TrackingStoreError:
     return TrackingStoreError(
         f"{path}: the MLflow tracking store is unreadable ({why}); move it aside "
         f"(mv {path} {path}.corrupt) and rerun: the train stage re-creates every run from "
-        "models/<arm>/seed_<N>.json without retraining")
+        "its seed records (seed_<N>.json beside each checkpoint) without retraining")
 
 
 def check_sqlite_store(path: Path) -> None:

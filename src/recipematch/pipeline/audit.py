@@ -18,7 +18,7 @@ from recipematch.tracking import finite_value
 from recipematch.io import read_json, read_jsonl_strict, sha256_file, write_json
 from recipematch.metrics import metric_key
 from recipematch.pipeline.door import StagePaths, stage
-from recipematch.pipeline.inputs import train_seeds
+from recipematch.pipeline.inputs import pair_path, train_seeds
 from recipematch.rules import BASELINES, CellSpec, NAMED_ARMS, POSITIVES
 
 PARAMS = ("arms", "positives", "negatives", "negatives_volume", "evaluations", "style", "train.seed",
@@ -131,7 +131,7 @@ def run(p, lay: StagePaths) -> dict:
     removed = int(gates[gates["active"]]["corpus_ids_excluded"])
     pairs = {}
     for key in ("d1_recipe", control_prompt):
-        path = lay.pairs / f"{key}.jsonl"
+        path = pair_path(lay.pairs, key)
         pairs[key] = len(read_jsonl_strict(path)) if path.exists() else 0
     audit = {
         "schema": SCHEMA,

@@ -32,7 +32,7 @@ from recipematch.backtranslate import backtranslate, nllb_code, NLLBTranslator
 from recipematch.errors import RecipematchError
 from recipematch.io import write_json, write_jsonl
 from recipematch.pipeline.door import StagePaths, check_device, progress_option, stage, write_run_record
-from recipematch.pipeline.inputs import corpus_rows, load_exclusion
+from recipematch.pipeline.inputs import corpus_rows, load_exclusion, pair_path
 from recipematch.pipeline.pair_sources import BT_HOPS
 from recipematch.rules import CellSpec, NAMED_ARMS
 
@@ -132,7 +132,7 @@ def run(p, lay: StagePaths, *, progress: bool = True) -> dict:
         dropped: dict[str, int] = {}
         for f in failures:
             dropped[f["reason"]] = dropped.get(f["reason"], 0) + 1
-        write_jsonl(out / f"{key}.jsonl", rows)
+        write_jsonl(pair_path(out, key), rows)
         write_jsonl(out / f"failures_{key}.jsonl", failures)
         metrics[key] = {"hops": BT_HOPS[key], "kept": counts["kept"], "dropped": dict(sorted(dropped.items())),
                         "dropped_total": len(failures),

@@ -47,10 +47,16 @@ def arm_spec_from_file(lay, arm: str):
     return CellSpec(d["positives"], d["negatives"], d["volume"])
 
 
+def pair_path(folder: Path, key: str) -> Path:
+    """Pair file ``key`` in a folder of pair files: ``<key>.jsonl``, the name ``dvc.yaml`` gives
+    each writer's ``--pair-file`` (and judge2's ``--cells-file``); readers find a file by key so."""
+    return Path(folder) / f"{key}.jsonl"
+
+
 def read_pairs(lay: StagePaths, key: str) -> list[dict] | None:
     """A pair file by key (``None`` when this configuration does not produce it); every row
     checked (a malformed row names file, line and field)."""
-    path = lay.pairs / f"{key}.jsonl"
+    path = pair_path(lay.pairs, key)
     return read_pair_file(path) if path.exists() else None
 
 

@@ -166,7 +166,7 @@ def run(p, lay: StagePaths, *, name: str, progress: bool = True) -> dict:
         top = top_counts(reasons)
         raise RecipematchError(f"{where}: no row came out ({len(raw_rows)} pairs parsed, {len(kept)} kept, "
                                f"{row_counts['rows_short_of_negatives']} short of negatives; failures: {top}); see "
-                               f"artifacts/meld_generate/{name}/failures.jsonl")
+                               f"{lay.rel(lay.out / 'failures.jsonl')}")
     return counts
 
 

@@ -22,7 +22,7 @@ from recipematch.errors import RecipematchError
 from recipematch.io import read_json
 from recipematch.pairs import read_pair_file
 from recipematch.pipeline.door import StagePaths
-from recipematch.pipeline.inputs import read_pairs
+from recipematch.pipeline.inputs import pair_path, read_pairs
 from recipematch.rules import LLM_PROMPTS
 
 #: Back-translation pair-file key -> hops (paper Appendix C: one round trip; three in sequence).
@@ -38,10 +38,10 @@ def _status(path: Path, stage: str) -> dict:
 def cell_pair_path(lay: StagePaths, key: str, *, judges: str = "first") -> Path:
     """The file :func:`cell_pairs` reads for ``key`` (for run records)."""
     if key in BT_HOPS:
-        return lay.backtranslate / f"{key}.jsonl"
+        return pair_path(lay.backtranslate, key)
     if judges == "both" and key in LLM_PROMPTS:
-        return lay.judge2_cells / f"{key}.jsonl"
-    return lay.pairs / f"{key}.jsonl"
+        return pair_path(lay.judge2_cells, key)
+    return pair_path(lay.pairs, key)
 
 
 def cell_pairs(lay: StagePaths, key: str, *, judges: str = "first") -> list[dict] | None:
@@ -60,7 +60,7 @@ def cell_pairs(lay: StagePaths, key: str, *, judges: str = "first") -> list[dict
             two-judge file the judge2 stage did not write (naming ``judge2.enabled``).
     """
     if key in BT_HOPS:
-        path = lay.backtranslate / f"{key}.jsonl"
+        path = pair_path(lay.backtranslate, key)
         if path.is_file():
             return read_pair_file(path)
         st = _status(lay.backtranslate / "status.json", "backtranslate")
@@ -68,7 +68,7 @@ def cell_pairs(lay: StagePaths, key: str, *, judges: str = "first") -> list[dict
                                f"{st.get('reason') or 'the backtranslate stage wrote no ' + path.name}")
     if judges == "both" and key in LLM_PROMPTS:
         st = _status(lay.judge2 / key / "status.json", f"judge2@{key}")
-        path = lay.judge2_cells / f"{key}.jsonl"
+        path = pair_path(lay.judge2_cells, key)
         if not st.get("enabled"):
             raise RecipematchError(f"judge2.cells: both, but the judge2@{key} stage wrote no two-judge file "
                                    f"({st.get('reason', 'no reason recorded')})")

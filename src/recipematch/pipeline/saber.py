@@ -384,12 +384,12 @@ def run(p, lay: StagePaths, *, name: str, progress: bool = True) -> dict:
         kinds = top_counts(skip_kinds, none="none")
         raise RecipematchError(f"saber.{name}: 0 of {len(qids)} queries eligible: each needs k={sc.k} candidates in "
                                f"every category (topic_only, summary_only, both); skipped: {kinds}; see "
-                               f"queries_skipped in metrics/saber/{name}.json (lower k or the thresholds)")
+                               f"queries_skipped in {lay.rel(lay.metrics)} (lower k or the thresholds)")
     if not any(qrels[q] for q in queries):  # written first: the failures say why, the call store keeps every answer
         top = top_counts(reasons)
         raise RecipematchError(f"saber.{name}: no query got a single grade ({len(queries)} queries, "
                                f"{len(judgments)} judgments, {len(failures)} failures: {top}); see "
-                               f"artifacts/saber/{name}/failures.jsonl and metrics/saber/{name}.json")
+                               f"{lay.rel(lay.out / 'failures.jsonl')} and {lay.rel(lay.metrics)}")
     return counts
 
 
