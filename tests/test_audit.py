@@ -291,6 +291,26 @@ def test_init_writes_a_dvc_project_over_recipematch_stages(audited):
     assert audited["init"]["sources"] == {"sources": 43, "overlapping": 3, "remaining": 40}
 
 
+def test_an_audit_projects_stages_and_paths_are_read_like_the_main_ones(audited):
+    """Its dvc.yaml runs `recipematch <stage>` commands; plan and runs restore read them (before:
+    "cmd ... is not `python stages/<m>.py`"), and survey asks for --out (the audit has no report)."""
+    from recipematch.cli import main as cli_main
+    from recipematch.pipeline.graph import resolve, stage_options
+
+    wd = audited["wd"]
+    stages = resolve(wd)
+    main, opts = stage_options(stages["cells@recipe"])
+    assert main.name == "cells" and opts["path_out"] == Path("artifacts/cells/recipe")
+    r = CliRunner().invoke(cli_main, ["plan", "--root", str(wd), "--json"])
+    assert r.exit_code in (0, 1) and "Traceback" not in r.output, r.output  # 1: an input not ready (the server)
+    assert json.loads(r.output[:r.output.rindex("}") + 1])["training"][0]["arm"] == "recipe"
+    r = CliRunner().invoke(cli_main, ["runs", "restore", "--root", str(wd)])
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.output.strip().splitlines()[-1])["runs"] == 2  # recipe and cell, one seed each
+    r = CliRunner().invoke(cli_main, ["survey", "--root", str(wd), "--no-mlflow"])
+    assert r.exit_code == 2 and "has no report stage to put the survey beside: pass --out" in r.output
+
+
 def _ranks(wd: Path, arm: str, name: str = "benchmark"):
     import pandas as pd
 

@@ -1,17 +1,18 @@
-"""Paths written once, in ``dvc.yaml``'s ``cmd``: each stage that takes ``--<role> PATH`` options
-gets every path it reads or writes from its command, and the command agrees with the stage's
-deps and outputs (DVC's own resolver expands the stages with ``params.yaml``).
+"""Paths written once, in ``dvc.yaml``'s ``cmd``: each stage gets every path it reads or writes
+as a ``--<role> PATH`` option, and the command agrees with the stage's deps and outputs (DVC's
+own resolver expands the stages with ``params.yaml``; :func:`command_vs_stage`):
 
-- every output and metrics file of such a stage lies in a path its command passes;
-- every path its command passes is an output, a dep, inside one, holds one, or lies outside
-  DVC (``cache/``);
-- every dep that is not code is passed by the command, or is (or holds) a path params name (evaluation folders,
-  ``${data.path}``);
-- every stage takes its paths so.
+- a path the stage writes is exactly one of its ``outs`` (``metrics:``/``plots:`` for a
+  metrics or plot role), or scratch work outside DVC (``cache/``); every output is so passed;
+- a path it reads is a dep or inside one (or a folder listed in :data:`HOLDER_ROLES`);
+- every dep that is not code is read through an option, or is (or holds) a path params name;
+- the door refuses a path outside the project, the root itself, or a written path that
+  overlaps another of the stage's paths or lies in DVC-tracked data.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import click
@@ -57,6 +58,14 @@ def _param_paths(params) -> set[str]:
     return folders | copies | rows | {v for v in (data.get("path"), data.get("retrieve"), *files) if v}
 
 
+#: written roles whose path is a dvc.yaml `metrics:` file / `plots:` file; other written roles are `outs:`
+METRIC_ROLES = {"metrics", "eval_metrics", "train_metrics", "summary"}
+PLOT_ROLES = {"plot"}
+#: read roles that name a folder holding the deps the stage reads (listed one by one in dvc.yaml)
+HOLDER_ROLES = {"release": "the peer release: dvc.yaml lists the release files each stage reads",
+                "metrics_dir": "the report reads every stage's metrics; its deps list the ones it needs first"}
+
+
 def _moved(project):
     stages, _ = project
     out = []
@@ -67,48 +76,63 @@ def _moved(project):
     return out
 
 
+def command_vs_stage(st, params) -> list[str]:
+    """Every disagreement of stage ``st``'s command with its deps and outputs, one line each."""
+    main, opts = stage_options(st)
+    paths = {r: Path(opts[f"path_{r}"]).as_posix() for r in main.path_roles}
+    bad = []
+    for role, p in paths.items():
+        where = f"{st.name}: --{role.replace('_', '-')} {p}"
+        if role in main.writes:
+            kind, allowed = (("metrics", st.metrics) if role in METRIC_ROLES else ("plots", st.plots)
+                             if role in PLOT_ROLES else ("outs", st.outs))
+            if role == "scratch":
+                if not any(_under(p, o) for o in OUTSIDE_DVC):
+                    bad.append(f"{where}: scratch work lies outside DVC ({OUTSIDE_DVC})")
+            elif p not in allowed:
+                bad.append(f"{where}: written, but not one of the stage's {kind} {list(allowed)}")
+        elif not (any(_under(p, d) for d in st.deps) or any(_under(p, o) for o in OUTSIDE_DVC)
+                  or (role in HOLDER_ROLES and any(_under(d, p) for d in st.deps))):
+            bad.append(f"{where}: read, but neither a dep nor inside one")
+    written = {p for r, p in paths.items() if r in main.writes}
+    bad += [f"{st.name}: writes {o}, which its command passes as no written path" for o in st.written
+            if o not in written]
+    named = _param_paths(params)
+    for d in st.deps:
+        if d.startswith(("src/", "stages/")):
+            continue
+        if not (any(_under(d, p) for r, p in paths.items() if r not in main.writes) or _near(d, named)
+                or (st.name.split("@")[0], d) in NOT_READ_DEPS):
+            bad.append(f"{st.name}: dep {d} is passed by no read option and named by no param")
+    return bad
+
+
 def test_every_stage_takes_its_paths_from_its_command(project):
     stages, _ = project
     assert len(_moved(project)) == len(stages) > 30
 
 
-def test_every_output_lies_in_a_path_the_command_passes(project):
-    bad = [f"{name}: {o}" for name, st, paths in _moved(project) for o in st.outs
-           if not any(_under(o, p) for p in paths.values())]
-    assert bad == []
+def test_every_command_agrees_with_its_deps_and_outputs(project):
+    stages, params = project
+    assert [line for st in stages.values() for line in command_vs_stage(st, params)] == []
 
 
-def test_every_path_the_command_passes_is_a_dep_an_output_or_outside_dvc(project):
-    bad = []
-    for name, st, paths in _moved(project):
-        for role, p in paths.items():
-            if not (_near(p, st.outs) or _near(p, st.deps) or any(_under(p, o) for o in OUTSIDE_DVC)):
-                bad.append(f"{name}: --{role} {p}")
-    assert bad == []
-
-
-def test_every_data_dep_is_passed_by_the_command_or_named_by_params(project):
-    _, params = project
-    named = _param_paths(params)
-    bad = []
-    for name, st, paths in _moved(project):
-        for d in st.deps:
-            if d.startswith(("src/", "stages/")):
-                continue
-            if not (any(_under(d, p) for p in paths.values()) or _near(d, named)
-                    or (name.split("@")[0], d) in NOT_READ_DEPS):
-                bad.append(f"{name}: {d}")
-    assert bad == []
-
-
-def test_a_wrong_output_path_in_a_command_is_found(project, tmp_path):
-    """The checks above can fail: a command whose --out misses the stage's output is caught."""
-    stages, _ = project
-    st = stages["corpus"]
-    wrong = type(st)(st.name, st.cmd.replace("--out artifacts/corpus", "--out artifacts/elsewhere"), st.deps, st.outs)
-    main, opts = stage_options(wrong)
-    paths = {r: Path(opts[f"path_{r}"]).as_posix() for r in main.path_roles}
-    assert [o for o in st.outs if not any(_under(o, p) for p in paths.values())] == ["artifacts/corpus"]
+@pytest.mark.parametrize(("stage", "old", "new", "words"), [
+    ("corpus", "--out artifacts/corpus", "--out artifacts/elsewhere", "--out artifacts/elsewhere: written, but not"),
+    ("evaluate_base", "--eval artifacts/eval/base", "--eval artifacts/eval", "--eval artifacts/eval: written"),
+    ("replay_pool", "--out artifacts/replay", "--out artifacts", "--out artifacts: written"),
+    ("replay_pool", "--out artifacts/replay --metrics metrics/replay.json",
+     "--out metrics/replay.json --metrics artifacts/replay", "not one of the stage's metrics"),
+    ("train@recipe", "--cells artifacts/cells/recipe", "--cells artifacts/cells", "--cells artifacts/cells: read"),
+    ("gates", "--evalsets artifacts/evalsets", "--evalsets artifacts/gates", "--evalsets artifacts/gates: read"),
+])
+def test_a_command_that_disagrees_with_its_stage_is_named(project, stage, old, new, words):
+    """The breaker's edits of dvc.yaml: each passed the first version of these checks."""
+    stages, params = project
+    st = stages[stage]
+    assert old in st.cmd
+    wrong = dataclasses.replace(st, cmd=st.cmd.replace(old, new))
+    assert any(words in line for line in command_vs_stage(wrong, params)), command_vs_stage(wrong, params)
 
 
 def test_stage_paths_come_from_the_command(tmp_path):
@@ -169,3 +193,37 @@ def test_every_pair_file_a_stage_writes_is_where_its_readers_look(project):
             assert paths["pair_file"] == pair_path(cells["pairs"], item).as_posix(), name  # the file it judges
             checked += 1
     assert checked >= 1 + 2 + 2 + 3  # verified, two llm@, two judge2@, three attack@
+
+
+@pytest.mark.parametrize(("given", "writes", "match"), [
+    ({"out": "", "metrics": "m.json"}, ("out", "metrics"), r"--out '' must be a path inside the project"),
+    ({"out": "."}, ("out",), r"--out '\.' must be a path inside the project"),
+    ({"out": "../elsewhere"}, ("out",), r"--out '\.\./elsewhere' must be a path inside the project"),
+    ({"out": "/tmp/x"}, ("out",), r"--out '/tmp/x' must be a path inside the project"),
+    ({"eval": "artifacts/eval", "models": "artifacts/eval/x"}, ("eval",),
+     r"--eval 'artifacts/eval' overlaps --models 'artifacts/eval/x'"),
+    ({"out": "metrics/x.json", "metrics": "metrics/x.json"}, ("out", "metrics"), r"overlaps"),
+    ({"out": "data/impliret"}, ("out",), r"lies inside data, which DVC tracks as data \(data\.dvc\)"),
+    ({"out": ".git/x"}, ("out",), r"lies inside \.git"),
+])
+def test_a_bad_path_option_is_refused_before_any_work(tmp_path, given, writes, match):
+    from recipematch.pipeline.door import check_stage_paths
+
+    (tmp_path / "data.dvc").write_text("outs: []\n")
+    with pytest.raises(RecipematchError, match=match):
+        check_stage_paths("s", tmp_path, given, writes)
+    check_stage_paths("s", tmp_path, {"out": "artifacts/x", "corpus": "artifacts/corpus"}, ("out",))  # apart: fine
+
+
+def test_a_stage_given_the_project_root_as_its_output_deletes_nothing(tmp_path):
+    """Before: ``external --out ''`` replaced the whole project with its build and exited 0."""
+    import shutil
+
+    from recipematch.pipeline.external import main
+
+    shutil.copy(REPO / "params.yaml", tmp_path / "params.yaml")
+    keep = tmp_path / "keep.txt"
+    keep.write_text("mine")
+    r = CliRunner().invoke(main, ["--root", str(tmp_path), "--name", "impliret", "--out", "", "--metrics", "m.json"])
+    assert r.exit_code == 2 and "--out '.' must be a path inside the project" in r.output  # click reads '' as .
+    assert keep.read_text() == "mine" and (tmp_path / "params.yaml").is_file()

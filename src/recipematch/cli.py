@@ -17,16 +17,7 @@ import click
 
 from recipematch.errors import RecipematchError
 from recipematch.metrics import SCORING_RULES
-from recipematch.pipeline.door import offline_env
-
-#: (subcommand name, stage module) — each module's ``main`` is the stage's click command
-STAGE_COMMANDS = (
-    ("corpus", "corpus"), ("evalsets", "evalsets"), ("gates", "gates"), ("verified", "verified"),
-    ("recordings", "recordings"), ("llm", "llm"), ("judge2", "judge2"), ("backtranslate", "backtranslate"), ("specs", "specs"), ("cells", "cells"), ("validate", "validate"),
-    ("train", "train"), ("evaluate-arm", "evaluate"), ("evaluate-base", "evaluate_base"),
-    ("evaluate-bm25", "evaluate_bm25"), ("soup", "soup"), ("mix", "mix"), ("replay-pool", "replay_pool"), ("stats", "stats"), ("style", "style"), ("hits", "hits"), ("report", "report"),
-    ("external", "external"), ("attack", "attack"), ("pooling", "pooling"), ("regen", "regen"), ("judging", "judging"), ("saber", "saber"), ("meld-generate", "meld_generate"), ("audit-report", "audit"),
-)
+from recipematch.pipeline.door import STAGE_COMMANDS, offline_env
 
 
 class _LazyGroup(click.Group):
@@ -153,7 +144,7 @@ def survey_cmd(params_path: Path, root: Path, models_file: Path | None, model_ar
     import yaml
 
     from recipematch.pipeline.door import check_params_file, run_guarded  # lazy: keeps recipematch --help fast
-    from recipematch.pipeline.graph import project_stage_paths  # lazy: keeps recipematch --help fast
+    from recipematch.pipeline.graph import project_stage_paths, project_stages  # lazy: keeps recipematch --help fast
     from recipematch.survey import default_models, log_survey, parse_models, run_survey, survey_table  # lazy: keeps recipematch --help fast
 
     def go():
@@ -183,7 +174,10 @@ def survey_cmd(params_path: Path, root: Path, models_file: Path | None, model_ar
                 raise RecipematchError(f"--model {arg!r}: expected NAME=PATH")
             models.append(replace(base, name=name, path=mpath))
         models = parse_models([{k: v for k, v in vars(m).items()} for m in models], where="models")
-        given = out if out is not None else project_stage_paths(root, "report").out / "survey"
+        if out is None and "report" not in project_stages(root, p):
+            raise RecipematchError(f"{root}: this project's dvc.yaml has no report stage to put the survey beside: "
+                                   "pass --out")
+        given = out if out is not None else project_stage_paths(root, "report", p).out / "survey"
         target = given if given.is_absolute() else root / given
         inputs = {f"evaluations.{n}.folder": root / ev.folder for n, ev in p.evaluations.items()}
         for m in models:  # a model named by an alias is protected as the folder it resolves to
@@ -194,7 +188,7 @@ def survey_cmd(params_path: Path, root: Path, models_file: Path | None, model_ar
         blocker = next((a for a in (target, *target.parents) if a.exists() and not a.is_dir()), None)
         if blocker is not None:  # before any model is scored, and nothing created yet
             raise RecipematchError(f"--out {given}: {blocker} is a file, so the folder cannot be made")
-        cache = project_stage_paths(root, "evaluate_base").cache  # the evaluate stages' embedding cache
+        cache = project_stage_paths(root, "evaluate_base", p).cache  # the evaluate stages' embedding cache
         res = run_survey(p, root, models, cache_dir=cache, progress=click.echo)
         md = "# Public models on every declared set (Table 18's shape)\n\n" + survey_table(res) + "\n"
         if use_mlflow:  # logged before the files are written: a store that fails leaves no finished-looking output
@@ -287,12 +281,14 @@ def runs_restore_cmd(params_path: Path, root: Path) -> None:
     history is not in the records and is not restored."""
     import json
 
-    from recipematch.pipeline.door import open_params, run_guarded  # lazy: keeps recipematch --help fast
+    from recipematch.pipeline.door import check_params_file, run_guarded  # lazy: keeps recipematch --help fast
     from recipematch.pipeline.runs import restore  # lazy: keeps recipematch --help fast
 
-    def go():
-        p, _ = open_params(params_path, root, ("arms", "mlflow"))
-        return restore(p, root)
+    def go():  # the whole params: the stages' folders come from dvc.yaml resolved with them
+        path = params_path if params_path.is_absolute() else root / params_path
+        if not path.is_file():
+            raise RecipematchError(f"parameters file {path} does not exist (--params is relative to --root)")
+        return restore(check_params_file(path), root)
 
     click.echo(json.dumps(run_guarded(go, debug=False), sort_keys=True))
 

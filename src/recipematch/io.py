@@ -8,6 +8,7 @@ inputs give byte-identical files.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
@@ -98,8 +99,14 @@ def sha256_tree(path: str | os.PathLike[str]) -> str:
 
 
 def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:
-    """Write ``text`` (UTF-8) to ``path`` atomically, creating parent folders."""
+    """Write ``text`` (UTF-8) to ``path`` atomically, creating parent folders.
+
+    Raises:
+        IsADirectoryError: ``path`` is a folder (named, not the temporary file).
+    """
     p = Path(path)
+    if p.is_dir():
+        raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(p))
     p.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=p.parent, prefix=f".{p.name}.", suffix=".tmp")
     try:

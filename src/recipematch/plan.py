@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from recipematch.errors import RecipematchError
-from recipematch.pipeline.graph import Stage, params_mapping, resolve, source_dvc_yaml, stage_options
+from recipematch.pipeline.graph import Stage, project_stages, stage_options
 from recipematch.rules import MATHNET_RETRIEVE_DIR
 
 
@@ -106,19 +106,33 @@ def source_rows(source: str, path: Path) -> int | None:
     return sum(_count_lines(f) for f in sorted([*path.rglob("*.jsonl"), *path.rglob("*.json")]))
 
 
+_RESOLVED: dict[tuple[str, int], tuple[Any, dict[str, Stage]]] = {}
+
+
 def _stages(p, root: Path) -> dict[str, Stage]:
     """The stages ``dvc repro`` would run at ``root`` for params ``p``: the project's
-    ``dvc.yaml`` (the checkout's outside a project) resolved with ``p``."""
-    dvc_yaml = root / "dvc.yaml" if (root / "dvc.yaml").is_file() else source_dvc_yaml()
-    return resolve(root, dvc_yaml=dvc_yaml, params=params_mapping(p))
+    ``dvc.yaml`` (the checkout's outside a project) resolved with ``p``, once per plan."""
+    key = (str(Path(root).resolve()), id(p))
+    if key not in _RESOLVED or _RESOLVED[key][0] is not p:  # the params object itself is kept: no id reuse
+        _RESOLVED.clear()
+        _RESOLVED[key] = (p, project_stages(root, p))
+    return _RESOLVED[key][1]
 
 
-def _path(stages: dict[str, Stage], root: Path, name: str, role: str) -> Path | None:
-    """The ``--<role>`` path stage ``name``'s command passes (under ``root``), or None when
-    the stage is not in the graph."""
+def _path(stages: dict[str, Stage], root: Path, name: str, role: str, *, required: bool = True) -> Path | None:
+    """The ``--<role>`` path stage ``name``'s command passes (under ``root``); a stage not in
+    the graph is None when not ``required``.
+
+    Raises:
+        RecipematchError: a required stage the ``dvc.yaml`` lacks, or a command without the option.
+    """
     if name not in stages:
+        if required:
+            raise RecipematchError(f"dvc.yaml has no stage {name!r}: the plan reads its --{role.replace('_', '-')}")
         return None
-    _, opts = stage_options(stages[name])
+    main, opts = stage_options(stages[name])
+    if role not in (main.path_roles or ()):
+        raise RecipematchError(f"dvc.yaml stage {name}: its command passes no --{role.replace('_', '-')}")
     return Path(root) / opts[f"path_{role}"]
 
 
@@ -149,7 +163,7 @@ def _examples_per_row(p, root: Path, arm: str) -> tuple[float, str, dict | None]
     """Training examples per budget row for ``arm``: measured by the cells stage
     (``metrics/cells/<arm>.json``) when present, else the rule (a row carries ``llm.n_neg``
     LLM near-misses, one CAS negative, or none)."""
-    path = _path(_stages(p, root), root, f"cells@{arm}", "metrics")
+    path = _path(_stages(p, root), root, f"cells@{arm}", "metrics", required=False)
     if path is not None and path.is_file():
         budget = json.loads(path.read_text(encoding="utf-8")).get("budget", {})
         for seed, info in sorted(budget.items()):

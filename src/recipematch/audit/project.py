@@ -181,7 +181,7 @@ def audit_dvc_yaml(params: Mapping[str, Any], main: Mapping[str, Any] | None = N
     pool through ``${data.path}``, the replayed release rows), and the audit's declared
     evaluation folders in place of the main project's. Code is not a dep here (the project
     holds no source tree): ``audit.json`` records the recipematch version."""
-    from recipematch.cli import STAGE_COMMANDS  # lazy: the CLI imports the audit
+    from recipematch.pipeline.door import STAGE_COMMANDS  # lazy: the audit stays light
 
     main = main_stages() if main is None else main
     cli_name = {module: name for name, module in STAGE_COMMANDS}

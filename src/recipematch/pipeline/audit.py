@@ -163,4 +163,4 @@ def run(p, lay: StagePaths) -> dict:
             "style_probe_auc": style["auc"]}
 
 
-main = stage("audit", PARAMS, paths=("metrics_dir", "pairs", "out", "summary"))(run)
+main = stage("audit", PARAMS, reads=("metrics_dir", "pairs"), writes=("out", "summary"))(run)

@@ -143,4 +143,4 @@ def run(p, lay: StagePaths, *, progress: bool = True) -> dict:
     return _finish(lay, {"needed": need, "reason": None}, metrics)
 
 
-main = stage("backtranslate", PARAMS, progress_option, paths=("corpus", "gates", "out", "metrics"))(run)
+main = stage("backtranslate", PARAMS, progress_option, reads=("corpus", "gates"), writes=("out", "metrics"))(run)

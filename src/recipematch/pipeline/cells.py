@@ -71,5 +71,4 @@ def _shared_source_list(arms: Sequence[str], lay: StagePaths, *, seed: int, gate
     return sorted(common or ())
 
 
-main = stage("cells", PARAMS, arm_option, paths=("spec", "pairs", "backtranslate", "judge2", "judge2_cells",
-                                                "evalsets", "gates", "cache", "out", "metrics"))(run)
+main = stage("cells", PARAMS, arm_option, reads=("spec", "pairs", "backtranslate", "judge2", "judge2_cells", "evalsets", "gates", "cache"), writes=("out", "metrics"))(run)

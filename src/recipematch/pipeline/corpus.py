@@ -34,4 +34,4 @@ def run(p, lay: StagePaths) -> dict:
     return counts
 
 
-main = stage("corpus", PARAMS, paths=("out", "metrics"))(run)
+main = stage("corpus", PARAMS, reads=(), writes=("out", "metrics"))(run)

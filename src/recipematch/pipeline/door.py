@@ -39,6 +39,20 @@ from recipematch.io import sha256_tree, write_json
 log = logging.getLogger("recipematch")
 
 
+#: ``(recipematch subcommand, stage module)``: each module's ``main`` is the stage's click command, run
+#: as ``python stages/<module>.py`` by ``dvc.yaml`` and as ``recipematch <subcommand>`` by an audit
+#: project's (:mod:`recipematch.audit.project`)
+STAGE_COMMANDS = (
+    ("corpus", "corpus"), ("evalsets", "evalsets"), ("gates", "gates"), ("verified", "verified"),
+    ("recordings", "recordings"), ("llm", "llm"), ("judge2", "judge2"), ("backtranslate", "backtranslate"),
+    ("specs", "specs"), ("cells", "cells"), ("validate", "validate"), ("train", "train"),
+    ("evaluate-arm", "evaluate"), ("evaluate-base", "evaluate_base"), ("evaluate-bm25", "evaluate_bm25"),
+    ("soup", "soup"), ("mix", "mix"), ("replay-pool", "replay_pool"), ("stats", "stats"), ("style", "style"),
+    ("hits", "hits"), ("report", "report"), ("external", "external"), ("attack", "attack"),
+    ("pooling", "pooling"), ("regen", "regen"), ("judging", "judging"), ("saber", "saber"),
+    ("meld-generate", "meld_generate"), ("audit-report", "audit"),
+)
+
 #: What each path a stage's ``cmd`` can pass holds (``--<role> PATH``, relative to ``--root``).
 #: A role is a name, never a path: ``dvc.yaml``'s ``cmd`` lines are the one place paths are written.
 ROLES: dict[str, str] = {
@@ -108,6 +122,46 @@ class StagePaths:
         return dict(self._given)
 
 
+def _overlap(a: Path, b: Path) -> bool:
+    return a == b or a in b.parents or b in a.parents
+
+
+def check_stage_paths(name: str, root: Path, given: Mapping[str, Path], writes: tuple[str, ...]) -> None:
+    """The paths a stage was given, checked before any work (a stage replaces what it writes
+    whole, so a wrong one would delete data):
+
+    - each is a path inside the project, relative to ``root``: not empty, not the root itself,
+      not absolute, no ``..``;
+    - a path it writes neither is, holds nor lies inside another of its paths, nor lies inside
+      a folder DVC tracks as data (``<folder>.dvc`` beside it, e.g. ``data.dvc``), ``.git`` or
+      ``.dvc``.
+
+    Raises:
+        RecipematchError: naming the stage, the option and the path.
+    """
+    def opt(role: str) -> str:
+        return f"--{role.replace('_', '-')} {str(given[role])!r}"
+
+    for role, raw in given.items():
+        p = Path(str(raw))
+        if not str(raw).strip() or p.is_absolute() or ".." in p.parts or p == Path("."):
+            raise RecipematchError(f"stage {name}: {opt(role)} must be a path inside the project, relative to "
+                                   "--root (dvc.yaml's cmd passes each)")
+    rel = {role: Path(str(raw)) for role, raw in given.items()}
+    for w in writes:
+        for role, other in rel.items():
+            if role != w and _overlap(rel[w], other):
+                raise RecipematchError(f"stage {name}: {opt(w)} overlaps {opt(role)}: a stage writes apart from every "
+                                       "other path it is given (it replaces what it writes)")
+        for i in range(1, len(rel[w].parts) + 1):
+            part = Path(*rel[w].parts[:i])
+            if part.name in (".git", ".dvc"):
+                raise RecipematchError(f"stage {name}: {opt(w)} lies inside {part}, git's or DVC's own folder")
+            if (root / f"{part}.dvc").is_file():
+                raise RecipematchError(f"stage {name}: {opt(w)} lies inside {part}, which DVC tracks as data "
+                                       f"({part}.dvc): a stage never writes into its inputs")
+
+
 def path_option(role: str) -> Callable:
     """The ``--<role> PATH`` option of a stage (required; relative to ``--root``)."""
     if role not in ROLES:
@@ -129,9 +183,12 @@ def _missing_input(e: OSError) -> str:
     if isinstance(e, FileNotFoundError):
         if f"{os.sep}data{os.sep}" in str(name):
             return f"{name} does not exist: fetch the raw inputs with `dvc pull data.dvc`"
-        return f"{name} does not exist: run the stage that writes it first (`dvc repro` runs them in order)"
+        return (f"{name} does not exist: run the stage that writes it first (`dvc repro` runs them in order), or "
+                "check the path the stage's command passes")
     if isinstance(e, IsADirectoryError):
         return f"{name} is a folder where a file is expected"
+    if isinstance(e, FileExistsError):
+        return f"{name} is in the way: a file where a folder is expected"
     return f"{name}: {e.strerror or e}"
 
 
@@ -139,7 +196,7 @@ def _user_message(e: BaseException) -> str | None:
     """The one-line message for a user-facing failure, or None for a bug."""
     if isinstance(e, RecipematchError):
         return str(e)
-    if isinstance(e, (FileNotFoundError, IsADirectoryError, NotADirectoryError)):
+    if isinstance(e, (FileNotFoundError, IsADirectoryError, NotADirectoryError, FileExistsError)):
         return _missing_input(e)
     if type(e).__module__.startswith("pyarrow") and type(e).__name__ in ("ArrowInvalid", "ArrowIOError"):
         return f"unreadable table: {e}; rebuild it (dvc repro)"
@@ -186,14 +243,15 @@ def check_params_file(path: Path):
 
 
 def stage(name: str, keys: tuple[str, ...], *options: Callable, runtime: tuple[str, ...] = (),
-          paths: tuple[str, ...] = ()) -> Callable:
+          reads: tuple[str, ...] = (), writes: tuple[str, ...] = ()) -> Callable:
     """Decorator turning ``run(params_view, paths, **options) -> summary`` into the stage's
     click command (see the module docstring). ``options`` are click option decorators.
     ``runtime`` names top-level sections that choose where the work runs, never what it
     computes (``engine``): each is passed whole as a keyword of ``run`` and is no DVC param.
-    ``paths`` names the roles (:data:`ROLES`) the stage reads or writes: each becomes a required
-    ``--<role> PATH`` option, which ``dvc.yaml``'s ``cmd`` passes, and ``run`` gets a
-    :class:`StagePaths` of them."""
+    ``reads`` and ``writes`` name the roles (:data:`ROLES`) the stage reads and writes: each
+    becomes a required ``--<role> PATH`` option, which ``dvc.yaml``'s ``cmd`` passes, checked by
+    :func:`check_stage_paths` before any work, and ``run`` gets a :class:`StagePaths` of them."""
+    paths = (*reads, *writes)
 
     def deco(run: Callable[..., Any]) -> click.Command:
         @click.command(name, help=(run.__doc__ or "").strip().split("\n\n")[0])
@@ -210,7 +268,9 @@ def stage(name: str, keys: tuple[str, ...], *options: Callable, runtime: tuple[s
 
             def go():
                 p, at = open_params(params_path, root, keys + runtime)
-                lay = StagePaths(name, at, {r: at / opts.pop(f"path_{r}") for r in paths})
+                given = {r: opts.pop(f"path_{r}") for r in paths}
+                check_stage_paths(name, at, given, writes)
+                lay = StagePaths(name, at, {r: at / given[r] for r in paths})
                 return run(p, lay, **opts, **{k: getattr(p, k) for k in runtime})
 
             out = run_guarded(go, debug=debug)
@@ -219,6 +279,7 @@ def stage(name: str, keys: tuple[str, ...], *options: Callable, runtime: tuple[s
         for o in reversed([*options, *(path_option(r) for r in paths)]):
             command = o(command)
         command.path_roles = paths  # type: ignore[attr-defined]
+        command.writes = writes  # type: ignore[attr-defined]
         command.params_keys = keys  # type: ignore[attr-defined]
         command.runtime_keys = runtime  # type: ignore[attr-defined]
         return command

@@ -124,4 +124,4 @@ def run(p, lay: StagePaths) -> dict:
     return counts
 
 
-main = stage("evalsets", PARAMS, paths=("corpus", "release", "out", "metrics"))(run)
+main = stage("evalsets", PARAMS, reads=("corpus", "release"), writes=("out", "metrics"))(run)

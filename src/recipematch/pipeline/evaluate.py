@@ -261,4 +261,4 @@ def _log_eval_to_mlflow(mcfg, lay: StagePaths, rec: Mapping[str, Any], arm: str,
 
 
 main = stage("evaluate", PARAMS, arm_option, progress_option, runtime=RUNTIME,
-             paths=("cache", "models", "eval", "eval_metrics"))(run)
+             reads=("cache", "models"), writes=("eval", "eval_metrics"))(run)

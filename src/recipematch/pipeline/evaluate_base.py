@@ -24,4 +24,4 @@ def run(p, lay: StagePaths, *, progress: bool = True) -> dict:
 
 
 main = stage("evaluate_base", PARAMS, progress_option,
-             paths=("cache", "eval", "eval_metrics"))(run)
+             reads=("cache",), writes=("eval", "eval_metrics"))(run)

@@ -24,4 +24,4 @@ def run(p, lay: StagePaths) -> dict:
 
 
 main = stage("evaluate_bm25", PARAMS,
-             paths=("cache", "eval", "eval_metrics"))(run)
+             reads=("cache",), writes=("eval", "eval_metrics"))(run)

@@ -55,4 +55,4 @@ def run(p, lay: StagePaths) -> dict:
     return counts
 
 
-main = stage("gates", PARAMS, paths=("corpus", "evalsets", "out", "metrics"))(run)
+main = stage("gates", PARAMS, reads=("corpus", "evalsets"), writes=("out", "metrics"))(run)

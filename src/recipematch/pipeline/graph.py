@@ -20,26 +20,39 @@ from typing import Any
 import yaml
 
 from recipematch.errors import RecipematchError
-from recipematch.pipeline.door import StagePaths
+from recipematch.pipeline.door import STAGE_COMMANDS, StagePaths
 
 
 @dataclass(frozen=True)
 class Stage:
-    """One resolved ``dvc.yaml`` stage: ``cmd`` with every ``${...}`` filled in, its deps and
-    outputs (metrics and plots included), relative to the project root as written."""
+    """One resolved ``dvc.yaml`` stage: ``cmd`` with every ``${...}`` filled in, its deps, its
+    outputs (``outs``), metrics files and plot files, relative to the project root as written."""
 
     name: str
     cmd: str
     deps: tuple[str, ...]
     outs: tuple[str, ...]
+    metrics: tuple[str, ...] = ()
+    plots: tuple[str, ...] = ()
+
+    @property
+    def written(self) -> tuple[str, ...]:
+        """Everything the stage writes: outputs, metrics and plots."""
+        return (*self.outs, *self.metrics, *self.plots)
 
     @property
     def module(self) -> str:
-        """``recipematch.pipeline.<m>`` for a ``python stages/<m>.py ...`` command."""
+        """``recipematch.pipeline.<m>`` for a ``python stages/<m>.py ...`` command, or for a
+        ``recipematch <stage> ...`` one (an audit project's: :mod:`recipematch.audit.project`)."""
         argv = shlex.split(self.cmd)
-        if len(argv) < 2 or argv[0] != "python" or not argv[1].startswith("stages/") or not argv[1].endswith(".py"):
-            raise RecipematchError(f"dvc.yaml stage {self.name}: cmd {self.cmd!r} is not `python stages/<m>.py ...`")
-        return "recipematch.pipeline." + argv[1][len("stages/"):-len(".py")]
+        if len(argv) >= 2 and argv[0] == "python" and argv[1].startswith("stages/") and argv[1].endswith(".py"):
+            return "recipematch.pipeline." + argv[1][len("stages/"):-len(".py")]
+        if len(argv) >= 2 and argv[0] == "recipematch":
+            module = dict(STAGE_COMMANDS).get(argv[1])
+            if module is not None:
+                return "recipematch.pipeline." + module
+        raise RecipematchError(f"dvc.yaml stage {self.name}: cmd {self.cmd!r} is neither `python stages/<m>.py ...` "
+                               "nor `recipematch <stage> ...`")
 
     @property
     def args(self) -> list[str]:
@@ -50,35 +63,58 @@ def _out_path(entry: Any) -> str:
     return next(iter(entry)) if isinstance(entry, Mapping) else str(entry)
 
 
+#: where :func:`resolve` points DVC when the params come as a mapping: a folder that holds no
+#: ``params.yaml`` (DVC would read one as ``vars``); named back to the real file in messages
+_NO_PARAMS = ".recipematch-params-given"
+
+
+def read_dvc_yaml(path: Path) -> dict[str, Any]:
+    """``path`` (a ``dvc.yaml``) as a mapping.
+
+    Raises:
+        RecipematchError: missing, not YAML, or not a mapping with a ``stages`` mapping.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise RecipematchError(f"{path} does not exist: the pipeline's stages and paths are read from dvc.yaml")
+    try:
+        d = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except yaml.YAMLError as e:
+        raise RecipematchError(f"{path}: not valid YAML ({str(e).splitlines()[0]})") from None
+    if not isinstance(d, Mapping) or not isinstance(d.get("stages") or {}, Mapping):
+        raise RecipematchError(f"{path}: expected a mapping with a `stages:` mapping (DVC's dvc.yaml)")
+    return dict(d)
+
+
 def resolve(root: Path, *, dvc_yaml: Path | None = None, params: Mapping | None = None,
             only: str | None = None) -> dict[str, Stage]:
     """Every stage of ``dvc_yaml`` (default ``root/dvc.yaml``), by DVC's name (``cells@recipe``),
     or only the stage named ``only`` (then params the other stages read may be absent).
 
     ``${...}`` are filled from ``root/params.yaml`` or, when ``params`` is given, from that
-    mapping instead (tests resolve the project's ``dvc.yaml`` against their own params); then
-    the stages come without deps, which name the project's own evaluation sets.
+    mapping instead (and the ``dvc.yaml``'s own inline ``vars``); then the stages come without
+    deps, which name the project's own evaluation sets.
 
     Raises:
-        RecipematchError: no ``dvc.yaml``, or one DVC cannot resolve (DVC's message kept).
+        RecipematchError: no ``dvc.yaml``, one that is not YAML or not DVC's shape, no stage
+            ``only``, or one DVC cannot resolve (DVC's message kept).
     """
     from dvc.exceptions import DvcException
     from dvc.fs import LocalFileSystem
     from dvc.parsing import DataResolver, EntryNotFound
 
     root = Path(root).resolve()
-    path = dvc_yaml or root / "dvc.yaml"
-    if not Path(path).is_file():
-        raise RecipematchError(f"{path} does not exist: the pipeline's stages and paths are read from dvc.yaml")
-    d = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
+    path = Path(dvc_yaml or root / "dvc.yaml")
+    d = read_dvc_yaml(path)
     if params is not None:  # deps left out: they name the project's own evaluation sets (deps --write)
-        def no_deps(st: Mapping) -> dict:
+        def no_deps(st: Any) -> Any:
+            if not isinstance(st, Mapping):
+                return st
             return {k: (no_deps(v) if k == "do" else v) for k, v in st.items() if k != "deps"}
 
-        stages_in = {g: no_deps(s) for g, s in (d.get("stages") or {}).items()}
-        d = {**d, "vars": [dict(params)], "stages": stages_in}
-        fs_root = Path(path).resolve().parent  # no params.yaml read: the mapping is the only source
-        wdir = str(fs_root / ".recipematch-no-params")
+        inline = [v for v in d.get("vars") or [] if isinstance(v, Mapping)]  # files named in vars are params files
+        d = {**d, "vars": [*inline, dict(params)], "stages": {g: no_deps(st) for g, st in (d.get("stages") or {}).items()}}
+        wdir = str(path.resolve().parent / _NO_PARAMS)
     else:
         wdir = str(root)
     try:
@@ -87,18 +123,31 @@ def resolve(root: Path, *, dvc_yaml: Path | None = None, params: Mapping | None 
     except EntryNotFound:
         raise RecipematchError(f"{path} has no stage {only!r}") from None
     except DvcException as e:
-        raise RecipematchError(f"{path}: {e} (stage {only})" if only else f"{path}: {e}") from e
+        text = str(e).replace(f"{_NO_PARAMS}/", "")
+        raise RecipematchError(f"{path}: {text} (stage {only})" if only else f"{path}: {text}") from e
     stages = {}
-    for name, s in (out or {}).items():
-        outs = [_out_path(o) for key in ("outs", "metrics", "plots") for o in s.get(key) or []]
-        stages[name] = Stage(name, s["cmd"], tuple(str(x) for x in s.get("deps") or []), tuple(outs))
+    for name, st in (out or {}).items():
+        if not isinstance(st.get("cmd"), str):
+            raise RecipematchError(f"{path}: stage {name} has no `cmd` string")
+        got = {key: tuple(_out_path(o) for o in st.get(key) or []) for key in ("outs", "metrics", "plots")}
+        stages[name] = Stage(name, st["cmd"], tuple(str(x) for x in st.get("deps") or []), got["outs"],
+                             got["metrics"], got["plots"])
     return stages
 
 
 def stage_options(stage: Stage) -> tuple[Any, dict[str, Any]]:
-    """``(click command, its parsed options)`` for ``stage``'s ``cmd`` (nothing is run)."""
+    """``(click command, its parsed options)`` for ``stage``'s ``cmd`` (nothing is run).
+
+    Raises:
+        RecipematchError: a command that does not parse (naming the ``dvc.yaml`` stage).
+    """
+    import click
+
     main = importlib.import_module(stage.module).main
-    ctx = main.make_context(stage.name, stage.args, resilient_parsing=False)
+    try:
+        ctx = main.make_context(stage.name, stage.args, resilient_parsing=False)
+    except click.ClickException as e:
+        raise RecipematchError(f"dvc.yaml stage {stage.name}: cmd {stage.cmd!r}: {e.format_message()}") from None
     return main, dict(ctx.params)
 
 
@@ -106,7 +155,7 @@ def stage_paths(root: Path, name: str, *, dvc_yaml: Path | None = None, params: 
     """The :class:`StagePaths` stage ``name`` gets under ``root`` when DVC runs it.
 
     Raises:
-        RecipematchError: no such stage, or a command ``python stages/<m>.py`` does not parse.
+        RecipematchError: as :func:`resolve` and :func:`stage_options`.
     """
     stages = resolve(root, dvc_yaml=dvc_yaml, params=params, only=name)
     if name not in stages:
@@ -137,22 +186,47 @@ def source_dvc_yaml() -> Path:
     return path
 
 
-def project_stage_paths(root: Path, name: str) -> StagePaths:
-    """The paths stage ``name`` gets in the project at ``root``: its own ``dvc.yaml`` and
-    ``params.yaml`` when it has a ``dvc.yaml`` (deps left out, so only the keys the command and
-    outputs name must be there), else the checkout's ``dvc.yaml`` (:func:`source_dvc_yaml`) with
-    no params, enough for a stage whose command names no ``${...}``.
+def project_stages(root: Path, p: Any = None, *, only: str | None = None) -> dict[str, Stage]:
+    """The stages ``dvc repro`` would run in the project at ``root``: its ``dvc.yaml``,
+    resolved with the checked params ``p`` (a :class:`~recipematch.config.Params`, what the
+    command read through ``--params``) or else the project's ``params.yaml``. Outside a project
+    (no ``dvc.yaml``), the checkout's (:func:`source_dvc_yaml`) with ``p``, or no params.
 
     Raises:
-        RecipematchError: as :func:`stage_paths`, or a templated stage outside a project.
+        RecipematchError: as :func:`resolve`; a ``params.yaml`` that is missing or not YAML.
     """
-    if (Path(root) / "dvc.yaml").is_file():
-        params_file = Path(root) / "params.yaml"
-        if not params_file.is_file():
-            raise RecipematchError(f"{params_file} does not exist: the project's dvc.yaml is resolved with it")
-        params = yaml.safe_load(params_file.read_text(encoding="utf-8")) or {}
-        return stage_paths(root, name, params=params if isinstance(params, Mapping) else {})
-    return stage_paths(root, name, dvc_yaml=source_dvc_yaml(), params={})
+    root = Path(root)
+    if p is not None:
+        params = params_mapping(p)
+    elif (root / "dvc.yaml").is_file():
+        from recipematch.config import load_params_raw  # lazy: config imports the stage layer's neighbours
+
+        if not (root / "params.yaml").is_file():
+            raise RecipematchError(f"{root / 'params.yaml'} does not exist: the project's dvc.yaml is resolved with it")
+        raw = load_params_raw(root / "params.yaml")
+        if not isinstance(raw, Mapping):
+            raise RecipematchError(f"{root / 'params.yaml'}: expected a mapping of params")
+        params = raw
+    else:
+        if only is not None and "@" in only:
+            raise RecipematchError(f"{root.resolve()} holds no dvc.yaml: {only} is a stage of a project, run this in "
+                                   "its root")
+        params = {}
+    dvc_yaml = root / "dvc.yaml" if (root / "dvc.yaml").is_file() else source_dvc_yaml()
+    return resolve(root, dvc_yaml=dvc_yaml, params=params, only=only)
+
+
+def project_stage_paths(root: Path, name: str, p: Any = None) -> StagePaths:
+    """The paths stage ``name`` gets in the project at ``root`` (:func:`project_stages`).
+
+    Raises:
+        RecipematchError: as :func:`project_stages`; no such stage (naming it).
+    """
+    stages = project_stages(root, p, only=name)
+    if name not in stages:
+        raise RecipematchError(f"dvc.yaml has no stage {name!r}")
+    main, opts = stage_options(stages[name])
+    return paths_of(main, root, opts)
 
 
 def params_mapping(p: Any) -> dict[str, Any]:

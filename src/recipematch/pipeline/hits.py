@@ -99,4 +99,4 @@ def run(p, lay: StagePaths) -> dict:
     return {n: {pr: v["counts"] for pr, v in per.items()} for n, per in out["sets"].items()}
 
 
-main = stage("hits", PARAMS, paths=("evals", "style", "metrics"))(run)
+main = stage("hits", PARAMS, reads=("evals", "style"), writes=("metrics",))(run)

@@ -151,5 +151,4 @@ def run(p, lay: StagePaths, prompt: str, *, progress: bool = True) -> dict:
 
 
 main = stage("judge2", PARAMS, click.option("--prompt", required=True, help="Prompt name, e.g. d1_recipe."),
-             progress_option, paths=("corpus", "llm", "pair_file", "judge_recordings", "out", "cells_file", "metrics",
-                                     "scratch"))(run)
+             progress_option, reads=("corpus", "llm", "pair_file", "judge_recordings"), writes=("out", "cells_file", "metrics", "scratch"))(run)

@@ -148,4 +148,4 @@ def _llm_self_test(cfg, lay: StagePaths, backend, sources, *, prompt: str, n_neg
 
 
 main = stage("llm", PARAMS, click.option("--prompt", required=True, help="Prompt name, e.g. d1_recipe."),
-             progress_option, paths=("corpus", "gates", "recordings", "out", "pair_file", "metrics", "scratch"))(run)
+             progress_option, reads=("corpus", "gates", "recordings"), writes=("out", "pair_file", "metrics", "scratch"))(run)

@@ -73,4 +73,4 @@ def run(p, lay: StagePaths, arm: str, fraction: str, *, progress: bool = True, e
 
 
 main = stage("mix", PARAMS, arm_option, fraction_option, progress_option, runtime=RUNTIME,
-             paths=("spec", "cells", "validated", "evalsets", "gates", "cache", "models", "train_metrics", "scratch", "eval", "eval_metrics"))(run)
+             reads=("spec", "cells", "validated", "evalsets", "gates", "cache"), writes=("models", "train_metrics", "scratch", "eval", "eval_metrics"))(run)

@@ -119,5 +119,5 @@ def run(p, lay: StagePaths, *, name: str, progress: bool = True) -> dict:
 
 
 main = stage("pooling", PARAMS, name_option, progress_option,
-             paths=("models_root", "cache", "out", "metrics"))(
+             reads=("models_root", "cache"), writes=("out", "metrics"))(
     lambda p, lay, name, progress: run(p, lay, name=name, progress=progress))

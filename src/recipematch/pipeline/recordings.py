@@ -37,4 +37,4 @@ def run(p, lay: StagePaths) -> dict:
 
 
 
-main = stage("recordings", PARAMS, paths=("corpus", "release", "out", "metrics"))(run)
+main = stage("recordings", PARAMS, reads=("corpus", "release"), writes=("out", "metrics"))(run)

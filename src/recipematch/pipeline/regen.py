@@ -114,4 +114,4 @@ def run(p, lay: StagePaths, name: str, *, progress: bool = True) -> dict:
 
 
 main = stage("regen", PARAMS, click.option("--name", required=True, help="The regen entry."), progress_option,
-             paths=("recordings", "calls", "out", "metrics"))(run)
+             reads=("recordings",), writes=("calls", "out", "metrics"))(run)

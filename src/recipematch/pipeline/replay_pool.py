@@ -27,4 +27,4 @@ def run(p, lay: StagePaths) -> dict:
     return summary
 
 
-main = stage("replay_pool", PARAMS, paths=("corpus", "out", "metrics"))(run)
+main = stage("replay_pool", PARAMS, reads=("corpus",), writes=("out", "metrics"))(run)

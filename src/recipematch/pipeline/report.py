@@ -47,4 +47,4 @@ def _report_params(p) -> dict:
             "negatives": p.negatives, "negatives_volume": p.negatives_volume, "budget": asdict(p.budget)}
 
 
-main = stage("report", PARAMS, paths=("metrics_dir", "cells_root", "out"))(lambda p, lay: str(run(p, lay)))
+main = stage("report", PARAMS, reads=("metrics_dir", "cells_root"), writes=("out",))(lambda p, lay: str(run(p, lay)))

@@ -19,7 +19,7 @@ from typing import Any
 from recipematch import tracking
 from recipematch.errors import RecipematchError
 from recipematch.io import read_json
-from recipematch.pipeline.graph import resolve, stage_options
+from recipematch.pipeline.graph import project_stages, stage_options
 from recipematch.pipeline.inputs import mlflow_artifacts, mlflow_uri
 from recipematch.rules import soup_label
 from recipematch.tracking import finite_value
@@ -83,7 +83,7 @@ def restore(p, root: Path) -> dict[str, int]:
 
     root = Path(root).resolve()
     groups, evals = [], {}  # (label, checkpoint folder, kind, its evaluation folder)
-    for st in resolve(root).values():
+    for st in project_stages(root, p).values():
         main, opts = stage_options(st)
         if main.name == "train" and opts["arm"] in p.arms:
             groups.append((opts["arm"], root / opts["path_models"], "trained", None))

@@ -394,5 +394,5 @@ def run(p, lay: StagePaths, *, name: str, progress: bool = True) -> dict:
 
 
 main = stage("saber", PARAMS, name_option, progress_option,
-             paths=("scratch", "out", "metrics"))(
+             reads=(), writes=("scratch", "out", "metrics"))(
     lambda p, lay, name, progress: run(p, lay, name=name, progress=progress))

@@ -131,4 +131,4 @@ def _log_to_mlflow(mcfg, lay: StagePaths, rec: dict, res: dict) -> None:
 
 
 main = stage("soup", PARAMS, arm_option, alpha_option,
-             paths=("cache", "models", "out", "eval", "eval_metrics"))(run)
+             reads=("cache", "models"), writes=("out", "eval", "eval_metrics"))(run)

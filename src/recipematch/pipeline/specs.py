@@ -44,4 +44,4 @@ def run(p, lay: StagePaths) -> dict:
     return out
 
 
-main = stage("specs", PARAMS, paths=("out",))(run)
+main = stage("specs", PARAMS, reads=(), writes=("out",))(run)

@@ -326,4 +326,4 @@ def _main(p, lay: StagePaths) -> dict:
     return {"gaps": {k: {kk: v[kk] for kk in ("estimate", "low", "high") if kk in v} for k, v in out["gaps"].items()}}
 
 
-main = stage("stats", PARAMS, paths=("evals", "metrics", "plot"))(_main)
+main = stage("stats", PARAMS, reads=("evals",), writes=("metrics", "plot"))(_main)

@@ -96,4 +96,4 @@ def _write_scores(lay: StagePaths, doc_ids: list[str], style) -> None:
     os.replace(tmp, out)
 
 
-main = stage("style", PARAMS, paths=("corpus", "pairs", "models_root", "cache", "out", "metrics"))(run)
+main = stage("style", PARAMS, reads=("corpus", "pairs", "models_root", "cache"), writes=("out", "metrics"))(run)

@@ -223,4 +223,4 @@ def _summary(rec: dict) -> dict:
 
 
 main = stage("train", PARAMS, arm_option, progress_option, runtime=RUNTIME,
-             paths=("spec", "cells", "validated", "evalsets", "gates", "cache", "models", "train_metrics", "scratch"))(run)
+             reads=("spec", "cells", "validated", "evalsets", "gates", "cache"), writes=("models", "train_metrics", "scratch"))(run)

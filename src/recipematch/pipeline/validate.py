@@ -38,4 +38,4 @@ def run(p, lay: StagePaths, arm: str) -> dict:
     return summary
 
 
-main = stage("validate", PARAMS, arm_option, paths=("spec", "cells", "evalsets", "gates", "cache", "out", "metrics"))(run)
+main = stage("validate", PARAMS, arm_option, reads=("spec", "cells", "evalsets", "gates", "cache"), writes=("out", "metrics"))(run)

@@ -75,4 +75,4 @@ def run(p, lay: StagePaths, *, progress: bool = True) -> dict:
     return {**counts, "this_run": this_run}
 
 
-main = stage("verified", PARAMS, progress_option, paths=("corpus", "gates", "out", "pair_file", "scratch", "metrics"))(run)
+main = stage("verified", PARAMS, progress_option, reads=("corpus", "gates"), writes=("out", "pair_file", "scratch", "metrics"))(run)
