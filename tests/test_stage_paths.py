@@ -23,7 +23,7 @@ from click.testing import CliRunner
 from conftest import REPO, stage_paths
 from recipematch.errors import RecipematchError
 from recipematch.pipeline.door import ROLES, StagePaths
-from recipematch.pipeline.graph import resolve, stage_options
+from recipematch.pipeline.graph import resolve, stage_options, under
 
 #: deps no command passes, each with the reason it is a dep
 NOT_READ_DEPS = {
@@ -34,13 +34,9 @@ NOT_READ_DEPS = {
 OUTSIDE_DVC = ("cache",)
 
 
-def _under(path: str, folder: str) -> bool:
-    return path == folder or path.startswith(folder.rstrip("/") + "/")
-
-
 def _near(path: str, others) -> bool:
     """``path`` is one of ``others``, inside one, or holds one."""
-    return any(_under(path, o) or _under(o, path) for o in others)
+    return any(under(path, o) or under(o, path) for o in others)
 
 
 @pytest.fixture(scope="module")
@@ -87,12 +83,12 @@ def command_vs_stage(st, params) -> list[str]:
             kind, allowed = (("metrics", st.metrics) if role in METRIC_ROLES else ("plots", st.plots)
                              if role in PLOT_ROLES else ("outs", st.outs))
             if role == "scratch":
-                if not any(_under(p, o) for o in OUTSIDE_DVC):
+                if not any(under(p, o) for o in OUTSIDE_DVC):
                     bad.append(f"{where}: scratch work lies outside DVC ({OUTSIDE_DVC})")
             elif p not in allowed:
                 bad.append(f"{where}: written, but not one of the stage's {kind} {list(allowed)}")
-        elif not (any(_under(p, d) for d in st.deps) or any(_under(p, o) for o in OUTSIDE_DVC)
-                  or (role in HOLDER_ROLES and any(_under(d, p) for d in st.deps))):
+        elif not (any(under(p, d) for d in st.deps) or any(under(p, o) for o in OUTSIDE_DVC)
+                  or (role in HOLDER_ROLES and any(under(d, p) for d in st.deps))):
             bad.append(f"{where}: read, but neither a dep nor inside one")
     written = {p for r, p in paths.items() if r in main.writes}
     bad += [f"{st.name}: writes {o}, which its command passes as no written path" for o in st.written
@@ -101,7 +97,7 @@ def command_vs_stage(st, params) -> list[str]:
     for d in st.deps:
         if d.startswith(("src/", "stages/")):
             continue
-        if not (any(_under(d, p) for r, p in paths.items() if r not in main.writes) or _near(d, named)
+        if not (any(under(d, p) for r, p in paths.items() if r not in main.writes) or _near(d, named)
                 or (st.name.split("@")[0], d) in NOT_READ_DEPS):
             bad.append(f"{st.name}: dep {d} is passed by no read option and named by no param")
     return bad

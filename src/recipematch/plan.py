@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from recipematch.errors import RecipematchError
-from recipematch.pipeline.graph import Stage, project_stages, stage_options
+from recipematch.pipeline.graph import Stage, project_stages, stage_options, under
 from recipematch.rules import MATHNET_RETRIEVE_DIR
 
 
@@ -139,8 +139,7 @@ def _path(stages: dict[str, Stage], root: Path, name: str, role: str, *, require
 def _built(stages: dict[str, Stage], folder: str) -> str | None:
     """The stage whose output is ``folder`` or holds it, or None (an input, not built)."""
     folder = folder.rstrip("/")
-    return next((name for name, st in stages.items()
-                 if any(folder == o or folder.startswith(o.rstrip("/") + "/") for o in st.outs)), None)
+    return next((name for name, st in stages.items() if any(under(folder, o) for o in st.outs)), None)
 
 
 def _corpus_table(p, root: Path):

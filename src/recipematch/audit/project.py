@@ -169,10 +169,6 @@ def main_stages() -> dict[str, Any]:
     return yaml.safe_load(source_dvc_yaml().read_text(encoding="utf-8"))["stages"]
 
 
-def _under(path: str, folder: str) -> bool:
-    return path == folder or path.startswith(folder.rstrip("/") + "/")
-
-
 def audit_dvc_yaml(params: Mapping[str, Any], main: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The audit's ``dvc.yaml``: the main ``dvc.yaml``'s stages (``main``, default
     :func:`main_stages`) that an audit runs, each with the main stage's command (paths
@@ -182,6 +178,7 @@ def audit_dvc_yaml(params: Mapping[str, Any], main: Mapping[str, Any] | None = N
     evaluation folders in place of the main project's. Code is not a dep here (the project
     holds no source tree): ``audit.json`` records the recipematch version."""
     from recipematch.pipeline.door import STAGE_COMMANDS  # lazy: the audit stays light
+    from recipematch.pipeline.graph import under  # lazy: the audit stays light
 
     main = main_stages() if main is None else main
     cli_name = {module: name for name, module in STAGE_COMMANDS}
@@ -198,7 +195,7 @@ def audit_dvc_yaml(params: Mapping[str, Any], main: Mapping[str, Any] | None = N
     replayed = {f"{REPLAY_DIR}/{f}" for f in RELEASE_FILES.values()}  # what init copies for the recordings stage
 
     def dep_kept(group: str, d: str) -> bool:
-        if d == "${data.path}" or any(_under(o, d) or _under(d, o) for o in outs):
+        if d == "${data.path}" or any(under(o, d) or under(d, o) for o in outs):
             return True
         return group == "recordings" and d in replayed
 

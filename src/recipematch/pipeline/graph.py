@@ -59,6 +59,12 @@ class Stage:
         return shlex.split(self.cmd)[2:]
 
 
+def under(path: str, folder: str) -> bool:
+    """``path`` is ``folder`` or lies inside it, both spelled as ``dvc.yaml`` spells paths
+    (relative, ``/``-separated)."""
+    return path == folder or path.startswith(folder.rstrip("/") + "/")
+
+
 def _out_path(entry: Any) -> str:
     return next(iter(entry)) if isinstance(entry, Mapping) else str(entry)
 
@@ -157,7 +163,10 @@ def stage_paths(root: Path, name: str, *, dvc_yaml: Path | None = None, params: 
     Raises:
         RecipematchError: as :func:`resolve` and :func:`stage_options`.
     """
-    stages = resolve(root, dvc_yaml=dvc_yaml, params=params, only=name)
+    return _named_paths(resolve(root, dvc_yaml=dvc_yaml, params=params, only=name), root, name)
+
+
+def _named_paths(stages: Mapping[str, Stage], root: Path, name: str) -> StagePaths:
     if name not in stages:
         raise RecipematchError(f"dvc.yaml has no stage {name!r}")
     main, opts = stage_options(stages[name])
@@ -222,11 +231,7 @@ def project_stage_paths(root: Path, name: str, p: Any = None) -> StagePaths:
     Raises:
         RecipematchError: as :func:`project_stages`; no such stage (naming it).
     """
-    stages = project_stages(root, p, only=name)
-    if name not in stages:
-        raise RecipematchError(f"dvc.yaml has no stage {name!r}")
-    main, opts = stage_options(stages[name])
-    return paths_of(main, root, opts)
+    return _named_paths(project_stages(root, p, only=name), root, name)
 
 
 def params_mapping(p: Any) -> dict[str, Any]:
