@@ -3,6 +3,8 @@
     python scripts/expected_scores.py write   # after `dvc repro`: record metrics/stats.json's headline numbers
     python scripts/expected_scores.py check   # compare metrics/stats.json against the record
 
+Table 1's cut-offs of each set come from ``params.yaml``'s ``report`` rows, as in the report.
+
 The record (``tests/expected/default.yaml``) lists, for every model and every declared set,
 the mean R@k the report shows (percent), and for every declared contrast the gap's estimate
 and 95% interval on every set and every DiD (points), each with a tolerance. The test
@@ -21,6 +23,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 RECORD = ROOT / "tests" / "expected" / "default.yaml"
 STATS = ROOT / "metrics" / "stats.json"
+PARAMS = ROOT / "params.yaml"
 #: points; the pipeline is deterministic on one machine, this absorbs float differences elsewhere
 TOL_SCORE = 0.01
 TOL_GAP = 0.05
@@ -34,6 +37,21 @@ def _num(v, where: str) -> float:
     if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
         raise BadStats(f"{where}: expected a finite number, got {str(v)[:40]!r}")
     return float(v)
+
+
+def presented(stats: dict, params_path: Path = PARAMS) -> dict:
+    """``stats`` with each set's report row (label, ``report_ks``) from params ``report``, joined
+    as the report stage joins them: the record holds the cut-offs the report shows."""
+    from dataclasses import asdict
+
+    from recipematch.config import load_params, report_row
+    from recipematch.report_common import with_report_rows
+
+    rows = load_params(params_path).report
+    try:
+        return with_report_rows(stats, {n: asdict(report_row(rows, n)) for n in stats["evaluations"]})
+    except (KeyError, TypeError, AttributeError) as e:
+        raise BadStats(f"metrics/stats.json lacks a part the stats stage writes ({type(e).__name__}: {e})") from None
 
 
 def headline(stats: dict) -> list[dict]:
@@ -113,6 +131,7 @@ def main(argv: list[str]) -> int:
         stats = json.loads(STATS.read_text())
         if not isinstance(stats, dict):
             raise BadStats(f"{STATS}: not a JSON object")
+        stats = presented(stats)
         if argv[0] == "write":
             rows = headline(stats)
     except (OSError, ValueError) as e:  # a missing file, invalid JSON, BadStats

@@ -110,7 +110,9 @@ def test_unit_norm_is_required_of_cached_embeddings(tmp_path):
 @pytest.mark.parametrize("edit, needle", [
     (lambda p: p.update(arms=[]), "arms must be distinct names"),
     (lambda p: p["llm"].update(prompts=[]), "llm.prompts must be distinct names"),
-    (lambda p: p["evaluations"]["tier_d1"].update(report_ks=[]), "report_ks: list at least one"),
+    (lambda p: p["report"]["tier_d1"].update(ks=[]), "report.tier_d1.ks: list at least one"),
+    (lambda p: p["report"]["tier_d1"].update(ks=[1, 7]), "report.tier_d1.ks [7] are not in evaluate.ks"),
+    (lambda p: p["evaluations"]["tier_d1"].update(label="x"), "evaluations.tier_d1.label: the report's rows moved to `report`"),
     (lambda p: p["evaluate"].update(ks=[1, 1, 5]), "lists a cut-off twice"),
     (lambda p: p["budget"].update(shared_sources=["recipe"]), "two or more distinct named arms"),
     (lambda p: p["llm"].update(api_key_env="sk-123 secret"), "must be the NAME of an environment variable"),

@@ -215,3 +215,20 @@ def test_an_alias_bomb_keeps_its_reason_whatever_the_path_length():
     levels = "".join(f"{chr(98 + i)}: &{chr(98 + i)} [{', '.join(['*' + chr(97 + i)] * 9)}]\n" for i in range(7))
     with pytest.raises(RecipematchError, match="expands, once its aliases"):
         load_yaml_text("a: &a [x, x, x, x, x, x, x, x, x]\n" + levels, "/" + "x" * 230 + "/params.yaml")
+
+
+def test_a_report_label_edit_reruns_the_report_alone(repo_root):
+    """The report's rows (params ``report``) are declared by the report stage alone, and no
+    evaluation carries them, so editing a label or a cut-off changes no other stage's params."""
+    import yaml
+
+    from recipematch.config import load_params
+
+    stages = yaml.safe_load((repo_root / "dvc.yaml").read_text())["stages"]
+    readers = sorted(name for name, st in stages.items()
+                     for key in (st.get("do", st).get("params") or [])
+                     if isinstance(key, str) and (key == "report" or key.startswith("report.")))
+    assert readers == ["report"]
+    p = load_params(repo_root / "params.yaml")
+    assert p.report and set(p.report) <= set(p.evaluations)
+    assert all(not hasattr(ev, "label") and not hasattr(ev, "report_ks") for ev in p.evaluations.values())

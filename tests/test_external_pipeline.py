@@ -20,7 +20,7 @@ from conftest import Outputs
 
 FIX = Path(__file__).parent / "fixtures" / "impliret_mini"
 SET = {"folder": "artifacts/external/impliret/unispeaker__arithmetic", "rule": "plain", "role": "external",
-       "label": "ImpliRet ua", "report_ks": [1], "measures": ["nDCG@10", "R@10"], "group": "impliret"}
+       "measures": ["nDCG@10", "R@10"], "group": "impliret"}
 
 
 def _raw(**evaluation) -> dict:
@@ -184,7 +184,7 @@ def test_stats_give_each_model_its_measure_the_gaps_and_the_groups_macro_average
     a = {m: rng.random((1 if m in ("base", "bm25") else 2, 30)) for m in ("base", "bm25", "recipe")}
     b = {m: rng.random((1 if m in ("base", "bm25") else 2, 20)) for m in ("base", "bm25", "recipe")}
     ranks = {m: {**_frames({m: a[m]}, "s1")[m], **_frames({m: b[m]}, "s2")[m]} for m in a}
-    evals = {n: EvaluationConfig(folder=f"x/{n}", rule="plain", role="external", label=n, report_ks=(1,),
+    evals = {n: EvaluationConfig(folder=f"x/{n}", rule="plain", role="external",
                                  measures=("nDCG@10",), group="g") for n in ("s1", "s2")}
     out = {"arms": {m: {} for m in a}, "gaps": {}}
     scfg = type("S", (), {"n_boot": 500, "seed": 3, "paired_seeds": False})()

@@ -96,8 +96,7 @@ def _judging_project(tmp_path: Path, monkeypatch, devices=None, **judging):
     (tmp_path / "judge").mkdir(exist_ok=True)
     (tmp_path / "judge" / "judge_prompt.txt").write_text(TEMPLATE, encoding="utf-8")
     raw = load_yaml(REPO / "params.yaml")
-    raw["evaluations"] = {"tiny": {"folder": "artifacts/evalsets/tiny", "rule": "plain", "role": "benchmark",
-                                   "label": "tiny", "report_ks": [1]}}
+    raw["evaluations"] = {"tiny": {"folder": "artifacts/evalsets/tiny", "rule": "plain", "role": "benchmark"}}
     raw["style"]["tracking_set"] = "tiny"
     raw["pooling"] = {"tiny": {**raw["pooling"]["crosslingual"], "evaluation": "tiny", "dense": ["base"],
                                "route_depth": 6, "judge_depth": 6, "ngram_n": 3}}

@@ -136,13 +136,12 @@ def test_contrasts_cross_checks():
 
 # --------------------------------------------------------------------------- stats stage
 
+# the report's rows of EVALS (params `report`), as the report stage joins them to stats.json
+LABELS = {"easy": "easy tier", "hard": "hard tier", "crosslingual": "cross-language strict"}
 EVALS = {
-    "easy": {"folder": "artifacts/evalsets/easy", "rule": "plain", "role": "benchmark", "label": "easy tier",
-             "report_ks": [1]},
-    "hard": {"folder": "artifacts/evalsets/hard", "rule": "plain", "role": "benchmark", "label": "hard tier",
-             "report_ks": [1]},
-    "crosslingual": {"folder": "artifacts/evalsets/crosslingual", "rule": "crosslingual_strict", "role": "real",
-                     "label": "cross-language strict", "report_ks": [1]},
+    "easy": {"folder": "artifacts/evalsets/easy", "rule": "plain", "role": "benchmark"},
+    "hard": {"folder": "artifacts/evalsets/hard", "rule": "plain", "role": "benchmark"},
+    "crosslingual": {"folder": "artifacts/evalsets/crosslingual", "rule": "crosslingual_strict", "role": "real"},
 }
 
 
@@ -195,8 +194,8 @@ def _cell(stats_arm_mean):
 
 
 def _synthetic_stats(arm_means: dict[str, tuple[float, float, float]], contrasts=()):
-    evals = {"crosslingual": {**EVALS["crosslingual"], "in_family_for": []},
-             "easy": {**EVALS["easy"], "in_family_for": []}, "hard": {**EVALS["hard"], "in_family_for": []},
+    evals = {**{n: {**EVALS[n], "in_family_for": [], "label": LABELS[n], "report_ks": [1]}
+                for n in ("crosslingual", "easy", "hard")},
              "probe": {"folder": "x", "rule": "plain", "role": "in_family", "label": "probe", "report_ks": [1],
                        "in_family_for": ["cas"]}}
     arms = {a: {"easy.R@1": _cell(e), "hard.R@1": _cell(h), "crosslingual.R@1": _cell(x), "probe.R@1": _cell(1.0)}

@@ -182,7 +182,7 @@ def test_the_external_stage_builds_meld_and_every_encoder_gets_its_separation(tm
     raw["external"]["meld"] = {"loader": "meld", "copy": "data/meld", "subsets": ["pairs_only"], "revision": "r"}
     raw["evaluations"] = {k: v for k, v in raw["evaluations"].items() if v["role"] != "external"}
     raw["evaluations"]["meld"] = {"folder": "artifacts/external/meld/pairs_only", "rule": "plain", "role": "external",
-                                  "label": "MELD (pairs only)", "report_ks": [1], "measures": ["R@1", "R@10"]}
+                                  "measures": ["R@1", "R@10"]}
     p, lay = parse_params(raw), Outputs(tmp_path, raw)
     counts = external.run(p.view(external.PARAMS), stage_paths(lay.root, "external@meld", raw), name="meld")
     assert counts["subsets"]["pairs_only"]["n_pairs"] == 6

@@ -202,8 +202,7 @@ def _tiny_project(tmp_path: Path, monkeypatch, dense=("base",)):
     queries = {"q0": "find all real x with x squared equals four please", "q1": "angles of a triangle sum to pi"}
     write_beir(tmp_path / "artifacts" / "evalsets" / "tiny", corpus, queries, {"q0": {"d0": 1}, "q1": {"d1": 1}})
     raw = load_yaml(REPO / "params.yaml")
-    raw["evaluations"] = {"tiny": {"folder": "artifacts/evalsets/tiny", "rule": "plain", "role": "benchmark",
-                                   "label": "tiny", "report_ks": [1]}}
+    raw["evaluations"] = {"tiny": {"folder": "artifacts/evalsets/tiny", "rule": "plain", "role": "benchmark"}}
     raw["style"]["tracking_set"] = "tiny"
     raw["pooling"] = {"tiny": {**raw["pooling"]["crosslingual"], "evaluation": "tiny", "dense": list(dense),
                                "route_depth": 4, "judge_depth": 2, "ngram_n": 3}}

@@ -72,8 +72,7 @@ def test_release_rows(tmp_path):
 
 def _params(tmp: Path, regen: dict, version: dict | None = None) -> dict:
     raw = yaml.safe_load((REPO / "params.yaml").read_text())
-    raw["evaluations"] = {"tier": {"folder": "sets/tier", "rule": "plain", "role": "benchmark", "label": "tier",
-                                   "report_ks": [1]}}
+    raw["evaluations"] = {"tier": {"folder": "sets/tier", "rule": "plain", "role": "benchmark"}}
     if version:
         raw["evaluations"]["tier_v"] = version
     raw["style"]["tracking_set"] = "tier"
@@ -123,7 +122,7 @@ def test_regen_params_are_checked(tmp_path):
             parse_params(_params(tmp_path, {"v": bad}))
     with pytest.raises(RecipematchError, match="letters, digits"):
         parse_params(_params(tmp_path, {"a/b": ok}))
-    version = {"folder": "artifacts/regen/v", "rule": "plain", "role": "benchmark", "label": "v", "report_ks": [1],
+    version = {"folder": "artifacts/regen/v", "rule": "plain", "role": "benchmark",
                "version_of": "missing"}
     with pytest.raises(RecipematchError, match="version_of"):
         parse_params(_params(tmp_path, {"v": ok}, version))

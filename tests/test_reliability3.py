@@ -467,7 +467,7 @@ def test_an_evaluation_declares_its_rule_and_a_bad_one_is_refused(tmp_path: Path
     from recipematch.errors import RecipematchError
     from recipematch.scoring import BM25, score
 
-    base = {"folder": "x", "rule": "plain", "role": "real", "label": "X", "report_ks": [1]}
+    base = {"folder": "x", "rule": "plain", "role": "real"}
     assert build(base, EvaluationConfig, "evaluations.x").self_mask == "id_and_text"
     assert build({**base, "self_mask": "id"}, EvaluationConfig, "evaluations.x").self_mask == "id"
     with pytest.raises(RecipematchError, match="self_mask"):

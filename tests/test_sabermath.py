@@ -192,7 +192,7 @@ def test_the_external_stage_builds_sabermath_and_the_evaluate_stage_scores_it(tm
                                     "subsets": ["statement-full", "full-full"], "revision": "rev", "max_rows": 0}
     raw["evaluations"] = {k: v for k, v in raw["evaluations"].items() if v.get("role") != "external"}
     raw["evaluations"]["saber"] = {"folder": "artifacts/external/sabermath/statement-full", "rule": "plain",
-                                   "role": "external", "label": "SABER-Math", "report_ks": [1],
+                                   "role": "external",
                                    "measures": ["nDCG@10"], "gain": "exponential", "grade_scale": [0, 5]}
     p, lay = parse_params(raw), Outputs(tmp_path, raw)
     counts = external.run(p.view(external.PARAMS), lay.stage("external@sabermath"), name="sabermath")

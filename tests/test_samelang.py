@@ -66,8 +66,7 @@ def test_models_on_other_queries_or_slices_are_refused():
 
 def test_declared_real_evaluation_and_missing_folder_message(tmp_path):
     p = copy.deepcopy(E2E_PARAMS)
-    p["evaluations"]["samelang"] = {"folder": "data/samelang_eval", "rule": "samelang", "role": "real",
-                                    "label": "same-language R@1", "report_ks": [1]}
+    p["evaluations"]["samelang"] = {"folder": "data/samelang_eval", "rule": "samelang", "role": "real"}
     ev = parse_params(p).evaluations["samelang"]
     assert (ev.rule, ev.role) == ("samelang", "real")
     with pytest.raises(RecipematchError, match=r"folder .*data/samelang_eval does not exist: the same-language "
@@ -87,9 +86,8 @@ def test_stats_stage_reports_the_slices_of_a_declared_samelang_set(tmp_path):
     p["arms"] = ["verified", "recipe"]
     p["stats"]["n_boot"] = 200
     p["evaluations"] = {
-        "easy": {"folder": "x/easy", "rule": "plain", "role": "benchmark", "label": "easy", "report_ks": [1]},
-        "samelang": {"folder": "x/samelang", "rule": "samelang", "role": "real", "label": "same-language",
-                     "report_ks": [1]}}
+        "easy": {"folder": "x/easy", "rule": "plain", "role": "benchmark"},
+        "samelang": {"folder": "x/samelang", "rule": "samelang", "role": "real"}}
     p["style"] = {**p["style"], "tracking_set": "easy"}
     lay = Outputs(tmp_path, p)
     f = _frames()
@@ -115,8 +113,10 @@ def test_stats_stage_reports_the_slices_of_a_declared_samelang_set(tmp_path):
     assert out["did"]["recipe-verified.easy-samelang.R@1"]["gap_real"]["n_queries"] == 2
     # ... and the report renders Table 5 from it
     from recipematch.report import write_report
+    from recipematch.report_common import with_report_rows
 
-    path = write_report(out, {}, {}, tmp_path / "reports", params={})
+    rows = {"easy": {"label": "easy", "ks": [1]}, "samelang": {"label": "same-language", "ks": [1]}}
+    path = write_report(with_report_rows(out, rows), {}, {}, tmp_path / "reports", params={})
     text = path.read_text(encoding="utf-8")
     assert "## Same-language reprints by slice (Table 5)" in text and "**same-language**" in text
     assert ("| model | primary R@1 (n=2) | english R@1 (n=1) | leaked R@1 (n=1) | exact R@1 (n=1) | "

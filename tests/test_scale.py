@@ -158,7 +158,7 @@ def test_evalsets_materialises_mathnet_retrieve_tiers_as_declared_evaluations(tm
     p["data"] = {"source": "sample", "path": "data/peer_release/corpus.jsonl", "retrieve": "data/mathnet_retrieve"}
     for tier in ("easy", "medium", "hard"):
         p["evaluations"][f"mr_{tier}"] = {"folder": f"artifacts/evalsets/mathnet_retrieve/{tier}", "rule": "plain",
-                                          "role": "benchmark", "label": f"MathNet-Retrieve {tier}", "report_ks": [1]}
+                                          "role": "benchmark"}
     _run(corpus_stage, p, lay)
     counts = _run(evalsets_stage, p, lay)
     assert counts["mathnet_retrieve.tiers"] == 3

@@ -10,13 +10,13 @@ import numpy as np
 import pytest
 
 import recipematch.stats as st
+from recipematch.resample import percentile_interval
 from recipematch.stats import (
     did_bootstrap,
     did_three_scales,
     mean_sd,
     nested_bootstrap_gap,
     paired_query_bootstrap,
-    percentile_interval,
 )
 
 # ------------------------------------------------------------------ hand-computable values
@@ -293,7 +293,8 @@ def test_bad_cluster_labels_and_empty_replicates_are_refused():
     import numpy as np
     import pytest
 
-    from recipematch.stats import nested_bootstrap_gap, percentile_interval
+    from recipematch.resample import percentile_interval
+    from recipematch.stats import nested_bootstrap_gap
 
     a = np.ones((2, 3))
     with pytest.raises(ValueError, match="NaN"):

@@ -57,8 +57,8 @@ def project(tmp_path_factory):
         write_beir(root / "sets" / name, corpus, queries, {f"q{i}": {f"d{i}": 1} for i in range(12)})
     raw = yaml.safe_load((REPO / "params.yaml").read_text())
     raw["evaluations"] = {
-        "bench": {"folder": "sets/bench", "rule": "plain", "role": "benchmark", "label": "tiny tier", "report_ks": [1]},
-        "real": {"folder": "sets/real", "rule": "plain", "role": "real", "label": "tiny real", "report_ks": [1]}}
+        "bench": {"folder": "sets/bench", "rule": "plain", "role": "benchmark"},
+        "real": {"folder": "sets/real", "rule": "plain", "role": "real"}}
     raw["style"]["tracking_set"] = "bench"
     raw["hits"] = {"contrasts": ["recipe - verified"], "k": 1, "probe": ""}
     for key in ("external", "attacks", "pooling", "judging", "saber"):

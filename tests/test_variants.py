@@ -330,8 +330,7 @@ def test_soup_stage_scores_each_alpha_as_its_own_row(repo_root, tiny_model, trai
     raw["train"].update(model=str(tiny_model), n_seeds=1)
     raw["remedies"].update(arms=["recipe", "cell"], soup_alphas=[0.5, 1.0], replay_fractions=[])
     raw["evaluate"].update(max_seq_length=16)
-    raw["evaluations"] = {"easy": {"folder": "artifacts/evalsets/easy", "rule": "plain", "role": "benchmark",
-                                   "label": "easy", "report_ks": [1]}}
+    raw["evaluations"] = {"easy": {"folder": "artifacts/evalsets/easy", "rule": "plain", "role": "benchmark"}}
     raw["style"]["tracking_set"] = "easy"
     raw["pooling"], raw["judging"], raw["saber"] = {}, {}, {}  # the default's pools name its own sets
     lay = Outputs(tmp_path, raw)

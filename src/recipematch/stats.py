@@ -43,8 +43,8 @@ Everything is seeded. Replicates come in chunks of 500 (:data:`_CHUNK`); chunk `
 spawns from it ``2 + 2 * n_tests`` generators: 0 draws arm a's seeds, 1 arm b's seeds, and
 for test ``t`` (0 = the benchmark, 1 = the real-duplicate set of a DiD) ``2 + 2t`` draws
 queries (or clusters) and ``3 + 2t`` the binomial split below (or the members within drawn
-clusters). A uniform index in ``[0, n)`` is ``floor(u * n)`` with ``u`` a 53-bit uniform double
-from ``Generator.random`` (deviation from exact uniformity below ``n * 2**-53``). Inside a
+clusters). Every draw is :mod:`recipematch.resample`'s (a uniform index in ``[0, n)`` is
+``floor(u * n)``, ``u`` a 53-bit uniform double), the project's one resampler. Inside a
 chunk each stream is consumed in replicate order, so the numbers do not depend on how many
 replicates are vectorised at once nor on how many threads run the chunks, and a plain loop
 over replicates reading the same streams gives the same numbers (tested).
@@ -69,6 +69,8 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from recipematch.resample import draw_counts, percentile_interval, row_counts, uniform_index
+
 __all__ = [
     "BootstrapInterval",
     "DidResult",
@@ -77,7 +79,6 @@ __all__ = [
     "paired_query_bootstrap",
     "did_bootstrap",
     "did_three_scales",
-    "percentile_interval",
 ]
 
 _CHUNK = 500  # replicates per independent random stream set (fixed: part of the method)
@@ -146,31 +147,7 @@ def mean_sd(values) -> tuple[float, float]:
     return float(v.mean()), sd
 
 
-def percentile_interval(replicates, level: float = 0.95) -> tuple[float, float]:
-    """``(low, high)`` percentile bounds of ``replicates`` at ``level``."""
-    if not 0 < level < 1:
-        raise ValueError(f"level must be in (0, 1), got {level}")
-    r = np.asarray(replicates, dtype=np.float64)
-    if r.size == 0:
-        raise ValueError("no replicates: an interval needs at least one")
-    alpha = (1.0 - level) / 2.0
-    low, high = np.quantile(r, [alpha, 1.0 - alpha])
-    return float(low), float(high)
-
-
 # --------------------------------------------------------------------------- draws
-
-
-def _uniform_index(rng: np.random.Generator, n: int, shape) -> np.ndarray:
-    """Uniform integers in [0, n): floor(u * n), u a 53-bit double (module docstring)."""
-    return (rng.random(shape) * n).astype(np.int64)
-
-
-def _row_counts(idx: np.ndarray, n: int) -> np.ndarray:
-    """(rows, n) counts of each value in each row of ``idx`` (rows, m)."""
-    rows = idx.shape[0]
-    flat = idx + (np.arange(rows, dtype=np.int64) * n)[:, None]
-    return np.bincount(flat.ravel(), minlength=rows * n).reshape(rows, n)
 
 
 GROUPING_MIN_CONSTANT = 0.25  # group constant queries when at least this share is constant
@@ -247,12 +224,11 @@ class _QueryDraws:
         k = self.k
         if self.clusters is not None:
             c = self.sizes.size
-            drawn = _uniform_index(self.rng_q, c, (n_rep, c))  # (n_rep, C) cluster draws
+            drawn = uniform_index(self.rng_q, c, (n_rep, c))  # (n_rep, C) cluster draws
             sz = self.sizes[drawn]  # (n_rep, C): members to draw in each drawn cluster
             flat_sz = sz.ravel()
-            u = self.rng_b.random(int(flat_sz.sum()))
             cl = np.repeat(drawn.ravel(), flat_sz)
-            member = self.starts[cl] + (u * self.sizes[cl]).astype(np.int64)
+            member = self.starts[cl] + uniform_index(self.rng_b, self.sizes[cl], cl.size)  # within each cluster
             idx = self.order[member]
             per_rep = sz.sum(axis=1)
             flat = np.repeat(np.arange(n_rep, dtype=np.int64) * k, per_rep)
@@ -260,13 +236,13 @@ class _QueryDraws:
             return flat, per_rep.astype(np.float64)
         totals = np.full(n_rep, float(self.n))
         if self.grouped is None:
-            idx = _uniform_index(self.rng_q, k, (n_rep, k))  # (n_rep, Q)
+            idx = uniform_index(self.rng_q, k, (n_rep, k))  # (n_rep, Q)
             idx += (np.arange(n_rep, dtype=np.int64) * k)[:, None]
             return idx.ravel(), totals
         n_inf = (np.full(n_rep, self.n, dtype=np.int64) if k == self.n
                  else self.rng_b.binomial(self.n, k / self.n, size=n_rep))
         flat = np.repeat(np.arange(n_rep, dtype=np.int64) * k, n_inf)
-        flat += _uniform_index(self.rng_q, k, int(n_inf.sum()))
+        flat += uniform_index(self.rng_q, k, int(n_inf.sum()))
         return flat, totals
 
     def sums(self, n_rep: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -296,7 +272,7 @@ def _blas_single_thread():
 
 def _seed_counts(rng, n_seeds: int, n_rep: int) -> np.ndarray:
     """(n_rep, n_seeds) float64 counts of seed indices drawn with replacement."""
-    return _row_counts(_uniform_index(rng, n_seeds, (n_rep, n_seeds)), n_seeds).astype(
+    return draw_counts(rng, n_seeds, n_rep).astype(
         np.float64)
 
 
@@ -569,7 +545,7 @@ def did_three_scales(bench_a, bench_b, real_a, real_b, *, n_boot: int = 10_000,
     if n_boot < 1:
         raise ValueError(f"n_boot must be >= 1, got {n_boot}")
     rng = np.random.default_rng(np.random.SeedSequence(seed))
-    counts = _row_counts(_uniform_index(rng, n, (n_boot, n)), n).astype(np.float64) / n
+    counts = draw_counts(rng, n, n_boot).astype(np.float64) / n
     out: dict[str, dict] = {}
     for name, fn in _SCALES.items():
         g = fn(ba, bb)  # (n,) per-seed benchmark gap

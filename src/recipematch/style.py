@@ -29,13 +29,13 @@ Conventions
   no random state is involved).
 * AUC ties count one half (``sklearn.metrics.roc_auc_score``'s rule).
 * Bootstrap over source ids: each replicate draws as many source ids as there are held-out
-  sources, uniformly with replacement, from ``np.random.default_rng(seed)`` (``integers``),
-  block by block in replicate order; a document's weight in a replicate is the number of times
+  sources, uniformly with replacement, from ``np.random.default_rng(seed)`` by the project's one
+  resampler (:func:`recipematch.resample.draw_counts`), block by block in replicate order; a document's weight in a replicate is the number of times
   its source was drawn, and the replicate AUC is the pair-weighted AUC computed from ranks
   (equal to ``roc_auc_score`` on the data with each document repeated that many times; tested).
   A replicate that draws no positive or no negative has no AUC and is left out
   (``n_boot_used`` counts the rest). The interval is the percentile interval
-  (:func:`recipematch.stats.percentile_interval`).
+  (:func:`recipematch.resample.percentile_interval`).
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ from sklearn.pipeline import Pipeline
 
 from recipematch.errors import RecipematchError
 from recipematch.gates import norm_v2
-from recipematch.stats import percentile_interval
+from recipematch.resample import draw_counts, percentile_interval
 
 __all__ = [
     "AucInterval",
@@ -342,9 +342,7 @@ def bootstrap_auc(scores, labels, groups, *, n_boot: int, seed: int, level: floa
     reps = np.empty(int(n_boot), dtype=np.float64)
     for start in range(0, int(n_boot), _BOOT_BLOCK):
         b = min(_BOOT_BLOCK, int(n_boot) - start)
-        draws = rng.integers(0, n_groups, size=(b, n_groups))
-        flat = (draws + (np.arange(b, dtype=np.int64) * n_groups)[:, None]).ravel()
-        counts = np.bincount(flat, minlength=b * n_groups).reshape(b, n_groups)
+        counts = draw_counts(rng, n_groups, b)
         reps[start:start + b] = _weighted_auc_replicates(s[pos], gidx[pos], s[neg], gidx[neg], counts)
     used = reps[np.isfinite(reps)]
     if used.size == 0:

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from recipematch.benchmarks_data import load_set
+from recipematch.config import report_row
 from recipematch.errors import RecipematchError, short_repr
 from recipematch.io import sha256_text
 from recipematch.eval_cli import BM25_NAME, first_line, model_load_errors, resolve_model
@@ -233,7 +234,7 @@ def run_survey(p, root: Path, models: Sequence[SurveyModel], *, cache_dir: Path 
     resolved = {m.name: check_folder(m) for m in models}  # every folder checked before any load
     bench = [n for n, (ev, _) in sets.items() if ev.role == "benchmark"]
     out: dict[str, Any] = {"ks": list(ks), "headline": bench[0] if bench else None,
-                           "sets": {n: {"label": ev.label, "role": ev.role, "rule": ev.rule, "folder": ev.folder}
+                           "sets": {n: {"label": report_row(p.report, n).label, "role": ev.role, "rule": ev.rule, "folder": ev.folder}
                                     for n, (ev, _) in sets.items()}, "models": []}
     for m in models:
         path = resolved[m.name]

@@ -113,15 +113,16 @@ def audit_params(template: Mapping[str, Any], *, control: str, recipe_sidecar: s
     if model:
         llm["model_id"] = llm["judge_model_id"] = model
     p["llm"] = llm
-    ev = {"benchmark": {"folder": BENCHMARK_DIR, "rule": "plain", "role": "benchmark", "label": benchmark_label,
-                        "report_ks": [1]}}
+    ev = {"benchmark": {"folder": BENCHMARK_DIR, "rule": "plain", "role": "benchmark"}}
+    report_rows = {"benchmark": {"label": benchmark_label, "ks": [1]}}
     if real:
-        ev["real"] = {"folder": REAL_DIR, "rule": real_rule, "role": "real", "label": "generator-free set",
-                      "report_ks": [1]}
+        ev["real"] = {"folder": REAL_DIR, "rule": real_rule, "role": "real"}
+        report_rows["real"] = {"label": "generator-free set", "ks": [1]}
     for name, spec in (also or {}).items():
         folder, _, rule = spec.rpartition(":")
-        ev[name] = {"folder": folder, "rule": rule, "role": "in_family", "label": name, "report_ks": [1]}
+        ev[name] = {"folder": folder, "rule": rule, "role": "in_family"}
     p["evaluations"] = ev
+    p["report"] = report_rows  # a set without a row is shown under its name (an --also set's row is its name)
     p["style"] = {**p["style"], "train_prompt": "d1_recipe", "score_prompts": ["d1_recipe", control],
                   "tracking_set": "benchmark"}
     p["budget"] = {**p["budget"], "shared_sources": []}

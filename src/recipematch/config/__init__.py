@@ -53,10 +53,12 @@ from recipematch.config.sections import (
     RegenConfig,
     RemediesConfig,
     ReplayConfig,
+    ReportRowConfig,
     SaberConfig,
     StatsConfig,
     StyleConfig,
     TrainConfig,
+    report_row,
 )
 from recipematch.config.urls import ENV_VAR_NAME, server_url_problem
 from recipematch.config.yamlio import MAX_YAML_CHARS, load_yaml, load_yaml_file, load_yaml_text
@@ -67,9 +69,9 @@ __all__ = [
     "BacktranslateConfig", "BudgetConfig", "CasConfig", "DataConfig", "DevicesConfig", "EngineConfig", "EvalSetConfig",
     "EvaluateConfig", "EvaluationConfig", "ExternalConfig", "GatesConfig", "HitsConfig", "Judge2Config",
     "JudgingConfig", "LLMConfig", "MeldGenerateConfig", "MlflowConfig", "Params", "ParamsView", "PoolConfig",
-    "RegenConfig", "RemediesConfig", "ReplayConfig", "SaberConfig", "StatsConfig", "StyleConfig", "TrainConfig",
+    "RegenConfig", "RemediesConfig", "ReplayConfig", "ReportRowConfig", "SaberConfig", "StatsConfig", "StyleConfig", "TrainConfig",
     "UndeclaredParam", "check_arm_inputs", "check_params", "field_table", "load_params", "load_params_raw",
-    "load_yaml", "load_yaml_file", "load_yaml_text", "parse_params", "pool_models", "section",
+    "load_yaml", "load_yaml_file", "load_yaml_text", "parse_params", "pool_models", "report_row", "section",
     "server_url_problem", "top",
 ]
 
@@ -111,6 +113,9 @@ class Params:
                                                          "one stage per entry)", default_factory=dict)
     regen: dict[str, RegenConfig] = spec("regenerated gold versions of declared benchmarks (Appendix E), by name "
                                           "({} = none; dvc.yaml builds one stage per entry)", default_factory=dict)
+    report: dict[str, ReportRowConfig] = spec("how the report shows each declared evaluation, by its name: a row "
+                                               "label and Table 1's cut-offs (read by the report stage alone; a set "
+                                               "left out is shown under its name at R@1)", default_factory=dict)
     hits: HitsConfig = spec("hit accounting: sole wins (Section 7)", default_factory=HitsConfig)
     remedies: RemediesConfig = spec("the remedies for forgetting (Appendix E, Table 19): soups and replay mixes",
                                      default_factory=RemediesConfig)
@@ -143,9 +148,26 @@ def parse_params(raw: Mapping[str, Any]) -> Params:
             or breaking a rule that joins keys (arms, prompts, the cell under test, ...).
     """
     _check_grid_spelling(raw)
+    _check_report_rows_moved(raw)
     p = build(raw, Params, "")
     cross_checks(p)
     return p
+
+
+def _check_report_rows_moved(raw: Mapping[str, Any]) -> None:
+    """An evaluation still carrying ``label`` or ``report_ks`` (params written before the report's
+    rows got their own section) is refused with where they go now.
+
+    Raises:
+        RecipematchError: naming the key and its new place.
+    """
+    evals = raw.get("evaluations") if isinstance(raw, Mapping) else None
+    for name, ev in (evals or {}).items() if isinstance(evals, Mapping) else ():
+        for key in ("label", "report_ks"):
+            if isinstance(ev, Mapping) and key in ev:
+                raise RecipematchError(f"evaluations.{name}.{key}: the report's rows moved to `report` "
+                                       f"(report: {{{name}: {{label: ..., ks: [...]}}}}); read by the report "
+                                       "stage alone, so a label edit reruns only the report")
 
 
 def _check_grid_spelling(raw: Mapping[str, Any]) -> None:

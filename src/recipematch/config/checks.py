@@ -71,19 +71,15 @@ def cross_checks(p: Params) -> None:
         if not re.fullmatch(r"[A-Za-z][A-Za-z0-9_\-]{0,63}", name):
             raise RecipematchError(f"evaluations.{name}: a name starts with a letter, then up to 63 letters, "
                                    f"digits, '_' or '-'")
-        if not ev.report_ks:
-            raise RecipematchError(f"evaluations.{name}.report_ks: list at least one cut-off")
         if ev.folder.strip() in (".", "") or ev.folder.startswith("~"):
             raise RecipematchError(f"evaluations.{name}.folder must be a folder inside the project, got {short_repr(ev.folder, 120)}")
-        bad = [k for k in ev.report_ks if k not in p.evaluate.ks]
-        if bad:
-            raise RecipematchError(f"evaluations.{name}.report_ks {bad} are not in evaluate.ks {list(p.evaluate.ks)}")
         if Path(ev.folder).is_absolute() or ".." in Path(ev.folder).parts:
             raise RecipematchError(f"evaluations.{name}.folder must be relative to the project root, got {short_repr(ev.folder, 120)}")
         _check_graded_evaluation(name, ev)
         bad = [g for g in ev.in_family_for if g not in POSITIVES]
         if bad:
             raise RecipematchError(f"evaluations.{name}.in_family_for: unknown positives {bad}; choose from {sorted(POSITIVES)}")
+    _check_report(p)
     _check_external(p)
     _check_attacks(p)
     _check_pooling(p)
@@ -278,6 +274,20 @@ def _check_saber(p) -> None:
                                          "topic_prompt", "topic_system_prompt", "recordings"))
         if not sc.topics and not sc.topic_prompt:
             raise RecipematchError(f"{where}: give topics (a file) or topic_prompt (the LLM assigns them)")
+
+
+def _check_report(p) -> None:
+    """``report``: each row of a declared set shows cut-offs it is scored at. A row naming no
+    declared set is allowed and not shown (dropping a set stays a one-key edit; the report stage
+    names such rows)."""
+    for name, row in p.report.items():
+        if name not in p.evaluations:
+            continue
+        if not row.ks:
+            raise RecipematchError(f"report.{name}.ks: list at least one cut-off")
+        bad = [k for k in row.ks if k not in p.evaluate.ks]
+        if bad:
+            raise RecipematchError(f"report.{name}.ks {bad} are not in evaluate.ks {list(p.evaluate.ks)}")
 
 
 def _check_external(p) -> None:

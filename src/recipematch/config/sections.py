@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -212,8 +213,6 @@ class EvaluationConfig:
                       "diagnostic (not a paper set: scored and reported apart, never in a DiD) or external "
                       "(a benchmark no one in the project built, scored by its graded measures; Section 6)",
                       choices=EVAL_ROLES_ALLOWED)
-    label: str = spec("the report's row label", min=1, max_len=200)
-    report_ks: tuple[int, ...] = spec("cut-offs the report shows for this set", min=1, max=10_000)
     in_family_for: tuple[str, ...] = spec("positives generators whose arms this set is in-family for "
                                            "(e.g. [cas] for the CAS near-miss probe)", default=())
     self_mask: str = spec("which corpus entry is a query's own and masked: id_and_text (the entry with the "
@@ -239,6 +238,21 @@ class EvaluationConfig:
 
 
 EXTERNAL_LOADERS = tuple(EXTERNAL_SUBSETS)
+
+
+@dataclass(frozen=True)
+class ReportRowConfig:
+    """How the report shows one declared evaluation (paper Table 1's rows): read by the report
+    stage alone, so editing a label or a cut-off reruns the report and nothing else."""
+
+    label: str = spec("the report's row label", min=1, max_len=200)
+    ks: tuple[int, ...] = spec("cut-offs Table 1 shows for this set, each one of evaluate.ks", min=1, max=10_000)
+
+
+def report_row(rows: Mapping[str, ReportRowConfig], name: str) -> ReportRowConfig:
+    """The report row of evaluation ``name`` from params ``report``; a set without one is shown
+    under its own name at R@1."""
+    return rows.get(name) or ReportRowConfig(label=name, ks=(1,))
 
 
 @dataclass(frozen=True)

@@ -5,13 +5,16 @@ Tables 16, 17 and 23, and the hit accounting of Section 7 (``metrics/hits.json``
 from __future__ import annotations
 
 import logging
+from dataclasses import asdict
 from pathlib import Path
 
+from recipematch.config import report_row
 from recipematch.io import read_json
 from recipematch.pipeline.door import StagePaths, stage
 from recipematch.report import write_report
+from recipematch.report_common import with_report_rows
 
-PARAMS = ("arms", "seed", "train.seed", "train.n_seeds", "positives", "negatives", "negatives_volume", "budget")
+PARAMS = ("arms", "seed", "train.seed", "train.n_seeds", "positives", "negatives", "negatives_volume", "budget", "report")
 
 log = logging.getLogger("recipematch")
 
@@ -20,6 +23,9 @@ def run(p, lay: StagePaths) -> Path:
     from the arms that ran (each arm's cell read from its ``cell.json``)."""
     arms = list(p.arms)
     stats = read_json(lay.metrics_dir / "stats.json")
+    stats = with_report_rows(stats, {n: asdict(report_row(p.report, n)) for n in stats["evaluations"]})
+    if unused := sorted(set(p.report) - set(stats["evaluations"])):
+        log.warning("report: rows for sets no evaluation declares, not shown: %s", ", ".join(unused))
     cells = {}
     for a in arms:
         c = read_json(lay.cells_root / a / "cell.json")
@@ -41,8 +47,6 @@ def run(p, lay: StagePaths) -> Path:
 
 
 def _report_params(p) -> dict:
-    from dataclasses import asdict
-
     return {"seed": p.seed, "train.seed": p.train.seed, "n_seeds": p.train.n_seeds, "positives": p.positives,
             "negatives": p.negatives, "negatives_volume": p.negatives_volume, "budget": asdict(p.budget)}
 

@@ -30,6 +30,7 @@ from recipematch.errors import RecipematchError
 from recipematch.io import write_json
 from recipematch.metrics import hits_at_k, metric_key
 from recipematch.pipeline.door import StagePaths, stage
+from recipematch.resample import percentile_interval
 from recipematch.rules import BASELINES, MEASURE_PREFIX, mix_label, parse_contrast, remedy_labels, soup_label
 from recipematch.stats import (
     did_bootstrap,
@@ -37,7 +38,6 @@ from recipematch.stats import (
     mean_sd,
     nested_bootstrap_gap,
     paired_query_bootstrap,
-    percentile_interval,
 )
 
 log = logging.getLogger("recipematch")
