@@ -171,7 +171,7 @@ def test_shared_source_list(pipeline):
 
 def test_llm_stage_self_test_and_depth(pipeline):
     _, lay, _, _ = pipeline
-    m = read_json(lay.metrics / "llm_d1_recipe.json")
+    m = read_json(lay.metrics / "llm" / "d1_recipe.json")
     this_run = read_json(lay.p("cache", "llm", "d1_recipe.this_run.json"))  # outside every DVC output
     assert this_run["self_test"] == {"checked": 3, "ok": True, "origin": "recordings"}
     assert "self_test" not in m and "from_store" not in m["generate"]
@@ -399,11 +399,11 @@ def test_gated_anchor_in_a_pair_file_stops_at_validation(pipeline):
 
 def test_resumed_llm_stage_gives_identical_metrics(pipeline):
     params, lay, _, _ = pipeline
-    before = (lay.metrics / "llm_d1_recipe.json").read_bytes()
+    before = (lay.metrics / "llm" / "d1_recipe.json").read_bytes()
     pairs = (lay.pairs / "d1_recipe.jsonl").read_bytes()
     out = stages.run_llm(params, lay, "d1_recipe", progress=False)
     assert out["this_run"]["generate.sent"] == 0  # every answer came from the call store
-    assert (lay.metrics / "llm_d1_recipe.json").read_bytes() == before
+    assert (lay.metrics / "llm" / "d1_recipe.json").read_bytes() == before
     assert (lay.pairs / "d1_recipe.jsonl").read_bytes() == pairs
 
 
@@ -414,7 +414,7 @@ def test_two_builds_from_scratch_are_byte_identical(pipeline, tmp_path):
     for rel in ["artifacts/pairs/cas.jsonl", "artifacts/pairs/d1_recipe.jsonl", "artifacts/pairs/d4_restatement.jsonl",
                 "artifacts/gates/exclusion_v1.json", "artifacts/gates/exclusion_v2.json",
                 *[f"artifacts/cells/{a}/seed_{s}.jsonl" for a in params["arms"] for s in (42, 43)],
-                "metrics/verified.json", "metrics/gates.json", "metrics/llm_d1_recipe.json"]:
+                "metrics/verified.json", "metrics/gates.json", "metrics/llm/d1_recipe.json"]:
         assert (lay.root / rel).read_bytes() == (lay2.root / rel).read_bytes(), rel
 
 

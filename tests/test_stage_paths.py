@@ -59,7 +59,8 @@ METRIC_ROLES = {"metrics", "eval_metrics", "train_metrics", "summary"}
 PLOT_ROLES = {"plot"}
 #: read roles that name a folder holding the deps the stage reads (listed one by one in dvc.yaml)
 HOLDER_ROLES = {"release": "the peer release: dvc.yaml lists the release files each stage reads",
-                "metrics_dir": "the report reads every stage's metrics; its deps list the ones it needs first"}
+                "metrics_dir": "the report reads stages' metrics; its deps list each file and folder it reads "
+                               "(test_the_report_declares_every_metrics_file_it_reads)"}
 
 
 def _moved(project):
@@ -223,3 +224,18 @@ def test_a_stage_given_the_project_root_as_its_output_deletes_nothing(tmp_path):
     r = CliRunner().invoke(main, ["--root", str(tmp_path), "--name", "impliret", "--out", "", "--metrics", "m.json"])
     assert r.exit_code == 2 and "--out '.' must be a path inside the project" in r.output  # click reads '' as .
     assert keep.read_text() == "mine" and (tmp_path / "params.yaml").is_file()
+
+
+def test_the_report_declares_every_metrics_file_it_reads(project):
+    """The report stage reads, under its --metrics-dir, exactly the files and folders its module
+    lists; each is a dep in dvc.yaml, so a changed count reruns the report."""
+    from recipematch.pipeline import report
+
+    stages, _ = project
+    st = stages["report"]
+    _, opts = stage_options(st)
+    m = Path(opts["path_metrics_dir"]).as_posix()
+    wanted = [f"{m}/{n}.json" for n in (*report.READS_FILES, *report.COUNTS_FILES)]
+    wanted += [f"{m}/{n}" for n in report.READS_FOLDERS]
+    assert [w for w in wanted if w not in st.deps] == []
+    assert not [d for d in st.deps if under(d, m) and d not in wanted], "a metrics dep the report does not read"

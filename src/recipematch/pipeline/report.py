@@ -16,6 +16,13 @@ from recipematch.report_common import with_report_rows
 
 PARAMS = ("arms", "seed", "train.seed", "train.n_seeds", "positives", "negatives", "negatives_volume", "budget", "report")
 
+#: what the report reads under its ``--metrics-dir``, each a dep of the report stage in
+#: ``dvc.yaml`` (tested): the stats, style and hit files, the counts files, and the folders of
+#: per-prompt LLM counts and of per-arm cell and training counts
+READS_FILES = ("stats", "style", "hits")
+COUNTS_FILES = ("corpus", "evalsets", "gates", "verified", "recordings")
+READS_FOLDERS = ("llm", "cells", "train")
+
 log = logging.getLogger("recipematch")
 
 def run(p, lay: StagePaths) -> Path:
@@ -31,19 +38,14 @@ def run(p, lay: StagePaths) -> Path:
         c = read_json(lay.cells_root / a / "cell.json")
         cells[a] = {"name": c["name"], "positives": c["spec"]["positives"], "negatives": c["spec"]["negatives"],
                     "volume": c["spec"]["volume"]}
-    counts = {}
-    for name in ("corpus", "evalsets", "gates", "verified", "recordings"):
-        path = lay.metrics_dir / f"{name}.json"
-        if path.exists():
-            counts[name] = read_json(path)
-    for path in sorted(lay.metrics_dir.glob("llm_*.json")):
-        counts[path.stem] = read_json(path)
+    m = lay.metrics_dir
+    counts = {name: read_json(m / f"{name}.json") for name in COUNTS_FILES}
+    counts.update({f"llm_{path.stem}": read_json(path) for path in sorted((m / "llm").glob("*.json"))})
     for a in arms:
-        counts[f"cells.{a}"] = read_json(lay.metrics_dir / "cells" / f"{a}.json")
-        counts[f"train.{a}"] = read_json(lay.metrics_dir / "train" / f"{a}.json")
+        counts[f"cells.{a}"] = read_json(m / "cells" / f"{a}.json")
+        counts[f"train.{a}"] = read_json(m / "train" / f"{a}.json")
     return write_report(stats, cells, counts, lay.out, params=_report_params(p),
-                        style=read_json(lay.metrics_dir / "style.json"),
-                        hits=read_json(lay.metrics_dir / "hits.json") if (lay.metrics_dir / "hits.json").exists() else None)
+                        style=read_json(m / "style.json"), hits=read_json(m / "hits.json"))
 
 
 def _report_params(p) -> dict:
