@@ -239,3 +239,18 @@ def test_the_report_declares_every_metrics_file_it_reads(project):
     wanted += [f"{m}/{n}" for n in report.READS_FOLDERS]
     assert [w for w in wanted if w not in st.deps] == []
     assert not [d for d in st.deps if under(d, m) and d not in wanted], "a metrics dep the report does not read"
+
+
+def test_a_mistyped_evals_option_is_named_not_blamed_on_an_evaluate_stage(tmp_path):
+    """stats and hits read scored frames through one function: a --evals folder that does not
+    exist names the option; a missing frame names the model's evaluate stage."""
+    from recipematch.errors import RecipematchError
+    from recipematch.pipeline.scored import scored_frame
+
+    with pytest.raises(RecipematchError, match=r"^--evals .*evalz: no such folder; check the path"):
+        scored_frame(tmp_path / "evalz", "recipe", "tier_d1")
+    (tmp_path / "eval" / "recipe").mkdir(parents=True)
+    with pytest.raises(RecipematchError, match=r"tier_d1.parquet does not exist: rerun the evaluate stage of 'recipe'"):
+        scored_frame(tmp_path / "eval", "recipe", "tier_d1")
+    (tmp_path / "eval" / "recipe" / "tier_d1.parquet").write_bytes(b"x")
+    assert scored_frame(tmp_path / "eval", "recipe", "tier_d1") == tmp_path / "eval" / "recipe" / "tier_d1.parquet"

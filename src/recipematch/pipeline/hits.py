@@ -21,6 +21,7 @@ from recipematch.hits import hit_accounting
 from recipematch.io import write_json
 from recipematch.metrics import rule_qrels
 from recipematch.pipeline.door import StagePaths, stage
+from recipematch.pipeline.scored import scored_frame
 from recipematch.rules import BASELINES, parse_contrast
 
 log = logging.getLogger("recipematch")
@@ -34,9 +35,7 @@ def _ranks_at_seed(lay: StagePaths, model: str, name: str, seed: int):
     """``{query_id: rank}`` of ``model`` on set ``name`` at ``seed`` (a baseline is its one run)."""
     import pandas as pd
 
-    path = lay.evals / model / f"{name}.parquet"
-    if not path.exists():
-        raise RecipematchError(f"{path} does not exist: rerun the evaluate stage of {model!r}")
+    path = scored_frame(lay.evals, model, name)
     df = pd.read_parquet(path, columns=["seed", "query_id", "rank"])
     if model not in BASELINES:
         df = df[df["seed"].astype(str) == str(seed)]

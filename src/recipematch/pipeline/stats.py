@@ -30,6 +30,7 @@ from recipematch.errors import RecipematchError
 from recipematch.io import write_json
 from recipematch.metrics import hits_at_k, metric_key
 from recipematch.pipeline.door import StagePaths, stage
+from recipematch.pipeline.scored import scored_frame
 from recipematch.resample import percentile_interval
 from recipematch.rules import BASELINES, MEASURE_PREFIX, mix_label, parse_contrast, remedy_labels, soup_label
 from recipematch.stats import (
@@ -152,9 +153,7 @@ def run(p, lay: StagePaths) -> dict:
     for a in rows:
         ranks[a] = {}
         for name in evals:
-            path = lay.evals / a / f"{name}.parquet"
-            if not path.exists():
-                raise RecipematchError(f"{path} does not exist: rerun the evaluate stage of {a!r}")
+            path = scored_frame(lay.evals, a, name)
             df = pd.read_parquet(path)
             df["seed"] = df["seed"].astype(str)
             ranks[a][name] = df

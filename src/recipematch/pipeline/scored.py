@@ -1,0 +1,25 @@
+"""Where a model's scored frame of one evaluation set lies, for the stages that read the
+evaluate stages' outputs (stats, hits): ``<evals>/<model>/<set>.parquet`` (paper Section 3's
+per-query ranks), with the error that names what to fix."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from recipematch.errors import RecipematchError
+
+
+def scored_frame(evals: Path, model: str, name: str) -> Path:
+    """The per-query frame of ``model`` (an arm, a remedy label or a baseline) on set ``name``.
+
+    Raises:
+        RecipematchError: ``evals`` is no folder (a mistyped ``--evals``: the message names the
+            option, not a stage), or the frame does not exist (rerun that model's evaluate stage).
+    """
+    if not Path(evals).is_dir():
+        raise RecipematchError(f"--evals {evals}: no such folder; check the path the stage's command passes "
+                               "(dvc.yaml cmd), or run the evaluate stages first (`dvc repro`)")
+    path = Path(evals) / model / f"{name}.parquet"
+    if not path.exists():
+        raise RecipematchError(f"{path} does not exist: rerun the evaluate stage of {model!r}")
+    return path
