@@ -254,3 +254,11 @@ def test_a_mistyped_evals_option_is_named_not_blamed_on_an_evaluate_stage(tmp_pa
         scored_frame(tmp_path / "eval", "recipe", "tier_d1")
     (tmp_path / "eval" / "recipe" / "tier_d1.parquet").write_bytes(b"x")
     assert scored_frame(tmp_path / "eval", "recipe", "tier_d1") == tmp_path / "eval" / "recipe" / "tier_d1.parquet"
+
+
+def test_every_cli_command_says_what_it_does():
+    """`recipematch --help` gives every command a description (a stage's comes from its run
+    function's docstring)."""
+    from recipematch.cli import main
+
+    assert not [n for n, c in main.commands.items() if not (c.help or "").strip()]

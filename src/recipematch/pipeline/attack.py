@@ -43,4 +43,4 @@ def run(p, lay: StagePaths, *, name: str) -> dict:
     return counts
 
 
-main = stage("attack", PARAMS, name_option, reads=("corpus",), writes=("pair_file", "metrics"))(lambda p, lay, name: run(p, lay, name=name))
+main = stage("attack", PARAMS, name_option, reads=("corpus",), writes=("pair_file", "metrics"))(run)

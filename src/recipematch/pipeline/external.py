@@ -69,4 +69,4 @@ def run(p, lay: StagePaths, *, name: str) -> dict:
     return counts
 
 
-main = stage("external", PARAMS, name_option, reads=(), writes=("out", "metrics"))(lambda p, lay, name: run(p, lay, name=name))
+main = stage("external", PARAMS, name_option, reads=(), writes=("out", "metrics"))(run)

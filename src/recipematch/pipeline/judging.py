@@ -253,5 +253,4 @@ def run(p, lay: StagePaths, *, name: str, progress: bool = True) -> dict:
 
 
 main = stage("judging", PARAMS, name_option, progress_option,
-             reads=("pools", "cache"), writes=("scratch", "out", "metrics"))(
-    lambda p, lay, name, progress: run(p, lay, name=name, progress=progress))
+             reads=("pools", "cache"), writes=("scratch", "out", "metrics"))(run)

@@ -171,5 +171,4 @@ def run(p, lay: StagePaths, *, name: str, progress: bool = True) -> dict:
 
 
 main = stage("meld_generate", PARAMS, name_option, progress_option,
-             reads=(), writes=("scratch", "out", "metrics"))(
-    lambda p, lay, name, progress: run(p, lay, name=name, progress=progress))
+             reads=(), writes=("scratch", "out", "metrics"))(run)

@@ -119,5 +119,4 @@ def run(p, lay: StagePaths, *, name: str, progress: bool = True) -> dict:
 
 
 main = stage("pooling", PARAMS, name_option, progress_option,
-             reads=("models_root", "cache"), writes=("out", "metrics"))(
-    lambda p, lay, name, progress: run(p, lay, name=name, progress=progress))
+             reads=("models_root", "cache"), writes=("out", "metrics"))(run)

@@ -53,4 +53,10 @@ def _report_params(p) -> dict:
             "negatives": p.negatives, "negatives_volume": p.negatives_volume, "budget": asdict(p.budget)}
 
 
-main = stage("report", PARAMS, reads=("metrics_dir", "cells_root"), writes=("out",))(lambda p, lay: str(run(p, lay)))
+def _main(p, lay: StagePaths) -> str:
+    """Stage 12: the Markdown report (Table 1's shape, Figure 1, Tables 5, 9, 11-13, 16-17, 19-20,
+    23-24 where their arms ran) and its figures, from the statistics and the counts."""
+    return str(run(p, lay))
+
+
+main = stage("report", PARAMS, reads=("metrics_dir", "cells_root"), writes=("out",))(_main)

@@ -321,6 +321,8 @@ def _as_dict(obj: Any) -> Any:
 
 
 def _main(p, lay: StagePaths) -> dict:
+    """Stage 9: mean ± sd over seeds, nested-bootstrap gaps of the declared contrasts and the DiD
+    of every benchmark set against every real set (percentage points; Appendix A)."""
     out = run(p, lay)
     return {"gaps": {k: {kk: v[kk] for kk in ("estimate", "low", "high") if kk in v} for k, v in out["gaps"].items()}}
 
