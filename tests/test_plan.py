@@ -12,9 +12,11 @@ from pathlib import Path
 
 import pytest
 
+from recipematch.beir import doc_text
 from recipematch.config import load_params, parse_params
 from recipematch.errors import RecipematchError
 from recipematch.plan import THROUGHPUTS, build_plan, format_plan
+from recipematch.rules import mix_label, remedy_labels
 
 REPO = Path(__file__).resolve().parents[1]
 MINI = Path(__file__).parent / "fixtures" / "mini_release"
@@ -32,8 +34,15 @@ def _cli(*args, cwd=REPO):
 def test_plan_of_the_default_params_runs_and_counts_the_budget(tmp_path):
     p = load_params(REPO / "params.yaml")
     plan = build_plan(p, tmp_path)  # an empty project: no artifacts, no metrics
-    assert [a["arm"] for a in plan["training"]] == list(p.arms)
-    for a in plan["training"]:
+    mixes = [mix_label(a, str(f)) for a in p.remedies.arms for f in p.remedies.replay_fractions]
+    assert mixes and [a["arm"] for a in plan["training"]] == [*p.arms, *mixes]
+    trained = {a["arm"]: a for a in plan["training"]}
+    for a, f in ((a, f) for a in p.remedies.arms for f in p.remedies.replay_fractions):
+        added = round(round(p.budget.rows * (1 - p.budget.dev_fraction)) * f / (1 - f))  # training.mix_replay's count
+        mix, arm = trained[mix_label(a, str(f))], trained[a]
+        assert mix["rows"] == p.budget.rows + added
+        assert [s["train_examples"] for s in mix["seeds"]] == [s["train_examples"] + added for s in arm["seeds"]]
+    for a in (trained[a] for a in p.arms):
         assert a["rows"] == p.budget.rows and len(a["seeds"]) == p.train.n_seeds
         for s in a["seeds"]:
             assert s["count"] == "estimate"
@@ -52,8 +61,10 @@ def test_plan_of_the_default_params_runs_and_counts_the_budget(tmp_path):
 def test_plan_of_the_paper_params(tmp_path):
     p = load_params(REPO / "params-paper.yaml")
     plan = build_plan(p, tmp_path, train_examples_per_s=100.0)
-    n_models = 1 + len(p.arms) * p.train.n_seeds
-    assert n_models == 33 and all(e["models"] == 33 for e in plan["evaluations"])
+    remedies = remedy_labels(p.remedies.arms, p.remedies.soup_alphas, p.remedies.replay_fractions)
+    n_models = 1 + (len(p.arms) + len(remedies)) * p.train.n_seeds  # soups and mixes are scored too
+    assert all(e["models"] == n_models for e in plan["evaluations"])
+    assert plan["distinct_texts"]["models"] == n_models
     examples = sum(s["train_examples"] * p.train.epochs for a in plan["training"] for s in a["seeds"])
     assert plan["hours"]["train"]["examples"] == examples
     assert plan["hours"]["train"]["hours"] == pytest.approx(examples / 100.0 / 3600)
@@ -73,7 +84,7 @@ def test_plan_counts_the_paper_tiers_from_a_local_mathnet_retrieve_copy(tmp_path
     plan = build_plan(p, tmp_path)
     hard = next(e for e in plan["evaluations"] if e["evaluation"] == "mr_hard")
     assert (hard["documents"], hard["queries"]) == (10, 2)  # the fixture: 10 documents, 2 queries
-    assert hard["encodings"] == 12 * 33 and hard["basis"] == f"{p.data.retrieve}/hard"
+    assert hard["encodings"] == 12 * hard["models"] and hard["basis"] == f"{p.data.retrieve}/hard"
 
 
 def test_a_bad_rate_is_refused():
@@ -153,7 +164,19 @@ def test_evaluation_counts_come_from_the_built_folders(built):
         docs = sum(1 for line in open(folder / "corpus.jsonl") if line.strip())
         queries = sum(1 for line in open(folder / "queries.jsonl") if line.strip())
         assert (e["documents"], e["queries"]) == (docs, queries)
-        assert e["encodings"] == (docs + queries) * (1 + len(p.arms) * p.train.n_seeds)
+        n_models = 1 + (len(p.arms) + len([a for a in p.remedies.arms if a in p.arms])
+                        * (len(p.remedies.soup_alphas) + len(p.remedies.replay_fractions))) * p.train.n_seeds
+        assert e["encodings"] == (docs + queries) * n_models
+    # the total counts each distinct text once per model: the sets share their corpus problems
+    texts, qtexts = set(), set()
+    for e in plan["evaluations"]:
+        folder = root / e["folder"]
+        texts |= {doc_text(json.loads(line)) for line in open(folder / "corpus.jsonl") if line.strip()}
+        qtexts |= {json.loads(line)["text"] for line in open(folder / "queries.jsonl") if line.strip()}
+    dt = plan["distinct_texts"]
+    assert (dt["documents"], dt["queries"]) == (len(texts), len(qtexts))
+    assert len(texts) < sum(e["documents"] for e in plan["evaluations"])  # shared problems counted once
+    assert plan["hours"]["encode"]["texts"] == (len(texts) + len(qtexts)) * dt["models"]
 
 
 def test_inputs_are_checked_before_anything_runs(tmp_path, monkeypatch):

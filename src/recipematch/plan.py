@@ -9,8 +9,11 @@ documents):
   with none yields one), and optimiser steps per (arm, seed) =
   floor(train examples / ``train.batch_size``) x ``train.epochs`` (the trainer drops the last
   partial batch; the NO_DUPLICATES sampler can yield fewer when texts repeat);
+* **training**, per replay mix of ``remedies`` too (Appendix E): the arm's examples plus the
+  replay rows ``training.mix_replay`` adds (``round(train rows x f / (1 - f))``, one example each);
+  a soup trains nothing;
 * **evaluation**, per declared set: documents and queries to encode, times the models that
-  encode them (the base model and every (arm, seed); BM25 encodes nothing);
+  encode them (the base model and every (arm, seed), soup and mix; BM25 encodes nothing);
 * **LLM calls still to make**, per prompt: generation requests whose key the call store
   (``artifacts/llm/<prompt>/calls.jsonl``) does not hold yet, and an upper bound on judge
   calls (one per candidate asked for);
@@ -37,9 +40,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from recipematch.beir import doc_text, load_beir
 from recipematch.errors import RecipematchError
 from recipematch.pipeline.graph import Stage, project_stages, stage_options, under
-from recipematch.rules import MATHNET_RETRIEVE_DIR
+from recipematch.rules import MATHNET_RETRIEVE_DIR, mix_label, remedy_labels
 
 
 @dataclass(frozen=True)
@@ -194,6 +198,19 @@ def training_plan(p, root: Path) -> list[dict[str, Any]]:
             per_seed.append({"seed": s, "train_examples": train_ex, "steps": steps, "count": how})
         out.append({"arm": arm, "rows": p.budget.rows, "examples_per_row": round(ratio, 3),
                     "basis": basis, "seeds": per_seed})
+    by_arm = {a["arm"]: a for a in out}
+    for arm in p.remedies.arms:  # each replay mix retrains the arm with replay rows (Appendix E, Table 19)
+        if arm not in by_arm:
+            continue
+        for f in p.remedies.replay_fractions:
+            train_rows = round(p.budget.rows * (1 - p.budget.dev_fraction))
+            added = int(round(train_rows * f / (1.0 - f)))  # training.mix_replay's count; one example each
+            per_seed = [{"seed": s["seed"], "train_examples": s["train_examples"] + added,
+                         "steps": ((s["train_examples"] + added) // p.train.batch_size) * p.train.epochs,
+                         "count": "estimate"} for s in by_arm[arm]["seeds"]]
+            out.append({"arm": mix_label(arm, str(f)), "rows": p.budget.rows + added,
+                        "examples_per_row": by_arm[arm]["examples_per_row"],
+                        "basis": f"{arm}'s examples + {added} replay rows (one example each)", "seeds": per_seed})
     return out
 
 
@@ -206,10 +223,14 @@ def _beir_counts(folder: Path) -> tuple[int, int] | None:
 def evaluation_plan(p, root: Path) -> list[dict[str, Any]]:
     """Per declared evaluation: documents and queries (counted from its folder, or for a
     MathNet-Retrieve tier not yet written, from ``data.retrieve``), and the encodings."""
-    n_models = 1 + len(p.arms) * p.train.n_seeds
+    remedies = remedy_labels([a for a in p.remedies.arms if a in p.arms], p.remedies.soup_alphas,
+                             p.remedies.replay_fractions)  # soups and mixes are scored like arms
+    n_models = 1 + (len(p.arms) + len(remedies)) * p.train.n_seeds
     out = []
     stages = _stages(p, root)
     prefix = f"{_path(stages, root, 'evalsets', 'out').relative_to(root).as_posix()}/{MATHNET_RETRIEVE_DIR}/"
+    docs: set[str] = set()
+    queries: set[str] = set()
     for name, ev in p.evaluations.items():
         counts, basis = _beir_counts(root / ev.folder), ev.folder
         if counts is None and ev.folder.startswith(prefix) and p.data.retrieve:
@@ -223,8 +244,14 @@ def evaluation_plan(p, root: Path) -> list[dict[str, Any]]:
         else:
             row.update(documents=counts[0], queries=counts[1], encodings=(counts[0] + counts[1]) * n_models,
                        basis=basis)
+            corpus, qs, _ = load_beir(root / basis if basis != ev.folder else root / ev.folder)
+            docs.update(doc_text(r) for r in corpus.values())
+            queries.update(qs.values())
         out.append(row)
-    return out
+    complete = all(r["encodings"] is not None for r in out)
+    distinct = {"documents": len(docs), "queries": len(queries), "models": n_models,
+                "encodings": (len(docs) + len(queries)) * n_models if complete else None}
+    return out, distinct
 
 
 def _store_answered(path: Path) -> tuple[set[str], int]:
@@ -314,7 +341,7 @@ def build_plan(p, root: Path, *, train_examples_per_s: float | None = None,
             "source_rows": source_rows(p.data.source, root / p.data.path),
             "corpus_rows": None if corpus is None else len(corpus)}
     train = training_plan(p, root)
-    evals = evaluation_plan(p, root)
+    evals, distinct = evaluation_plan(p, root)
     llm = llm_plan(p, root, corpus)
 
     def rate(what, device, model, seq, given):
@@ -327,8 +354,7 @@ def build_plan(p, root: Path, *, train_examples_per_s: float | None = None,
     tr, tr_basis = rate("train", p.devices.train, p.train.model, p.train.max_seq_length, train_examples_per_s)
     en, en_basis = rate("encode", p.devices.evaluate, p.train.model, p.evaluate.max_seq_length, encode_texts_per_s)
     examples = sum(s["train_examples"] * p.train.epochs for a in train for s in a["seeds"])
-    encodings = [e["encodings"] for e in evals]
-    total_enc = None if any(e is None for e in encodings) else sum(encodings)
+    total_enc = distinct["encodings"]  # a scoring run encodes each distinct text once per role
     calls = [r["generation_calls"] for r in llm] + [r["judge_calls_at_most"] for r in llm]
     total_calls = None if any(c is None for c in calls) else sum(calls)
     hours = {
@@ -341,7 +367,8 @@ def build_plan(p, root: Path, *, train_examples_per_s: float | None = None,
                          "(pass --llm-calls-per-s)",
                 "hours": None if not llm_calls_per_s or total_calls is None else total_calls / llm_calls_per_s / 3600},
     }
-    return {"data": data, "training": train, "evaluations": evals, "llm": llm, "hours": hours,
+    return {"data": data, "training": train, "evaluations": evals, "distinct_texts": distinct, "llm": llm,
+            "hours": hours,
             "devices": {"train": p.devices.train, "evaluate": p.devices.evaluate}, "inputs": inputs_plan(p, root)}
 
 
@@ -516,10 +543,15 @@ def format_plan(plan: dict[str, Any]) -> str:
                               for s in a["seeds"]))
         lines.append(f"  {a['arm']}: {_n(a['rows'])} rows x {len(a['seeds'])} seed(s); {a['examples_per_row']} "
                      f"examples/row [{a['basis']}]; {per}")
-    lines += ["", "evaluation (documents + queries encoded by each of the base model and every (arm, seed)):"]
+    lines += ["", "evaluation (documents + queries encoded by each of the base model and every (arm, seed), "
+                  "soup and mix):"]
     for e in plan["evaluations"]:
         lines.append(f"  {e['evaluation']}: {_n(e['documents'])} documents, {_n(e['queries'])} queries x "
                      f"{e['models']} models = {_n(e['encodings'])} encodings [{e['basis']}]")
+    dt = plan["distinct_texts"]
+    lines.append(f"  all sets: {_n(dt['documents'])} distinct documents + {_n(dt['queries'])} distinct queries "
+                 f"x {dt['models']} models = {_n(dt['encodings'])} encodings (a model encodes a text once "
+                 "however many sets show it)")
     lines += ["", "LLM calls still to make:"]
     for r in plan["llm"]:
         lines.append(f"  {r['prompt']} ({r['backend']}): {_n(r['generation_calls'])} generation, at most "
