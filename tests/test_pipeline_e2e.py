@@ -365,6 +365,15 @@ def test_lost_tracking_store_is_restored_without_retraining(pipeline):
         assert r.data.tags[tracking.RUN_KEY_TAG] == rec["run_key"]  # found by run key, not by a stored id
         assert r.data.tags["checkpoint_sha256"] == rec["checkpoint_sha256"]
         assert r.data.tags["restored_from_record"] == "true"
+    # the re-created runs show what the training runs logged: every param, and the kept tags
+    first = tracking.client(f"sqlite:///{lay.root / 'mlflow.db'}")
+    trained = {r.data.tags["seed"]: r for r in first.search_runs([first.get_experiment_by_name("e2e").experiment_id])
+               if r.data.tags.get("arm") == "cell"}
+    for r in runs:
+        t = trained[r.data.tags["seed"]]
+        assert r.data.params == t.data.params and "positives" in r.data.params
+        for k in ("params_sha256", "checkpoint_path", "gate_version", "pair_file_sha256", "gate_list_sha256"):
+            assert r.data.tags[k] == t.data.tags[k], k
 
 
 def test_budget_larger_than_an_arm_stops_at_validation(pipeline, tmp_path):

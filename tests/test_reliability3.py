@@ -722,6 +722,15 @@ def test_runs_restore_recreates_lost_runs_from_what_dvc_keeps(tmp_path: Path) ->
     ev = tmp_path / "artifacts" / "eval" / "recipe"
     ev.mkdir(parents=True)
     (ev / "per_seed.json").write_text(json.dumps({"13": {"tier": {"R@1": 40.0, "n_queries": 5}}}))
+    mix = tmp_path / "models" / "recipe@mix0.2"  # mix@recipe-0.2's checkpoints and its scores (params.yaml remedies)
+    mix.mkdir(parents=True)
+    (mix / "seed_13.json").write_text(json.dumps({
+        "run_key": "m" * 64, "seed": 13, "cell": "d1xrecipe", "train_loss": 0.4, "checkpoint_sha256": "d" * 64,
+        "run_params": {"arm": "recipe@mix0.2", "positives": "d1", "train.replay.fraction": 0.2},
+        "run_tags": {"mix_of": "recipe", "params_sha256": "0123456789abcdef"}}))
+    (tmp_path / "artifacts" / "eval" / "recipe@mix0.2").mkdir(parents=True)
+    (tmp_path / "artifacts" / "eval" / "recipe@mix0.2" / "per_seed.json").write_text(
+        json.dumps({"13": {"tier": {"R@1": 30.0}}}))
     soup = tmp_path / "artifacts" / "soups" / "recipe@soup0.3"  # soup@recipe-0.3's output (params.yaml remedies)
     soup.mkdir(parents=True)
     (soup / "seed_13.json").write_text(json.dumps({
@@ -730,19 +739,27 @@ def test_runs_restore_recreates_lost_runs_from_what_dvc_keeps(tmp_path: Path) ->
         "finetuned_checkpoint_sha256": "b" * 64}))
     res = CliRunner().invoke(main, ["runs", "restore", "--root", str(tmp_path)])
     assert res.exit_code == 0, res.output
-    assert json.loads(res.output.strip().splitlines()[-1]) == {"runs": 3, "restored": 3, "scores_logged": 1,
+    assert json.loads(res.output.strip().splitlines()[-1]) == {"runs": 4, "restored": 4, "scores_logged": 2,
                                                                "without_scores": 2}
     c, exp_id = tracking.open_store(f"sqlite:///{tmp_path / 'mlflow.db'}", "recipematch")
     r13 = c.get_run(tracking.find_run(c, exp_id, recs[13]["run_key"]))
     assert r13.data.metrics["tier.R_at_1"] == 40.0 and r13.data.metrics["train_loss"] == 0.5
     assert r13.data.tags["restored_from_record"] == "true" and r13.data.params["train.epochs"] == "1"
     assert c.get_run(tracking.find_run(c, exp_id, "s" * 64)).data.params["soup.alpha"] == "0.3"
+    m13 = c.get_run(tracking.find_run(c, exp_id, "m" * 64))  # the replay mix's run, from its record
+    assert m13.data.metrics["tier.R_at_1"] == 30.0 and m13.data.params["positives"] == "d1"
+    assert m13.data.tags["mix_of"] == "recipe" and m13.data.tags["arm"] == "recipe@mix0.2"
+    assert m13.data.tags["params_sha256"] == "0123456789abcdef"
     res = CliRunner().invoke(main, ["runs", "restore", "--root", str(tmp_path)])
     assert json.loads(res.output.strip().splitlines()[-1])["restored"] == 0
     assert _history(c, r13.info.run_id, "tier.R_at_1") == [(0, 40.0)]
     (arm / "seed_14.json").write_text(json.dumps({**recs[14], "run_key": ""}))
     res = CliRunner().invoke(main, ["runs", "restore", "--root", str(tmp_path)])
     assert res.exit_code == 2 and "seed_14.json: no 'run_key'" in res.output
+    (arm / "seed_14.json").write_text(json.dumps({**recs[14], "run_key": "z" * 64, "run_params": ["not", "a map"]}))
+    res = CliRunner().invoke(main, ["runs", "restore", "--root", str(tmp_path)])
+    assert res.exit_code == 2 and "'run_params' and 'run_tags' must be mappings" in res.output
+    assert tracking.find_run(c, exp_id, "z" * 64) is None  # nothing written for the bad record
 
 
 @pytest.mark.parametrize("edit", [("  chat_template_kwargs: {k: !!set {a, b}}\n", "not a JSON value"),

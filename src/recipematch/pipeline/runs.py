@@ -2,9 +2,11 @@
 
 MLflow's store is not a DVC output: moving a broken ``mlflow.db`` aside and running
 ``dvc repro`` reruns nothing, since no dep changed. The seed records
-(``models/<arm>/seed_N.json``, ``artifacts/soups/<label>/seed_N.json``) and the per-seed
-scores (``artifacts/eval/<arm>/per_seed.json``) hold everything a run showed except the
-training-loss history: this module writes them back, one run per (arm, seed), found by its run
+(``models/<arm>/seed_N.json`` of arms and replay mixes, ``artifacts/soups/<label>/seed_N.json``)
+and the per-seed scores (``artifacts/eval/<arm>/per_seed.json``) hold everything a run showed
+(its params and tags included) except the training-loss history and the tags of where and when
+it ran (``git_rev``, ``resumed``, ``dvc_exp``), which would make a record differ between two
+runs of the same inputs: this module writes them back, one run per (arm, seed), found by its run
 key, so a rerun adds nothing twice.
 """
 
@@ -21,7 +23,7 @@ from recipematch.errors import RecipematchError
 from recipematch.io import read_json
 from recipematch.pipeline.graph import project_stages, stage_options
 from recipematch.pipeline.inputs import mlflow_artifacts, mlflow_uri
-from recipematch.rules import soup_label
+from recipematch.rules import mix_label, soup_label
 from recipematch.tracking import finite_value
 
 log = logging.getLogger("recipematch")
@@ -30,13 +32,25 @@ _SEED_FILE = re.compile(r"^seed_(\d+)\.json$")
 
 
 def trained_run(c, exp_id: str, arm: str, rec: Mapping[str, Any], where: str = "seed record") -> tuple[str, bool]:
-    """The run of one trained seed (``rec``: its ``models/<arm>/seed_N.json``), re-created
-    with its tags and ``train.*`` params when the store lost it. Returns ``(run_id, restored)``."""
+    """The run of one trained seed (``rec``: its ``models/<arm>/seed_N.json``; ``arm`` the arm or
+    a replay mix's label), re-created when the store lost it with the params and tags the
+    training run logged (the record's ``run_params`` and ``run_tags``; a record written before
+    they were kept gives its ``train.*`` config). Returns ``(run_id, restored)``.
+
+    Raises:
+        RecipematchError: ``run_params``/``run_tags`` not a mapping (naming ``where``), or
+            :func:`recipematch.tracking.restore_run`'s errors.
+    """
     seed, cell = str(rec.get("seed")), rec.get("cell", arm)
-    return tracking.restore_run(c, exp_id, rec, run_name=f"{arm}-{cell}-seed{seed}",
-                                tags={"arm": arm, "cell": cell, "seed": seed}, where=where,
-                                params={"arm": arm, "cell": cell, "seed": rec.get("seed"),
-                                        **{f"train.{k}": v for k, v in (rec.get("config") or {}).items()}})
+    params, tags = rec.get("run_params"), rec.get("run_tags") or {}
+    if params is not None and not isinstance(params, Mapping) or not isinstance(tags, Mapping):
+        raise RecipematchError(f"{where}: 'run_params' and 'run_tags' must be mappings; retrain it")
+    if params is None:
+        params = {"arm": arm, "cell": cell, "seed": rec.get("seed"),
+                  **{f"train.{k}": v for k, v in (rec.get("config") or {}).items()}}
+    run_tags = {"arm": arm, "cell": cell, "seed": seed, **{str(k): str(v) for k, v in tags.items()}}
+    return tracking.restore_run(c, exp_id, rec, run_name=f"{arm}-{cell}-seed{seed}", tags=run_tags, where=where,
+                                params=dict(params))
 
 
 def score_metrics(res: Mapping[str, Mapping[str, Any]], now: int, where: str = "scores") -> list:
@@ -64,8 +78,8 @@ def _seed_records(folder) -> list[tuple[int, dict]]:
 
 
 def restore(p, root: Path) -> dict[str, int]:
-    """Re-create every trained arm's and soup's runs (:func:`trained_run`, and soups by their
-    run key) and log their scores from ``per_seed.json`` where the evaluate stage wrote one.
+    """Re-create every trained arm's, replay mix's and soup's runs (:func:`trained_run`, and
+    soups by their run key) and log their scores from ``per_seed.json`` where the evaluate stage wrote one.
     The folders are the ones the project's ``dvc.yaml`` passes its ``train@``, ``soup@`` and
     ``evaluate@`` stages (:mod:`recipematch.pipeline.graph`).
     Scores are logged with ``changed="supersede"`` (:func:`recipematch.tracking.log_metrics_once`):
@@ -87,6 +101,9 @@ def restore(p, root: Path) -> dict[str, int]:
         main, opts = stage_options(st)
         if main.name == "train" and opts["arm"] in p.arms:
             groups.append((opts["arm"], root / opts["path_models"], "trained", None))
+        elif main.name == "mix":  # a replay mix trains like an arm (Appendix E); its stage scores it too
+            groups.append((mix_label(opts["arm"], opts["fraction"]), root / opts["path_models"], "trained",
+                           root / opts["path_eval"]))
         elif main.name == "soup":
             groups.append((soup_label(opts["arm"], opts["alpha"]), root / opts["path_out"], "soup",
                            root / opts["path_eval"]))

@@ -134,27 +134,32 @@ def run(p, lay: StagePaths, arm: str, *, progress: bool = True, engine=None, lab
                                                       source=rcfg.file)
         gate_again = {"rows_dropped": sum(v for k, v in gate_counts.items() if k.startswith("rows_dropped.")),
                       "negatives_dropped": sum(v for k, v in gate_counts.items() if k.startswith("negatives_dropped."))}
+        # what the run shows, kept in the seed record too so that `runs restore` re-creates it whole
+        # (git_rev, resumed and the DVC experiment name stay out: a record is the same for the same inputs)
+        run_params = {"arm": label, "cell": spec.name, "positives": spec.positives, "negatives": spec.negatives,
+                      "negatives_volume": spec.volume, "seed": s, "budget_rows": len(rows), "train.model": tcfg.model,
+                      **{f"train.{k}": v for k, v in settings.mlflow_params().items()},
+                      "train.replay.file": rcfg.file, "train.replay.fraction": rcfg.fraction}
+        tags = run_tags(p.declared())
+        run_tags_kept = {"gate_version": ex.version, "params_sha256": tags["params_sha256"],
+                         "checkpoint_path": ckpt.relative_to(lay.root).as_posix(),
+                         **({"mix_of": arm} if label != arm else {})}
         with writing():
             run_id, resumed = tracking.find_or_create_run(c, exp_id, run_key, f"{label}-{spec.name}-seed{s}",
                                                          {"arm": label, "cell": spec.name, "seed": str(s),
                                                           **({"mix_of": arm} if label != arm else {})})
-            tracking.log_params_safe(c, run_id, {"arm": label, "cell": spec.name, "positives": spec.positives,
-                                                 "negatives": spec.negatives, "negatives_volume": spec.volume, "seed": s,
-                                                 "budget_rows": len(rows), "train.model": tcfg.model,
-                                                 **{f"train.{k}": v for k, v in settings.mlflow_params().items()},
-                                                 "train.replay.file": rcfg.file,
-                                                 "train.replay.fraction": rcfg.fraction})
+            tracking.log_params_safe(c, run_id, run_params)
             c.set_tag(run_id, "pair_file_sha256", pair_sha)
             c.set_tag(run_id, "gate_list_sha256", gate_sha)
-            c.set_tag(run_id, "gate_version", ex.version)
             c.set_tag(run_id, "git_rev", git_rev(lay.root))
             c.set_tag(run_id, "resumed", str(resumed).lower())
-            for k, v in run_tags(p.declared()).items():
+            for k, v in {**tags, **run_tags_kept}.items():
                 c.set_tag(run_id, k, v)
             tracking.log_dataset(run_id, pd.DataFrame({"source_id": [r["source_id"] for r in rows], "split": [r["split"] for r in rows]}),
                                  source=str(pair_path.relative_to(lay.root)), name=f"cell-{arm}-seed{s}", digest=pair_sha, context="training")
         todo.append({"seed": s, "run_id": run_id, "rows": rows, "ckpt": ckpt, "rec_path": rec_path,
-                     "run_key": run_key, "pair_sha": pair_sha, "gate_sha": gate_sha, "gate_again": gate_again})
+                     "run_key": run_key, "pair_sha": pair_sha, "gate_sha": gate_sha, "gate_again": gate_again,
+                     "run_params": run_params, "run_tags": run_tags_kept})
 
     def record(i: int, result: dict) -> None:
         """The driver records a seed as soon as its unit returns (the only MLflow writer)."""
@@ -171,7 +176,6 @@ def run(p, lay: StagePaths, arm: str, *, progress: bool = True, engine=None, lab
         ckpt_sha = sha256_tree(ckpt)
         with writing():
             c.set_tag(run_id, "checkpoint_sha256", ckpt_sha)
-            c.set_tag(run_id, "checkpoint_path", str(ckpt.relative_to(lay.root)))
             now = int(_time.time() * 1000)
             metrics = [Metric("dev_accuracy_before", result["dev_accuracy_before"], now, 0),
                        Metric("dev_accuracy_best", result["dev_accuracy_best"], now, 0),
@@ -192,7 +196,7 @@ def run(p, lay: StagePaths, arm: str, *, progress: bool = True, engine=None, lab
         # no MLflow run id in the record (DVC hashes it): the run is found by its run key
         rec = {**{k: v for k, v in result.items() if k != "history"}, "run_key": j["run_key"], "cell": spec.name,
                "checkpoint_sha256": ckpt_sha, "pair_file_sha256": j["pair_sha"], "gate_list_sha256": j["gate_sha"],
-               "gate_again": j["gate_again"]}
+               "gate_again": j["gate_again"], "run_params": j["run_params"], "run_tags": j["run_tags"]}
         write_json(j["rec_path"], rec)
         summary[str(s)] = _summary(rec)
 
