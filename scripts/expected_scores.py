@@ -102,13 +102,14 @@ def check(stats: dict, record: dict) -> list[str]:
     """Mismatches between ``stats`` and the record, one line each (empty: all within tolerance).
     A number the record holds that the stats lack, or a headline number the record lacks,
     is a mismatch too."""
-    bad = []
+    bad, missing = [], set()
     have = {tuple(r["path"]) for r in record["scores"]}
     for r in record["scores"]:
         try:
             v = lookup(stats, r["path"])
         except KeyError:
             bad.append(f"{'/'.join(r['path'])}: missing from metrics")
+            missing.add(tuple(r["path"]))
             continue
         try:
             ok = abs(_num(v, "metrics") - _num(r["value"], "record")) <= _num(r["tol"], "record tolerance")
@@ -117,7 +118,10 @@ def check(stats: dict, record: dict) -> list[str]:
         if not ok:
             bad.append(f"{'/'.join(r['path'])}: {v} vs expected {r['value']} ± {r['tol']}")
     try:
+        shown = {tuple(r["path"]) for r in headline(stats)}
         bad += [f"{'/'.join(r['path'])}: not in the record" for r in headline(stats) if tuple(r["path"]) not in have]
+        bad += [f"{'/'.join(p)}: in the record, but the report no longer shows it (params report ks)"
+                for p in sorted(have - missing) if p[0] == "arms" and p not in shown]
     except BadStats as e:
         bad.append(str(e))
     return bad

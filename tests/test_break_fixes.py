@@ -113,6 +113,13 @@ def test_unit_norm_is_required_of_cached_embeddings(tmp_path):
     (lambda p: p["report"]["tier_d1"].update(ks=[]), "report.tier_d1.ks: list at least one"),
     (lambda p: p["report"]["tier_d1"].update(ks=[1, 7]), "report.tier_d1.ks [7] are not in evaluate.ks"),
     (lambda p: p["evaluations"]["tier_d1"].update(label="x"), "evaluations.tier_d1.label: the report's rows moved to `report`"),
+    # breaker: a label is a Markdown cell and a matplotlib title
+    (lambda p: p["report"]["tier_d1"].update(label="tier | one"), "report.tier_d1.label 'tier | one': a label is shown"),
+    (lambda p: p["report"]["tier_d1"].update(label="tier\nsecond line"), "holds no '|', '$' or control characters"),
+    (lambda p: p["report"]["tier_d1"].update(label="cost $\\foo$ set"), "(found ['$'])"),
+    (lambda p: p["report"]["tier_d1"].update(label="   "), "and not only blanks"),
+    (lambda p: p["report"]["tier_d1"].update(ks=[5, 1]), "report.tier_d1.ks [5, 1]: list each cut-off once, ascending"),
+    (lambda p: p["report"]["tier_d1"].update(ks=[1, 1]), "report.tier_d1.ks [1, 1]: list each cut-off once"),
     (lambda p: p["evaluate"].update(ks=[1, 1, 5]), "lists a cut-off twice"),
     (lambda p: p["budget"].update(shared_sources=["recipe"]), "two or more distinct named arms"),
     (lambda p: p["llm"].update(api_key_env="sk-123 secret"), "must be the NAME of an environment variable"),

@@ -52,3 +52,13 @@ def test_a_nan_or_a_malformed_stats_file_never_passes():
         es.headline(nan)  # `write` refuses to record it
     broken = {k: v for k, v in stats.items() if k != "gaps"}
     assert any("lacks a part the stats stage writes" in line for line in es.check(broken, record))
+
+
+def test_check_flags_a_recorded_cut_off_the_report_no_longer_shows():
+    """Breaker: narrowing a set's report cut-offs left its recorded R@5 rows unchecked."""
+    stats = {"evaluations": {"t": {"report_ks": [1, 5]}},
+             "arms": {"base": {"t.R@1": {"mean": 10.0}, "t.R@5": {"mean": 20.0}}}, "gaps": {}, "did": {}}
+    record = {"scores": es.headline(stats)}
+    narrowed = {**stats, "evaluations": {"t": {"report_ks": [1]}}}
+    assert es.check(narrowed, record) == ["arms/base/t.R@5/mean: in the record, but the report no longer shows it "
+                                          "(params report ks)"]

@@ -313,3 +313,24 @@ def test_the_labelling_stages_files_and_servers_are_inputs(tmp_path):
     raw["judging"]["cl"]["recordings"] = ""
     inputs = {i["input"]: i for i in build_plan(parse_params(raw), tmp_path)["inputs"]}
     assert inputs["judging.cl.recordings"]["detail"] == "backend replay needs a recordings file"
+
+
+def test_plan_notes_a_half_built_or_unreadable_set_and_goes_on(tmp_path):
+    """Breaker: a set folder with corpus and queries but no qrels, or a malformed queries file,
+    stopped the whole plan; plan runs nothing, so such a set is a note on its row."""
+    p = load_params(REPO / "params.yaml")
+    ok = tmp_path / p.evaluations["tier_d1"].folder
+    ok.mkdir(parents=True)
+    (ok / "corpus.jsonl").write_text('{"_id": "a", "text": "x"}\n{"_id": "b", "text": "y"}\n')
+    (ok / "queries.jsonl").write_text('{"_id": "q", "text": "z"}\n')  # no qrels/: counted all the same
+    bad = tmp_path / p.evaluations["tier_d4"].folder
+    bad.mkdir(parents=True)
+    (bad / "corpus.jsonl").write_text('{"_id": "a", "text": "x"}\n')
+    (bad / "queries.jsonl").write_text('{"_id": "q"}\n')  # no text
+    plan = build_plan(p, tmp_path)
+    rows = {e["evaluation"]: e for e in plan["evaluations"]}
+    assert (rows["tier_d1"]["documents"], rows["tier_d1"]["queries"]) == (2, 1) and rows["tier_d1"]["encodings"]
+    assert rows["tier_d4"]["encodings"] is None and "unreadable" in rows["tier_d4"]["basis"]
+    assert "queries.jsonl:1" in rows["tier_d4"]["basis"]
+    assert plan["distinct_texts"]["documents"] is None and plan["hours"]["encode"]["texts"] is None
+    assert "all sets: ? distinct documents" in format_plan(plan)

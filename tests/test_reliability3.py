@@ -760,6 +760,16 @@ def test_runs_restore_recreates_lost_runs_from_what_dvc_keeps(tmp_path: Path) ->
     res = CliRunner().invoke(main, ["runs", "restore", "--root", str(tmp_path)])
     assert res.exit_code == 2 and "'run_params' and 'run_tags' must be mappings" in res.output
     assert tracking.find_run(c, exp_id, "z" * 64) is None  # nothing written for the bad record
+    # breaker: a record's run_tags may not replace the tags restore sets (the run key above all)
+    for tags in ({"recipematch.run_key": "other"}, {"arm": "verified"}, {"mlflow.runName": "evil"}, {"bad key!\n": "v"}):
+        (arm / "seed_14.json").write_text(json.dumps({**recs[14], "run_key": "z" * 64, "run_tags": tags}))
+        res = CliRunner().invoke(main, ["runs", "restore", "--root", str(tmp_path)])
+        assert res.exit_code == 2 and "is not a tag a training run writes" in res.output, (tags, res.output)
+        assert tracking.find_run(c, exp_id, "z" * 64) is None
+    (arm / "seed_14.json").write_text(json.dumps({**recs[14], "run_key": "z" * 64, "run_tags": {"note": "x" * 9000}}))
+    res = CliRunner().invoke(main, ["runs", "restore", "--root", str(tmp_path)])
+    assert res.exit_code == 0, res.output
+    assert len(c.get_run(tracking.find_run(c, exp_id, "z" * 64)).data.tags["note"]) == tracking.MAX_TAG_CHARS
 
 
 @pytest.mark.parametrize("edit", [("  chat_template_kwargs: {k: !!set {a, b}}\n", "not a JSON value"),

@@ -24,6 +24,9 @@ def test_uniform_index_is_floor_u_times_n_in_stream_order():
     per = uniform_index(np.random.default_rng(9), sizes, 4)
     assert np.all(per < sizes) and np.all(per >= 0)
     assert np.array_equal(per, np.floor(np.random.default_rng(9).random(4) * sizes).astype(np.int64))
+    for n in (0, -3, 2.5, np.array([1, 0])):  # breaker: zeros, negatives or INT64_MIN came back
+        with pytest.raises(ValueError, match="n must be integers >= 1"):
+            uniform_index(np.random.default_rng(0), n, 2)
 
 
 def test_draw_counts_rows_are_draws_with_replacement_and_blocks_do_not_matter():

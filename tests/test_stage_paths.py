@@ -249,6 +249,9 @@ def test_a_mistyped_evals_option_is_named_not_blamed_on_an_evaluate_stage(tmp_pa
 
     with pytest.raises(RecipematchError, match=r"^--evals .*evalz: no such folder; check the path"):
         scored_frame(tmp_path / "evalz", "recipe", "tier_d1")
+    (tmp_path / "evalfile").write_text("x")
+    with pytest.raises(RecipematchError, match=r"^--evals .*evalfile: a file, not the folder"):
+        scored_frame(tmp_path / "evalfile", "recipe", "tier_d1")
     (tmp_path / "eval" / "recipe").mkdir(parents=True)
     with pytest.raises(RecipematchError, match=r"tier_d1.parquet does not exist: rerun the evaluate stage of 'recipe'"):
         scored_frame(tmp_path / "eval", "recipe", "tier_d1")

@@ -40,8 +40,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from recipematch.beir import doc_text, load_beir
+from recipematch.beir import doc_text, read_corpus
 from recipematch.errors import RecipematchError
+from recipematch.io import iter_jsonl_strict
 from recipematch.pipeline.graph import Stage, project_stages, stage_options, under
 from recipematch.rules import MATHNET_RETRIEVE_DIR, mix_label, remedy_labels
 
@@ -244,14 +245,34 @@ def evaluation_plan(p, root: Path) -> list[dict[str, Any]]:
         else:
             row.update(documents=counts[0], queries=counts[1], encodings=(counts[0] + counts[1]) * n_models,
                        basis=basis)
-            corpus, qs, _ = load_beir(root / basis if basis != ev.folder else root / ev.folder)
-            docs.update(doc_text(r) for r in corpus.values())
-            queries.update(qs.values())
+            try:
+                texts = _texts(root / basis)
+            except (RecipematchError, OSError) as e:  # plan runs nothing: a bad set is a note, not a stop
+                row.update(encodings=None, basis=f"{basis}: unreadable ({(str(e).splitlines() or [''])[0]})")
+            else:
+                docs.update(texts[0])
+                queries.update(texts[1])
         out.append(row)
-    complete = all(r["encodings"] is not None for r in out)
-    distinct = {"documents": len(docs), "queries": len(queries), "models": n_models,
-                "encodings": (len(docs) + len(queries)) * n_models if complete else None}
+    complete = bool(out) and all(r["encodings"] is not None for r in out)
+    distinct = {"documents": len(docs) if complete else None, "queries": len(queries) if complete else None,
+                "models": n_models, "encodings": (len(docs) + len(queries)) * n_models if complete else None}
     return out, distinct
+
+
+def _texts(folder: Path) -> tuple[set[str], set[str]]:
+    """The distinct document and query texts of a BEIR folder (its corpus and queries files;
+    the scorer encodes each distinct text once per role).
+
+    Raises:
+        RecipematchError: a row that is not a JSON object with its text (naming file and line).
+    """
+    docs = {doc_text(row) for row in read_corpus(folder / "corpus.jsonl").values()}
+    queries = set()
+    for lineno, row in iter_jsonl_strict(folder / "queries.jsonl"):
+        if not isinstance(row, dict) or not isinstance(row.get("text"), str):
+            raise RecipematchError(f"{folder / 'queries.jsonl'}:{lineno}: expected an object with a text string")
+        queries.add(row["text"])
+    return docs, queries
 
 
 def _store_answered(path: Path) -> tuple[set[str], int]:

@@ -19,7 +19,14 @@ __all__ = ["draw_counts", "percentile_interval", "row_counts", "uniform_index"]
 def uniform_index(rng: np.random.Generator, n, shape) -> np.ndarray:
     """Uniform integers in ``[0, n)`` of ``shape`` (int64): ``floor(u * n)``, ``u`` a 53-bit
     double drawn from ``rng`` (module docstring). ``n``: an int >= 1, or an int array of
-    ``shape`` giving each index its own range (members within drawn clusters)."""
+    ``shape`` giving each index its own range (members within drawn clusters).
+
+    Raises:
+        ValueError: ``n`` below 1 or not an integer (nothing to draw from).
+    """
+    arr = np.asarray(n)
+    if arr.dtype.kind not in "iu" or (arr.size and int(arr.min()) < 1):
+        raise ValueError(f"uniform_index: n must be integers >= 1, got {str(n)[:80]}")
     return (rng.random(shape) * n).astype(np.int64)
 
 
@@ -37,8 +44,9 @@ def draw_counts(rng: np.random.Generator, n: int, n_rep: int) -> np.ndarray:
 
 
 def percentile_interval(replicates, level: float = 0.95) -> tuple[float, float]:
-    """``(low, high)`` percentile bounds of ``replicates`` (any shape, finite floats) at
-    ``level`` in (0, 1) (``numpy.quantile``'s default linear interpolation).
+    """``(low, high)`` percentile bounds of ``replicates`` (any shape, floats; a NaN among them
+    gives NaN bounds, so callers keep only finite replicates) at ``level`` in (0, 1)
+    (``numpy.quantile``'s default linear interpolation).
 
     Raises:
         ValueError: ``level`` outside (0, 1) or no replicates.

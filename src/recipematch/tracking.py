@@ -304,7 +304,8 @@ def log_metrics_once(c, run_id: str, metrics: Sequence[Any], *, changed: str = "
 _RUN_KEY = re.compile(r"^[\w.\-]{1,128}$")
 #: MLflow's rule for a param or tag name (``mlflow.utils.validation``): letters, digits,
 #: ``_ - . /`` and spaces.
-_MLFLOW_NAME = re.compile(r"^[\w\-. /]{1,250}$")
+#: a param or tag name MLflow stores (letters, digits, _ - . / and spaces; at most 250)
+MLFLOW_NAME = re.compile(r"^[\w\-. /]{1,250}$")
 
 
 def finite_value(value: Any, what: str) -> float:
@@ -337,7 +338,7 @@ def restore_run(c, exp_id: str, record: Mapping[str, Any], *, run_name: str, tag
     if not isinstance(run_key, str) or not _RUN_KEY.match(run_key):
         raise RecipematchError(f"{where}: 'run_key' {short_repr(run_key, 80)} is not a run key (letters, digits, _ . -); retrain it")
     values = {k: finite_value(record[k], f"{where}: {k}") for k in RECORD_METRICS if k in record}
-    bad = [k for k in (params or {}) if not isinstance(k, str) or not _MLFLOW_NAME.match(k)]
+    bad = [k for k in (params or {}) if not isinstance(k, str) or not MLFLOW_NAME.match(k)]
     if bad:
         raise RecipematchError(f"{where}: param name {short_repr(bad[0], 80)} cannot be stored by MLflow "
                                f"(letters, digits, _ - . / and spaces)")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 import typing
+import unicodedata
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -281,8 +282,16 @@ def _check_report(p) -> None:
     declared set is allowed and not shown (dropping a set stays a one-key edit; the report stage
     names such rows)."""
     for name, row in p.report.items():
+        # a label is a Markdown table cell and a matplotlib title: no row breaks, no cell breaks, no maths
+        bad = sorted({ch for ch in row.label if ch in "|$" or unicodedata.category(ch) in ("Cc", "Cf")})
+        if bad or not row.label.strip():
+            raise RecipematchError(f"report.{name}.label {short_repr(row.label, 80)}: a label is shown in Markdown "
+                                   "tables and figure titles, so it holds no '|', '$' or control characters "
+                                   f"and not only blanks (found {[ord(c) if not c.isprintable() else c for c in bad]})")
         if name not in p.evaluations:
             continue
+        if list(row.ks) != sorted(set(row.ks)):
+            raise RecipematchError(f"report.{name}.ks {list(row.ks)}: list each cut-off once, ascending")
         if not row.ks:
             raise RecipematchError(f"report.{name}.ks: list at least one cut-off")
         bad = [k for k in row.ks if k not in p.evaluate.ks]

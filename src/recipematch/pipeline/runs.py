@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from recipematch import tracking
-from recipematch.errors import RecipematchError
+from recipematch.errors import RecipematchError, short_repr
 from recipematch.io import read_json
 from recipematch.pipeline.graph import project_stages, stage_options
 from recipematch.pipeline.inputs import mlflow_artifacts, mlflow_uri
@@ -45,10 +45,18 @@ def trained_run(c, exp_id: str, arm: str, rec: Mapping[str, Any], where: str = "
     params, tags = rec.get("run_params"), rec.get("run_tags") or {}
     if params is not None and not isinstance(params, Mapping) or not isinstance(tags, Mapping):
         raise RecipematchError(f"{where}: 'run_params' and 'run_tags' must be mappings; retrain it")
+    own = {"arm", "cell", "seed", tracking.RUN_KEY_TAG, "restored_from_record", *tracking.RECORD_TAGS}
+    bad = [k for k in tags if not isinstance(k, str) or not tracking.MLFLOW_NAME.match(k) or k in own
+           or k.startswith("mlflow.")]
+    if bad:
+        raise RecipematchError(f"{where}: run_tags name {short_repr(bad[0], 80)} is not a tag a training run "
+                               "writes (restore sets arm, cell, seed, the run key and the hashes itself; MLflow "
+                               "names: letters, digits, _ - . / and spaces); retrain it")
     if params is None:
         params = {"arm": arm, "cell": cell, "seed": rec.get("seed"),
                   **{f"train.{k}": v for k, v in (rec.get("config") or {}).items()}}
-    run_tags = {"arm": arm, "cell": cell, "seed": seed, **{str(k): str(v) for k, v in tags.items()}}
+    run_tags = {"arm": arm, "cell": cell, "seed": seed,
+                **{k: tracking.param_value(v, tracking.MAX_TAG_CHARS) for k, v in tags.items()}}
     return tracking.restore_run(c, exp_id, rec, run_name=f"{arm}-{cell}-seed{seed}", tags=run_tags, where=where,
                                 params=dict(params))
 

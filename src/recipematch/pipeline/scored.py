@@ -16,6 +16,9 @@ def scored_frame(evals: Path, model: str, name: str) -> Path:
         RecipematchError: ``evals`` is no folder (a mistyped ``--evals``: the message names the
             option, not a stage), or the frame does not exist (rerun that model's evaluate stage).
     """
+    if Path(evals).exists() and not Path(evals).is_dir():
+        raise RecipematchError(f"--evals {evals}: a file, not the folder of evaluation folders; check the path the "
+                               "stage's command passes (dvc.yaml cmd)")
     if not Path(evals).is_dir():
         raise RecipematchError(f"--evals {evals}: no such folder; check the path the stage's command passes "
                                "(dvc.yaml cmd), or run the evaluate stages first (`dvc repro`)")
