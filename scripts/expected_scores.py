@@ -42,14 +42,12 @@ def _num(v, where: str) -> float:
 def presented(stats: dict, params_path: Path = PARAMS) -> dict:
     """``stats`` with each set's report row (label, ``report_ks``) from params ``report``, joined
     as the report stage joins them: the record holds the cut-offs the report shows."""
-    from dataclasses import asdict
-
-    from recipematch.config import load_params, report_row
+    from recipematch.config import load_params
     from recipematch.report_common import with_report_rows
 
     rows = load_params(params_path).report
     try:
-        return with_report_rows(stats, {n: asdict(report_row(rows, n)) for n in stats["evaluations"]})
+        return with_report_rows(stats, rows)
     except (KeyError, TypeError, AttributeError) as e:
         raise BadStats(f"metrics/stats.json lacks a part the stats stage writes ({type(e).__name__}: {e})") from None
 

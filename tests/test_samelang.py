@@ -113,9 +113,10 @@ def test_stats_stage_reports_the_slices_of_a_declared_samelang_set(tmp_path):
     assert out["did"]["recipe-verified.easy-samelang.R@1"]["gap_real"]["n_queries"] == 2
     # ... and the report renders Table 5 from it
     from recipematch.report import write_report
+    from recipematch.config import ReportRowConfig
     from recipematch.report_common import with_report_rows
 
-    rows = {"easy": {"label": "easy", "ks": [1]}, "samelang": {"label": "same-language", "ks": [1]}}
+    rows = {"easy": ReportRowConfig("easy", (1,)), "samelang": ReportRowConfig("same-language", (1,))}
     path = write_report(with_report_rows(out, rows), {}, {}, tmp_path / "reports", params={})
     text = path.read_text(encoding="utf-8")
     assert "## Same-language reprints by slice (Table 5)" in text and "**same-language**" in text

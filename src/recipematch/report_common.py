@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from recipematch.config import report_row
 from recipematch.rules import EVAL_ROLES
 
 ARM_ORDER = ("base", "bm25", "verified", "reference", "recipe", "cell")
@@ -48,17 +49,16 @@ def ordered_arms(stats: Mapping[str, Any]) -> list[str]:
     return known + sorted(a for a in stats["arms"] if a not in known and a not in remedy)
 
 
-def with_report_rows(stats: Mapping[str, Any], rows: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+def with_report_rows(stats: Mapping[str, Any], rows: Mapping[str, Any]) -> dict[str, Any]:
     """``stats`` (``metrics/stats.json``) with each evaluation given its report row, Table 1's
     ``label`` and cut-offs ``report_ks``, from params ``report`` (``rows``: evaluation name ->
-    ``{"label": str, "ks": [int, ...]}``, one per evaluation of ``stats``). The rows are the
-    report's alone: the statistics never read them, so a label edit reruns only the report.
-
-    Raises:
-        KeyError: an evaluation of ``stats`` without a row.
-    """
-    evals = {n: {**ev, "label": rows[n]["label"], "report_ks": list(rows[n]["ks"])}
-             for n, ev in stats["evaluations"].items()}
+    :class:`~recipematch.config.ReportRowConfig`; a set without one is shown under its own name
+    at R@1, :func:`~recipematch.config.report_row`). The rows are the report's alone: the
+    statistics never read them, so a label edit reruns only the report."""
+    evals = {}
+    for n, ev in stats["evaluations"].items():
+        row = report_row(rows, n)
+        evals[n] = {**ev, "label": row.label, "report_ks": list(row.ks)}
     return {**stats, "evaluations": evals}
 
 

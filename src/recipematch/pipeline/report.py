@@ -8,7 +8,6 @@ import logging
 from dataclasses import asdict
 from pathlib import Path
 
-from recipematch.config import report_row
 from recipematch.io import read_json
 from recipematch.pipeline.door import StagePaths, stage
 from recipematch.report import write_report
@@ -29,8 +28,9 @@ def run(p, lay: StagePaths) -> Path:
     """Markdown report: Table 1's shape, the Figure-1-style scatter (PNG), Tables 9 and 11-12
     from the arms that ran (each arm's cell read from its ``cell.json``)."""
     arms = list(p.arms)
-    stats = read_json(lay.metrics_dir / "stats.json")
-    stats = with_report_rows(stats, {n: asdict(report_row(p.report, n)) for n in stats["evaluations"]})
+    m = lay.metrics_dir
+    read = {name: read_json(m / f"{name}.json") for name in READS_FILES}
+    stats = with_report_rows(read["stats"], p.report)
     if unused := sorted(set(p.report) - set(stats["evaluations"])):
         log.warning("report: rows for sets no evaluation declares, not shown: %s", ", ".join(unused))
     cells = {}
@@ -38,14 +38,13 @@ def run(p, lay: StagePaths) -> Path:
         c = read_json(lay.cells_root / a / "cell.json")
         cells[a] = {"name": c["name"], "positives": c["spec"]["positives"], "negatives": c["spec"]["negatives"],
                     "volume": c["spec"]["volume"]}
-    m = lay.metrics_dir
     counts = {name: read_json(m / f"{name}.json") for name in COUNTS_FILES}
     counts.update({f"llm_{path.stem}": read_json(path) for path in sorted((m / "llm").glob("*.json"))})
     for a in arms:
         counts[f"cells.{a}"] = read_json(m / "cells" / f"{a}.json")
         counts[f"train.{a}"] = read_json(m / "train" / f"{a}.json")
     return write_report(stats, cells, counts, lay.out, params=_report_params(p),
-                        style=read_json(m / "style.json"), hits=read_json(m / "hits.json"))
+                        style=read["style"], hits=read["hits"])
 
 
 def _report_params(p) -> dict:
