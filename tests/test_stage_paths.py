@@ -212,6 +212,29 @@ def test_a_bad_path_option_is_refused_before_any_work(tmp_path, given, writes, m
     check_stage_paths("s", tmp_path, {"out": "artifacts/x", "corpus": "artifacts/corpus"}, ("out",))  # apart: fine
 
 
+def test_a_stage_never_writes_over_what_git_tracks(tmp_path):
+    """Breaker: a hand-run ``--metrics README.md`` replaced the README, and ``--out src`` would
+    have replaced the code: a metrics file is a .json file, and any other written path holds no
+    file git tracks. A committed metrics file (git tracks it too) is still written."""
+    import subprocess
+
+    from recipematch.pipeline.door import check_stage_paths
+
+    for f in ("README.md", "src/pkg/a.py", "metrics/corpus.json"):
+        (tmp_path / f).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / f).write_text("x")
+    check_stage_paths("s", tmp_path, {"out": "src"}, ("out",))  # no git work tree yet: not checked
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    subprocess.run(["git", "-C", str(tmp_path), "add", "README.md", "src", "metrics"], check=True)
+    with pytest.raises(RecipematchError, match=r"--metrics 'README.md' must be a \.json file"):
+        check_stage_paths("s", tmp_path, {"out": "artifacts/x", "metrics": "README.md"}, ("out", "metrics"))
+    with pytest.raises(RecipematchError, match=r"--out 'src' is or holds 'src/pkg/a.py', which git tracks"):
+        check_stage_paths("s", tmp_path, {"out": "src"}, ("out",))
+    with pytest.raises(RecipematchError, match=r"--pair-file 'README.md' is or holds 'README.md'"):
+        check_stage_paths("s", tmp_path, {"pair_file": "README.md"}, ("pair_file",))
+    check_stage_paths("s", tmp_path, {"out": "artifacts/corpus", "metrics": "metrics/corpus.json"}, ("out", "metrics"))
+
+
 def test_a_stage_given_the_project_root_as_its_output_deletes_nothing(tmp_path):
     """Before: ``external --out ''`` replaced the whole project with its build and exited 0."""
     import shutil
@@ -243,7 +266,8 @@ def test_the_report_declares_every_metrics_file_it_reads(project):
 
 def test_a_mistyped_evals_option_is_named_not_blamed_on_an_evaluate_stage(tmp_path):
     """stats and hits read scored frames through one function: a --evals folder that does not
-    exist names the option; a missing frame names the model's evaluate stage."""
+    exist, or holds no folder of the model, names the option (and what the folder holds); a
+    missing frame in the model's folder names the model's evaluate stage."""
     from recipematch.errors import RecipematchError
     from recipematch.pipeline.scored import scored_frame
 
@@ -252,6 +276,9 @@ def test_a_mistyped_evals_option_is_named_not_blamed_on_an_evaluate_stage(tmp_pa
     (tmp_path / "evalfile").write_text("x")
     with pytest.raises(RecipematchError, match=r"^--evals .*evalfile: a file, not the folder"):
         scored_frame(tmp_path / "evalfile", "recipe", "tier_d1")
+    (tmp_path / "wrong" / "scratch").mkdir(parents=True)  # breaker: an existing folder that is not --evals
+    with pytest.raises(RecipematchError, match=r"^--evals .*wrong: no folder 'recipe' \(it holds scratch\); check the path"):
+        scored_frame(tmp_path / "wrong", "recipe", "tier_d1")
     (tmp_path / "eval" / "recipe").mkdir(parents=True)
     with pytest.raises(RecipematchError, match=r"tier_d1.parquet does not exist: rerun the evaluate stage of 'recipe'"):
         scored_frame(tmp_path / "eval", "recipe", "tier_d1")

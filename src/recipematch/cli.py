@@ -282,7 +282,7 @@ def runs_restore_cmd(params_path: Path, root: Path) -> None:
     import json
 
     from recipematch.pipeline.door import check_params_file, run_guarded  # lazy: keeps recipematch --help fast
-    from recipematch.pipeline.runs import restore  # lazy: keeps recipematch --help fast
+    from recipematch.pipeline.restore import restore  # lazy: keeps recipematch --help fast
 
     def go():  # the whole params: the stages' folders come from dvc.yaml resolved with them
         path = params_path if params_path.is_absolute() else root / params_path

@@ -302,9 +302,8 @@ def log_metrics_once(c, run_id: str, metrics: Sequence[Any], *, changed: str = "
 #: A run key as the stages write it (a SHA-256 hex digest; letters, digits, _ . - allowed):
 #: nothing that could end the quoted search filter it is matched by.
 _RUN_KEY = re.compile(r"^[\w.\-]{1,128}$")
-#: MLflow's rule for a param or tag name (``mlflow.utils.validation``): letters, digits,
-#: ``_ - . /`` and spaces.
-#: a param or tag name MLflow stores (letters, digits, _ - . / and spaces; at most 250)
+#: MLflow's rule for a param, tag or metric name (``mlflow.utils.validation``): letters, digits,
+#: ``_ - . /`` and spaces, at most 250 characters.
 MLFLOW_NAME = re.compile(r"^[\w\-. /]{1,250}$")
 
 

@@ -425,7 +425,9 @@ def _write_project(workdir: Path, *, benchmark, sources, real, also, sidecar, re
     _write_yaml(workdir / "params.yaml", params, "# recipematch audit: the main params.yaml's keys, set for an audit "
                                                  "(recipematch params lists them)\n")
     _write_yaml(workdir / "dvc.yaml", audit_dvc_yaml(params), "")
-    (workdir / ".gitignore").write_text("/artifacts\n/models\n/cache\n/mlruns\n/mlflow.db\n/mlflow.db.lock\n",
+    # reports/ is rebuilt by `dvc repro` (as in the main project) and stays out of git: a stage never writes a
+    # path git tracks (recipematch.pipeline.door.check_stage_paths)
+    (workdir / ".gitignore").write_text("/artifacts\n/models\n/cache\n/reports\n/mlruns\n/mlflow.db\n/mlflow.db.lock\n",
                                         encoding="utf-8")
     if git:
         _run(["git", "init", "-q"], workdir)

@@ -25,6 +25,7 @@ import json
 import logging
 import os
 import platform
+import subprocess
 import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -134,7 +135,11 @@ def check_stage_paths(name: str, root: Path, given: Mapping[str, Path], writes: 
       not absolute, no ``..``;
     - a path it writes neither is, holds nor lies inside another of its paths, nor lies inside
       a folder DVC tracks as data (``<folder>.dvc`` beside it, e.g. ``data.dvc``), ``.git`` or
-      ``.dvc``.
+      ``.dvc``;
+    - a metrics or plot file (:data:`JSON_ROLES`) is a ``.json`` file; any other path it writes
+      is, and holds, no file git tracks (the project's code, params and docs: a hand-run
+      ``--out src`` would otherwise replace them). Outside a git work tree this last check is
+      skipped.
 
     Raises:
         RecipematchError: naming the stage, the option and the path.
@@ -160,6 +165,30 @@ def check_stage_paths(name: str, root: Path, given: Mapping[str, Path], writes: 
             if (root / f"{part}.dvc").is_file():
                 raise RecipematchError(f"stage {name}: {opt(w)} lies inside {part}, which DVC tracks as data "
                                        f"({part}.dvc): a stage never writes into its inputs")
+        if w in JSON_ROLES:
+            if rel[w].suffix != ".json":
+                raise RecipematchError(f"stage {name}: {opt(w)} must be a .json file (dvc.yaml `metrics:`/`plots:`)")
+        elif tracked := git_tracked(root, rel[w]):
+            raise RecipematchError(f"stage {name}: {opt(w)} is or holds {tracked[0]!r}, which git tracks: a stage "
+                                   "writes only its own outputs, never the project's code, params or docs (were it this "
+                                   f"stage's own output, untrack it: git rm -r --cached {rel[w].as_posix()})")
+
+
+#: the written roles that are one JSON file DVC shows as metrics or plot data (tracked by git)
+JSON_ROLES = ("metrics", "train_metrics", "eval_metrics", "plot", "summary")
+
+
+def git_tracked(root: Path, rel: Path, limit: int = 1) -> list[str]:
+    """Up to ``limit`` files git tracks at or under ``rel`` (relative to ``root``); ``[]`` where
+    ``root`` is no git work tree or git is not installed."""
+    try:
+        res = subprocess.run(["git", "-C", str(root), "ls-files", "-z", "--", rel.as_posix()], capture_output=True,
+                             timeout=60, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    if res.returncode != 0:
+        return []
+    return [f for f in res.stdout.decode("utf-8", "replace").split("\0") if f][:limit]
 
 
 def path_option(role: str) -> Callable:

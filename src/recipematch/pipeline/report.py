@@ -13,11 +13,13 @@ from recipematch.pipeline.door import StagePaths, stage
 from recipematch.report import write_report
 from recipematch.report_common import with_report_rows
 
-PARAMS = ("arms", "seed", "train.seed", "train.n_seeds", "positives", "negatives", "negatives_volume", "budget", "report")
+PARAMS = ("arms", "seed", "train.seed", "train.n_seeds", "positives", "negatives", "negatives_volume", "budget", "report",
+          "llm.prompts")
 
 #: what the report reads under its ``--metrics-dir``, each a dep of the report stage in
 #: ``dvc.yaml`` (tested): the stats, style and hit files, the counts files, and the folders of
-#: per-prompt LLM counts and of per-arm cell and training counts
+#: per-prompt LLM counts (one ``<prompt>.json`` per ``llm.prompts`` entry) and of per-arm cell
+#: and training counts
 READS_FILES = ("stats", "style", "hits")
 COUNTS_FILES = ("corpus", "evalsets", "gates", "verified", "recordings")
 READS_FOLDERS = ("llm", "cells", "train")
@@ -39,7 +41,9 @@ def run(p, lay: StagePaths) -> Path:
         cells[a] = {"name": c["name"], "positives": c["spec"]["positives"], "negatives": c["spec"]["negatives"],
                     "volume": c["spec"]["volume"]}
     counts = {name: read_json(m / f"{name}.json") for name in COUNTS_FILES}
-    counts.update({f"llm_{path.stem}": read_json(path) for path in sorted((m / "llm").glob("*.json"))})
+    counts.update({f"llm_{prompt}": read_json(m / "llm" / f"{prompt}.json") for prompt in p.llm.prompts})
+    if stray := sorted(f.name for f in (m / "llm").glob("*.json") if f.stem not in p.llm.prompts):
+        log.warning("report: files in %s that no llm.prompts entry writes, not shown: %s", m / "llm", ", ".join(stray))
     for a in arms:
         counts[f"cells.{a}"] = read_json(m / "cells" / f"{a}.json")
         counts[f"train.{a}"] = read_json(m / "train" / f"{a}.json")

@@ -14,7 +14,9 @@ def scored_frame(evals: Path, model: str, name: str) -> Path:
 
     Raises:
         RecipematchError: ``evals`` is no folder (a mistyped ``--evals``: the message names the
-            option, not a stage), or the frame does not exist (rerun that model's evaluate stage).
+            option, not a stage); ``evals`` holds no folder of ``model`` (the message names the
+            option and lists the folders it does hold, so a wrong folder is told from a model
+            not yet scored); or the model's folder lacks the frame (rerun its evaluate stage).
     """
     if Path(evals).exists() and not Path(evals).is_dir():
         raise RecipematchError(f"--evals {evals}: a file, not the folder of evaluation folders; check the path the "
@@ -22,6 +24,11 @@ def scored_frame(evals: Path, model: str, name: str) -> Path:
     if not Path(evals).is_dir():
         raise RecipematchError(f"--evals {evals}: no such folder; check the path the stage's command passes "
                                "(dvc.yaml cmd), or run the evaluate stages first (`dvc repro`)")
+    if not (Path(evals) / model).is_dir():
+        held = sorted(f.name for f in Path(evals).iterdir() if f.is_dir())
+        shown = ", ".join(held[:12]) + (f" and {len(held) - 12} more" if len(held) > 12 else "")
+        raise RecipematchError(f"--evals {evals}: no folder {model!r} (it holds {shown or 'no folders'}); check the "
+                               f"path the stage's command passes (dvc.yaml cmd), or rerun the evaluate stage of {model!r}")
     path = Path(evals) / model / f"{name}.parquet"
     if not path.exists():
         raise RecipematchError(f"{path} does not exist: rerun the evaluate stage of {model!r}")

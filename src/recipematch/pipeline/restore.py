@@ -1,0 +1,142 @@
+"""The MLflow runs of a project, re-created from what DVC keeps (``recipematch runs restore``).
+
+MLflow's store is not a DVC output: moving a broken ``mlflow.db`` aside and running
+``dvc repro`` reruns nothing, since no dep changed. The seed records
+(``models/<arm>/seed_N.json`` of arms and replay mixes, ``artifacts/soups/<label>/seed_N.json``)
+and the per-seed scores (``artifacts/eval/<arm>/per_seed.json``) hold everything a run showed
+(its params and tags included) except the training-loss history and the tags of where and when
+it ran (``git_rev``, ``resumed``, ``dvc_exp``), which would make a record differ between two
+runs of the same inputs: this module writes them back, one run per (arm, seed), found by its run
+key, so a rerun adds nothing twice. It is no stage's dep: a change here reruns nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from recipematch import tracking
+from recipematch.errors import RecipematchError
+from recipematch.io import read_json
+from recipematch.pipeline.graph import project_stages, stage_options
+from recipematch.pipeline.inputs import mlflow_artifacts, mlflow_uri
+from recipematch.pipeline.runs import score_metrics, trained_run
+from recipematch.pipeline.soup import SOUP_RECORD_KEYS, soup_run
+from recipematch.rules import mix_label, soup_label
+
+log = logging.getLogger("recipematch")
+
+#: a seed record's file name as the training and soup stages write it (``seed_<s>.json``)
+_SEED_FILE = re.compile(r"^seed_(0|[1-9]\d*)\.json$")
+
+
+def seed_records(folder: Path) -> list[tuple[int, dict]]:
+    """``[(seed, record)]`` of a checkpoint folder's ``seed_<s>.json`` files, by seed.
+
+    Raises:
+        RecipematchError: a ``seed_*.json`` name the stages do not write (``seed_013.json``,
+            which would stand for the same seed as ``seed_13.json``), or a file
+            :func:`recipematch.io.read_json` cannot read, each naming the file.
+    """
+    out = {}
+    for f in sorted(Path(folder).glob("seed_*.json")):
+        m = _SEED_FILE.match(f.name)
+        if not m:
+            raise RecipematchError(f"{f}: not a seed record name the stages write (seed_<s>.json, no leading "
+                                   "zeros); move it out of the folder")
+        out[int(m.group(1))] = read_json(f)
+    return sorted(out.items())
+
+
+def per_seed_scores(path: Path | None) -> Mapping[str, Any]:
+    """The evaluate stage's ``per_seed.json`` (``{seed: {evaluation: {"R@k": score}}}``), or
+    ``{}`` where there is none yet.
+
+    Raises:
+        RecipematchError: the file is not a JSON object keyed by seed (naming it).
+    """
+    if path is None or not path.is_file():
+        return {}
+    scores = read_json(path)
+    if not isinstance(scores, Mapping):
+        raise RecipematchError(f"{path}: expected {{seed: {{evaluation: {{'R@k': score}}}}}}, got a "
+                               f"{type(scores).__name__}; rerun its evaluate stage")
+    return scores
+
+
+def _groups(p, root: Path) -> list[tuple[str, Path, str, Path | None]]:
+    """``(label, checkpoint folder, "trained" | "soup", its evaluation folder)`` of every
+    ``train@``, ``mix@`` and ``soup@`` stage, the folders as the project's ``dvc.yaml`` passes them."""
+    groups, evals = [], {}
+    for st in project_stages(root, p).values():
+        main, opts = stage_options(st)
+        if main.name == "train" and opts["arm"] in p.arms:
+            groups.append((opts["arm"], root / opts["path_models"], "trained", None))
+        elif main.name == "mix":  # a replay mix trains like an arm (Appendix E); its stage scores it too
+            groups.append((mix_label(opts["arm"], opts["fraction"]), root / opts["path_models"], "trained",
+                           root / opts["path_eval"]))
+        elif main.name == "soup":
+            groups.append((soup_label(opts["arm"], opts["alpha"]), root / opts["path_out"], "soup",
+                           root / opts["path_eval"]))
+        elif main.name == "evaluate":
+            evals[opts["arm"]] = root / opts["path_eval"]
+    # a trained arm's scores: its evaluate@ stage's folder
+    return [(label, folder, kind, eval_dir or evals.get(label)) for label, folder, kind, eval_dir in groups]
+
+
+def restore(p, root: Path) -> dict[str, int]:
+    """Re-create every trained arm's, replay mix's and soup's runs (:func:`trained_run`, and
+    soups by their run key) and log their scores from ``per_seed.json`` where the evaluate stage wrote one.
+    The folders are the ones the project's ``dvc.yaml`` passes its ``train@``, ``soup@`` and
+    ``evaluate@`` stages (:mod:`recipematch.pipeline.graph`).
+    Scores are logged with ``changed="supersede"`` (:func:`recipematch.tracking.log_metrics_once`):
+    nothing the store holds is appended again. Every file is read and checked before the
+    store is opened, so a bad one leaves the store as it was.
+
+    Returns:
+        counts ``{"runs", "restored", "scores_logged", "without_scores"}``.
+
+    Raises:
+        RecipematchError: a seed record without a run key, a seed file name the stages do not
+            write, a ``per_seed.json`` that is not keyed by seed, or scores :func:`score_metrics`
+            refuses (each naming its file).
+    """
+    root = Path(root).resolve()
+    now = int(time.time() * 1000)
+    todo = []  # (label, kind, seed file, record, metrics or None), all checked before anything is written
+    for label, folder, kind, eval_dir in _groups(p, root):
+        per_seed_path = eval_dir / "per_seed.json" if eval_dir is not None else None
+        per_seed = per_seed_scores(per_seed_path)
+        for seed, rec in seed_records(folder) if folder.is_dir() else []:
+            where = folder / f"seed_{seed}.json"
+            if not isinstance(rec, Mapping) or not rec.get("run_key"):
+                raise RecipematchError(f"{where}: no 'run_key'; rerun its stage")
+            if kind == "soup" and (missing := [k for k in SOUP_RECORD_KEYS if k not in rec]):
+                raise RecipematchError(f"{where}: lacks {missing}; rerun its soup stage")
+            res = per_seed.get(str(seed))
+            metrics = None if res is None else score_metrics(res, now, f"{per_seed_path} seed {seed}")
+            todo.append((label, kind, where, rec, metrics))
+    uri = mlflow_uri(p.mlflow.tracking_uri, root)
+    c, exp_id = tracking.open_store(uri, p.mlflow.experiment, artifact_location=mlflow_artifacts(root))
+    out = {"runs": 0, "restored": 0, "scores_logged": 0, "without_scores": 0}
+    with tracking.store_lock(uri):
+        for label, kind, where, rec, metrics in todo:
+            if kind == "trained":
+                run_id, restored = trained_run(c, exp_id, label, rec, where=str(where))
+            else:
+                run_id, restored = soup_run(c, exp_id, rec)
+            out["runs"] += 1
+            out["restored"] += int(restored)
+            if metrics is None:
+                out["without_scores"] += 1
+                continue
+            counts = tracking.log_metrics_once(c, run_id, metrics, changed="supersede")
+            out["scores_logged"] += counts["logged"]
+            c.set_terminated(run_id, status="FINISHED")
+    log.info("runs restore: %d runs (%d re-created), %d scores logged, %d runs without scores yet",
+             out["runs"], out["restored"], out["scores_logged"], out["without_scores"])
+    return out
