@@ -230,3 +230,20 @@ def test_the_deps_command_outside_a_project_is_one_line(tmp_path, monkeypatch, c
     assert deps.main([]) == 2
     err = capsys.readouterr().err
     assert err.startswith("recipematch: error:") and "dvc.yaml does not exist" in err and len(err.splitlines()) == 1
+
+
+def test_write_refuses_params_the_check_refuses(tmp_path, monkeypatch, capsys):
+    """Breaker: ``deps --write`` wrote an evaluation folder outside the project into dvc.yaml,
+    which ``recipematch params --check`` refuses; now it refuses it too and writes nothing."""
+    shutil.copy(REPO / "params.yaml", tmp_path / "params.yaml")
+    shutil.copy(REPO / "dvc.yaml", tmp_path / "dvc.yaml")
+    text = (tmp_path / "params.yaml").read_text(encoding="utf-8")
+    assert "folder: artifacts/evalsets/tier_d1" in text
+    (tmp_path / "params.yaml").write_text(text.replace("folder: artifacts/evalsets/tier_d1", "folder: /etc", 1),
+                                          encoding="utf-8")
+    before = (tmp_path / "dvc.yaml").read_bytes()
+    monkeypatch.chdir(tmp_path)
+    assert deps.main(["--write"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("recipematch: error:") and "evaluations.tier_d1" in err, err
+    assert (tmp_path / "dvc.yaml").read_bytes() == before

@@ -35,7 +35,7 @@ import sys
 from collections.abc import Iterable, Mapping
 from pathlib import Path, PurePosixPath
 
-from recipematch.config import load_params_raw
+from recipematch.config import load_params, load_params_raw
 from recipematch.errors import RecipematchError
 
 PACKAGE = "recipematch"
@@ -468,7 +468,8 @@ def write(root: Path) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m recipematch.pipeline.deps [--write]`` in the project root: 0 when dvc.yaml
-    agrees, 1 with the problems listed, 2 with one line for a project it cannot read."""
+    agrees, 1 with the problems listed, 2 with one line for a project it cannot read (or, with
+    ``--write``, a ``params.yaml`` that ``recipematch params --check`` refuses: nothing is written)."""
     argv = sys.argv[1:] if argv is None else argv
     root = Path(".").resolve()
     if not (root / "dvc.yaml").is_file():
@@ -476,6 +477,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         if "--write" in argv:
+            # the deps written come from params.yaml: one `recipematch params --check` refuses (an
+            # evaluation folder outside the project, say) never reaches dvc.yaml
+            if (root / "params.yaml").is_file():
+                load_params(root / "params.yaml")
             print(f"dvc.yaml: {write(root)} entries rewritten")
         problems = check(root)
     except RecipematchError as e:
