@@ -247,3 +247,18 @@ def test_write_refuses_params_the_check_refuses(tmp_path, monkeypatch, capsys):
     err = capsys.readouterr().err
     assert err.startswith("recipematch: error:") and "evaluations.tier_d1" in err, err
     assert (tmp_path / "dvc.yaml").read_bytes() == before
+
+
+@pytest.mark.parametrize("how", ["missing", "folder", "dangling_link"])
+def test_write_without_a_params_file_writes_nothing(tmp_path, monkeypatch, how):
+    """Breaker, round two: with params.yaml missing, a folder or a dangling symlink, ``--write``
+    dropped 56 lines of params-named deps from dvc.yaml and exited 0."""
+    shutil.copy(REPO / "dvc.yaml", tmp_path / "dvc.yaml")
+    if how == "folder":
+        (tmp_path / "params.yaml").mkdir()
+    elif how == "dangling_link":
+        (tmp_path / "params.yaml").symlink_to(tmp_path / "gone.yaml")
+    before = (tmp_path / "dvc.yaml").read_bytes()
+    monkeypatch.chdir(tmp_path)
+    assert deps.main(["--write"]) == 2
+    assert (tmp_path / "dvc.yaml").read_bytes() == before

@@ -1,7 +1,8 @@
-"""``recipematch runs restore`` refuses bad files before it writes anything (breaker findings:
-a list-shaped ``per_seed.json`` was counted as "without scores", ``seed_013.json`` beside
-``seed_13.json`` gave a TypeError, and an evaluation name MLflow cannot store gave a
-traceback after the run was written)."""
+"""``recipematch runs restore`` refuses bad files before it writes anything, and opens no
+store when one is bad (breaker findings, two rounds: a list-shaped ``per_seed.json`` was
+counted as "without scores", ``seed_013.json`` beside ``seed_13.json`` gave a TypeError, an
+evaluation name MLflow cannot store gave a traceback after the run was written, and record
+checks ran only once the store was open)."""
 
 from __future__ import annotations
 
@@ -37,6 +38,106 @@ def _restore(tmp_path: Path):
     return CliRunner().invoke(main, ["runs", "restore", "--root", str(tmp_path)])
 
 
+def _soup(tmp_path: Path, **edit) -> None:
+    soup = tmp_path / "artifacts" / "soups" / "recipe@soup0.3"  # soup@recipe-0.3's output (params.yaml remedies)
+    soup.mkdir(parents=True)
+    rec = {"run_key": "s" * 64, "seed": 13, "arm": "recipe", "label": "recipe@soup0.3", "alpha": 0.3, "kind": "full",
+           "base_model": "m", "query_instruction": "", "checkpoint_sha256": "a" * 64,
+           "finetuned_checkpoint_sha256": "b" * 64}
+    (soup / "seed_13.json").write_text(json.dumps({**rec, **edit}))
+
+
+#: second breaker round: records checked only once the store was open (it was created, and an
+#: earlier good seed's run written), tracebacks after the store was written, a soup's run key
+#: put into the search filter unchecked, scores that were quietly not logged
+SECOND_ROUND = {
+    "quote_in_run_key": ({"run_key": "a'b"}, "is not a run key"),
+    "text_train_loss": ({"train_loss": "x"}, "train_loss: 'x' is not a finite number"),
+    "param_name": ({"run_params": {"a:b@": 1}}, "param name 'a:b@' cannot be stored"),
+    "leading_slash_param": ({"run_params": {"/a": 1}}, "param name '/a' cannot be stored"),
+    "tags_list": ({"run_tags": ["a"]}, "must be mappings"),
+    "config_list": ({"config": [1, 2]}, "must be mappings"),
+    "config_text": ({"config": "abc"}, "must be mappings"),
+    "seed_mismatch": ({"seed": 99}, "its 'seed' is 99, not 14"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(SECOND_ROUND))
+def test_every_record_is_checked_before_the_store_opens(tmp_path: Path, case: str) -> None:
+    arm, _ = _project(tmp_path)  # seed 13 is good: its run must not be written before seed 14 is refused
+    edit, want = SECOND_ROUND[case]
+    rec = {"run_key": "b" * 64, "seed": 14, "cell": "d1xrecipe", "train_loss": 0.5, "config": {"epochs": 1}, **edit}
+    (arm / "seed_14.json").write_text(json.dumps(rec))
+    res = _restore(tmp_path)
+    assert res.exit_code == 2, res.output
+    assert want in res.output and "Traceback" not in res.output, res.output
+    assert not (tmp_path / "mlflow.db").exists()
+
+
+@pytest.mark.parametrize(("edit", "want"), [
+    ({"run_key": "x' OR tags.a = 'b"}, "is not a run key"),
+    ({"run_key": 7}, "7 is not a run key"),
+    ({"label": {"a": 1}}, "'label' {'a': 1} is not text"),
+    ({"checkpoint_sha256": None}, "'checkpoint_sha256' None is not text"),
+    ({"alpha": "half"}, "alpha: 'half' is not a finite number"),
+    ({"seed": "13"}, "its 'seed' is '13', not 13"),
+])
+def test_a_bad_soup_record_is_refused_before_the_store_opens(tmp_path: Path, edit, want) -> None:
+    _project(tmp_path)
+    _soup(tmp_path, **edit)
+    res = _restore(tmp_path)
+    assert res.exit_code == 2 and want in res.output and "Traceback" not in res.output, res.output
+    assert not (tmp_path / "mlflow.db").exists()
+
+
+@pytest.mark.parametrize(("per_seed", "want"), [
+    ({"13": None}, "seed 13: expected {evaluation:"),
+    ({"13": {"tier": {"n_queries": 5}}}, "seed 13: no R@k score"),
+    ({"13": {"/tier": {"R@1": 40.0}}}, "which MLflow cannot store"),
+    ({"13": {"tier": {"R@1/": 40.0}}}, "which MLflow cannot store"),
+    ({"014": {"tier": {"R@1": 40.0}}}, "key '014' is not a seed"),
+    ("[" * 100000, "nested too deep"),
+])
+def test_scores_that_would_be_quietly_dropped_are_refused(tmp_path: Path, per_seed, want) -> None:
+    _, ev = _project(tmp_path)
+    (ev / "per_seed.json").write_text(per_seed if isinstance(per_seed, str) else json.dumps(per_seed))
+    res = _restore(tmp_path)
+    assert res.exit_code == 2 and want in res.output and "Traceback" not in res.output, res.output
+    assert not (tmp_path / "mlflow.db").exists()
+
+
+def test_a_folder_where_per_seed_json_lies_or_a_file_where_seed_records_lie(tmp_path: Path) -> None:
+    arm, ev = _project(tmp_path)
+    (ev / "per_seed.json").unlink()
+    (ev / "per_seed.json").mkdir()
+    res = _restore(tmp_path)
+    assert res.exit_code == 2 and "is a folder, expected a JSON file" in res.output, res.output
+    (ev / "per_seed.json").rmdir()
+    shutil.rmtree(arm)
+    arm.write_text("x")
+    res = _restore(tmp_path)
+    assert res.exit_code == 2 and "a file where the stage writes a folder of seed records" in res.output, res.output
+    assert not (tmp_path / "mlflow.db").exists()
+
+
+def test_nothing_to_restore_opens_no_store(tmp_path: Path) -> None:
+    shutil.copy(REPO / "params.yaml", tmp_path / "params.yaml")
+    shutil.copy(REPO / "dvc.yaml", tmp_path / "dvc.yaml")
+    res = _restore(tmp_path)
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.output.strip().splitlines()[-1])["runs"] == 0
+    assert not (tmp_path / "mlflow.db").exists()
+
+
+def test_scores_of_a_seed_without_a_record_are_named(tmp_path: Path, caplog) -> None:
+    _, ev = _project(tmp_path)
+    (ev / "per_seed.json").write_text(json.dumps({"13": {"tier": {"R@1": 40.0}}, "15": {"tier": {"R@1": 1.0}}}))
+    with caplog.at_level("WARNING", logger="recipematch"):
+        res = _restore(tmp_path)
+    assert res.exit_code == 0, res.output
+    assert any("scores seeds 15, which have no seed record" in r.getMessage() for r in caplog.records)
+
+
 @pytest.mark.parametrize("case", ["list_per_seed", "leading_zero", "bad_metric_name", "odd_seed_name"])
 def test_a_bad_file_is_named_and_the_store_is_not_touched(tmp_path: Path, case: str) -> None:
     arm, ev = _project(tmp_path)
@@ -60,10 +161,11 @@ def test_a_bad_file_is_named_and_the_store_is_not_touched(tmp_path: Path, case: 
 
 def test_the_good_project_restores(tmp_path: Path) -> None:
     _project(tmp_path)
+    _soup(tmp_path)
     res = _restore(tmp_path)
     assert res.exit_code == 0, res.output
-    assert json.loads(res.output.strip().splitlines()[-1]) == {"runs": 1, "restored": 1, "scores_logged": 1,
-                                                               "without_scores": 0}
+    assert json.loads(res.output.strip().splitlines()[-1]) == {"runs": 2, "restored": 2, "scores_logged": 1,
+                                                               "without_scores": 1}
 
 
 def test_seed_records_and_per_seed_scores(tmp_path: Path) -> None:

@@ -233,6 +233,39 @@ def test_a_stage_never_writes_over_what_git_tracks(tmp_path):
     with pytest.raises(RecipematchError, match=r"--pair-file 'README.md' is or holds 'README.md'"):
         check_stage_paths("s", tmp_path, {"pair_file": "README.md"}, ("pair_file",))
     check_stage_paths("s", tmp_path, {"out": "artifacts/corpus", "metrics": "metrics/corpus.json"}, ("out", "metrics"))
+    # breaker, round two: a tracked JSON file outside metrics/ (a rubric, a test fixture) was overwritten
+    (tmp_path / "src" / "pkg" / "rubric.json").write_text("{}")
+    subprocess.run(["git", "-C", str(tmp_path), "add", "src"], check=True)
+    with pytest.raises(RecipematchError, match=r"--metrics 'src/pkg/rubric.json' is or holds 'src/pkg/rubric.json'"):
+        check_stage_paths("s", tmp_path, {"out": "artifacts/x", "metrics": "src/pkg/rubric.json"}, ("out", "metrics"))
+    # ... and a symlink inside the project reached the code
+    (tmp_path / "tmpq").mkdir()
+    (tmp_path / "tmpq" / "lnk").symlink_to("../src/pkg")
+    with pytest.raises(RecipematchError, match=r"--out 'tmpq/lnk' reaches src/pkg through a symlink"):
+        check_stage_paths("s", tmp_path, {"out": "tmpq/lnk"}, ("out",))
+    outside = tmp_path.parent / f"{tmp_path.name}_disk"
+    outside.mkdir()
+    (tmp_path / "cache").symlink_to(outside)  # a cache on another disk is fine
+    check_stage_paths("s", tmp_path, {"scratch": "cache/llm"}, ("scratch",))
+
+
+def test_a_git_that_cannot_answer_is_an_error_not_a_skipped_check(tmp_path, monkeypatch):
+    import subprocess
+
+    from recipematch.pipeline import door
+
+    def refused(*a, **k):
+        return subprocess.CompletedProcess(a, 128, b"", b"fatal: detected dubious ownership in repository\n")
+
+    monkeypatch.setattr(door.subprocess, "run", refused)
+    with pytest.raises(RecipematchError, match=r"cannot ask git which files under src it tracks: fatal: detected dubious"):
+        door.check_stage_paths("s", tmp_path, {"out": "src"}, ("out",))
+
+    def not_a_repo(*a, **k):
+        return subprocess.CompletedProcess(a, 128, b"", b"fatal: not a git repository (or any parent)\n")
+
+    monkeypatch.setattr(door.subprocess, "run", not_a_repo)
+    door.check_stage_paths("s", tmp_path, {"out": "src"}, ("out",))  # no work tree: nothing is tracked
 
 
 def test_a_stage_given_the_project_root_as_its_output_deletes_nothing(tmp_path):
@@ -277,7 +310,7 @@ def test_a_mistyped_evals_option_is_named_not_blamed_on_an_evaluate_stage(tmp_pa
     with pytest.raises(RecipematchError, match=r"^--evals .*evalfile: a file, not the folder"):
         scored_frame(tmp_path / "evalfile", "recipe", "tier_d1")
     (tmp_path / "wrong" / "scratch").mkdir(parents=True)  # breaker: an existing folder that is not --evals
-    with pytest.raises(RecipematchError, match=r"^--evals .*wrong: no folder 'recipe' \(it holds scratch\); check the path"):
+    with pytest.raises(RecipematchError, match=r"^--evals .*wrong: no folder 'recipe' \(it holds 'scratch'\); check the path"):
         scored_frame(tmp_path / "wrong", "recipe", "tier_d1")
     (tmp_path / "eval" / "recipe").mkdir(parents=True)
     with pytest.raises(RecipematchError, match=r"tier_d1.parquet does not exist: rerun the evaluate stage of 'recipe'"):

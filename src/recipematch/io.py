@@ -132,7 +132,8 @@ def read_json(path: str | os.PathLike[str]) -> Any:
     Raises:
         FileNotFoundError: the file does not exist (the stage door names the file and the
             stage to run).
-        FormatError: the file is not valid UTF-8 JSON, or is a folder (naming the file).
+        FormatError: the file is not valid UTF-8 JSON, is nested too deep for the parser,
+            or is a folder (naming the file).
     """
     try:
         with open(path, encoding="utf-8") as f:
@@ -141,6 +142,8 @@ def read_json(path: str | os.PathLike[str]) -> Any:
         raise FormatError(f"{path}: is a folder, expected a JSON file") from None
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
         raise FormatError(f"{path}: not valid JSON ({e}); rebuild it (dvc repro)") from None
+    except RecursionError:
+        raise FormatError(f"{path}: JSON nested too deep to read; rebuild it (dvc repro)") from None
 
 
 def write_jsonl(path: str | os.PathLike[str], rows: Iterable[Any]) -> int:

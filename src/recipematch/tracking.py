@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import math
 import os
+import posixpath
 import re
 import sqlite3
 from collections.abc import Iterator, Mapping, Sequence
@@ -180,7 +181,12 @@ def open_store(tracking_uri: str, experiment: str, artifact_location: str | None
 
 
 def find_run(c, exp_id: str, run_key: str) -> str | None:
-    """Id of the newest active run tagged with ``run_key``, or ``None``."""
+    """Id of the newest active run tagged with ``run_key``, or ``None``.
+
+    Raises:
+        RecipematchError: ``run_key`` is not a run key (:func:`check_run_key`).
+    """
+    check_run_key(run_key, "run lookup")
     found = c.search_runs([exp_id], filter_string=f"tags.`{RUN_KEY_TAG}` = '{run_key}'", max_results=1,
                           order_by=["attributes.start_time DESC"])
     return found[0].info.run_id if found else None
@@ -302,9 +308,28 @@ def log_metrics_once(c, run_id: str, metrics: Sequence[Any], *, changed: str = "
 #: A run key as the stages write it (a SHA-256 hex digest; letters, digits, _ . - allowed):
 #: nothing that could end the quoted search filter it is matched by.
 _RUN_KEY = re.compile(r"^[\w.\-]{1,128}$")
-#: MLflow's rule for a param, tag or metric name (``mlflow.utils.validation``): letters, digits,
-#: ``_ - . /`` and spaces, at most 250 characters.
+#: MLflow's characters for a param, tag or metric name (``mlflow.utils.validation``): letters,
+#: digits, ``_ - . /`` and spaces, at most 250 characters (:func:`storable_name` adds its path rule).
 MLFLOW_NAME = re.compile(r"^[\w\-. /]{1,250}$")
+
+
+def storable_name(name: Any) -> bool:
+    """Whether MLflow stores ``name`` as a param, tag or metric name: :data:`MLFLOW_NAME`'s
+    characters, and, read as a path, one that names itself (no leading or trailing ``/``, no
+    ``//``, ``.`` or ``..`` part), as ``mlflow.utils.validation`` requires."""
+    if not isinstance(name, str) or not MLFLOW_NAME.match(name):
+        return False
+    norm = posixpath.normpath(name)
+    return norm == name and norm != "." and not norm.startswith(("..", "/"))
+
+
+def check_run_key(run_key: Any, where: str) -> str:
+    """``run_key`` when it is a run key as the stages write it (:data:`_RUN_KEY`), else a
+    one-line error naming ``where``: it is matched inside a quoted search filter."""
+    if not isinstance(run_key, str) or not _RUN_KEY.match(run_key):
+        raise RecipematchError(f"{where}: 'run_key' {short_repr(run_key, 80)} is not a run key (letters, digits, "
+                               "_ . -); retrain it")
+    return run_key
 
 
 def finite_value(value: Any, what: str) -> float:
@@ -312,6 +337,22 @@ def finite_value(value: Any, what: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         raise RecipematchError(f"{what}: {short_repr(value, 60)} is not a finite number")
     return float(value)
+
+
+def check_record(record: Mapping[str, Any], params: Mapping[str, Any] | None, where: str) -> dict[str, float]:
+    """What :func:`restore_run` checks before it writes, without a store: the record's run key,
+    its summary numbers (:data:`RECORD_METRICS`, returned as floats) and ``params``' names.
+
+    Raises:
+        RecipematchError: naming ``where``, as :func:`restore_run` documents.
+    """
+    check_run_key(record.get("run_key"), where)
+    values = {k: finite_value(record[k], f"{where}: {k}") for k in RECORD_METRICS if k in record}
+    bad = [k for k in (params or {}) if not storable_name(k)]
+    if bad:
+        raise RecipematchError(f"{where}: param name {short_repr(bad[0], 80)} cannot be stored by MLflow "
+                               f"(letters, digits, _ - . / and spaces; no leading, trailing or double /)")
+    return values
 
 
 def restore_run(c, exp_id: str, record: Mapping[str, Any], *, run_name: str, tags: Mapping[str, str],
@@ -333,14 +374,8 @@ def restore_run(c, exp_id: str, record: Mapping[str, Any], *, run_name: str, tag
 
     from mlflow.entities import Metric
 
-    run_key = record.get("run_key")
-    if not isinstance(run_key, str) or not _RUN_KEY.match(run_key):
-        raise RecipematchError(f"{where}: 'run_key' {short_repr(run_key, 80)} is not a run key (letters, digits, _ . -); retrain it")
-    values = {k: finite_value(record[k], f"{where}: {k}") for k in RECORD_METRICS if k in record}
-    bad = [k for k in (params or {}) if not isinstance(k, str) or not MLFLOW_NAME.match(k)]
-    if bad:
-        raise RecipematchError(f"{where}: param name {short_repr(bad[0], 80)} cannot be stored by MLflow "
-                               f"(letters, digits, _ - . / and spaces)")
+    values = check_record(record, params, where)
+    run_key = record["run_key"]
     run_id = find_run(c, exp_id, run_key)
     if run_id is not None and c.get_run(run_id).data.tags.get("restored_from_record") != "partial":
         return run_id, False

@@ -479,8 +479,9 @@ def main(argv: list[str] | None = None) -> int:
         if "--write" in argv:
             # the deps written come from params.yaml: one `recipematch params --check` refuses (an
             # evaluation folder outside the project, say) never reaches dvc.yaml
-            if (root / "params.yaml").is_file():
-                load_params(root / "params.yaml")
+            if not (root / "params.yaml").is_file():
+                raise RecipematchError(f"{root / 'params.yaml'} is not a file: the deps written come from it")
+            load_params(root / "params.yaml")
             print(f"dvc.yaml: {write(root)} entries rewritten")
         problems = check(root)
     except RecipematchError as e:

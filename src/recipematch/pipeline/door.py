@@ -136,10 +136,12 @@ def check_stage_paths(name: str, root: Path, given: Mapping[str, Path], writes: 
     - a path it writes neither is, holds nor lies inside another of its paths, nor lies inside
       a folder DVC tracks as data (``<folder>.dvc`` beside it, e.g. ``data.dvc``), ``.git`` or
       ``.dvc``;
-    - a metrics or plot file (:data:`JSON_ROLES`) is a ``.json`` file; any other path it writes
-      is, and holds, no file git tracks (the project's code, params and docs: a hand-run
-      ``--out src`` would otherwise replace them). Outside a git work tree this last check is
-      skipped.
+    - a path it writes reaches no other place in the project through a symlink;
+    - a metrics or plot file (:data:`JSON_ROLES`) is a ``.json`` file; a path it writes is,
+      and holds, no file git tracks (the project's code, params and docs: a hand-run
+      ``--out src`` would otherwise replace them), except a metrics file under ``metrics/``
+      (or the audit's summary at the top), which DVC keeps in git. Outside a git work tree
+      this check is skipped.
 
     Raises:
         RecipematchError: naming the stage, the option and the path.
@@ -165,13 +167,26 @@ def check_stage_paths(name: str, root: Path, given: Mapping[str, Path], writes: 
             if (root / f"{part}.dvc").is_file():
                 raise RecipematchError(f"stage {name}: {opt(w)} lies inside {part}, which DVC tracks as data "
                                        f"({part}.dvc): a stage never writes into its inputs")
-        if w in JSON_ROLES:
-            if rel[w].suffix != ".json":
-                raise RecipematchError(f"stage {name}: {opt(w)} must be a .json file (dvc.yaml `metrics:`/`plots:`)")
-        elif tracked := git_tracked(root, rel[w]):
+        top = Path(root).resolve()
+        real = (top / rel[w]).resolve()
+        if real != top / rel[w] and (real == top or top in real.parents):
+            raise RecipematchError(f"stage {name}: {opt(w)} reaches {real.relative_to(top).as_posix() or '.'} through a "
+                                   "symlink: pass the path itself (a symlink out of the project, to another disk, is "
+                                   "fine)")
+        if w in JSON_ROLES and rel[w].suffix != ".json":
+            raise RecipematchError(f"stage {name}: {opt(w)} must be a .json file (dvc.yaml `metrics:`/`plots:`)")
+        if w in JSON_ROLES and _committed_metrics_place(w, rel[w]):
+            continue  # DVC keeps metrics files (cache: false) in git: writing them is the stage's job
+        if tracked := git_tracked(root, rel[w]):
             raise RecipematchError(f"stage {name}: {opt(w)} is or holds {tracked[0]!r}, which git tracks: a stage "
                                    "writes only its own outputs, never the project's code, params or docs (were it this "
                                    f"stage's own output, untrack it: git rm -r --cached {rel[w].as_posix()})")
+
+
+def _committed_metrics_place(role: str, rel: Path) -> bool:
+    """Where a metrics or plot file git tracks may be rewritten: under ``metrics/``, or, for
+    the audit's summary, at the project's top (``audit.json``)."""
+    return rel.parts[0] == "metrics" and len(rel.parts) > 1 or role == "summary" and len(rel.parts) == 1
 
 
 #: the written roles that are one JSON file DVC shows as metrics or plot data (tracked by git)
@@ -180,14 +195,25 @@ JSON_ROLES = ("metrics", "train_metrics", "eval_metrics", "plot", "summary")
 
 def git_tracked(root: Path, rel: Path, limit: int = 1) -> list[str]:
     """Up to ``limit`` files git tracks at or under ``rel`` (relative to ``root``); ``[]`` where
-    ``root`` is no git work tree or git is not installed."""
+    ``root`` is no git work tree or git is not installed.
+
+    Raises:
+        RecipematchError: git is there but cannot answer (a refused repository, a time-out),
+            with git's first line: the check is never skipped without a word.
+    """
     try:
         res = subprocess.run(["git", "-C", str(root), "ls-files", "-z", "--", rel.as_posix()], capture_output=True,
                              timeout=60, check=False)
-    except (OSError, subprocess.TimeoutExpired):
-        return []
+    except FileNotFoundError:
+        return []  # no git on this machine: nothing can be tracked
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise RecipematchError(f"cannot ask git which files under {rel.as_posix()} it tracks: {e}") from None
     if res.returncode != 0:
-        return []
+        err = res.stderr.decode("utf-8", "replace").strip()
+        if "not a git repository" in err:
+            return []
+        raise RecipematchError(f"cannot ask git which files under {rel.as_posix()} it tracks: "
+                               f"{(err.splitlines() or ['exit status ' + str(res.returncode)])[0]}")
     return [f for f in res.stdout.decode("utf-8", "replace").split("\0") if f][:limit]
 
 

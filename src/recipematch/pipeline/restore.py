@@ -20,35 +20,50 @@ from pathlib import Path
 from typing import Any
 
 from recipematch import tracking
-from recipematch.errors import RecipematchError
+from recipematch.errors import RecipematchError, short_repr
 from recipematch.io import read_json
 from recipematch.pipeline.graph import project_stages, stage_options
 from recipematch.pipeline.inputs import mlflow_artifacts, mlflow_uri
-from recipematch.pipeline.runs import score_metrics, trained_run
-from recipematch.pipeline.soup import SOUP_RECORD_KEYS, soup_run
+from recipematch.pipeline.runs import score_metrics, trained_run, trained_run_args
+from recipematch.pipeline.soup import soup_run, soup_run_args
 from recipematch.rules import mix_label, soup_label
 
 log = logging.getLogger("recipematch")
 
 #: a seed record's file name as the training and soup stages write it (``seed_<s>.json``)
-_SEED_FILE = re.compile(r"^seed_(0|[1-9]\d*)\.json$")
+_SEED_FILE = re.compile(r"^seed_(0|[1-9][0-9]*)\.json$")
+#: a seed as ``per_seed.json`` keys it
+_SEED_KEY = re.compile(r"^(0|[1-9][0-9]*)$")
 
 
 def seed_records(folder: Path) -> list[tuple[int, dict]]:
-    """``[(seed, record)]`` of a checkpoint folder's ``seed_<s>.json`` files, by seed.
+    """``[(seed, record)]`` of a checkpoint folder's ``seed_<s>.json`` files, by seed; ``[]``
+    where the folder does not exist yet.
 
     Raises:
-        RecipematchError: a ``seed_*.json`` name the stages do not write (``seed_013.json``,
-            which would stand for the same seed as ``seed_13.json``), or a file
+        RecipematchError: ``folder`` is a file; a ``seed_*.json`` name the stages do not write
+            (``seed_013.json``, which would stand for the same seed as ``seed_13.json``); a
+            record that is not a JSON object or whose ``seed`` is not its file's; or a file
             :func:`recipematch.io.read_json` cannot read, each naming the file.
     """
+    folder = Path(folder)
+    if not folder.exists():
+        return []
+    if not folder.is_dir():
+        raise RecipematchError(f"{folder}: a file where the stage writes a folder of seed records; move it aside "
+                               "and rerun its stage")
     out = {}
-    for f in sorted(Path(folder).glob("seed_*.json")):
+    for f in sorted(folder.glob("seed_*.json")):
         m = _SEED_FILE.match(f.name)
         if not m:
             raise RecipematchError(f"{f}: not a seed record name the stages write (seed_<s>.json, no leading "
                                    "zeros); move it out of the folder")
-        out[int(m.group(1))] = read_json(f)
+        seed, rec = int(m.group(1)), read_json(f)
+        if not isinstance(rec, Mapping):
+            raise RecipematchError(f"{f}: expected a JSON object, got a {type(rec).__name__}; rerun its stage")
+        if "seed" in rec and (isinstance(rec["seed"], bool) or rec["seed"] != seed):
+            raise RecipematchError(f"{f}: its 'seed' is {short_repr(rec['seed'], 40)}, not {seed}; rerun its stage")
+        out[seed] = rec
     return sorted(out.items())
 
 
@@ -57,14 +72,18 @@ def per_seed_scores(path: Path | None) -> Mapping[str, Any]:
     ``{}`` where there is none yet.
 
     Raises:
-        RecipematchError: the file is not a JSON object keyed by seed (naming it).
+        RecipematchError: the path is a folder, the file is not a JSON object, or a key is not
+            a seed as the stage writes it (a whole number, no leading zeros), naming the file.
     """
-    if path is None or not path.is_file():
+    if path is None or not path.exists():
         return {}
     scores = read_json(path)
     if not isinstance(scores, Mapping):
         raise RecipematchError(f"{path}: expected {{seed: {{evaluation: {{'R@k': score}}}}}}, got a "
                                f"{type(scores).__name__}; rerun its evaluate stage")
+    if bad := [k for k in scores if not _SEED_KEY.match(k)]:
+        raise RecipematchError(f"{path}: key {short_repr(bad[0], 40)} is not a seed as the evaluate stage writes it "
+                               "(a whole number, no leading zeros); rerun its evaluate stage")
     return scores
 
 
@@ -95,15 +114,17 @@ def restore(p, root: Path) -> dict[str, int]:
     ``evaluate@`` stages (:mod:`recipematch.pipeline.graph`).
     Scores are logged with ``changed="supersede"`` (:func:`recipematch.tracking.log_metrics_once`):
     nothing the store holds is appended again. Every file is read and checked before the
-    store is opened, so a bad one leaves the store as it was.
+    store is opened, so a bad one leaves the store as it was; with no seed record at all the
+    store is not opened.
 
     Returns:
         counts ``{"runs", "restored", "scores_logged", "without_scores"}``.
 
     Raises:
-        RecipematchError: a seed record without a run key, a seed file name the stages do not
-            write, a ``per_seed.json`` that is not keyed by seed, or scores :func:`score_metrics`
-            refuses (each naming its file).
+        RecipematchError: a seed record without a run key or that :func:`trained_run_args` /
+            :func:`soup_run_args` refuse, a seed file name the stages do not write, a
+            ``per_seed.json`` that is not keyed by seed, or scores :func:`score_metrics` refuses
+            (each naming its file). Nothing is written then, and no store is created.
     """
     root = Path(root).resolve()
     now = int(time.time() * 1000)
@@ -111,24 +132,34 @@ def restore(p, root: Path) -> dict[str, int]:
     for label, folder, kind, eval_dir in _groups(p, root):
         per_seed_path = eval_dir / "per_seed.json" if eval_dir is not None else None
         per_seed = per_seed_scores(per_seed_path)
-        for seed, rec in seed_records(folder) if folder.is_dir() else []:
+        records = seed_records(folder)
+        for seed, rec in records:
             where = folder / f"seed_{seed}.json"
-            if not isinstance(rec, Mapping) or not rec.get("run_key"):
+            if not rec.get("run_key"):
                 raise RecipematchError(f"{where}: no 'run_key'; rerun its stage")
-            if kind == "soup" and (missing := [k for k in SOUP_RECORD_KEYS if k not in rec]):
-                raise RecipematchError(f"{where}: lacks {missing}; rerun its soup stage")
-            res = per_seed.get(str(seed))
-            metrics = None if res is None else score_metrics(res, now, f"{per_seed_path} seed {seed}")
+            if kind == "trained":
+                trained_run_args(label, rec, str(where))
+            else:
+                soup_run_args(rec, str(where))
+            metrics = (score_metrics(per_seed[str(seed)], now, f"{per_seed_path} seed {seed}")
+                       if str(seed) in per_seed else None)
             todo.append((label, kind, where, rec, metrics))
+        if unmatched := sorted(set(per_seed) - {str(s) for s, _ in records}, key=int):
+            log.warning("runs restore: %s scores seeds %s, which have no seed record in %s: not logged",
+                        per_seed_path, ", ".join(unmatched), folder)
+    out = {"runs": 0, "restored": 0, "scores_logged": 0, "without_scores": 0}
+    if not todo:
+        log.warning("runs restore: no seed records under the folders dvc.yaml's train@, mix@ and soup@ stages "
+                    "write: nothing to restore (run `dvc repro` first)")
+        return out
     uri = mlflow_uri(p.mlflow.tracking_uri, root)
     c, exp_id = tracking.open_store(uri, p.mlflow.experiment, artifact_location=mlflow_artifacts(root))
-    out = {"runs": 0, "restored": 0, "scores_logged": 0, "without_scores": 0}
     with tracking.store_lock(uri):
         for label, kind, where, rec, metrics in todo:
             if kind == "trained":
                 run_id, restored = trained_run(c, exp_id, label, rec, where=str(where))
             else:
-                run_id, restored = soup_run(c, exp_id, rec)
+                run_id, restored = soup_run(c, exp_id, rec, where=str(where))
             out["runs"] += 1
             out["restored"] += int(restored)
             if metrics is None:

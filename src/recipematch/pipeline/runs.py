@@ -15,6 +15,34 @@ from recipematch.errors import RecipematchError, short_repr
 from recipematch.tracking import finite_value
 
 
+def trained_run_args(arm: str, rec: Mapping[str, Any], where: str = "seed record") -> dict[str, Any]:
+    """The run name, tags and params :func:`trained_run` gives a re-created run of one trained
+    seed, every one checked with no store open (``restore`` checks all records first).
+
+    Raises:
+        RecipematchError: naming ``where``: ``run_params``/``run_tags``/``config`` not a
+            mapping, a tag a training run does not write, or what
+            :func:`recipematch.tracking.check_record` refuses.
+    """
+    seed, cell = str(rec.get("seed")), rec.get("cell", arm)
+    params, tags, config = rec.get("run_params"), rec.get("run_tags") or {}, rec.get("config") or {}
+    if params is not None and not isinstance(params, Mapping) or not isinstance(tags, Mapping) \
+            or not isinstance(config, Mapping):
+        raise RecipematchError(f"{where}: 'run_params', 'run_tags' and 'config' must be mappings; retrain it")
+    own = {"arm", "cell", "seed", tracking.RUN_KEY_TAG, "restored_from_record", *tracking.RECORD_TAGS}
+    bad = [k for k in tags if not tracking.storable_name(k) or k in own or k.startswith("mlflow.")]
+    if bad:
+        raise RecipematchError(f"{where}: run_tags name {short_repr(bad[0], 80)} is not a tag a training run "
+                               "writes (restore sets arm, cell, seed, the run key and the hashes itself; MLflow "
+                               "names: letters, digits, _ - . / and spaces); retrain it")
+    if params is None:
+        params = {"arm": arm, "cell": cell, "seed": rec.get("seed"), **{f"train.{k}": v for k, v in config.items()}}
+    tracking.check_record(rec, params, where)
+    run_tags = {"arm": arm, "cell": cell, "seed": seed,
+                **{k: tracking.param_value(v, tracking.MAX_TAG_CHARS) for k, v in tags.items()}}
+    return {"run_name": f"{arm}-{cell}-seed{seed}", "tags": run_tags, "params": dict(params)}
+
+
 def trained_run(c, exp_id: str, arm: str, rec: Mapping[str, Any], where: str = "seed record") -> tuple[str, bool]:
     """The run of one trained seed (``rec``: its ``models/<arm>/seed_N.json``; ``arm`` the arm or
     a replay mix's label), re-created when the store lost it with the params and tags the
@@ -22,34 +50,18 @@ def trained_run(c, exp_id: str, arm: str, rec: Mapping[str, Any], where: str = "
     they were kept gives its ``train.*`` config). Returns ``(run_id, restored)``.
 
     Raises:
-        RecipematchError: ``run_params``/``run_tags`` not a mapping (naming ``where``), or
-            :func:`recipematch.tracking.restore_run`'s errors.
+        RecipematchError: what :func:`trained_run_args` refuses (checked before anything is
+            written), or :func:`recipematch.tracking.restore_run`'s errors.
     """
-    seed, cell = str(rec.get("seed")), rec.get("cell", arm)
-    params, tags = rec.get("run_params"), rec.get("run_tags") or {}
-    if params is not None and not isinstance(params, Mapping) or not isinstance(tags, Mapping):
-        raise RecipematchError(f"{where}: 'run_params' and 'run_tags' must be mappings; retrain it")
-    own = {"arm", "cell", "seed", tracking.RUN_KEY_TAG, "restored_from_record", *tracking.RECORD_TAGS}
-    bad = [k for k in tags if not isinstance(k, str) or not tracking.MLFLOW_NAME.match(k) or k in own
-           or k.startswith("mlflow.")]
-    if bad:
-        raise RecipematchError(f"{where}: run_tags name {short_repr(bad[0], 80)} is not a tag a training run "
-                               "writes (restore sets arm, cell, seed, the run key and the hashes itself; MLflow "
-                               "names: letters, digits, _ - . / and spaces); retrain it")
-    if params is None:
-        params = {"arm": arm, "cell": cell, "seed": rec.get("seed"),
-                  **{f"train.{k}": v for k, v in (rec.get("config") or {}).items()}}
-    run_tags = {"arm": arm, "cell": cell, "seed": seed,
-                **{k: tracking.param_value(v, tracking.MAX_TAG_CHARS) for k, v in tags.items()}}
-    return tracking.restore_run(c, exp_id, rec, run_name=f"{arm}-{cell}-seed{seed}", tags=run_tags, where=where,
-                                params=dict(params))
+    return tracking.restore_run(c, exp_id, rec, where=where, **trained_run_args(arm, rec, where))
 
 
 def score_metrics(res: Mapping[str, Mapping[str, Any]], now: int, where: str = "scores") -> list:
     """MLflow metrics of one seed's scores: ``<evaluation>.R_at_<k>`` at step 0.
 
     Raises:
-        RecipematchError: ``res`` is not ``{evaluation: {"R@k": number}}``, a score is not
+        RecipematchError: ``res`` is not ``{evaluation: {"R@k": number}}`` (or holds
+            evaluations but no R@k score), a score is not
             a finite number, or a metric name is one MLflow cannot store (letters, digits,
             ``_ - . /`` and spaces), each naming ``where``, the evaluation and the key.
     """
@@ -63,8 +75,10 @@ def score_metrics(res: Mapping[str, Mapping[str, Any]], now: int, where: str = "
             if not str(k).startswith("R@"):
                 continue
             name = f"{t}.{str(k).replace('@', '_at_')}"
-            if not tracking.MLFLOW_NAME.match(name):
+            if not tracking.storable_name(name):
                 raise RecipematchError(f"{where}: {t!r} {k!r} gives the metric name {short_repr(name, 80)}, which "
                                        "MLflow cannot store (letters, digits, _ - . / and spaces; at most 250)")
             out.append(Metric(name, finite_value(v, f"{where}: {t} {k}"), now, 0))
+    if res and not out:
+        raise RecipematchError(f"{where}: no R@k score in {short_repr(res, 80)}; rerun its evaluate stage")
     return out

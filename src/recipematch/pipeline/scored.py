@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from recipematch.errors import RecipematchError
+from recipematch.errors import RecipematchError, short_repr
 
 
 def scored_frame(evals: Path, model: str, name: str) -> Path:
@@ -24,9 +24,12 @@ def scored_frame(evals: Path, model: str, name: str) -> Path:
     if not Path(evals).is_dir():
         raise RecipematchError(f"--evals {evals}: no such folder; check the path the stage's command passes "
                                "(dvc.yaml cmd), or run the evaluate stages first (`dvc repro`)")
+    if (Path(evals) / model).exists() and not (Path(evals) / model).is_dir():
+        raise RecipematchError(f"--evals {evals}: {model!r} is a file, not the evaluation folder of {model!r}; move it "
+                               f"aside and rerun the evaluate stage of {model!r}")
     if not (Path(evals) / model).is_dir():
         held = sorted(f.name for f in Path(evals).iterdir() if f.is_dir())
-        shown = ", ".join(held[:12]) + (f" and {len(held) - 12} more" if len(held) > 12 else "")
+        shown = ", ".join(short_repr(h, 40) for h in held[:12]) + (f" and {len(held) - 12} more" if len(held) > 12 else "")
         raise RecipematchError(f"--evals {evals}: no folder {model!r} (it holds {shown or 'no folders'}); check the "
                                f"path the stage's command passes (dvc.yaml cmd), or rerun the evaluate stage of {model!r}")
     path = Path(evals) / model / f"{name}.parquet"

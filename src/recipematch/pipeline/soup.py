@@ -22,7 +22,7 @@ from typing import Any
 import click
 
 from recipematch import tracking
-from recipematch.errors import RecipematchError
+from recipematch.errors import RecipematchError, short_repr
 from recipematch.io import canonical_json, sha256_text, sha256_tree, write_json
 from recipematch.pipeline.door import StagePaths, arm_option, check_device, stage
 from recipematch.pipeline.evaluate import encoder_for, load_evaluations, load_graded, score_models, write_results
@@ -101,19 +101,49 @@ SOUP_RECORD_KEYS = ("seed", "label", "arm", "alpha", "kind", "base_model", "quer
                     "checkpoint_sha256", "finetuned_checkpoint_sha256")
 
 
-def soup_run(c, exp_id: str, rec: Mapping[str, Any]) -> tuple[str, bool]:
+def soup_run_args(rec: Mapping[str, Any], where: str = "soup record") -> dict[str, Any]:
+    """The run key, name, tags, params and hash tags of one (soup, seed)'s run, from its record
+    (``artifacts/soups/<label>/seed_N.json``), checked with no store open (``runs restore``
+    checks every record before it writes).
+
+    Raises:
+        RecipematchError: naming ``where``: a key of :data:`SOUP_RECORD_KEYS` missing, a run key
+            that is not one, a seed that is not a whole number, ``alpha`` not a number, a
+            name, label or hash that is not text.
+    """
+    missing = [k for k in SOUP_RECORD_KEYS if k not in rec]
+    if missing:
+        raise RecipematchError(f"{where}: lacks {missing}; rerun its soup stage")
+    tracking.check_run_key(rec["run_key"], where)
+    if isinstance(rec["seed"], bool) or not isinstance(rec["seed"], int):
+        raise RecipematchError(f"{where}: 'seed' {short_repr(rec['seed'], 40)} is not a whole number; rerun its soup stage")
+    tracking.finite_value(rec["alpha"], f"{where}: alpha")
+    text = ("label", "arm", "kind", "base_model", "query_instruction", "checkpoint_sha256",
+            "finetuned_checkpoint_sha256")
+    if bad := [k for k in text if not isinstance(rec[k], str)]:
+        raise RecipematchError(f"{where}: {bad[0]!r} {short_repr(rec[bad[0]], 40)} is not text; rerun its soup stage")
+    seed = str(rec["seed"])
+    return {"run_key": rec["run_key"], "run_name": f"{rec['label']}-seed{seed}",
+            "tags": {"arm": rec["label"], "seed": seed, "soup_of": rec["arm"]},
+            "params": {"arm": rec["label"], "soup_of": rec["arm"], "seed": rec["seed"], "soup.alpha": rec["alpha"],
+                       "soup.kind": rec["kind"], "train.model": rec["base_model"],
+                       "train.query_instruction": rec["query_instruction"]},
+            "hashes": {k: rec[k] for k in ("checkpoint_sha256", "finetuned_checkpoint_sha256")}}
+
+
+def soup_run(c, exp_id: str, rec: Mapping[str, Any], where: str = "soup record") -> tuple[str, bool]:
     """The run of one (soup, seed) (``rec``: its ``artifacts/soups/<label>/seed_N.json``), found
     by its run key or created with its params and checkpoint hashes. Returns
-    ``(run_id, created)``."""
-    seed = str(rec["seed"])
-    run_id, found = tracking.find_or_create_run(c, exp_id, rec["run_key"], f"{rec['label']}-seed{seed}",
-                                                {"arm": rec["label"], "seed": seed, "soup_of": rec["arm"]})
-    tracking.log_params_safe(c, run_id, {"arm": rec["label"], "soup_of": rec["arm"], "seed": rec["seed"],
-                                         "soup.alpha": rec["alpha"], "soup.kind": rec["kind"],
-                                         "train.model": rec["base_model"],
-                                         "train.query_instruction": rec["query_instruction"]})
-    c.set_tag(run_id, "checkpoint_sha256", rec["checkpoint_sha256"])
-    c.set_tag(run_id, "finetuned_checkpoint_sha256", rec["finetuned_checkpoint_sha256"])
+    ``(run_id, created)``.
+
+    Raises:
+        RecipematchError: what :func:`soup_run_args` refuses, before anything is written.
+    """
+    a = soup_run_args(rec, where)
+    run_id, found = tracking.find_or_create_run(c, exp_id, a["run_key"], a["run_name"], a["tags"])
+    tracking.log_params_safe(c, run_id, a["params"])
+    for k, v in a["hashes"].items():
+        c.set_tag(run_id, k, v)
     return run_id, not found
 
 
