@@ -758,7 +758,7 @@ def test_runs_restore_recreates_lost_runs_from_what_dvc_keeps(tmp_path: Path) ->
     assert res.exit_code == 2 and "seed_14.json: no 'run_key'" in res.output
     (arm / "seed_14.json").write_text(json.dumps({**recs[14], "run_key": "z" * 64, "run_params": ["not", "a map"]}))
     res = CliRunner().invoke(main, ["runs", "restore", "--root", str(tmp_path)])
-    assert res.exit_code == 2 and "'run_params' and 'run_tags' must be mappings" in res.output
+    assert res.exit_code == 2 and "'run_params', 'run_tags' and 'config' must be mappings" in res.output
     assert tracking.find_run(c, exp_id, "z" * 64) is None  # nothing written for the bad record
     # breaker: a record's run_tags may not replace the tags restore sets (the run key above all)
     for tags in ({"recipematch.run_key": "other"}, {"arm": "verified"}, {"mlflow.runName": "evil"}, {"bad key!\n": "v"}):

@@ -199,3 +199,18 @@ def test_scores_that_are_not_numbers_are_one_line(res):
 
     with pytest.raises(RecipematchError, match="per_seed.json seed 14"):
         score_metrics(res, 0, "per_seed.json seed 14")
+
+
+@pytest.mark.parametrize(("name", "ok"), [("tier.R_at_1", True), ("a/b c-d", True), ("/a", False), ("a/", False),
+                                          ("a//b", False), ("./a", False), ("..", False), ("a/../b", False),
+                                          (".", False), ("a:b", False), ("", False), (7, False)])
+def test_storable_name_follows_mlflows_path_rule(name, ok):
+    assert tracking.storable_name(name) is ok
+
+
+def test_run_keys_as_the_stages_and_the_survey_write_them():
+    assert tracking.check_run_key("a" * 64, "w") == "a" * 64
+    assert tracking.check_run_key("survey:" + "b" * 64, "w").startswith("survey:")
+    for bad in ("a'b", "", "x" * 129, None, "a b"):
+        with pytest.raises(RecipematchError, match="is not a run key"):
+            tracking.check_run_key(bad, "w")

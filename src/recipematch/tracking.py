@@ -305,9 +305,9 @@ def log_metrics_once(c, run_id: str, metrics: Sequence[Any], *, changed: str = "
     return out
 
 
-#: A run key as the stages write it (a SHA-256 hex digest; letters, digits, _ . - allowed):
-#: nothing that could end the quoted search filter it is matched by.
-_RUN_KEY = re.compile(r"^[\w.\-]{1,128}$")
+#: A run key as the stages write it (a SHA-256 hex digest, a survey's ``survey:<digest>``;
+#: letters, digits, _ . - : allowed): nothing that could end the quoted search filter it is matched by.
+_RUN_KEY = re.compile(r"^[\w.\-:]{1,128}$")
 #: MLflow's characters for a param, tag or metric name (``mlflow.utils.validation``): letters,
 #: digits, ``_ - . /`` and spaces, at most 250 characters (:func:`storable_name` adds its path rule).
 MLFLOW_NAME = re.compile(r"^[\w\-. /]{1,250}$")
@@ -328,7 +328,7 @@ def check_run_key(run_key: Any, where: str) -> str:
     one-line error naming ``where``: it is matched inside a quoted search filter."""
     if not isinstance(run_key, str) or not _RUN_KEY.match(run_key):
         raise RecipematchError(f"{where}: 'run_key' {short_repr(run_key, 80)} is not a run key (letters, digits, "
-                               "_ . -); retrain it")
+                               "_ . - :); retrain it")
     return run_key
 
 

@@ -41,7 +41,10 @@ def run(p, lay: StagePaths) -> Path:
         cells[a] = {"name": c["name"], "positives": c["spec"]["positives"], "negatives": c["spec"]["negatives"],
                     "volume": c["spec"]["volume"]}
     counts = {name: read_json(m / f"{name}.json") for name in COUNTS_FILES}
-    counts.update({f"llm_{prompt}": read_json(m / "llm" / f"{prompt}.json") for prompt in p.llm.prompts})
+    counts.update({f"llm_{prompt}": read_json(m / "llm" / f"{prompt}.json") for prompt in p.llm.prompts
+                   if (m / "llm" / f"{prompt}.json").exists()})
+    if unrun := [prompt for prompt in p.llm.prompts if f"llm_{prompt}" not in counts]:
+        log.warning("report: no LLM counts yet for %s (its llm@ stage has not run): not shown", ", ".join(unrun))
     if stray := sorted(f.name for f in (m / "llm").glob("*.json") if f.stem not in p.llm.prompts):
         log.warning("report: files in %s that no llm.prompts entry writes, not shown: %s", m / "llm", ", ".join(stray))
     for a in arms:
