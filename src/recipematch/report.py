@@ -13,6 +13,7 @@ set (no generator) on the x axis.
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -212,8 +213,9 @@ def scatter_png(stats: Mapping[str, Any], cells: Mapping[str, Mapping[str, str]]
                        label=f"{a} ({c.get('name', a)})", alpha=0.85, zorder=2)
         if base:
             ax.axvline(base[metric_key(xname, 1)]["mean"], color="black", linestyle="--", linewidth=1)
-        ax.set_xlabel(f"real retrieval kept: {evals[xname]['label']} R@1 (%)")
-        ax.set_ylabel(f"benchmark: {evals[yname]['label']} R@1 (%)")
+        # a long set label is wrapped: one line taller than the axes would be clipped
+        ax.set_xlabel(textwrap.fill(f"real retrieval kept: {evals[xname]['label']} R@1 (%)", 70))
+        ax.set_ylabel(textwrap.fill(f"benchmark: {evals[yname]['label']} R@1 (%)", 40))
         ax.set_title(f"({tag}) {evals[yname]['label']}")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7, loc="best")

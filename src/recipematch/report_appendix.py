@@ -4,6 +4,7 @@ frontier (Appendix E, Table 19), forgetting, style tracking (Appendix C), the ex
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -147,8 +148,8 @@ def frontier_png(stats: Mapping[str, Any], path: Path) -> None:
                                 xytext=(4, 4), textcoords="offset points")
         b = next(x for x in pts if x["model"] == "base")
         ax.scatter([b["retention"]], [b["benchmark"]], marker="*", s=180, color="black", zorder=5, label="base")
-        ax.set_xlabel(f"{evals[r]['label']} R@1 (%)")
-        ax.set_ylabel(f"{evals[pts[0]['benchmark_set']]['label']} R@1 (%)")
+        ax.set_xlabel(textwrap.fill(f"{evals[r]['label']} R@1 (%)", 70))  # wrapped: a long label is not clipped
+        ax.set_ylabel(textwrap.fill(f"{evals[pts[0]['benchmark_set']]['label']} R@1 (%)", 40))
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7, loc="best")
     save_figure(fig, path, title="Mixing frontier: benchmark score against real retrieval kept")
