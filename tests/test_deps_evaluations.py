@@ -262,3 +262,45 @@ def test_write_without_a_params_file_writes_nothing(tmp_path, monkeypatch, how):
     monkeypatch.chdir(tmp_path)
     assert deps.main(["--write"]) == 2
     assert (tmp_path / "dvc.yaml").read_bytes() == before
+
+
+def test_write_runs_the_whole_params_check(tmp_path, monkeypatch, capsys):
+    """Breaker, round three: ``positives: d5`` passed ``deps --write`` while ``params --check``
+    refused it (the arm-input check): both now run the same check."""
+    shutil.copy(REPO / "params.yaml", tmp_path / "params.yaml")
+    shutil.copy(REPO / "dvc.yaml", tmp_path / "dvc.yaml")
+    text = (tmp_path / "params.yaml").read_text(encoding="utf-8")
+    assert "\npositives: d4 " in text
+    (tmp_path / "params.yaml").write_text(text.replace("\npositives: d4 ", "\npositives: d5 ", 1), encoding="utf-8")
+    from click.testing import CliRunner
+
+    from recipematch.cli import main
+
+    checked = CliRunner().invoke(main, ["params", "--check", str(tmp_path / "params.yaml")])
+    assert checked.exit_code == 2, checked.output
+    before = (tmp_path / "dvc.yaml").read_bytes()
+    monkeypatch.chdir(tmp_path)
+    assert deps.main(["--write"]) == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == checked.output.strip().splitlines()[-1]
+    assert (tmp_path / "dvc.yaml").read_bytes() == before
+
+
+@pytest.mark.parametrize(("text", "want"), [
+    ("", "no `stages:` mapping"), ("other: 1\n", "no `stages:` mapping"), ("stages: []\n", "no `stages:` mapping"),
+    ("stages:\n  a:\n    deps: []\n", "stage a has no `cmd`"), (b"stages: {\xe9: 1}\n", "not UTF-8 text"),
+    ("stages:\n  a:\n    cmd: python stages/nope.py\n", "stages/nope.py, which does not exist"),
+    ("stages: [\n", "not valid YAML"),
+])
+def test_a_dvc_yaml_that_is_no_pipeline_is_one_line(tmp_path, monkeypatch, capsys, text, want):
+    (tmp_path / "dvc.yaml").write_bytes(text if isinstance(text, bytes) else text.encode())
+    monkeypatch.chdir(tmp_path)
+    assert deps.main([]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("recipematch: error:") and want in err and len(err.splitlines()) == 1, err
+
+
+def test_unknown_arguments_are_refused(tmp_path, monkeypatch, capsys):
+    shutil.copy(REPO / "dvc.yaml", tmp_path / "dvc.yaml")
+    monkeypatch.chdir(tmp_path)
+    assert deps.main(["--wirte"]) == 2 and "unknown argument '--wirte'" in capsys.readouterr().err
+    assert deps.main(["--write=1"]) == 2

@@ -59,6 +59,14 @@ SECOND_ROUND = {
     "config_list": ({"config": [1, 2]}, "must be mappings"),
     "config_text": ({"config": "abc"}, "must be mappings"),
     "seed_mismatch": ({"seed": 99}, "its 'seed' is 99, not 14"),
+    # third round
+    "no_seed": ({"seed": None}, "its 'seed' is None, not 14"),
+    "float_seed": ({"seed": 14.0}, "its 'seed' is 14.0, not 14"),
+    "huge_train_loss": ({"train_loss": 10 ** 400}, "train_loss: "),
+    "newline_run_key": ({"run_key": "abc\n"}, "is not a run key"),
+    "cell_mapping": ({"cell": {"a": 1}}, "is not a cell name"),
+    "cell_too_long": ({"cell": "c" * 9000}, "is not a cell name"),
+    "duplicate_run_key": ({"run_key": "a" * 64}, "its run key is also"),
 }
 
 
@@ -81,6 +89,9 @@ def test_every_record_is_checked_before_the_store_opens(tmp_path: Path, case: st
     ({"checkpoint_sha256": None}, "'checkpoint_sha256' None is not text"),
     ({"alpha": "half"}, "alpha: 'half' is not a finite number"),
     ({"seed": "13"}, "its 'seed' is '13', not 13"),
+    ({"alpha": 10 ** 400}, "alpha: "),
+    ({"label": "WRONG@label"}, "a record of 'WRONG@label'"),  # third round: checked against its folder
+    ({"alpha": 0.9}, "alpha 0.9) in the folder dvc.yaml gives 'recipe@soup0.3'"),
 ])
 def test_a_bad_soup_record_is_refused_before_the_store_opens(tmp_path: Path, edit, want) -> None:
     _project(tmp_path)
@@ -97,6 +108,10 @@ def test_a_bad_soup_record_is_refused_before_the_store_opens(tmp_path: Path, edi
     ({"13": {"tier": {"R@1/": 40.0}}}, "which MLflow cannot store"),
     ({"014": {"tier": {"R@1": 40.0}}}, "key '014' is not a seed"),
     ("[" * 100000, "nested too deep"),
+    ({"13": {"tier": {"R@1": 10 ** 400}}}, "is not a finite number"),  # third round
+    ('{"13": {"tier": {"R@1": 1' + "0" * 5000 + "}}}", "not valid JSON"),
+    ({"13\n": {"tier": {"R@1": 40.0}}}, "is not a seed"),
+    ({"13": {}}, "seed 13: no R@k score"),
 ])
 def test_scores_that_would_be_quietly_dropped_are_refused(tmp_path: Path, per_seed, want) -> None:
     _, ev = _project(tmp_path)
@@ -185,3 +200,44 @@ def test_score_metrics_names_the_unstorable_metric() -> None:
         "tier_a.R_at_1", "tier_a.R_at_10"]
     with pytest.raises(RecipematchError, match="'x' \\* 300|MLflow cannot store"):
         score_metrics({"x" * 300: {"R@1": 1.0}}, 0, "per_seed.json seed 1")
+
+
+def test_a_symlink_loop_is_named_not_a_traceback(tmp_path: Path) -> None:
+    arm, ev = _project(tmp_path)
+    (arm / "seed_14.json").symlink_to(arm / "seed_14.json")
+    res = _restore(tmp_path)
+    assert res.exit_code == 2 and "seed_14.json: a symlink loop" in res.output, res.output
+    (arm / "seed_14.json").unlink()
+    (ev / "per_seed.json").unlink()
+    (ev / "per_seed.json").symlink_to(ev / "per_seed.json")  # was read as "no scores"
+    res = _restore(tmp_path)
+    assert res.exit_code == 2 and "per_seed.json: a symlink loop" in res.output, res.output
+    assert not (tmp_path / "mlflow.db").exists()
+
+
+def test_a_run_cut_short_before_its_mark_is_completed(tmp_path: Path) -> None:
+    """Third round: a run created without ``restored_from_record`` (a restore stopped between
+    creating it and marking it) was taken for complete forever."""
+    from recipematch import tracking
+
+    _project(tmp_path)
+    c, exp = tracking.open_store(f"sqlite:///{tmp_path / 'mlflow.db'}", "recipematch")
+    run_id, _ = tracking.find_or_create_run(c, exp, "a" * 64, "cut-short", {})
+    res = _restore(tmp_path)
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.output.strip().splitlines()[-1])["restored"] == 1
+    run = c.get_run(run_id)
+    assert run.data.metrics["train_loss"] == 0.5 and run.data.params["train.epochs"] == "1"
+    assert run.data.tags["restored_from_record"] == "true"
+    res = _restore(tmp_path)
+    assert json.loads(res.output.strip().splitlines()[-1])["restored"] == 0
+
+
+def test_a_restored_soup_run_is_finished_without_scores(tmp_path: Path) -> None:
+    from recipematch import tracking
+
+    _project(tmp_path)
+    _soup(tmp_path)
+    assert _restore(tmp_path).exit_code == 0
+    c, exp = tracking.open_store(f"sqlite:///{tmp_path / 'mlflow.db'}", "recipematch")
+    assert c.get_run(tracking.find_run(c, exp, "s" * 64)).info.status == "FINISHED"

@@ -56,12 +56,11 @@ def _calls(name: str) -> list[str]:
 
 
 def test_params_yaml_is_opened_in_one_place():
-    """Stages read params.yaml only at their door; the two other readers are not stages: the
-    audit's setup checks the user's template before writing a new project's params.yaml (and
-    may not import the stage layer: no upward import), and the deps check (``deps --write``)
-    checks the params it writes dvc.yaml's deps from."""
-    assert sorted({h.split(":")[0] for h in _calls("load_params")}) == [
-        "audit/project.py", "pipeline/deps.py", "pipeline/door.py"]
+    """Stages read params.yaml only at their door; the one other reader is the audit's setup,
+    which is not a stage: it checks the user's template before writing a new project's
+    params.yaml, and it may not import the stage layer (no upward import). ``deps --write``
+    checks params through the door (``check_params_whole``)."""
+    assert sorted({h.split(":")[0] for h in _calls("load_params")}) == ["audit/project.py", "pipeline/door.py"]
     assert [h.split(":")[0] for h in _calls("load_yaml")] == ["config/__init__.py"]
 
 

@@ -249,6 +249,23 @@ def test_a_stage_never_writes_over_what_git_tracks(tmp_path):
     check_stage_paths("s", tmp_path, {"scratch": "cache/llm"}, ("scratch",))
 
 
+def test_a_symlink_loop_and_a_broken_git_are_named(tmp_path):
+    """Breaker, round three: a symlink loop gave a RuntimeError traceback, and a broken .git
+    (git: "not a git repository") skipped the tracked-file check."""
+    import subprocess
+
+    from recipematch.pipeline.door import check_stage_paths
+
+    (tmp_path / "artifacts").mkdir()
+    (tmp_path / "artifacts" / "loop").symlink_to(tmp_path / "artifacts" / "loop")
+    with pytest.raises(RecipematchError, match=r"--out 'artifacts/loop' runs into a symlink loop"):
+        check_stage_paths("s", tmp_path, {"out": "artifacts/loop"}, ("out",))
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    (tmp_path / ".git" / "HEAD").write_text("garbage\n")
+    with pytest.raises(RecipematchError, match=r"cannot ask git which files under src it tracks"):
+        check_stage_paths("s", tmp_path, {"out": "src"}, ("out",))
+
+
 def test_a_git_that_cannot_answer_is_an_error_not_a_skipped_check(tmp_path, monkeypatch):
     import subprocess
 
@@ -315,6 +332,13 @@ def test_a_mistyped_evals_option_is_named_not_blamed_on_an_evaluate_stage(tmp_pa
     (tmp_path / "eval" / "recipe").mkdir(parents=True)
     with pytest.raises(RecipematchError, match=r"tier_d1.parquet does not exist: rerun the evaluate stage of 'recipe'"):
         scored_frame(tmp_path / "eval", "recipe", "tier_d1")
+    (tmp_path / "eval" / "recipe" / "tier_d1.parquet").mkdir()  # breaker, round three: a folder was returned
+    with pytest.raises(RecipematchError, match=r"tier_d1.parquet is a folder, not a scored frame"):
+        scored_frame(tmp_path / "eval", "recipe", "tier_d1")
+    (tmp_path / "eval" / "recipe" / "tier_d1.parquet").rmdir()
+    (tmp_path / "eval" / "base").symlink_to(tmp_path / "gone")
+    with pytest.raises(RecipematchError, match=r"'base' is a symlink to nothing"):
+        scored_frame(tmp_path / "eval", "base", "tier_d1")
     (tmp_path / "eval" / "recipe" / "tier_d1.parquet").write_bytes(b"x")
     assert scored_frame(tmp_path / "eval", "recipe", "tier_d1") == tmp_path / "eval" / "recipe" / "tier_d1.parquet"
 

@@ -50,23 +50,11 @@ def main(verbose: bool) -> None:
 def params_cmd(check_path: Path | None) -> None:
     """Every params.yaml key with its meaning and bounds (or check a file with --check)."""
     from recipematch.config import field_table  # lazy: keeps recipematch --help fast
-    from recipematch.pipeline.door import check_params_file, run_guarded  # lazy: keeps recipematch --help fast
+    from recipematch.pipeline.door import run_guarded  # lazy: keeps recipematch --help fast
+    from recipematch.pipeline.params_check import check_params_whole  # lazy: keeps recipematch --help fast
 
     if check_path is not None:
-        from recipematch.config import check_arm_inputs  # lazy: keeps recipematch --help fast
-        from recipematch.graded import check_declared_measures  # lazy: keeps recipematch --help fast
-        from recipematch.pipeline.models import check_lengths  # lazy: keeps recipematch --help fast
-
-        def check() -> None:
-            p = check_params_file(check_path)
-            try:
-                check_arm_inputs(p)
-                check_declared_measures(p)
-                check_lengths(p)
-            except RecipematchError as e:  # the file is named as the schema check names it
-                raise RecipematchError(f"{check_path}: {e}") from None
-
-        run_guarded(check, debug=False)
+        run_guarded(lambda: check_params_whole(check_path), debug=False)
         click.echo(f"{check_path}: valid")
         return
     for row in field_table():

@@ -132,18 +132,23 @@ def read_json(path: str | os.PathLike[str]) -> Any:
     Raises:
         FileNotFoundError: the file does not exist (the stage door names the file and the
             stage to run).
-        FormatError: the file is not valid UTF-8 JSON, is nested too deep for the parser,
-            or is a folder (naming the file).
+        FormatError: the file is not valid UTF-8 JSON (an integer beyond Python's digit limit
+            included), is nested too deep for the parser, is a folder or a symlink loop
+            (naming the file).
     """
     try:
         with open(path, encoding="utf-8") as f:
             return json.load(f)
     except IsADirectoryError:
         raise FormatError(f"{path}: is a folder, expected a JSON file") from None
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+    except (UnicodeDecodeError, ValueError) as e:  # JSONDecodeError, and an integer over Python's digit limit
         raise FormatError(f"{path}: not valid JSON ({e}); rebuild it (dvc repro)") from None
     except RecursionError:
         raise FormatError(f"{path}: JSON nested too deep to read; rebuild it (dvc repro)") from None
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise FormatError(f"{path}: a symlink loop, not a JSON file") from None
+        raise
 
 
 def write_jsonl(path: str | os.PathLike[str], rows: Iterable[Any]) -> int:

@@ -307,10 +307,10 @@ def log_metrics_once(c, run_id: str, metrics: Sequence[Any], *, changed: str = "
 
 #: A run key as the stages write it (a SHA-256 hex digest, a survey's ``survey:<digest>``;
 #: letters, digits, _ . - : allowed): nothing that could end the quoted search filter it is matched by.
-_RUN_KEY = re.compile(r"^[\w.\-:]{1,128}$")
+_RUN_KEY = re.compile(r"^[\w.\-:]{1,128}\Z")
 #: MLflow's characters for a param, tag or metric name (``mlflow.utils.validation``): letters,
 #: digits, ``_ - . /`` and spaces, at most 250 characters (:func:`storable_name` adds its path rule).
-MLFLOW_NAME = re.compile(r"^[\w\-. /]{1,250}$")
+MLFLOW_NAME = re.compile(r"^[\w\-. /]{1,250}\Z")
 
 
 def storable_name(name: Any) -> bool:
@@ -334,7 +334,11 @@ def check_run_key(run_key: Any, where: str) -> str:
 
 def finite_value(value: Any, what: str) -> float:
     """``value`` as a finite float, or a one-line error naming ``what``."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+    try:
+        ok = not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(float(value))
+    except OverflowError:  # an integer beyond any float
+        ok = False
+    if not ok:
         raise RecipematchError(f"{what}: {short_repr(value, 60)} is not a finite number")
     return float(value)
 
@@ -377,11 +381,14 @@ def restore_run(c, exp_id: str, record: Mapping[str, Any], *, run_name: str, tag
     values = check_record(record, params, where)
     run_key = record["run_key"]
     run_id = find_run(c, exp_id, run_key)
-    if run_id is not None and c.get_run(run_id).data.tags.get("restored_from_record") != "partial":
-        return run_id, False
-    if run_id is None:
-        run_id, _ = find_or_create_run(c, exp_id, run_key, run_name, tags)
-        c.set_tag(run_id, "restored_from_record", "partial")
+    if run_id is not None:
+        data = c.get_run(run_id).data
+        mark = data.tags.get("restored_from_record")
+        # complete: a restore that finished, or a training run that logged its params and the record's hashes
+        if mark == "true" or mark is None and data.params and all(k in data.tags for k in RECORD_TAGS if k in record):
+            return run_id, False
+    else:  # created with the mark in the same call: a restore cut short at any point is completed next time
+        run_id, _ = find_or_create_run(c, exp_id, run_key, run_name, {**tags, "restored_from_record": "partial"})
     for k in RECORD_TAGS:
         if k in record:
             c.set_tag(run_id, k, param_value(record[k], MAX_TAG_CHARS))

@@ -29,14 +29,18 @@ from __future__ import annotations
 import ast
 import fnmatch
 import importlib
+import io
 import itertools
 import re
 import sys
 from collections.abc import Iterable, Mapping
 from pathlib import Path, PurePosixPath
+from typing import Any
 
-from recipematch.config import load_params, load_params_raw
+from recipematch.config import load_params_raw
 from recipematch.errors import RecipematchError
+from recipematch.io import atomic_write_text
+from recipematch.pipeline.params_check import check_params_whole
 
 PACKAGE = "recipematch"
 
@@ -166,6 +170,8 @@ def expected(root: Path, cmd: str) -> tuple[list[str], list[str]] | None:
     if not m:
         return None
     entry = root / "stages" / f"{m.group(1)}.py"
+    if not entry.is_file():
+        raise RecipematchError(f"dvc.yaml: a stage's cmd runs {entry.relative_to(root)}, which does not exist")
     mod = stage_module(entry)
     src = _src_root()
     found = closure([mod])
@@ -365,36 +371,44 @@ def redundant_deps(root: Path, stage: Mapping) -> list[str]:
             and any(_inside(f, str(PurePosixPath(d))) for f in folders)]
 
 
-def require_declared_dep(root: Path, stage_name: str, template: str, value: str) -> None:
-    """Refuse to run stage ``stage_name`` with an optional data param set (``value``) while
-    ``root/dvc.yaml`` does not list it among the stage's deps (as ``template``, e.g.
-    ``${data.retrieve}``, or literally): DVC would not hash that data. Without a
-    ``dvc.yaml`` (a library call outside a project) there is nothing to check.
+def _stage_table(doc: Any, path: Path) -> Mapping:
+    """``doc["stages"]`` of a loaded ``dvc.yaml``, each stage a mapping with a ``cmd`` (under
+    ``do`` for a foreach or matrix stage).
 
     Raises:
-        RecipematchError: naming ``dvc.yaml``, the stage and the command that fixes it.
+        RecipematchError: naming the file and what is missing.
     """
-    import yaml
+    if not isinstance(doc, Mapping) or not isinstance(doc.get("stages"), Mapping):
+        raise RecipematchError(f"{path}: no `stages:` mapping")
+    for name, outer in doc["stages"].items():
+        st = outer.get("do", outer) if isinstance(outer, Mapping) else None
+        if not isinstance(st, Mapping) or not isinstance(st.get("cmd"), str):
+            raise RecipematchError(f"{path}: stage {name} has no `cmd` (a foreach or matrix stage: under `do`)")
+    return doc["stages"]
 
-    path = Path(root) / "dvc.yaml"
-    if not path.is_file():
-        return
-    stage = (yaml.safe_load(path.read_text(encoding="utf-8")) or {}).get("stages", {}).get(stage_name) or {}
-    listed = {d for d in stage.get("deps", []) if isinstance(d, str)}
-    if template not in listed and value not in listed:
-        raise RecipematchError(f"{path}: stage {stage_name} reads {value} ({template[2:-1]}) but does not list "
-                               f"{template} in its deps, so DVC would not hash it; run "
-                               f"`python -m recipematch.pipeline.deps --write` (with these params in params.yaml) "
-                               f"and commit dvc.yaml")
+
+def _read_text(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise RecipematchError(f"{path}: not UTF-8 text (byte {e.start})") from None
 
 
 def check(root: Path) -> list[str]:
-    """Every difference between ``dvc.yaml`` and what the stages import and read."""
+    """Every difference between ``dvc.yaml`` and what the stages import and read.
+
+    Raises:
+        RecipematchError: ``dvc.yaml`` cannot be read as a pipeline (:func:`_stage_table`).
+    """
     import yaml
 
-    doc = yaml.safe_load((root / "dvc.yaml").read_text(encoding="utf-8"))
+    path = root / "dvc.yaml"
+    try:
+        doc = yaml.safe_load(_read_text(path))
+    except yaml.YAMLError as e:
+        raise RecipematchError(f"{path}: not valid YAML ({str(e).splitlines()[0]})") from None
     problems = []
-    for name, outer in doc["stages"].items():
+    for name, outer in _stage_table(doc, path).items():
         st = outer.get("do", outer)  # a foreach stage declares its command under do
         exp = expected(root, st["cmd"])
         if exp is None:
@@ -439,9 +453,9 @@ def write(root: Path) -> int:
     y.preserve_quotes = True
     y.indent(mapping=2, sequence=4, offset=2)
     path = root / "dvc.yaml"
-    doc = y.load(path.read_text(encoding="utf-8"))
+    doc = y.load(_read_text(path))
     changed = 0
-    for name, outer in doc["stages"].items():
+    for name, outer in _stage_table(doc, path).items():
         st = outer.get("do", outer)  # a foreach stage declares its command under do
         exp = expected(root, st["cmd"])
         if exp is None:
@@ -461,8 +475,9 @@ def write(root: Path) -> int:
         elif not params and "params" in st:
             del st["params"]
             changed += 1
-    with open(path, "w", encoding="utf-8") as f:
-        y.dump(doc, f)
+    text = io.StringIO()
+    y.dump(doc, text)
+    atomic_write_text(path, text.getvalue())  # an interrupt leaves the old dvc.yaml whole
     return changed
 
 
@@ -471,6 +486,10 @@ def main(argv: list[str] | None = None) -> int:
     agrees, 1 with the problems listed, 2 with one line for a project it cannot read (or, with
     ``--write``, a ``params.yaml`` that ``recipematch params --check`` refuses: nothing is written)."""
     argv = sys.argv[1:] if argv is None else argv
+    if [a for a in argv if a != "--write"]:
+        print(f"recipematch: error: unknown argument {argv[0] if argv[0] != '--write' else argv[1]!r}; usage: "
+              "python -m recipematch.pipeline.deps [--write]", file=sys.stderr)
+        return 2
     root = Path(".").resolve()
     if not (root / "dvc.yaml").is_file():
         print(f"recipematch: error: {root / 'dvc.yaml'} does not exist: run this in the project root", file=sys.stderr)
@@ -479,9 +498,7 @@ def main(argv: list[str] | None = None) -> int:
         if "--write" in argv:
             # the deps written come from params.yaml: one `recipematch params --check` refuses (an
             # evaluation folder outside the project, say) never reaches dvc.yaml
-            if not (root / "params.yaml").is_file():
-                raise RecipematchError(f"{root / 'params.yaml'} is not a file: the deps written come from it")
-            load_params(root / "params.yaml")
+            check_params_whole(root / "params.yaml")
             print(f"dvc.yaml: {write(root)} entries rewritten")
         problems = check(root)
     except RecipematchError as e:

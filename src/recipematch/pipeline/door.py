@@ -168,7 +168,10 @@ def check_stage_paths(name: str, root: Path, given: Mapping[str, Path], writes: 
                 raise RecipematchError(f"stage {name}: {opt(w)} lies inside {part}, which DVC tracks as data "
                                        f"({part}.dvc): a stage never writes into its inputs")
         top = Path(root).resolve()
-        real = (top / rel[w]).resolve()
+        try:
+            real = (top / rel[w]).resolve()
+        except (RuntimeError, OSError):  # a symlink loop
+            raise RecipematchError(f"stage {name}: {opt(w)} runs into a symlink loop") from None
         if real != top / rel[w] and (real == top or top in real.parents):
             raise RecipematchError(f"stage {name}: {opt(w)} reaches {real.relative_to(top).as_posix() or '.'} through a "
                                    "symlink: pass the path itself (a symlink out of the project, to another disk, is "
@@ -198,19 +201,19 @@ def git_tracked(root: Path, rel: Path, limit: int = 1) -> list[str]:
     ``root`` is no git work tree or git is not installed.
 
     Raises:
-        RecipematchError: git is there but cannot answer (a refused repository, a time-out),
-            with git's first line: the check is never skipped without a word.
+        RecipematchError: git is there but cannot answer (a refused repository, a broken
+            ``.git``, a time-out), with git's first line: the check is never skipped without a word.
     """
     try:
         res = subprocess.run(["git", "-C", str(root), "ls-files", "-z", "--", rel.as_posix()], capture_output=True,
-                             timeout=60, check=False)
+                             timeout=60, check=False, env={**os.environ, "LC_ALL": "C", "LANGUAGE": ""})
     except FileNotFoundError:
         return []  # no git on this machine: nothing can be tracked
     except (OSError, subprocess.TimeoutExpired) as e:
         raise RecipematchError(f"cannot ask git which files under {rel.as_posix()} it tracks: {e}") from None
     if res.returncode != 0:
         err = res.stderr.decode("utf-8", "replace").strip()
-        if "not a git repository" in err:
+        if "not a git repository" in err and not (Path(root) / ".git").exists():
             return []
         raise RecipematchError(f"cannot ask git which files under {rel.as_posix()} it tracks: "
                                f"{(err.splitlines() or ['exit status ' + str(res.returncode)])[0]}")
@@ -287,7 +290,7 @@ def open_params(params_path: Path, root: Path, keys: tuple[str, ...]):
 
 
 def check_params_file(path: Path):
-    """Read and check a params file whole (``recipematch params --check``).
+    """Read and check a params file's every key, type and bound.
 
     Raises:
         RecipematchError: naming the file and the key.

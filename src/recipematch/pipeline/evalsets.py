@@ -34,7 +34,7 @@ from recipematch.beir import write_beir
 from recipematch.errors import RecipematchError
 from recipematch.evalsets import build_probe, check_release_rows, choose_heldout, sample_search_corpus, write_tiers
 from recipematch.io import read_jsonl_strict, write_json
-from recipematch.pipeline.deps import require_declared_dep
+from recipematch.pipeline.graph import require_declared_dep
 from recipematch.pipeline.door import StagePaths, stage, write_run_record
 from recipematch.pipeline.inputs import corpus_rows
 from recipematch.rules import MATHNET_RETRIEVE_DIR, RELEASE_FILES

@@ -249,3 +249,24 @@ def params_mapping(p: Any) -> dict[str, Any]:
         return obj
 
     return plain(p)
+
+
+def require_declared_dep(root: Path, stage_name: str, template: str, value: str) -> None:
+    """Refuse to run stage ``stage_name`` with an optional data param set (``value``) while
+    ``root/dvc.yaml`` does not list it among the stage's deps (as ``template``, e.g.
+    ``${data.retrieve}``, or literally): DVC would not hash that data. Without a
+    ``dvc.yaml`` (a library call outside a project) there is nothing to check.
+
+    Raises:
+        RecipematchError: naming ``dvc.yaml``, the stage and the command that fixes it.
+    """
+    path = Path(root) / "dvc.yaml"
+    if not path.is_file():
+        return
+    stage = (yaml.safe_load(path.read_text(encoding="utf-8")) or {}).get("stages", {}).get(stage_name) or {}
+    listed = {d for d in stage.get("deps", []) if isinstance(d, str)}
+    if template not in listed and value not in listed:
+        raise RecipematchError(f"{path}: stage {stage_name} reads {value} ({template[2:-1]}) but does not list "
+                               f"{template} in its deps, so DVC would not hash it; run "
+                               f"`python -m recipematch.pipeline.deps --write` (with these params in params.yaml) "
+                               f"and commit dvc.yaml")

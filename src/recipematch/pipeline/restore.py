@@ -31,9 +31,9 @@ from recipematch.rules import mix_label, soup_label
 log = logging.getLogger("recipematch")
 
 #: a seed record's file name as the training and soup stages write it (``seed_<s>.json``)
-_SEED_FILE = re.compile(r"^seed_(0|[1-9][0-9]*)\.json$")
+_SEED_FILE = re.compile(r"^seed_(0|[1-9][0-9]*)\.json\Z")
 #: a seed as ``per_seed.json`` keys it
-_SEED_KEY = re.compile(r"^(0|[1-9][0-9]*)$")
+_SEED_KEY = re.compile(r"^(0|[1-9][0-9]*)\Z")
 
 
 def seed_records(folder: Path) -> list[tuple[int, dict]]:
@@ -43,7 +43,7 @@ def seed_records(folder: Path) -> list[tuple[int, dict]]:
     Raises:
         RecipematchError: ``folder`` is a file; a ``seed_*.json`` name the stages do not write
             (``seed_013.json``, which would stand for the same seed as ``seed_13.json``); a
-            record that is not a JSON object or whose ``seed`` is not its file's; or a file
+            record that is not a JSON object or whose ``seed`` is not its file's whole number; or a file
             :func:`recipematch.io.read_json` cannot read, each naming the file.
     """
     folder = Path(folder)
@@ -61,8 +61,8 @@ def seed_records(folder: Path) -> list[tuple[int, dict]]:
         seed, rec = int(m.group(1)), read_json(f)
         if not isinstance(rec, Mapping):
             raise RecipematchError(f"{f}: expected a JSON object, got a {type(rec).__name__}; rerun its stage")
-        if "seed" in rec and (isinstance(rec["seed"], bool) or rec["seed"] != seed):
-            raise RecipematchError(f"{f}: its 'seed' is {short_repr(rec['seed'], 40)}, not {seed}; rerun its stage")
+        if type(rec.get("seed")) is not int or rec["seed"] != seed:
+            raise RecipematchError(f"{f}: its 'seed' is {short_repr(rec.get('seed'), 40)}, not {seed}; rerun its stage")
         out[seed] = rec
     return sorted(out.items())
 
@@ -75,7 +75,7 @@ def per_seed_scores(path: Path | None) -> Mapping[str, Any]:
         RecipematchError: the path is a folder, the file is not a JSON object, or a key is not
             a seed as the stage writes it (a whole number, no leading zeros), naming the file.
     """
-    if path is None or not path.exists():
+    if path is None or not (path.exists() or path.is_symlink()):  # a dangling or looping link is read, and named
         return {}
     scores = read_json(path)
     if not isinstance(scores, Mapping):
@@ -122,13 +122,15 @@ def restore(p, root: Path) -> dict[str, int]:
 
     Raises:
         RecipematchError: a seed record without a run key or that :func:`trained_run_args` /
-            :func:`soup_run_args` refuse, a seed file name the stages do not write, a
+            :func:`soup_run_args` refuse, a soup record in another soup's folder, two records
+            with one run key, a seed file name the stages do not write, a
             ``per_seed.json`` that is not keyed by seed, or scores :func:`score_metrics` refuses
             (each naming its file). Nothing is written then, and no store is created.
     """
     root = Path(root).resolve()
     now = int(time.time() * 1000)
     todo = []  # (label, kind, seed file, record, metrics or None), all checked before anything is written
+    keys: dict[str, Path] = {}  # run key -> the record that holds it
     for label, folder, kind, eval_dir in _groups(p, root):
         per_seed_path = eval_dir / "per_seed.json" if eval_dir is not None else None
         per_seed = per_seed_scores(per_seed_path)
@@ -141,6 +143,13 @@ def restore(p, root: Path) -> dict[str, int]:
                 trained_run_args(label, rec, str(where))
             else:
                 soup_run_args(rec, str(where))
+                if rec["label"] != label or soup_label(rec["arm"], rec["alpha"]) != label:
+                    raise RecipematchError(f"{where}: a record of {short_repr(rec['label'], 60)} (arm "
+                                           f"{short_repr(rec['arm'], 40)}, alpha {short_repr(rec['alpha'], 20)}) in the "
+                                           f"folder dvc.yaml gives {label!r}; rerun its soup stage")
+            if (other := keys.setdefault(rec["run_key"], where)) != where:
+                raise RecipematchError(f"{where}: its run key is also {other}'s: two seeds would share one run; "
+                                       "rerun their stages")
             metrics = (score_metrics(per_seed[str(seed)], now, f"{per_seed_path} seed {seed}")
                        if str(seed) in per_seed else None)
             todo.append((label, kind, where, rec, metrics))
@@ -160,6 +169,8 @@ def restore(p, root: Path) -> dict[str, int]:
                 run_id, restored = trained_run(c, exp_id, label, rec, where=str(where))
             else:
                 run_id, restored = soup_run(c, exp_id, rec, where=str(where))
+                if restored:  # a re-created soup run is complete once its params and hashes are logged
+                    c.set_terminated(run_id, status="FINISHED")
             out["runs"] += 1
             out["restored"] += int(restored)
             if metrics is None:

@@ -20,11 +20,14 @@ def trained_run_args(arm: str, rec: Mapping[str, Any], where: str = "seed record
     seed, every one checked with no store open (``restore`` checks all records first).
 
     Raises:
-        RecipematchError: naming ``where``: ``run_params``/``run_tags``/``config`` not a
-            mapping, a tag a training run does not write, or what
+        RecipematchError: naming ``where``: a ``cell`` that is not a name,
+            ``run_params``/``run_tags``/``config`` not a mapping, a tag a training run does not write, or what
             :func:`recipematch.tracking.check_record` refuses.
     """
     seed, cell = str(rec.get("seed")), rec.get("cell", arm)
+    if not isinstance(cell, str) or not 0 < len(cell) <= 250:
+        raise RecipematchError(f"{where}: 'cell' {short_repr(cell, 60)} is not a cell name (text, 1 to 250 "
+                               "characters); retrain it")
     params, tags, config = rec.get("run_params"), rec.get("run_tags") or {}, rec.get("config") or {}
     if params is not None and not isinstance(params, Mapping) or not isinstance(tags, Mapping) \
             or not isinstance(config, Mapping):
@@ -60,8 +63,8 @@ def score_metrics(res: Mapping[str, Mapping[str, Any]], now: int, where: str = "
     """MLflow metrics of one seed's scores: ``<evaluation>.R_at_<k>`` at step 0.
 
     Raises:
-        RecipematchError: ``res`` is not ``{evaluation: {"R@k": number}}`` (or holds
-            evaluations but no R@k score), a score is not
+        RecipematchError: ``res`` is not ``{evaluation: {"R@k": number}}`` (or holds no
+            R@k score at all), a score is not
             a finite number, or a metric name is one MLflow cannot store (letters, digits,
             ``_ - . /`` and spaces), each naming ``where``, the evaluation and the key.
     """
@@ -79,6 +82,6 @@ def score_metrics(res: Mapping[str, Mapping[str, Any]], now: int, where: str = "
                 raise RecipematchError(f"{where}: {t!r} {k!r} gives the metric name {short_repr(name, 80)}, which "
                                        "MLflow cannot store (letters, digits, _ - . / and spaces; at most 250)")
             out.append(Metric(name, finite_value(v, f"{where}: {t} {k}"), now, 0))
-    if res and not out:
+    if not out:
         raise RecipematchError(f"{where}: no R@k score in {short_repr(res, 80)}; rerun its evaluate stage")
     return out

@@ -27,12 +27,17 @@ def scored_frame(evals: Path, model: str, name: str) -> Path:
     if (Path(evals) / model).exists() and not (Path(evals) / model).is_dir():
         raise RecipematchError(f"--evals {evals}: {model!r} is a file, not the evaluation folder of {model!r}; move it "
                                f"aside and rerun the evaluate stage of {model!r}")
+    if (Path(evals) / model).is_symlink() and not (Path(evals) / model).exists():
+        raise RecipematchError(f"--evals {evals}: {model!r} is a symlink to nothing; remove it and rerun the evaluate "
+                               f"stage of {model!r}")
     if not (Path(evals) / model).is_dir():
         held = sorted(f.name for f in Path(evals).iterdir() if f.is_dir())
         shown = ", ".join(short_repr(h, 40) for h in held[:12]) + (f" and {len(held) - 12} more" if len(held) > 12 else "")
         raise RecipematchError(f"--evals {evals}: no folder {model!r} (it holds {shown or 'no folders'}); check the "
                                f"path the stage's command passes (dvc.yaml cmd), or rerun the evaluate stage of {model!r}")
     path = Path(evals) / model / f"{name}.parquet"
+    if path.is_dir():
+        raise RecipematchError(f"{path} is a folder, not a scored frame: rerun the evaluate stage of {model!r}")
     if not path.exists():
         raise RecipematchError(f"{path} does not exist: rerun the evaluate stage of {model!r}")
     return path
