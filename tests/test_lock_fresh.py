@@ -23,7 +23,7 @@ def _dvc() -> str:
 
 
 #: top-level folders that only stage outputs live in (a fresh clone has none of them filled;
-#: ``models/`` holds a committed ``.gitkeep``, so DVC reads it as modified, not deleted)
+#: ``models/``, a dep of style and pooling whole, holds no committed file, so DVC reads it as deleted there)
 OUTPUT_ROOTS = ("artifacts", "models", "metrics", "reports", "cache", "dvc_plots")
 
 
@@ -83,3 +83,11 @@ def test_committed_lock_matches_committed_code_and_params():
     stale = stale_deps(json.loads(r.stdout or "{}"))
     assert not stale, ("dvc.lock is stale (re-run the changed stages, or `dvc commit` where outputs provably "
                        f"cannot change): {json.dumps(stale, indent=1)[:3000]}")
+
+
+def test_models_holds_no_committed_file():
+    """A committed file under ``models/`` (a ``.gitkeep``) made a fresh clone's ``dvc status``
+    read the ``models`` dep of style and pooling as modified, like a stale lock."""
+    tracked = subprocess.run(["git", "-C", str(ROOT), "ls-files", "models"], capture_output=True, text=True,
+                             check=True).stdout.split()
+    assert tracked == []

@@ -240,4 +240,5 @@ def test_a_restored_soup_run_is_finished_without_scores(tmp_path: Path) -> None:
     _soup(tmp_path)
     assert _restore(tmp_path).exit_code == 0
     c, exp = tracking.open_store(f"sqlite:///{tmp_path / 'mlflow.db'}", "recipematch")
-    assert c.get_run(tracking.find_run(c, exp, "s" * 64)).info.status == "FINISHED"
+    run = c.get_run(tracking.find_run(c, exp, "s" * 64))
+    assert run.info.status == "FINISHED" and run.data.tags["restored_from_record"] == "true"  # told from an original

@@ -170,6 +170,7 @@ def restore(p, root: Path) -> dict[str, int]:
             else:
                 run_id, restored = soup_run(c, exp_id, rec, where=str(where))
                 if restored:  # a re-created soup run is complete once its params and hashes are logged
+                    c.set_tag(run_id, "restored_from_record", "true")
                     c.set_terminated(run_id, status="FINISHED")
             out["runs"] += 1
             out["restored"] += int(restored)
