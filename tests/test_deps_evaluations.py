@@ -304,3 +304,46 @@ def test_unknown_arguments_are_refused(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     assert deps.main(["--wirte"]) == 2 and "unknown argument '--wirte'" in capsys.readouterr().err
     assert deps.main(["--write=1"]) == 2
+
+
+@pytest.mark.parametrize("of", ["nope", "gold_only"])
+def test_a_regen_entry_of_no_declared_benchmark_is_refused_before_dvc_yaml_is_written(tmp_path, monkeypatch, capsys,
+                                                                                      of):
+    """Breaker: ``regen.<name>.of: nope`` passed ``params --check``, and ``deps --write`` then
+    dropped the regen stage's evaluation dep; a diagnostic set (``gold_only``) passed too."""
+    shutil.copy(REPO / "params.yaml", tmp_path / "params.yaml")
+    shutil.copy(REPO / "dvc.yaml", tmp_path / "dvc.yaml")
+    raw = yaml.safe_load((tmp_path / "params.yaml").read_text(encoding="utf-8"))
+    name = next(iter(raw["regen"]))
+    raw["regen"][name]["of"] = of
+    _params(tmp_path, raw)
+    before = (tmp_path / "dvc.yaml").read_bytes()
+    monkeypatch.chdir(tmp_path)
+    assert deps.main(["--write"]) == 2
+    err = capsys.readouterr().err
+    assert f"regen.{name}.of: '{of}' is not a declared benchmark evaluation" in err and len(err.splitlines()) == 1, err
+    assert (tmp_path / "dvc.yaml").read_bytes() == before
+
+
+@pytest.mark.parametrize(("deps_text", "want"), [
+    ("    deps: stages/corpus.py\n", "stage corpus: `deps` must be a list (one `- entry` a line), not str"),
+    ("    deps: {a: 1}\n", "`deps` must be a list (one `- entry` a line), not dict"),
+    ("    deps:\n", "`deps` must be a list (one `- entry` a line), not NoneType"),
+    ("    deps:\n   - [\n", "not valid YAML"),
+    ("    cmd: again\n    deps: []\n", "duplicate key 'cmd'"),
+])
+def test_write_refuses_a_dvc_yaml_it_would_mangle(tmp_path, monkeypatch, capsys, deps_text, want):
+    """Breaker: ``deps: stages/corpus.py`` (a string) was written back one character a line
+    (``- s``, ``- t``, ...); bad YAML, a repeated key or an empty ``deps:`` gave tracebacks."""
+    shutil.copy(REPO / "params.yaml", tmp_path / "params.yaml")
+    text = (REPO / "dvc.yaml").read_text(encoding="utf-8")
+    i = text.index("  corpus:\n")
+    j = text.index("    deps:\n", i)
+    k = text.index("    params:", j)
+    (tmp_path / "dvc.yaml").write_text(text[:j] + deps_text + text[k:], encoding="utf-8")
+    before = (tmp_path / "dvc.yaml").read_bytes()
+    monkeypatch.chdir(tmp_path)
+    assert deps.main(["--write"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("recipematch: error:") and want in err and len(err.splitlines()) == 1, err
+    assert (tmp_path / "dvc.yaml").read_bytes() == before

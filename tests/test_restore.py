@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -67,6 +69,17 @@ SECOND_ROUND = {
     "cell_mapping": ({"cell": {"a": 1}}, "is not a cell name"),
     "cell_too_long": ({"cell": "c" * 9000}, "is not a cell name"),
     "duplicate_run_key": ({"run_key": "a" * 64}, "its run key is also"),
+    # fourth round
+    "surrogate_param": ({"run_params": {"train.model": "\udfff"}}, "is not UTF-8 (a lone surrogate escape)"),
+    "surrogate_cell": ({"cell": "\udfff"}, "is not UTF-8"),
+    "surrogate_tag": ({"run_tags": {"gate_version": "\ud800"}}, "is not UTF-8"),
+    "nul_cell": ({"cell": "a\u0000b"}, "holds a NUL character"),
+    "hash_mapping": ({"checkpoint_sha256": {"a": 1}}, "'checkpoint_sha256' is {'a': 1}, not a hash"),
+    "other_arm": ({"run_params": {"arm": "verified"}}, "a record of arm 'verified'"),
+    "mix_record": ({"run_params": {"arm": "recipe@mix0.2"}, "run_tags": {"mix_of": "recipe"}},
+                   "a record of arm 'recipe@mix0.2'"),
+    "other_checkpoint": ({"run_tags": {"checkpoint_path": "models/verified/seed_14"}},
+                         "(checkpoint 'models/verified/seed_14') in the folder dvc.yaml gives 'recipe'"),
 }
 
 
@@ -242,3 +255,76 @@ def test_a_restored_soup_run_is_finished_without_scores(tmp_path: Path) -> None:
     c, exp = tracking.open_store(f"sqlite:///{tmp_path / 'mlflow.db'}", "recipematch")
     run = c.get_run(tracking.find_run(c, exp, "s" * 64))
     assert run.info.status == "FINISHED" and run.data.tags["restored_from_record"] == "true"  # told from an original
+
+
+def test_a_repeated_key_is_refused_not_quietly_last(tmp_path: Path) -> None:
+    """Fourth round: ``{"R@1": 40.0, "R@1": 99.0}`` logged 99 without a word."""
+    arm, ev = _project(tmp_path)
+    (ev / "per_seed.json").write_text('{"13": {"tier": {"R@1": 40.0, "R@1": 99.0}}}')
+    res = _restore(tmp_path)
+    assert res.exit_code == 2 and "repeats the key 'R@1'" in res.output, res.output
+    assert not (tmp_path / "mlflow.db").exists()
+    (ev / "per_seed.json").write_text('{"13": {"tier": {"R@1": 40.0}}}')
+    (arm / "seed_13.json").write_text('{"run_key": "%s", "seed": 13, "run_key": "%s"}' % ("a" * 64, "c" * 64))
+    res = _restore(tmp_path)
+    assert res.exit_code == 2 and "repeats the key 'run_key'" in res.output, res.output
+
+
+def test_two_scores_giving_one_metric_name_are_refused() -> None:
+    with pytest.raises(RecipematchError, match=r"two scores of 'tier' give the metric name 'tier.R_at_x_at_y'"):
+        score_metrics({"tier": {"R@x@y": 1.0, "R@x_at_y": 2.0}}, 0)
+
+
+def test_a_store_of_another_program_or_schema_is_one_line(tmp_path: Path) -> None:
+    """Fourth round: restore wrote MLflow's tables into another program's SQLite file, and a
+    store of another schema version gave MLflow's traceback."""
+    import sqlite3
+
+    _project(tmp_path)
+    con = sqlite3.connect(tmp_path / "mlflow.db")
+    con.execute("create table foo(x)")
+    con.commit()
+    con.close()
+    res = _restore(tmp_path)
+    assert res.exit_code == 2 and "an SQLite database of another program" in res.output, res.output
+    con = sqlite3.connect(tmp_path / "mlflow.db")
+    assert [r[0] for r in con.execute("select name from sqlite_master where type = 'table'")] == ["foo"]
+    con.close()
+    (tmp_path / "mlflow.db").unlink()
+    assert _restore(tmp_path).exit_code == 0
+    con = sqlite3.connect(tmp_path / "mlflow.db")
+    con.execute("update alembic_version set version_num = 'ffffffffffff'")
+    con.commit()
+    con.close()
+    # a fresh process: MLflow keeps the store it opened above for this URI
+    res = subprocess.run([sys.executable, "-m", "recipematch", "runs", "restore", "--root", str(tmp_path)],
+                         capture_output=True, text=True, timeout=300, check=False)
+    assert res.returncode == 2 and "Traceback" not in res.stderr and "ffffffffffff" in res.stderr, res.stderr
+
+
+def test_a_soup_run_a_stopped_stage_left_running_is_finished(tmp_path: Path) -> None:
+    """Fourth round: a soup run created by its stage and cut short (no scores) stayed RUNNING."""
+    from recipematch import tracking
+
+    _project(tmp_path)
+    _soup(tmp_path)
+    c, exp = tracking.open_store(f"sqlite:///{tmp_path / 'mlflow.db'}", "recipematch")
+    run_id, _ = tracking.find_or_create_run(c, exp, "s" * 64, "cut-short", {})
+    res = _restore(tmp_path)
+    assert res.exit_code == 0, res.output
+    run = c.get_run(run_id)
+    assert run.info.status == "FINISHED" and run.data.tags["restored_from_record"] == "true"
+
+
+def test_records_outside_the_project_or_no_stages_are_refused(tmp_path: Path) -> None:
+    """Fourth round: a dvc.yaml whose --models pointed outside the project was read, and one
+    with no stages restored nothing with exit 0."""
+    _project(tmp_path)
+    text = (tmp_path / "dvc.yaml").read_text(encoding="utf-8")
+    assert "--models models/${item.arm}" in text
+    (tmp_path / "dvc.yaml").write_text(text.replace("--models models/${item.arm}", "--models ../x/${item.arm}", 1))
+    res = _restore(tmp_path)
+    assert res.exit_code == 2 and "is not a path inside the project" in res.output, res.output
+    (tmp_path / "dvc.yaml").write_text("stages: {}\n")
+    res = _restore(tmp_path)
+    assert res.exit_code == 2 and "declares no stages" in res.output, res.output

@@ -13,6 +13,7 @@ own resolver expands the stages with ``params.yaml``; :func:`command_vs_stage`):
 from __future__ import annotations
 
 import dataclasses
+import re
 from pathlib import Path
 
 import click
@@ -349,3 +350,128 @@ def test_every_cli_command_says_what_it_does():
     from recipematch.cli import main
 
     assert not [n for n, c in main.commands.items() if not (c.help or "").strip()]
+
+
+def test_every_dvc_yaml_stage_passes_the_door_against_the_declared_outputs():
+    """The check below refuses nothing ``dvc repro`` runs: each stage's own paths pass it."""
+    from recipematch.config import load_params
+    from recipematch.pipeline.door import check_declared_outputs, check_stage_paths
+    from recipematch.pipeline.graph import project_stages
+
+    stages = project_stages(REPO, load_params(REPO / "params.yaml"))
+    assert len(stages) >= 30
+    for st in stages.values():
+        main, opts = stage_options(st)
+        given = {r: Path(opts[f"path_{r}"]) for r in main.path_roles}
+        check_stage_paths(st.name, REPO, given, main.writes)
+        check_declared_outputs(st.module, REPO, given, main.writes, stages)
+
+
+@pytest.mark.parametrize(("module", "given", "writes", "match"), [
+    ("recipematch.pipeline.external", {"out": "artifacts"}, ("out",), r"--out 'artifacts' holds artifacts/\S+"),
+    ("recipematch.pipeline.external", {"out": "models"}, ("out",), r"--out 'models' holds models/\S+"),
+    ("recipematch.pipeline.external", {"out": "cache"}, ("out",), r"is the project's folder cache/, which no dvc"),
+    ("recipematch.pipeline.corpus", {"out": "artifacts/x", "metrics": "metrics/stats.json"}, ("out", "metrics"),
+     r"--metrics 'metrics/stats.json' is metrics/stats.json, which dvc.yaml's stage stats writes"),
+    ("recipematch.pipeline.external", {"out": "artifacts/corpus/sub"}, ("out",),
+     r"--out 'artifacts/corpus/sub' lies inside artifacts/corpus, which dvc.yaml's stage corpus writes"),
+])
+def test_a_stage_never_writes_over_another_stages_declared_output(tmp_path, module, given, writes, match):
+    """Breaker: ``external --out artifacts`` (or ``models``, ``cache``) deleted every stage's
+    work and exited 0, and ``--metrics metrics/stats.json`` replaced another stage's file:
+    the door now reads what ``dvc.yaml`` declares."""
+    from recipematch.config import load_params
+    from recipematch.pipeline.door import check_declared_outputs
+    from recipematch.pipeline.graph import project_stages
+
+    stages = project_stages(REPO, load_params(REPO / "params.yaml"))
+    (tmp_path / "cache" / "llm").mkdir(parents=True)
+    with pytest.raises(RecipematchError, match=match):
+        check_declared_outputs(module, tmp_path, {k: Path(v) for k, v in given.items()}, writes, stages)
+    # a folder dvc.yaml does not name (a hand run into a new place, a scratch folder) stays fine
+    check_declared_outputs(module, tmp_path, {"out": Path("artifacts/hand_run_x")}, ("out",), stages)
+    check_declared_outputs(module, tmp_path, {"scratch": Path("cache/llm")}, ("scratch",), stages)
+
+
+@pytest.mark.parametrize(("out", "match"), [
+    (".venv", r"lies inside \.venv, a hidden folder"),
+    ("artifacts/a\nb", r"control character"),
+    (" artifacts/ok", r"leading or trailing space"),
+    ("~/x", r"leading ~"),
+    ("a" * 300, r"over 255 bytes"),
+    ("metrics/corpus.json/x.json", r"lies inside metrics/corpus.json, which is a file"),
+])
+def test_odd_written_paths_are_refused_with_one_line(tmp_path, out, match):
+    """Breaker: a 300-character name gave an ENAMETOOLONG traceback; a newline, a leading space,
+    a literal ~ and a path through a file were accepted (the last failed only after the output
+    had been replaced)."""
+    from recipematch.pipeline.door import check_stage_paths
+
+    (tmp_path / "metrics").mkdir()
+    (tmp_path / "metrics" / "corpus.json").write_text("{}")
+    with pytest.raises(RecipematchError, match=match):
+        check_stage_paths("s", tmp_path, {"out": out}, ("out",))
+
+
+def test_a_hand_run_onto_the_artifacts_folder_deletes_nothing(tmp_path):
+    """The whole command, in a project with a dvc.yaml: refused with exit 2, the folder kept."""
+    import shutil
+
+    from recipematch.pipeline.external import main
+
+    for f in ("params.yaml", "dvc.yaml"):
+        shutil.copy(REPO / f, tmp_path / f)
+    keep = tmp_path / "artifacts" / "corpus" / "corpus.parquet"
+    keep.parent.mkdir(parents=True)
+    keep.write_text("mine")
+    r = CliRunner().invoke(main, ["--root", str(tmp_path), "--name", "impliret", "--out", "artifacts",
+                                  "--metrics", "metrics/brk.json"])
+    assert r.exit_code == 2 and "--out 'artifacts' holds artifacts/" in r.output, r.output
+    assert keep.read_text() == "mine"
+
+
+@pytest.mark.parametrize(("name", "text", "want"), [
+    ("style", "{}", r"style.json: not the file its stage writes \('probe' is missing"),
+    ("style", '{"probe": "garbage", "tracking": {}}', r"'probe' is a str"),
+    ("hits", "{}", r"hits.json: not the file its stage writes \('k' is missing"),
+    ("hits", "[]", r"its top level is a list"),
+    ("hits", '{"contrasts": 5}', r"'k' is missing"),
+    ("stats", "[1]", r"stats.json: not the file its stage writes \(its top level is a list"),
+    ("stats", "{}", r"'evaluations' is missing"),
+])
+def test_the_report_refuses_a_metrics_file_its_stage_did_not_write(tmp_path, name, text, want):
+    """Breaker: garbage ``stats.json``/``style.json`` gave tracebacks, and ``{}`` in
+    ``style.json`` or ``hits.json`` quietly dropped a whole section of the report."""
+    import shutil
+
+    from recipematch.pipeline.report import main
+
+    shutil.copy(REPO / "params.yaml", tmp_path / "params.yaml")
+    shutil.copytree(REPO / "metrics", tmp_path / "metrics")
+    (tmp_path / "metrics" / f"{name}.json").write_text(text)
+    r = CliRunner().invoke(main, ["--root", str(tmp_path), "--metrics-dir", "metrics", "--cells-root", "artifacts/cells",
+                                  "--out", "reports"])
+    assert r.exit_code == 2 and "Traceback" not in r.output, r.output
+    assert re.search(want, r.output), r.output
+    assert not (tmp_path / "reports").exists()
+
+
+@pytest.mark.parametrize(("text", "want"), [
+    ("[]", r"its top level is a list"), ("{}", r"'name' is missing"),
+    ('{"name": "x", "spec": "abc"}', r"'spec' is a str"),
+    ('{"name": "x", "spec": {"positives": "d1"}}', r"'negatives' is missing"),
+])
+def test_the_report_refuses_a_cell_json_its_stage_did_not_write(tmp_path, text, want):
+    import shutil
+
+    from recipematch.pipeline.report import main
+
+    shutil.copy(REPO / "params.yaml", tmp_path / "params.yaml")
+    shutil.copytree(REPO / "metrics", tmp_path / "metrics")
+    arm = yaml.safe_load((REPO / "params.yaml").read_text())["arms"][0]
+    (tmp_path / "artifacts" / "cells" / arm).mkdir(parents=True)
+    (tmp_path / "artifacts" / "cells" / arm / "cell.json").write_text(text)
+    r = CliRunner().invoke(main, ["--root", str(tmp_path), "--metrics-dir", "metrics", "--cells-root", "artifacts/cells",
+                                  "--out", "reports"])
+    assert r.exit_code == 2 and "cell.json: not the file its stage writes" in r.output, r.output
+    assert re.search(want, r.output), r.output

@@ -126,8 +126,21 @@ def write_json(path: str | os.PathLike[str], obj: Any) -> None:
     atomic_write_text(path, json.dumps(obj, ensure_ascii=False, sort_keys=True, indent=2) + "\n")
 
 
-def read_json(path: str | os.PathLike[str]) -> Any:
-    """Read a JSON file written by :func:`write_json`.
+class _RepeatedKey(Exception):
+    """A JSON object repeats a key (raised by :func:`_unique_pairs`, named by :func:`read_json`)."""
+
+
+def _unique_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        seen: set[str] = set()
+        raise _RepeatedKey(next(k for k, _ in pairs if k in seen or seen.add(k)))
+    return out
+
+
+def read_json(path: str | os.PathLike[str], *, unique_keys: bool = False) -> Any:
+    """Read a JSON file written by :func:`write_json`. With ``unique_keys``, an object that
+    repeats a key is refused (JSON's parsers keep the last one without a word).
 
     Raises:
         FileNotFoundError: the file does not exist (the stage door names the file and the
@@ -138,7 +151,9 @@ def read_json(path: str | os.PathLike[str]) -> Any:
     """
     try:
         with open(path, encoding="utf-8") as f:
-            return json.load(f)
+            return json.load(f, object_pairs_hook=_unique_pairs if unique_keys else None)
+    except _RepeatedKey as e:
+        raise FormatError(f"{path}: an object repeats the key {str(e)[:80]!r}; rebuild it (dvc repro)") from None
     except IsADirectoryError:
         raise FormatError(f"{path}: is a folder, expected a JSON file") from None
     except (UnicodeDecodeError, ValueError) as e:  # JSONDecodeError, and an integer over Python's digit limit

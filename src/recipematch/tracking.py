@@ -89,7 +89,9 @@ def check_sqlite_store(path: Path) -> None:
     """Refuse a tracking database that is not a readable SQLite file.
 
     A missing or empty file is fine (MLflow creates the schema). Otherwise the file must
-    start with the SQLite header and pass ``PRAGMA quick_check`` (read-only).
+    start with the SQLite header, pass ``PRAGMA quick_check`` (read-only), and, when it holds
+    any table, hold MLflow's (``experiments`` and ``alembic_version``): another program's
+    database is never written into.
 
     Raises:
         TrackingStoreError: one line naming ``path``, why, and what to do.
@@ -104,12 +106,17 @@ def check_sqlite_store(path: Path) -> None:
         con = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
         try:
             rows = con.execute("PRAGMA quick_check").fetchall()
+            tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
         finally:
             con.close()
     except sqlite3.DatabaseError as exc:
         raise _corrupt(path, f"SQLite: {str(exc).splitlines()[0]}") from None
     if rows != [("ok",)]:
         raise _corrupt(path, f"SQLite integrity check: {str(rows[0][0]).splitlines()[0][:200]}")
+    if tables and not {"experiments", "alembic_version"} <= tables:
+        raise TrackingStoreError(f"{path}: an SQLite database of another program (tables "
+                                 f"{short_repr(sorted(tables), 80)}), not an MLflow tracking store; point "
+                                 "mlflow.tracking_uri elsewhere or move the file aside")
 
 
 @contextmanager
@@ -143,8 +150,8 @@ def client(tracking_uri: str):
         if path is not None:
             check_sqlite_store(path)
         mlflow.set_tracking_uri(tracking_uri)
-        c = MlflowClient(tracking_uri=tracking_uri)
         try:
+            c = MlflowClient(tracking_uri=tracking_uri)  # a store of another schema version fails here
             c.search_experiments(max_results=1)  # opens the store: schema created/migrated here
         except Exception as exc:  # noqa: BLE001 - any failure to open the store gets one clear line
             first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
@@ -345,13 +352,16 @@ def finite_value(value: Any, what: str) -> float:
 
 def check_record(record: Mapping[str, Any], params: Mapping[str, Any] | None, where: str) -> dict[str, float]:
     """What :func:`restore_run` checks before it writes, without a store: the record's run key,
-    its summary numbers (:data:`RECORD_METRICS`, returned as floats) and ``params``' names.
+    its summary numbers (:data:`RECORD_METRICS`, returned as floats), its hashes
+    (:data:`RECORD_TAGS`, text) and ``params``' names.
 
     Raises:
         RecipematchError: naming ``where``, as :func:`restore_run` documents.
     """
     check_run_key(record.get("run_key"), where)
     values = {k: finite_value(record[k], f"{where}: {k}") for k in RECORD_METRICS if k in record}
+    if bad := [k for k in RECORD_TAGS if k in record and not isinstance(record[k], str)]:
+        raise RecipematchError(f"{where}: {bad[0]!r} is {short_repr(record[bad[0]], 40)}, not a hash (text)")
     bad = [k for k in (params or {}) if not storable_name(k)]
     if bad:
         raise RecipematchError(f"{where}: param name {short_repr(bad[0], 80)} cannot be stored by MLflow "

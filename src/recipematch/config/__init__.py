@@ -27,7 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from recipematch.config.checks import ENTRY_NAME, check_arm_inputs, cross_checks, pool_models
+from recipematch.config.checks import (ENTRY_NAME, check_arm_inputs, check_regen_targets, cross_checks, pool_models,
+                                       regen_benchmark)
 from recipematch.config.schema import build, section, spec, top
 from recipematch.config.sections import (
     EVAL_RULES_ALLOWED,
@@ -70,7 +71,8 @@ __all__ = [
     "EvaluateConfig", "EvaluationConfig", "ExternalConfig", "GatesConfig", "HitsConfig", "Judge2Config",
     "JudgingConfig", "LLMConfig", "MeldGenerateConfig", "MlflowConfig", "Params", "ParamsView", "PoolConfig",
     "RegenConfig", "RemediesConfig", "ReplayConfig", "ReportRowConfig", "SaberConfig", "StatsConfig", "StyleConfig", "TrainConfig",
-    "UndeclaredParam", "check_arm_inputs", "check_params", "field_table", "load_params", "load_params_raw",
+    "UndeclaredParam", "check_arm_inputs", "check_params", "check_regen_targets", "field_table", "load_params",
+    "load_params_raw", "regen_benchmark",
     "load_yaml", "load_yaml_file", "load_yaml_text", "parse_params", "pool_models", "report_row", "section",
     "server_url_problem", "top",
 ]

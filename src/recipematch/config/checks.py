@@ -216,8 +216,8 @@ def _check_pooling(p) -> None:
 def _check_regen(p) -> None:
     """Each regen entry: a path-part name, a prompt of the llm section (source llm) or a rows
     file under data/ and a variant (source rows); each evaluation's ``version_of`` names another
-    declared benchmark evaluation. (``of`` is checked by the regen stage: a params file that
-    declares other evaluations still parses.)"""
+    declared benchmark evaluation. (``of`` is checked by :func:`regen_benchmark`, not here: a
+    params file that declares other evaluations still parses.)"""
     for name, rc in p.regen.items():
         where = f"regen.{name}"
         _check_entry_name(where, name)
@@ -336,6 +336,37 @@ def _check_graded_evaluation(name: str, ev: EvaluationConfig) -> None:
         raise RecipematchError(f"{where}.grade_scale: [lowest, highest], lowest <= highest, got {list(ev.grade_scale)}")
     if ev.group and not ENTRY_NAME.fullmatch(ev.group):
         raise RecipematchError(f"{where}.group: letters, digits, '_' or '-', got {short_repr(ev.group, 80)}")
+
+
+def regen_benchmark(p, name: str) -> EvaluationConfig:
+    """The evaluation ``regen.<name>.of`` names, which must be a declared benchmark (paper
+    Appendix E: a regeneration rewrites a benchmark's golds). Called by the regen stage and by
+    ``recipematch params --check`` (:func:`check_regen_targets`), not at every stage's door: a
+    params file that drops an evaluation a regen entry names still serves the other stages.
+
+    Args:
+        p: parsed params, or a view holding ``regen`` and ``evaluations``.
+        name: a ``regen`` entry.
+
+    Raises:
+        RecipematchError: ``of`` names no declared evaluation, or one that is not a benchmark.
+    """
+    of = p.regen[name].of
+    ev = p.evaluations.get(of)
+    if ev is None or ev.role != "benchmark":
+        raise RecipematchError(f"regen.{name}.of: {short_repr(of, 60)} is not a declared benchmark evaluation "
+                               f"(benchmarks: {sorted(n for n, e in p.evaluations.items() if e.role == 'benchmark')})")
+    return ev
+
+
+def check_regen_targets(p) -> None:
+    """Every regen entry's ``of`` (:func:`regen_benchmark`).
+
+    Raises:
+        RecipematchError: naming the first entry whose ``of`` is no declared benchmark.
+    """
+    for name in p.regen:
+        regen_benchmark(p, name)
 
 
 def check_arm_inputs(p) -> None:

@@ -38,6 +38,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from recipematch.config import load_params_raw
+from recipematch.config.yamlio import load_yaml_file
 from recipematch.errors import RecipematchError
 from recipematch.io import atomic_write_text
 from recipematch.pipeline.params_check import check_params_whole
@@ -384,7 +385,19 @@ def _stage_table(doc: Any, path: Path) -> Mapping:
         st = outer.get("do", outer) if isinstance(outer, Mapping) else None
         if not isinstance(st, Mapping) or not isinstance(st.get("cmd"), str):
             raise RecipematchError(f"{path}: stage {name} has no `cmd` (a foreach or matrix stage: under `do`)")
+        for key in ("deps", "params"):
+            if key in st and not isinstance(st[key], list):
+                raise RecipematchError(f"{path}: stage {name}: `{key}` must be a list (one `- entry` a line), "
+                                       f"not {type(st[key]).__name__}")
     return doc["stages"]
+
+
+def _load(path: Path) -> Any:
+    """``path`` (a ``dvc.yaml``) parsed by the project's YAML loader: a repeated key, bad YAML or a
+    file that is not UTF-8 is one :class:`RecipematchError` naming the file and line."""
+    if not path.is_file():
+        raise RecipematchError(f"{path} does not exist: run this in the project root")
+    return load_yaml_file(path)
 
 
 def _read_text(path: Path) -> str:
@@ -400,15 +413,9 @@ def check(root: Path) -> list[str]:
     Raises:
         RecipematchError: ``dvc.yaml`` cannot be read as a pipeline (:func:`_stage_table`).
     """
-    import yaml
-
     path = root / "dvc.yaml"
-    try:
-        doc = yaml.safe_load(_read_text(path))
-    except yaml.YAMLError as e:
-        raise RecipematchError(f"{path}: not valid YAML ({str(e).splitlines()[0]})") from None
     problems = []
-    for name, outer in _stage_table(doc, path).items():
+    for name, outer in _stage_table(_load(path), path).items():
         st = outer.get("do", outer)  # a foreach stage declares its command under do
         exp = expected(root, st["cmd"])
         if exp is None:
@@ -448,12 +455,17 @@ def write(root: Path) -> int:
     """Rewrite the code, data and evaluation deps and the params of every stage in ``dvc.yaml``
     (dropping the hand-written deps the evaluation deps make redundant); returns entries changed."""
     from ruamel.yaml import YAML
+    from ruamel.yaml.error import YAMLError
 
     y = YAML()
     y.preserve_quotes = True
     y.indent(mapping=2, sequence=4, offset=2)
     path = root / "dvc.yaml"
-    doc = y.load(_read_text(path))
+    _stage_table(_load(path), path)  # every shape checked (one line each) before the round-trip loader reads it
+    try:
+        doc = y.load(_read_text(path))
+    except YAMLError as e:
+        raise RecipematchError(f"{path}: {str(e).splitlines()[0]}") from None
     changed = 0
     for name, outer in _stage_table(doc, path).items():
         st = outer.get("do", outer)  # a foreach stage declares its command under do

@@ -154,6 +154,14 @@ def check_stage_paths(name: str, root: Path, given: Mapping[str, Path], writes: 
         if not str(raw).strip() or p.is_absolute() or ".." in p.parts or p == Path("."):
             raise RecipematchError(f"stage {name}: {opt(role)} must be a path inside the project, relative to "
                                    "--root (dvc.yaml's cmd passes each)")
+        for part in p.parts:
+            if part != part.strip() or any(ord(c) < 32 or ord(c) == 127 for c in part) or part.startswith("~"):
+                raise RecipematchError(f"stage {name}: {opt(role)} has a name with a control character, a leading or "
+                                       "trailing space, or a leading ~ (an unexpanded home folder?): pass the path "
+                                       "dvc.yaml's cmd names")
+            if len(os.fsencode(part)) > _NAME_MAX:
+                raise RecipematchError(f"stage {name}: {opt(role)} has a name of over {_NAME_MAX} bytes, longer than "
+                                       "a file system allows")
     rel = {role: Path(str(raw)) for role, raw in given.items()}
     for w in writes:
         for role, other in rel.items():
@@ -162,8 +170,11 @@ def check_stage_paths(name: str, root: Path, given: Mapping[str, Path], writes: 
                                        "other path it is given (it replaces what it writes)")
         for i in range(1, len(rel[w].parts) + 1):
             part = Path(*rel[w].parts[:i])
-            if part.name in (".git", ".dvc"):
-                raise RecipematchError(f"stage {name}: {opt(w)} lies inside {part}, git's or DVC's own folder")
+            if part.name in (".git", ".dvc") or i == 1 and part.name.startswith("."):
+                raise RecipematchError(f"stage {name}: {opt(w)} lies inside {part}, a hidden folder of the project "
+                                       "(git's, DVC's, a virtual environment's): a stage never writes there")
+            if i < len(rel[w].parts) and (root / part).exists() and not (root / part).is_dir():
+                raise RecipematchError(f"stage {name}: {opt(w)} lies inside {part}, which is a file, not a folder")
             if (root / f"{part}.dvc").is_file():
                 raise RecipematchError(f"stage {name}: {opt(w)} lies inside {part}, which DVC tracks as data "
                                        f"({part}.dvc): a stage never writes into its inputs")
@@ -184,6 +195,43 @@ def check_stage_paths(name: str, root: Path, given: Mapping[str, Path], writes: 
             raise RecipematchError(f"stage {name}: {opt(w)} is or holds {tracked[0]!r}, which git tracks: a stage "
                                    "writes only its own outputs, never the project's code, params or docs (were it this "
                                    f"stage's own output, untrack it: git rm -r --cached {rel[w].as_posix()})")
+
+
+#: the longest file or folder name (bytes) common file systems allow (ext4, XFS, APFS, NTFS)
+_NAME_MAX = 255
+
+
+def check_declared_outputs(module: str, root: Path, given: Mapping[str, Path], writes: tuple[str, ...],
+                           stages: Mapping[str, Any]) -> None:
+    """The paths a stage writes, checked against every output the project's ``dvc.yaml``
+    declares (``stages``: :func:`recipematch.pipeline.graph.project_stages`), before any work.
+    A path the stage writes (relative to ``root``)
+
+    - is not another stage's output (a ``dvc.yaml`` stage whose command runs another module
+      than ``module``), nor lies inside one: a hand run with ``--metrics metrics/stats.json``
+      would replace the stats stage's file;
+    - holds no stage's output: ``--out artifacts`` would replace every stage's work;
+    - is no folder at the project's top that ``dvc.yaml`` does not declare (``cache``,
+      ``models``, a virtual environment): a stage replaces what it writes whole.
+
+    A path ``dvc.yaml`` does not name at all (a hand run into a new folder) is fine.
+
+    Raises:
+        RecipematchError: naming the option, the path and the stage whose output it is or holds.
+    """
+    declared = {d: st for st in stages.values() for d in st.written}
+    for role in writes:
+        w = Path(str(given[role])).as_posix()
+        flag = f"--{role.replace('_', '-')} {w!r}"
+        for d, st in declared.items():
+            other = st.module != module
+            if d == w and other or d != w and (d.startswith(w + "/") or other and w.startswith(d + "/")):
+                how = "is" if d == w else "holds" if d.startswith(w + "/") else "lies inside"
+                raise RecipematchError(f"{flag} {how} {d}, which dvc.yaml's stage {st.name} writes: a stage writes "
+                                       "only its own outputs (they are replaced whole)")
+        if "/" not in w and w not in declared and (Path(root) / w).is_dir():
+            raise RecipematchError(f"{flag} is the project's folder {w}/, which no dvc.yaml stage writes: a stage "
+                                   "replaces what it writes whole; pass the path dvc.yaml's cmd names")
 
 
 def _committed_metrics_place(role: str, rel: Path) -> bool:
@@ -275,8 +323,8 @@ def run_guarded(fn: Callable[[], Any], *, debug: bool) -> Any:
     sys.exit(2)
 
 
-def open_params(params_path: Path, root: Path, keys: tuple[str, ...]):
-    """Read ``params.yaml`` once, checked whole, restricted to ``keys``; with the project root, resolved.
+def open_params(params_path: Path, root: Path):
+    """Read ``params.yaml`` once, checked whole; with the project root, resolved.
 
     Raises:
         RecipematchError: missing file or any bad key (named).
@@ -286,7 +334,7 @@ def open_params(params_path: Path, root: Path, keys: tuple[str, ...]):
     p = params_path if params_path.is_absolute() else root / params_path
     if not p.exists():
         raise RecipematchError(f"parameters file {p} does not exist (--params is relative to --root)")
-    return load_params(p).view(keys), root.resolve()
+    return load_params(p), root.resolve()
 
 
 def check_params_file(path: Path):
@@ -325,9 +373,18 @@ def stage(name: str, keys: tuple[str, ...], *options: Callable, runtime: tuple[s
                 logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
 
             def go():
-                p, at = open_params(params_path, root, keys + runtime)
+                whole, at = open_params(params_path, root)
+                p = whole.view(keys + runtime)
                 given = {r: opts.pop(f"path_{r}") for r in paths}
                 check_stage_paths(name, at, given, writes)
+                if (at / "dvc.yaml").is_file():
+                    from recipematch.pipeline.graph import project_stages  # lazy: graph imports this module
+
+                    try:
+                        stages = project_stages(at, whole)
+                    except RecipematchError as e:
+                        raise RecipematchError(f"stage {name}: cannot read the outputs dvc.yaml declares: {e}") from None
+                    check_declared_outputs(run.__module__, at, given, writes, stages)
                 lay = StagePaths(name, at, {r: at / given[r] for r in paths})
                 return run(p, lay, **opts, **{k: getattr(p, k) for k in runtime})
 

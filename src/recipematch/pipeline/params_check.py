@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from recipematch.config import check_arm_inputs
+from recipematch.config import check_arm_inputs, check_regen_targets
 from recipematch.errors import RecipematchError
 from recipematch.graded import check_declared_measures
 from recipematch.pipeline.door import check_params_file
@@ -17,8 +17,8 @@ from recipematch.pipeline.models import check_lengths
 
 def check_params_whole(path: Path):
     """What ``recipematch params --check`` checks (and ``deps --write`` before it writes): every
-    key (:func:`check_params_file`), then what needs more than the file: each arm's inputs, the
-    declared graded measures and the sequence lengths the models allow.
+    key (:func:`check_params_file`), then what needs more than the file: each arm's inputs, each
+    regen entry's benchmark, the declared graded measures and the sequence lengths the models allow.
 
     Raises:
         RecipematchError: naming the file.
@@ -28,6 +28,7 @@ def check_params_whole(path: Path):
     p = check_params_file(path)
     try:
         check_arm_inputs(p)
+        check_regen_targets(p)
         check_declared_measures(p)
         check_lengths(p)
     except RecipematchError as e:  # the file is named as the schema check names it

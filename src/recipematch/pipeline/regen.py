@@ -22,6 +22,7 @@ import click
 
 from recipematch.benchmarks_data import load_set
 from recipematch.beir import corpus_sha256, doc_text, queries_sha256, write_beir
+from recipematch.config import regen_benchmark
 from recipematch.errors import RecipematchError
 from recipematch.io import building_dir, sha256_file, write_json, write_jsonl
 from recipematch.llm.pipeline import run_llm_pairs
@@ -74,10 +75,7 @@ def run(p, lay: StagePaths, name: str, *, progress: bool = True) -> dict:
     if name not in p.regen:
         raise RecipematchError(f"--name {name!r} is not a regen entry (declared: {sorted(p.regen)})")
     rc = p.regen[name]
-    ev = p.evaluations.get(rc.of)
-    if ev is None or ev.role != "benchmark":
-        raise RecipematchError(f"regen.{name}.of: {rc.of!r} is not a declared benchmark evaluation (benchmarks: "
-                               f"{sorted(n for n, e in p.evaluations.items() if e.role == 'benchmark')})")
+    ev = regen_benchmark(p, name)
     bset = load_set(lay.root / ev.folder, ev.rule, name=rc.of, self_mask=ev.self_mask)
     queries = {q: bset.queries[q] for q in bset.query_ids}
     golds = {q: sorted(g) for q, g in scored_qrels(bset).items()}

@@ -5,9 +5,12 @@ Tables 16, 17 and 23, and the hit accounting of Section 7 (``metrics/hits.json``
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from dataclasses import asdict
 from pathlib import Path
+from typing import Any
 
+from recipematch.errors import RecipematchError
 from recipematch.io import read_json
 from recipematch.pipeline.door import StagePaths, stage
 from recipematch.report import write_report
@@ -26,18 +29,47 @@ READS_FOLDERS = ("llm", "cells", "train")
 
 log = logging.getLogger("recipematch")
 
+#: the keys (and their JSON types) the report reads from each file its stage writes; a file
+#: without them is refused, never shown as an empty section
+SHAPES: dict[str, dict[str, type | tuple[type, ...]]] = {
+    "stats": {"evaluations": Mapping},
+    "style": {"probe": Mapping, "tracking": Mapping},
+    "hits": {"k": int, "seed": int, "sets": Mapping, "skipped": list},
+    "cell": {"name": str, "spec": Mapping},
+    "cell.spec": {"positives": str, "negatives": str, "volume": str},
+}
+
+
+def _shaped(obj: Any, shape: str, path: Path) -> Any:
+    """``obj`` (read from ``path``) if it is a JSON object holding :data:`SHAPES` ``[shape]``.
+
+    Raises:
+        RecipematchError: naming the file and the first key missing or of another type.
+    """
+    want = SHAPES[shape]
+    bad = ("its top level is a " + type(obj).__name__) if not isinstance(obj, Mapping) else next(
+        (f"{k!r} is {'missing' if k not in obj else 'a ' + type(obj[k]).__name__}" for k, t in want.items()
+         if k not in obj or not isinstance(obj[k], t) or isinstance(obj[k], bool)), None)
+    if bad:
+        raise RecipematchError(f"{path}: not the file its stage writes ({bad}; expected "
+                               f"{', '.join(want)}); rerun it (dvc repro)")
+    return obj
+
+
 def run(p, lay: StagePaths) -> Path:
     """Markdown report: Table 1's shape, the Figure-1-style scatter (PNG), Tables 9 and 11-12
     from the arms that ran (each arm's cell read from its ``cell.json``)."""
     arms = list(p.arms)
     m = lay.metrics_dir
-    read = {name: read_json(m / f"{name}.json") for name in READS_FILES}
+    read = {name: _shaped(read_json(m / f"{name}.json"), name, m / f"{name}.json") for name in READS_FILES}
     stats = with_report_rows(read["stats"], p.report)
     if unused := sorted(set(p.report) - set(stats["evaluations"])):
         log.warning("report: rows for sets no evaluation declares, not shown: %s", ", ".join(unused))
     cells = {}
     for a in arms:
-        c = read_json(lay.cells_root / a / "cell.json")
+        path = lay.cells_root / a / "cell.json"
+        c = _shaped(read_json(path), "cell", path)
+        _shaped(c["spec"], "cell.spec", path)
         cells[a] = {"name": c["name"], "positives": c["spec"]["positives"], "negatives": c["spec"]["negatives"],
                     "volume": c["spec"]["volume"]}
     counts = {name: read_json(m / f"{name}.json") for name in COUNTS_FILES}

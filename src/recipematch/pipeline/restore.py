@@ -36,6 +36,31 @@ _SEED_FILE = re.compile(r"^seed_(0|[1-9][0-9]*)\.json\Z")
 _SEED_KEY = re.compile(r"^(0|[1-9][0-9]*)\Z")
 
 
+def _check_text(obj: Any, where: str) -> None:
+    """Every key and text value in ``obj`` (a parsed JSON value) is text MLflow's store can hold:
+    UTF-8 encodable (no lone surrogate such as ``"\\udfff"``) and without a NUL character.
+
+    Raises:
+        RecipematchError: naming ``where`` and the text.
+    """
+    stack = [obj]
+    while stack:
+        x = stack.pop()
+        if isinstance(x, Mapping):
+            stack.extend(x.keys())
+            stack.extend(x.values())
+        elif isinstance(x, list):
+            stack.extend(x)
+        elif isinstance(x, str):
+            try:
+                x.encode("utf-8")
+            except UnicodeEncodeError:
+                raise RecipematchError(f"{where}: text {short_repr(x, 40)} is not UTF-8 (a lone surrogate escape); "
+                                       "rerun its stage") from None
+            if "\0" in x:
+                raise RecipematchError(f"{where}: text {short_repr(x, 40)} holds a NUL character; rerun its stage")
+
+
 def seed_records(folder: Path) -> list[tuple[int, dict]]:
     """``[(seed, record)]`` of a checkpoint folder's ``seed_<s>.json`` files, by seed; ``[]``
     where the folder does not exist yet.
@@ -58,11 +83,12 @@ def seed_records(folder: Path) -> list[tuple[int, dict]]:
         if not m:
             raise RecipematchError(f"{f}: not a seed record name the stages write (seed_<s>.json, no leading "
                                    "zeros); move it out of the folder")
-        seed, rec = int(m.group(1)), read_json(f)
+        seed, rec = int(m.group(1)), read_json(f, unique_keys=True)
         if not isinstance(rec, Mapping):
             raise RecipematchError(f"{f}: expected a JSON object, got a {type(rec).__name__}; rerun its stage")
         if type(rec.get("seed")) is not int or rec["seed"] != seed:
             raise RecipematchError(f"{f}: its 'seed' is {short_repr(rec.get('seed'), 40)}, not {seed}; rerun its stage")
+        _check_text(rec, str(f))
         out[seed] = rec
     return sorted(out.items())
 
@@ -77,7 +103,8 @@ def per_seed_scores(path: Path | None) -> Mapping[str, Any]:
     """
     if path is None or not (path.exists() or path.is_symlink()):  # a dangling or looping link is read, and named
         return {}
-    scores = read_json(path)
+    scores = read_json(path, unique_keys=True)
+    _check_text(scores, str(path))
     if not isinstance(scores, Mapping):
         raise RecipematchError(f"{path}: expected {{seed: {{evaluation: {{'R@k': score}}}}}}, got a "
                                f"{type(scores).__name__}; rerun its evaluate stage")
@@ -91,8 +118,17 @@ def _groups(p, root: Path) -> list[tuple[str, Path, str, Path | None]]:
     """``(label, checkpoint folder, "trained" | "soup", its evaluation folder)`` of every
     ``train@``, ``mix@`` and ``soup@`` stage, the folders as the project's ``dvc.yaml`` passes them."""
     groups, evals = [], {}
-    for st in project_stages(root, p).values():
+    stages = project_stages(root, p)
+    if not stages:
+        raise RecipematchError(f"{root / 'dvc.yaml'} declares no stages: runs restore reads the folders its train@, "
+                               "mix@, soup@ and evaluate@ stages write")
+    for st in stages.values():
         main, opts = stage_options(st)
+        for role in ("path_models", "path_out", "path_eval"):
+            rel = Path(str(opts.get(role) or "x"))
+            if rel.is_absolute() or ".." in rel.parts:
+                raise RecipematchError(f"dvc.yaml stage {st.name}: --{role[5:]} {str(rel)!r} is not a path inside the "
+                                       "project: runs restore reads only the project's own records")
         if main.name == "train" and opts["arm"] in p.arms:
             groups.append((opts["arm"], root / opts["path_models"], "trained", None))
         elif main.name == "mix":  # a replay mix trains like an arm (Appendix E); its stage scores it too
@@ -141,6 +177,13 @@ def restore(p, root: Path) -> dict[str, int]:
                 raise RecipematchError(f"{where}: no 'run_key'; rerun its stage")
             if kind == "trained":
                 trained_run_args(label, rec, str(where))
+                arm = (rec.get("run_params") or {}).get("arm", label)
+                path = (rec.get("run_tags") or {}).get("checkpoint_path")
+                own = (folder / f"seed_{seed}").relative_to(root).as_posix()
+                if arm != label or path is not None and path != own:
+                    raise RecipematchError(f"{where}: a record of arm {short_repr(arm, 60)} (checkpoint "
+                                           f"{short_repr(path, 80)}) in the folder dvc.yaml gives {label!r} ({own}); "
+                                           "move it back or retrain it")
             else:
                 soup_run_args(rec, str(where))
                 if rec["label"] != label or soup_label(rec["arm"], rec["alpha"]) != label:
@@ -169,7 +212,9 @@ def restore(p, root: Path) -> dict[str, int]:
                 run_id, restored = trained_run(c, exp_id, label, rec, where=str(where))
             else:
                 run_id, restored = soup_run(c, exp_id, rec, where=str(where))
-                if restored:  # a re-created soup run is complete once its params and hashes are logged
+                # a re-created soup run, or one a stopped soup stage left RUNNING, is complete once its params
+                # and hashes are logged
+                if restored or c.get_run(run_id).info.status == "RUNNING":
                     c.set_tag(run_id, "restored_from_record", "true")
                     c.set_terminated(run_id, status="FINISHED")
             out["runs"] += 1

@@ -65,8 +65,9 @@ def score_metrics(res: Mapping[str, Mapping[str, Any]], now: int, where: str = "
     Raises:
         RecipematchError: ``res`` is not ``{evaluation: {"R@k": number}}`` (or holds no
             R@k score at all), a score is not
-            a finite number, or a metric name is one MLflow cannot store (letters, digits,
-            ``_ - . /`` and spaces), each naming ``where``, the evaluation and the key.
+            a finite number, a metric name is one MLflow cannot store (letters, digits,
+            ``_ - . /`` and spaces), or two keys give one name (``R@x@y``, ``R@x_at_y``), each
+            naming ``where``, the evaluation and the key.
     """
     from mlflow.entities import Metric  # lazy: mlflow is heavy and only a run writes metrics
 
@@ -81,6 +82,9 @@ def score_metrics(res: Mapping[str, Mapping[str, Any]], now: int, where: str = "
             if not tracking.storable_name(name):
                 raise RecipematchError(f"{where}: {t!r} {k!r} gives the metric name {short_repr(name, 80)}, which "
                                        "MLflow cannot store (letters, digits, _ - . / and spaces; at most 250)")
+            if any(m.key == name for m in out):
+                raise RecipematchError(f"{where}: two scores of {t!r} give the metric name {short_repr(name, 80)} "
+                                       f"('@' is written '_at_'); rerun its evaluate stage")
             out.append(Metric(name, finite_value(v, f"{where}: {t} {k}"), now, 0))
     if not out:
         raise RecipematchError(f"{where}: no R@k score in {short_repr(res, 80)}; rerun its evaluate stage")
