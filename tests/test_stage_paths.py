@@ -430,6 +430,20 @@ def test_a_hand_run_onto_the_artifacts_folder_deletes_nothing(tmp_path):
     assert keep.read_text() == "mine"
 
 
+def _report(root: Path, rel: str, text: str):
+    """The report stage run by hand in a copy of the committed metrics, ``rel`` holding ``text``."""
+    import shutil
+
+    from recipematch.pipeline.report import main
+
+    shutil.copy(REPO / "params.yaml", root / "params.yaml")
+    shutil.copytree(REPO / "metrics", root / "metrics")
+    (root / rel).parent.mkdir(parents=True, exist_ok=True)
+    (root / rel).write_text(text)
+    return CliRunner().invoke(main, ["--root", str(root), "--metrics-dir", "metrics", "--cells-root", "artifacts/cells",
+                                     "--out", "reports"])
+
+
 @pytest.mark.parametrize(("name", "text", "want"), [
     ("style", "{}", r"style.json: not the file its stage writes \('probe' is missing"),
     ("style", '{"probe": "garbage", "tracking": {}}', r"'probe' is a str"),
@@ -442,15 +456,7 @@ def test_a_hand_run_onto_the_artifacts_folder_deletes_nothing(tmp_path):
 def test_the_report_refuses_a_metrics_file_its_stage_did_not_write(tmp_path, name, text, want):
     """Breaker: garbage ``stats.json``/``style.json`` gave tracebacks, and ``{}`` in
     ``style.json`` or ``hits.json`` quietly dropped a whole section of the report."""
-    import shutil
-
-    from recipematch.pipeline.report import main
-
-    shutil.copy(REPO / "params.yaml", tmp_path / "params.yaml")
-    shutil.copytree(REPO / "metrics", tmp_path / "metrics")
-    (tmp_path / "metrics" / f"{name}.json").write_text(text)
-    r = CliRunner().invoke(main, ["--root", str(tmp_path), "--metrics-dir", "metrics", "--cells-root", "artifacts/cells",
-                                  "--out", "reports"])
+    r = _report(tmp_path, f"metrics/{name}.json", text)
     assert r.exit_code == 2 and "Traceback" not in r.output, r.output
     assert re.search(want, r.output), r.output
     assert not (tmp_path / "reports").exists()
@@ -462,16 +468,7 @@ def test_the_report_refuses_a_metrics_file_its_stage_did_not_write(tmp_path, nam
     ('{"name": "x", "spec": {"positives": "d1"}}', r"'negatives' is missing"),
 ])
 def test_the_report_refuses_a_cell_json_its_stage_did_not_write(tmp_path, text, want):
-    import shutil
-
-    from recipematch.pipeline.report import main
-
-    shutil.copy(REPO / "params.yaml", tmp_path / "params.yaml")
-    shutil.copytree(REPO / "metrics", tmp_path / "metrics")
     arm = yaml.safe_load((REPO / "params.yaml").read_text())["arms"][0]
-    (tmp_path / "artifacts" / "cells" / arm).mkdir(parents=True)
-    (tmp_path / "artifacts" / "cells" / arm / "cell.json").write_text(text)
-    r = CliRunner().invoke(main, ["--root", str(tmp_path), "--metrics-dir", "metrics", "--cells-root", "artifacts/cells",
-                                  "--out", "reports"])
+    r = _report(tmp_path, f"artifacts/cells/{arm}/cell.json", text)
     assert r.exit_code == 2 and "cell.json: not the file its stage writes" in r.output, r.output
     assert re.search(want, r.output), r.output
