@@ -341,8 +341,9 @@ def test_report_stage_renders_tables_9_and_12_from_the_arms_that_ran(tmp_path):
                               "cell": (37.8, 27.0, 78.9)}, contrasts=["recipe-verified", "cell-reference"])
     write_json(lay.metrics / "stats.json", stats)
     write_json(lay.metrics / "style.json", {"probe": {"train_prompt": "d1_recipe"}, "tracking": {}})
-    for name in (*report_stage.COUNTS_FILES, "hits"):  # every file the stage declares (dvc.yaml deps)
+    for name in report_stage.COUNTS_FILES:  # every file the stage declares (dvc.yaml deps)
         write_json(lay.metrics / f"{name}.json", {})
+    write_json(lay.metrics / "hits.json", {"seed": 0, "k": 10, "sets": {}, "skipped": []})
     spec = {a: NAMED_ARMS[a] for a in arms[:3]} | {"cell": CellSpec("d4", "recipe", "full")}
     for a, s in spec.items():
         write_json(lay.cells(a) / "cell.json", {"arm": a, "name": s.name, "spec": {"positives": s.positives,
