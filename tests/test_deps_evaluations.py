@@ -331,6 +331,8 @@ def test_a_regen_entry_of_no_declared_benchmark_is_refused_before_dvc_yaml_is_wr
     ("    deps:\n", "`deps` must be a list (one `- entry` a line), not NoneType"),
     ("    deps:\n   - [\n", "not valid YAML"),
     ("    cmd: again\n    deps: []\n", "duplicate key 'cmd'"),
+    ("    deps:\n      - stages/corpus.py\n      - 5\n", "stage corpus: `deps` entry 5 is not a path (DVC refuses it)"),
+    ("    deps:\n      - stages/corpus.py\n      -\n", "stage corpus: `deps` entry None is not a path"),
 ])
 def test_write_refuses_a_dvc_yaml_it_would_mangle(tmp_path, monkeypatch, capsys, deps_text, want):
     """Breaker: ``deps: stages/corpus.py`` (a string) was written back one character a line
@@ -347,3 +349,23 @@ def test_write_refuses_a_dvc_yaml_it_would_mangle(tmp_path, monkeypatch, capsys,
     err = capsys.readouterr().err
     assert err.startswith("recipematch: error:") and want in err and len(err.splitlines()) == 1, err
     assert (tmp_path / "dvc.yaml").read_bytes() == before
+
+
+@pytest.mark.parametrize(("model_dir", "ok"), [("nllb", False), ("models/nllb", False), ("mt_models/other", True)])
+def test_a_translation_model_outside_the_hashed_folder_is_refused(tmp_path, model_dir, ok):
+    """Breaker, round five: ``backtranslate.model_dir: nllb`` passed ``params --check`` though
+    ``dvc.yaml`` hashes only ``mt_models``: new weights there would never rerun the stage."""
+    from click.testing import CliRunner
+
+    from recipematch.cli import main
+
+    shutil.copy(REPO / "dvc.yaml", tmp_path / "dvc.yaml")
+    raw = yaml.safe_load((REPO / "params.yaml").read_text(encoding="utf-8"))
+    raw["backtranslate"]["model_dir"] = model_dir
+    _params(tmp_path, raw)
+    r = CliRunner().invoke(main, ["params", "--check", str(tmp_path / "params.yaml")])
+    if ok:
+        assert r.exit_code == 0, r.output
+    else:
+        assert r.exit_code == 2 and f"stage backtranslate reads {model_dir} (backtranslate.model_dir) but does not " \
+                                   "list" in r.output and "put the model under mt_models/" in r.output, r.output

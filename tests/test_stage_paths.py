@@ -356,21 +356,25 @@ def test_every_dvc_yaml_stage_passes_the_door_against_the_declared_outputs():
     """The check below refuses nothing ``dvc repro`` runs: each stage's own paths pass it."""
     from recipematch.config import load_params
     from recipematch.pipeline.door import check_declared_outputs, check_stage_paths
-    from recipematch.pipeline.graph import project_stages
+    from recipematch.pipeline.graph import listed_deps, project_stages
 
     stages = project_stages(REPO, load_params(REPO / "params.yaml"))
-    assert len(stages) >= 30
+    deps = listed_deps(REPO)
+    assert len(stages) >= 30 and "mt_models" in deps
     for st in stages.values():
         main, opts = stage_options(st)
         given = {r: Path(opts[f"path_{r}"]) for r in main.path_roles}
         check_stage_paths(st.name, REPO, given, main.writes)
-        check_declared_outputs(st.module, REPO, given, main.writes, stages)
+        check_declared_outputs(st.module, REPO, given, main.writes, stages, deps=deps,
+                               options={k: v for k, v in opts.items() if not k.startswith("path_")})
 
 
 @pytest.mark.parametrize(("module", "given", "writes", "match"), [
     ("recipematch.pipeline.external", {"out": "artifacts"}, ("out",), r"--out 'artifacts' holds artifacts/\S+"),
     ("recipematch.pipeline.external", {"out": "models"}, ("out",), r"--out 'models' holds models/\S+"),
-    ("recipematch.pipeline.external", {"out": "cache"}, ("out",), r"is the project's folder cache/, which no dvc"),
+    ("recipematch.pipeline.external", {"out": "cache"}, ("out",), r"--out 'cache' holds cache/\S+, which dvc.yaml's "
+     r"stage \S+ passes"),
+    ("recipematch.pipeline.external", {"out": "mine"}, ("out",), r"is the project's folder mine/, which no dvc"),
     ("recipematch.pipeline.corpus", {"out": "artifacts/x", "metrics": "metrics/stats.json"}, ("out", "metrics"),
      r"--metrics 'metrics/stats.json' is metrics/stats.json, which dvc.yaml's stage stats writes"),
     ("recipematch.pipeline.external", {"out": "artifacts/corpus/sub"}, ("out",),
@@ -385,12 +389,92 @@ def test_a_stage_never_writes_over_another_stages_declared_output(tmp_path, modu
     from recipematch.pipeline.graph import project_stages
 
     stages = project_stages(REPO, load_params(REPO / "params.yaml"))
-    (tmp_path / "cache" / "llm").mkdir(parents=True)
+    (tmp_path / "mine").mkdir()
     with pytest.raises(RecipematchError, match=match):
         check_declared_outputs(module, tmp_path, {k: Path(v) for k, v in given.items()}, writes, stages)
     # a folder dvc.yaml does not name (a hand run into a new place, a scratch folder) stays fine
     check_declared_outputs(module, tmp_path, {"out": Path("artifacts/hand_run_x")}, ("out",), stages)
-    check_declared_outputs(module, tmp_path, {"scratch": Path("cache/llm")}, ("scratch",), stages)
+    check_declared_outputs(module, tmp_path, {"scratch": Path("cache/mine")}, ("scratch",), stages)
+
+
+@pytest.mark.parametrize(("module", "options", "given", "writes", "match"), [
+    ("recipematch.pipeline.backtranslate", {}, {"out": "mt_models/nllb-200-distilled-600M"}, ("out",),
+     r"lies inside mt_models, which dvc.yaml lists as a dep and no stage declares as its output"),
+    ("recipematch.pipeline.backtranslate", {}, {"out": "cache/cas"}, ("out",),
+     r"--out 'cache/cas' is cache/cas, which dvc.yaml's stage verified passes"),
+    ("recipematch.pipeline.external", {}, {"out": "cache/embeddings/x"}, ("out",),
+     r"lies inside cache/embeddings, which dvc.yaml's stage \S+ passes"),
+    ("recipematch.pipeline.validate", {"arm": "recipe"},
+     {"out": "artifacts/validated/verified.json", "metrics": "metrics/validate/verified.json"}, ("out", "metrics"),
+     r"--out 'artifacts/validated/verified.json' is artifacts/validated/verified.json, which dvc.yaml's stage "
+     r"validate@verified writes"),
+    ("recipematch.pipeline.llm", {"prompt": "d1_recipe"}, {"out": "artifacts/llm/d4_restatement"}, ("out",),
+     r"which dvc.yaml's stage llm@d4_restatement writes"),
+])
+def test_a_stage_never_writes_into_an_input_or_a_matrix_siblings_output(module, options, given, writes, match):
+    """Breaker, round five: ``backtranslate --out mt_models/...`` deleted the translation model
+    (a dep), ``--out cache/cas`` wiped verified's resumable scratch, and ``validate --arm recipe``
+    could replace ``validate@verified``'s files (only other modules were checked)."""
+    from recipematch.config import load_params
+    from recipematch.pipeline.door import check_declared_outputs
+    from recipematch.pipeline.graph import listed_deps, project_stages
+
+    stages, deps = project_stages(REPO, load_params(REPO / "params.yaml")), listed_deps(REPO)
+    with pytest.raises(RecipematchError, match=match):
+        check_declared_outputs(module, REPO, {k: Path(v) for k, v in given.items()}, writes, stages, options=options,
+                               deps=deps)
+    # the stage's own paths pass: the matrix member the options pick, verified's own scratch
+    arm = {"arm": "verified"} if "arm" in options else {"prompt": "d4_restatement"} if options else {}
+    if options:
+        check_declared_outputs(module, REPO, {k: Path(v) for k, v in given.items()}, writes, stages, options=arm,
+                               deps=deps)
+    check_declared_outputs("recipematch.pipeline.verified", REPO, {"scratch": Path("cache/cas")}, ("scratch",), stages,
+                           deps=deps)
+
+
+def _project_copy(root: Path) -> None:
+    import shutil
+
+    root.mkdir(parents=True, exist_ok=True)
+    for f in ("params.yaml", "dvc.yaml"):
+        shutil.copy(REPO / f, root / f)
+
+
+def test_a_root_inside_a_project_is_refused(tmp_path):
+    """Breaker, round five: ``--root artifacts`` (a folder of the project, with no dvc.yaml of its
+    own) skipped the declared-output check, and ``--out corpus`` replaced the corpus stage's output."""
+    from recipematch.pipeline.backtranslate import main
+
+    _project_copy(tmp_path)
+    keep = tmp_path / "artifacts" / "corpus" / "c.jsonl"
+    keep.parent.mkdir(parents=True)
+    keep.write_text("precious")
+    r = CliRunner().invoke(main, ["--root", str(tmp_path / "artifacts"), "--params", "../params.yaml", "--no-progress",
+                                  "--corpus", "c", "--gates", "g", "--out", "corpus", "--metrics", "m.json"])
+    assert r.exit_code == 2 and f"lies inside the project {tmp_path} (it holds dvc.yaml" in r.output, r.output
+    assert keep.read_text() == "precious"
+
+
+def test_another_params_file_does_not_hide_the_projects_outputs(tmp_path):
+    """Breaker, round five: with ``--params`` naming a file without the recipe arm, the door
+    checked only that file's stages, and ``--out models/recipe`` replaced train@recipe's output."""
+    from recipematch.pipeline.backtranslate import main
+
+    _project_copy(tmp_path)
+    raw = yaml.safe_load((tmp_path / "params.yaml").read_text(encoding="utf-8"))
+    assert "recipe" in raw["arms"]
+    raw["arms"] = [a for a in raw["arms"] if a != "recipe"]
+    raw["contrasts"] = [c for c in raw["contrasts"] if "recipe" not in c]
+    raw["remedies"]["arms"] = []
+    (tmp_path / "p2.yaml").write_text(yaml.safe_dump(raw, sort_keys=False), encoding="utf-8")
+    keep = tmp_path / "models" / "recipe" / "seed_42.json"
+    keep.parent.mkdir(parents=True)
+    keep.write_text("ckpt")
+    args = ["--root", str(tmp_path), "--no-progress", "--corpus", "artifacts/corpus", "--gates", "artifacts/gates",
+            "--out", "models/recipe", "--metrics", "metrics/x.json"]
+    r = CliRunner().invoke(main, ["--params", "p2.yaml", *args])
+    assert r.exit_code == 2 and "is models/recipe, which dvc.yaml's stage train@recipe writes" in r.output, r.output
+    assert keep.read_text() == "ckpt"
 
 
 @pytest.mark.parametrize(("out", "match"), [
@@ -437,7 +521,7 @@ def _report(root: Path, rel: str, text: str):
     from recipematch.pipeline.report import main
 
     shutil.copy(REPO / "params.yaml", root / "params.yaml")
-    shutil.copytree(REPO / "metrics", root / "metrics")
+    shutil.copytree(REPO / "metrics", root / "metrics", dirs_exist_ok=True)
     (root / rel).parent.mkdir(parents=True, exist_ok=True)
     (root / rel).write_text(text)
     return CliRunner().invoke(main, ["--root", str(root), "--metrics-dir", "metrics", "--cells-root", "artifacts/cells",
@@ -460,6 +544,59 @@ def test_the_report_refuses_a_metrics_file_its_stage_did_not_write(tmp_path, nam
     assert r.exit_code == 2 and "Traceback" not in r.output, r.output
     assert re.search(want, r.output), r.output
     assert not (tmp_path / "reports").exists()
+
+
+@pytest.mark.parametrize(("name", "edit", "want"), [
+    ("style", lambda d: d.update(tracking={"base": [1]}), r"in tracking: 'base' is a list"),
+    ("style", lambda d: d.update(probe={}), r"in probe: 'train_prompt' is missing"),
+    ("hits", lambda d: d.update(sets={k: [1] for k in d["sets"]}), r"in sets: '\w+' is a list"),
+    ("hits", lambda d: d.update(skipped=[{"a": 1}]), r"in skipped.0: 'pair' is missing"),
+    ("hits", lambda d: d.update(k=-3), r"'k' is -3, not a rank cut-off of 1 or more"),
+    ("stats", lambda d: d.update(evaluations={}), r"'evaluations' is \{\}, not at least one set"),
+    ("stats", lambda d: d["evaluations"]["crosslingual"].pop("role"), r"in evaluations.crosslingual: 'role' is missing"),
+    ("stats", lambda d: d["evaluations"]["crosslingual"].update(role=7), r"'role' is an int"),
+    ("stats", lambda d: d.update(contrasts="x"), r"'contrasts' is a str"),
+    ("stats", lambda d: d.pop("gaps"), r"'gaps' is missing"),
+])
+def test_the_report_refuses_nested_garbage_with_one_line(tmp_path, name, edit, want):
+    """Breaker, round five: only top-level keys were checked, so a list in ``style.json``'s
+    tracking or ``hits.json``'s sets gave tracebacks, and ``k: -3`` or an empty probe were
+    printed ("within the top -3", "trained on `None`")."""
+    import json
+
+    d = json.loads((REPO / "metrics" / f"{name}.json").read_text(encoding="utf-8"))
+    edit(d)
+    r = _report(tmp_path, f"metrics/{name}.json", json.dumps(d))
+    assert r.exit_code == 2 and "Traceback" not in r.output, r.output
+    assert f"{name}.json: not the file its stage writes" in r.output and re.search(want, r.output), r.output
+
+
+def test_a_report_that_fails_while_writing_keeps_the_previous_one_whole(tmp_path):
+    """Breaker, round five: a bad value deep in ``stats.json`` gave a traceback and left new
+    figures beside the previous ``report.md``; now one line, and the previous report kept."""
+    import json
+
+    import yaml as _yaml
+
+    arms = _yaml.safe_load((REPO / "params.yaml").read_text())["arms"]
+    for a in arms:  # each arm's cell.json, as its cells stage writes it
+        (tmp_path / "artifacts" / "cells" / a).mkdir(parents=True)
+        (tmp_path / "artifacts" / "cells" / a / "cell.json").write_text(json.dumps(
+            {"name": a, "spec": {"positives": "d1", "negatives": "cas", "volume": "full"}}))
+    d = json.loads((REPO / "metrics" / "stats.json").read_text(encoding="utf-8"))
+    ok = _report(tmp_path, "metrics/stats.json", json.dumps(d))
+    assert ok.exit_code == 0, ok.output
+    before = {f.name: f.read_bytes() for f in (tmp_path / "reports").iterdir()}
+    metric = next(iter(d["arms"]["base"]))
+    d["arms"]["base"][metric]["mean"] = "x"
+    (tmp_path / "metrics" / "stats.json").write_text(json.dumps(d))
+    from recipematch.pipeline.report import main
+
+    r = CliRunner().invoke(main, ["--root", str(tmp_path), "--metrics-dir", "metrics", "--cells-root",
+                                  "artifacts/cells", "--out", "reports"])
+    assert r.exit_code == 2 and "Traceback" not in r.output and "while writing the report" in r.output, r.output
+    assert {f.name: f.read_bytes() for f in (tmp_path / "reports").iterdir()} == before
+    assert not (tmp_path / "reports.partial").exists()
 
 
 @pytest.mark.parametrize(("text", "want"), [

@@ -32,6 +32,7 @@ from recipematch.backtranslate import backtranslate, nllb_code, NLLBTranslator
 from recipematch.errors import RecipematchError
 from recipematch.io import write_json, write_jsonl
 from recipematch.pipeline.door import StagePaths, check_device, progress_option, stage, write_run_record
+from recipematch.pipeline.graph import require_declared_dep
 from recipematch.pipeline.inputs import corpus_rows, load_exclusion, pair_path
 from recipematch.pipeline.pair_sources import BT_HOPS
 from recipematch.rules import CellSpec, NAMED_ARMS
@@ -46,6 +47,18 @@ def needed_keys(p) -> list[str]:
         spec = CellSpec(p.positives, p.negatives, p.negatives_volume) if arm == "cell" else NAMED_ARMS[arm]
         keys.update(k for k in spec.inputs() if k in BT_HOPS)
     return sorted(keys)
+
+
+def check_model_dep(root, model_dir: str) -> None:
+    """Refuse a ``backtranslate.model_dir`` outside the folders ``root/dvc.yaml`` lists as the
+    stage's deps (``mt_models``): DVC would not hash new weights, so results would go stale.
+
+    Raises:
+        RecipematchError: naming the folder and where to put the model.
+    """
+    require_declared_dep(root, "backtranslate", "${backtranslate.model_dir}", model_dir,
+                         fix="put the model under mt_models/ (the folder the stage's deps list) and point "
+                             "backtranslate.model_dir there")
 
 
 def model_present(lay: StagePaths, model_dir: str) -> bool:
@@ -86,6 +99,8 @@ def run(p, lay: StagePaths, *, progress: bool = True) -> dict:
     cfg = p.backtranslate
     _check_languages(cfg)
     need = needed_keys(p)
+    # before any work: DVC must hash the model's folder, or new weights would not rerun the stage
+    check_model_dep(lay.root, cfg.model_dir)
     out = lay.out
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)

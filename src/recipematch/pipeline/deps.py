@@ -41,6 +41,7 @@ from recipematch.config import load_params_raw
 from recipematch.config.yamlio import load_yaml_file
 from recipematch.errors import RecipematchError
 from recipematch.io import atomic_write_text
+from recipematch.pipeline.graph import TEMPLATE
 from recipematch.pipeline.params_check import check_params_whole
 
 PACKAGE = "recipematch"
@@ -226,7 +227,6 @@ def data_deps(root: Path, cmd: str) -> list[str]:
 
 #: a generated evaluation dep: one declared evaluation's folder, as DVC interpolates it
 _EVAL_DEP = re.compile(r"^\$\{evaluations\.([A-Za-z0-9][A-Za-z0-9_-]*)\.folder\}$")
-_TEMPLATE = re.compile(r"\$\{([^}]*)\}")
 
 
 def _is_eval_dep(dep) -> bool:
@@ -254,10 +254,10 @@ def _subst(text: str, ctx: Mapping, params: dict):
             return _param_value(ctx[head], rest) if rest else ctx[head]
         return _param_value(params, expr)
 
-    whole = _TEMPLATE.fullmatch(text)
+    whole = TEMPLATE.fullmatch(text)
     if whole:
         return one(whole.group(1))
-    pieces = _TEMPLATE.split(text)  # literal, expression, literal, ...
+    pieces = TEMPLATE.split(text)  # literal, expression, literal, ...
     for i in range(1, len(pieces), 2):
         v = one(pieces[i])
         if v is None or isinstance(v, (dict, list)):
@@ -372,12 +372,16 @@ def redundant_deps(root: Path, stage: Mapping) -> list[str]:
             and any(_inside(f, str(PurePosixPath(d))) for f in folders)]
 
 
+_OK = object()  # no bad entry found
+
+
 def _stage_table(doc: Any, path: Path) -> Mapping:
     """``doc["stages"]`` of a loaded ``dvc.yaml``, each stage a mapping with a ``cmd`` (under
-    ``do`` for a foreach or matrix stage).
+    ``do`` for a foreach or matrix stage), whose ``deps`` list paths and ``params`` keys.
 
     Raises:
-        RecipematchError: naming the file and what is missing.
+        RecipematchError: naming the file, the stage and what is missing or of another type
+            (``- 5`` or an empty ``-`` among the deps: DVC would refuse the file).
     """
     if not isinstance(doc, Mapping) or not isinstance(doc.get("stages"), Mapping):
         raise RecipematchError(f"{path}: no `stages:` mapping")
@@ -389,6 +393,11 @@ def _stage_table(doc: Any, path: Path) -> Mapping:
             if key in st and not isinstance(st[key], list):
                 raise RecipematchError(f"{path}: stage {name}: `{key}` must be a list (one `- entry` a line), "
                                        f"not {type(st[key]).__name__}")
+        for key, kinds, what in (("deps", (str,), "a path"), ("params", (str, Mapping), "a key or {file: [keys]}")):
+            bad = next((x for x in st.get(key) or [] if not isinstance(x, kinds) or isinstance(x, str) and not x.strip()),
+                       _OK)
+            if bad is not _OK:
+                raise RecipematchError(f"{path}: stage {name}: `{key}` entry {bad!r} is not {what} (DVC refuses it)")
     return doc["stages"]
 
 

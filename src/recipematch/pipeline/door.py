@@ -27,7 +27,7 @@ import os
 import platform
 import subprocess
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -201,34 +201,80 @@ def check_stage_paths(name: str, root: Path, given: Mapping[str, Path], writes: 
 _NAME_MAX = 255
 
 
-def check_declared_outputs(module: str, root: Path, given: Mapping[str, Path], writes: tuple[str, ...],
-                           stages: Mapping[str, Any]) -> None:
-    """The paths a stage writes, checked against every output the project's ``dvc.yaml``
-    declares (``stages``: :func:`recipematch.pipeline.graph.project_stages`), before any work.
-    A path the stage writes (relative to ``root``)
+def _cmd_paths(args: list[str]) -> tuple[list[tuple[str, str]], dict[str, str]]:
+    """``([(role, path)], {option: value})`` a stage's ``cmd`` arguments pass: the path options
+    (:data:`ROLES`) and the other options with a value (``--arm recipe``: what picks one stage
+    of a matrix)."""
+    pairs: list[tuple[str, str]] = []
+    for i, tok in enumerate(args):
+        if not tok.startswith("--"):
+            continue
+        key, eq, value = tok[2:].partition("=")
+        if not eq:
+            if i + 1 >= len(args) or args[i + 1].startswith("--"):
+                continue  # a flag
+            value = args[i + 1]
+        pairs.append((key.replace("-", "_"), value))
+    return [(k, v) for k, v in pairs if k in ROLES], {k: v for k, v in pairs if k not in ROLES}
 
-    - is not another stage's output (a ``dvc.yaml`` stage whose command runs another module
-      than ``module``), nor lies inside one: a hand run with ``--metrics metrics/stats.json``
-      would replace the stats stage's file;
+
+def check_declared_outputs(module: str, root: Path, given: Mapping[str, Path], writes: tuple[str, ...],
+                           stages: Mapping[str, Any], *, options: Mapping[str, Any] | None = None,
+                           deps: Iterable[str] = ()) -> None:
+    """The paths a stage writes, checked against the paths the project's ``dvc.yaml`` names
+    (``stages``: :func:`recipematch.pipeline.graph.project_stages`; ``deps``: the deps it
+    lists), before any work. ``options`` are the stage's other options (``--arm``,
+    ``--prompt``). A path the stage writes (relative to ``root``)
+
+    - is not another stage's output nor lies inside one: another module's, or one of a matrix
+      sibling (``validate --arm recipe --out artifacts/validated/verified.json``): a hand run
+      with ``--metrics metrics/stats.json`` would replace the stats stage's file;
     - holds no stage's output: ``--out artifacts`` would replace every stage's work;
+    - is, holds or lies inside no input ``dvc.yaml`` names that no stage writes (a dep such
+      as ``mt_models``, a path a ``cmd`` passes such as ``--cache cache/embeddings``), nor a
+      path another stage's ``cmd`` has it write (verified's ``--scratch cache/cas``);
     - is no folder at the project's top that ``dvc.yaml`` does not declare (``cache``,
       ``models``, a virtual environment): a stage replaces what it writes whole.
 
     A path ``dvc.yaml`` does not name at all (a hand run into a new folder) is fine.
 
     Raises:
-        RecipematchError: naming the option, the path and the stage whose output it is or holds.
+        RecipematchError: naming the option, the path and the stage whose output or input it is,
+            holds or lies inside.
     """
+    options = options or {}
+
+    def mine(st: Any, chosen: Mapping[str, str]) -> bool:
+        return st.module == module and all(str(options[k]) == v for k, v in chosen.items() if k in options)
+
     declared = {d: st for st in stages.values() for d in st.written}
+    named: dict[str, tuple[Any, bool]] = {}  # input or scratch path -> (its stage, whether it is this stage's own)
+    for st in stages.values():
+        roles, chosen = _cmd_paths(st.args)
+        for role, path in roles:
+            path = Path(path).as_posix()
+            if not any(_overlap(Path(path), Path(d)) for d in declared):  # outputs or a folder of them: as above
+                own = role in writes and mine(st, chosen)
+                named[path] = (st, own or named.get(path, (st, False))[1])
+    for d in deps:
+        d = Path(d).as_posix()
+        if "${" not in d and d not in named and not any(_overlap(Path(d), Path(o)) for o in declared):
+            named[d] = (None, False)
     for role in writes:
         w = Path(str(given[role])).as_posix()
         flag = f"--{role.replace('_', '-')} {w!r}"
         for d, st in declared.items():
-            other = st.module != module
+            other = not mine(st, _cmd_paths(st.args)[1])
             if d == w and other or d != w and (d.startswith(w + "/") or other and w.startswith(d + "/")):
                 how = "is" if d == w else "holds" if d.startswith(w + "/") else "lies inside"
                 raise RecipematchError(f"{flag} {how} {d}, which dvc.yaml's stage {st.name} writes: a stage writes "
                                        "only its own outputs (they are replaced whole)")
+        for d, (st, own) in named.items():
+            if not own and (d == w or d.startswith(w + "/") or w.startswith(d + "/")):
+                how = "is" if d == w else "holds" if d.startswith(w + "/") else "lies inside"
+                whose = f"dvc.yaml's stage {st.name} passes" if st is not None else "dvc.yaml lists as a dep"
+                raise RecipematchError(f"{flag} {how} {d}, which {whose} and no stage declares as its output: a stage "
+                                       "writes only its own outputs (it replaces what it writes whole)")
         if "/" not in w and w not in declared and (Path(root) / w).is_dir():
             raise RecipematchError(f"{flag} is the project's folder {w}/, which no dvc.yaml stage writes: a stage "
                                    "replaces what it writes whole; pass the path dvc.yaml's cmd names")
@@ -378,13 +424,20 @@ def stage(name: str, keys: tuple[str, ...], *options: Callable, runtime: tuple[s
                 given = {r: opts.pop(f"path_{r}") for r in paths}
                 check_stage_paths(name, at, given, writes)
                 if (at / "dvc.yaml").is_file():
-                    from recipematch.pipeline.graph import project_stages  # lazy: graph imports this module
+                    from recipematch.pipeline.graph import listed_deps, params_mapping, project_stages  # lazy: graph imports this module
 
-                    try:
-                        stages = project_stages(at, whole)
-                    except RecipematchError as e:
-                        raise RecipematchError(f"stage {name}: cannot read the outputs dvc.yaml declares: {e}") from None
-                    check_declared_outputs(run.__module__, at, given, writes, stages)
+                    own = at / "params.yaml"  # a hand run's other --params must not hide the project's stages
+                    views = [whole, *([None] if own.is_file() and (at / params_path).resolve() != own.resolve() else [])]
+                    for q in views:
+                        try:
+                            stages = project_stages(at, q)
+                            deps = listed_deps(at, params_mapping(q) if q is not None else None)
+                        except RecipematchError as e:
+                            raise RecipematchError(f"stage {name}: cannot read the paths dvc.yaml declares: {e}") from None
+                        check_declared_outputs(run.__module__, at, given, writes, stages, options=opts, deps=deps)
+                elif project := next((d for d in at.parents if (d / "dvc.yaml").is_file()), None):
+                    raise RecipematchError(f"stage {name}: --root {at} lies inside the project {project} (it holds "
+                                           f"dvc.yaml, {at} does not): pass --root {project} and paths relative to it")
                 lay = StagePaths(name, at, {r: at / given[r] for r in paths})
                 return run(p, lay, **opts, **{k: getattr(p, k) for k in runtime})
 

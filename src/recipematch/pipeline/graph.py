@@ -10,6 +10,7 @@ a stage's paths outside ``dvc repro`` (the plan, the tests) reads them here:
 from __future__ import annotations
 
 import importlib
+import re
 import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -225,6 +226,47 @@ def project_stages(root: Path, p: Any = None, *, only: str | None = None) -> dic
     return resolve(root, dvc_yaml=dvc_yaml, params=params, only=only)
 
 
+#: a DVC interpolation, ``${key}``
+TEMPLATE = re.compile(r"\$\{([^}]*)\}")
+
+
+def listed_deps(root: Path, params: Mapping | None = None) -> list[str]:
+    """Every dep ``root/dvc.yaml`` lists, each ``${key}`` filled from ``params`` (default the
+    project's ``params.yaml``); a dep naming a matrix ``${item...}`` or a key the params lack
+    is left out (the stages' outputs and cmd paths name those).
+
+    Raises:
+        RecipematchError: as :func:`read_dvc_yaml`; a ``params.yaml`` that is not YAML.
+    """
+    if params is None:
+        from recipematch.config import load_params_raw  # lazy: config imports the stage layer's neighbours
+
+        path = Path(root) / "params.yaml"
+        params = (load_params_raw(path) if path.is_file() else None) or {}
+    out = []
+    for st in (read_dvc_yaml(Path(root) / "dvc.yaml").get("stages") or {}).values():
+        st = st.get("do", st) if isinstance(st, Mapping) else {}
+        for dep in (st.get("deps") if isinstance(st, Mapping) else None) or []:
+            if isinstance(dep, str) and (filled := _fill(dep, params)) is not None:
+                out.append(filled)
+    return out
+
+
+def _fill(template: str, params: Mapping) -> str | None:
+    """``template`` with each ``${a.b}`` replaced by ``params[a][b]`` (a text or number), or
+    None where one is missing."""
+    parts, at = [], 0
+    for m in TEMPLATE.finditer(template):
+        value: Any = params
+        for key in m.group(1).strip().split("."):
+            value = value.get(key) if isinstance(value, Mapping) else None
+        if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+            return None
+        parts += [template[at:m.start()], str(value)]
+        at = m.end()
+    return "".join([*parts, template[at:]])
+
+
 def project_stage_paths(root: Path, name: str, p: Any = None) -> StagePaths:
     """The paths stage ``name`` gets in the project at ``root`` (:func:`project_stages`).
 
@@ -251,22 +293,28 @@ def params_mapping(p: Any) -> dict[str, Any]:
     return plain(p)
 
 
-def require_declared_dep(root: Path, stage_name: str, template: str, value: str) -> None:
+def require_declared_dep(root: Path, stage_name: str, template: str, value: str, *, fix: str = "") -> None:
     """Refuse to run stage ``stage_name`` with an optional data param set (``value``) while
     ``root/dvc.yaml`` does not list it among the stage's deps (as ``template``, e.g.
-    ``${data.retrieve}``, or literally): DVC would not hash that data. Without a
-    ``dvc.yaml`` (a library call outside a project) there is nothing to check.
+    ``${data.retrieve}``, or literally, or a folder it lies inside: DVC hashes a folder dep
+    whole): DVC would not hash that data. Without a ``dvc.yaml`` (a library call outside a
+    project) or a stage of that name, there is nothing to check. ``fix`` says how to mend it where ``deps --write``
+    does not (the default names that command).
 
     Raises:
-        RecipematchError: naming ``dvc.yaml``, the stage and the command that fixes it.
+        RecipematchError: naming ``dvc.yaml``, the stage and what fixes it; a ``dvc.yaml`` that
+            is not YAML or not DVC's shape (:func:`read_dvc_yaml`).
     """
     path = Path(root) / "dvc.yaml"
     if not path.is_file():
         return
-    stage = (yaml.safe_load(path.read_text(encoding="utf-8")) or {}).get("stages", {}).get(stage_name) or {}
-    listed = {d for d in stage.get("deps", []) if isinstance(d, str)}
-    if template not in listed and value not in listed:
+    stage = (read_dvc_yaml(path).get("stages") or {}).get(stage_name)
+    if not isinstance(stage, Mapping):  # no such stage: nothing reads the data there
+        return
+    stage = stage.get("do", stage)
+    listed = {d for d in (stage.get("deps") if isinstance(stage, Mapping) else None) or [] if isinstance(d, str)}
+    if template not in listed and not any(under(str(value), d) for d in listed):
         raise RecipematchError(f"{path}: stage {stage_name} reads {value} ({template[2:-1]}) but does not list "
-                               f"{template} in its deps, so DVC would not hash it; run "
-                               f"`python -m recipematch.pipeline.deps --write` (with these params in params.yaml) "
-                               f"and commit dvc.yaml")
+                               f"{template} in its deps, so DVC would not hash it; "
+                               + (fix or "run `python -m recipematch.pipeline.deps --write` (with these params in "
+                                  "params.yaml) and commit dvc.yaml"))

@@ -11,6 +11,7 @@ from pathlib import Path
 from recipematch.config import check_arm_inputs, check_regen_targets
 from recipematch.errors import RecipematchError
 from recipematch.graded import check_declared_measures
+from recipematch.pipeline.backtranslate import check_model_dep
 from recipematch.pipeline.door import check_params_file
 from recipematch.pipeline.models import check_lengths
 
@@ -18,7 +19,8 @@ from recipematch.pipeline.models import check_lengths
 def check_params_whole(path: Path):
     """What ``recipematch params --check`` checks (and ``deps --write`` before it writes): every
     key (:func:`check_params_file`), then what needs more than the file: each arm's inputs, each
-    regen entry's benchmark, the declared graded measures and the sequence lengths the models allow.
+    regen entry's benchmark, the declared graded measures, the sequence lengths the models allow
+    and a translation model folder ``dvc.yaml`` hashes.
 
     Raises:
         RecipematchError: naming the file.
@@ -31,6 +33,7 @@ def check_params_whole(path: Path):
         check_regen_targets(p)
         check_declared_measures(p)
         check_lengths(p)
+        check_model_dep(Path(path).parent, p.backtranslate.model_dir)
     except RecipematchError as e:  # the file is named as the schema check names it
         raise RecipematchError(f"{path}: {e}") from None
     return p

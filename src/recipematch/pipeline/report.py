@@ -5,16 +5,16 @@ Tables 16, 17 and 23, and the hit accounting of Section 7 (``metrics/hits.json``
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
-from dataclasses import asdict
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from recipematch.errors import RecipematchError
-from recipematch.io import read_json
+from recipematch.errors import RecipematchError, short_repr
+from recipematch.io import building_dir, read_json
 from recipematch.pipeline.door import StagePaths, stage
 from recipematch.report import write_report
-from recipematch.report_common import with_report_rows
+from recipematch.report_common import ROLE_ORDER, with_report_rows
 
 PARAMS = ("arms", "seed", "train.seed", "train.n_seeds", "positives", "negatives", "negatives_volume", "budget", "report",
           "llm.prompts")
@@ -29,30 +29,76 @@ READS_FOLDERS = ("llm", "cells", "train")
 
 log = logging.getLogger("recipematch")
 
-#: the keys (and their JSON types) the report reads from each file its stage writes; a file
-#: without them is refused, never shown as an empty section
-SHAPES: dict[str, dict[str, type | tuple[type, ...]]] = {
-    "stats": {"evaluations": Mapping},
-    "style": {"probe": Mapping, "tracking": Mapping},
-    "hits": {"k": int, "seed": int, "sets": Mapping, "skipped": list},
-    "cell": {"name": str, "spec": Mapping},
-    "cell.spec": {"positives": str, "negatives": str, "volume": str},
+@dataclass(frozen=True)
+class Shape:
+    """What a JSON value the report reads must be: of type ``kind`` (never a bool where a
+    number is meant), an object holding each of ``keys`` (each of its shape), each value (of an
+    object) or item (of a list) of shape ``each``, and passing ``test`` (``what`` says how)."""
+
+    kind: type | tuple[type, ...]
+    keys: Mapping[str, Shape] = field(default_factory=dict)
+    each: Shape | None = None
+    test: Callable[[Any], bool] | None = None
+    what: str = ""
+
+
+_INT, _NUM, _TEXT, _OBJ = Shape(int), Shape((int, float)), Shape(str), Shape(Mapping)
+_NAME = Shape(str, test=bool, what="a non-empty name")
+
+#: what the report reads from each file its stages write (stats, style, hits, each arm's
+#: ``cell.json``); a file of another shape is refused, never shown as an empty or garbled section
+SHAPES: dict[str, Shape] = {
+    "stats": Shape(Mapping, keys={
+        "evaluations": Shape(Mapping, test=bool, what="at least one set", each=Shape(Mapping, keys={
+            "role": Shape(str, test=ROLE_ORDER.__contains__, what="one of " + ", ".join(ROLE_ORDER))})),
+        "arms": Shape(Mapping, each=Shape(Mapping, each=_OBJ)), "gaps": Shape(Mapping, each=_OBJ),
+        "did": Shape(Mapping, each=_OBJ), "contrasts": Shape(list, each=_TEXT), "n_boot": _INT, "seed_scheme": _TEXT}),
+    "style": Shape(Mapping, keys={
+        "probe": Shape(Mapping, keys={"train_prompt": _NAME}),
+        "tracking": Shape(Mapping, each=Shape(Mapping, keys={"rho_mean": _NUM, "top_k_percentile_mean": _NUM}))}),
+    "hits": Shape(Mapping, keys={
+        "k": Shape(int, test=lambda k: k >= 1, what="a rank cut-off of 1 or more"), "seed": _INT,
+        "sets": Shape(Mapping, each=Shape(Mapping, each=Shape(Mapping, keys={
+            "counts": Shape(Mapping, keys=dict.fromkeys(("a_alone", "b_alone", "both", "neither"), _INT)),
+            "n_queries": _INT, "missing_gold_text": _INT,
+            "features": Shape(Mapping, each=Shape(Mapping, keys={"auc": Shape((int, float, type(None)))}))}))),
+        "skipped": Shape(list, each=Shape(Mapping, keys={"pair": _TEXT, "reason": _TEXT}))}),
+    "cell": Shape(Mapping, keys={"name": _NAME, "spec": Shape(Mapping, keys=dict.fromkeys(
+        ("positives", "negatives", "volume"), _TEXT))}),
 }
 
 
+def _problem(obj: Any, shape: Shape, at: tuple = ()) -> str | None:
+    """The first way ``obj`` (found at key path ``at``) misses ``shape``, or None."""
+    where = f"in {'.'.join(map(str, at[:-1]))}: " if len(at) > 1 else ""
+    name = repr(at[-1]) if at else "its top level"
+    kinds = shape.kind if isinstance(shape.kind, tuple) else (shape.kind,)
+    if not isinstance(obj, kinds) or isinstance(obj, bool):
+        kind = type(obj).__name__
+        return f"{where}{name} is {'null' if obj is None else ('an ' if kind[0] in 'aeiou' else 'a ') + kind}"
+    if shape.test is not None and not shape.test(obj):
+        return f"{where}{name} is {short_repr(obj, 40)}, not {shape.what}"
+    for k, sub in shape.keys.items():
+        if k not in obj:
+            return f"{'in ' + '.'.join(map(str, at)) + ': ' if at else ''}{k!r} is missing"
+        if bad := _problem(obj[k], sub, (*at, k)):
+            return bad
+    if shape.each is not None:
+        for k, v in obj.items() if isinstance(obj, Mapping) else enumerate(obj):
+            if bad := _problem(v, shape.each, (*at, k)):
+                return bad
+    return None
+
+
 def _shaped(obj: Any, shape: str, path: Path) -> Any:
-    """``obj`` (read from ``path``) if it is a JSON object holding :data:`SHAPES` ``[shape]``.
+    """``obj`` (read from ``path``) if it has the shape :data:`SHAPES` ``[shape]``.
 
     Raises:
-        RecipematchError: naming the file and the first key missing or of another type.
+        RecipematchError: naming the file and the first key missing, of another type or value.
     """
-    want = SHAPES[shape]
-    bad = ("its top level is a " + type(obj).__name__) if not isinstance(obj, Mapping) else next(
-        (f"{k!r} is {'missing' if k not in obj else 'a ' + type(obj[k]).__name__}" for k, t in want.items()
-         if k not in obj or not isinstance(obj[k], t) or isinstance(obj[k], bool)), None)
-    if bad:
+    if bad := _problem(obj, SHAPES[shape]):
         raise RecipematchError(f"{path}: not the file its stage writes ({bad}; expected "
-                               f"{', '.join(want)}); rerun it (dvc repro)")
+                               f"{', '.join(SHAPES[shape].keys)}); rerun it (dvc repro)")
     return obj
 
 
@@ -69,7 +115,6 @@ def run(p, lay: StagePaths) -> Path:
     for a in arms:
         path = lay.cells_root / a / "cell.json"
         c = _shaped(read_json(path), "cell", path)
-        _shaped(c["spec"], "cell.spec", path)
         cells[a] = {"name": c["name"], "positives": c["spec"]["positives"], "negatives": c["spec"]["negatives"],
                     "volume": c["spec"]["volume"]}
     counts = {name: read_json(m / f"{name}.json") for name in COUNTS_FILES}
@@ -82,8 +127,15 @@ def run(p, lay: StagePaths) -> Path:
     for a in arms:
         counts[f"cells.{a}"] = read_json(m / "cells" / f"{a}.json")
         counts[f"train.{a}"] = read_json(m / "train" / f"{a}.json")
-    return write_report(stats, cells, counts, lay.out, params=_report_params(p),
-                        style=read["style"], hits=read["hits"])
+    try:
+        with building_dir(lay.out) as tmp:  # a failed run keeps the previous report whole
+            path = write_report(stats, cells, counts, tmp, params=_report_params(p), style=read["style"],
+                                hits=read["hits"])
+    except (KeyError, TypeError, AttributeError, ValueError, IndexError, StopIteration) as e:
+        # what SHAPES does not spell out; --debug shows where
+        raise RecipematchError(f"{m}: a metrics file does not have the shape its stage writes ({type(e).__name__}: "
+                               f"{short_repr(str(e), 120)}, while writing the report); rerun them (dvc repro)") from e
+    return lay.out / path.name
 
 
 def _report_params(p) -> dict:
