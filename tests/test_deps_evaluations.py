@@ -351,10 +351,14 @@ def test_write_refuses_a_dvc_yaml_it_would_mangle(tmp_path, monkeypatch, capsys,
     assert (tmp_path / "dvc.yaml").read_bytes() == before
 
 
-@pytest.mark.parametrize(("model_dir", "ok"), [("nllb", False), ("models/nllb", False), ("mt_models/other", True)])
-def test_a_translation_model_outside_the_hashed_folder_is_refused(tmp_path, model_dir, ok):
-    """Breaker, round five: ``backtranslate.model_dir: nllb`` passed ``params --check`` though
-    ``dvc.yaml`` hashes only ``mt_models``: new weights there would never rerun the stage."""
+@pytest.mark.parametrize(("model_dir", "ok", "where"), [
+    ("nllb", False, "."), ("models/nllb", False, "."), ("mt_models/other", True, "."), ("./mt_models/x", True, "."),
+    ("weights/nllb", False, "configs"),
+])
+def test_a_translation_model_outside_the_hashed_folder_is_refused(tmp_path, model_dir, ok, where):
+    """Breaker, rounds five and six: ``backtranslate.model_dir: nllb`` passed ``params --check``
+    though ``dvc.yaml`` hashes only ``mt_models`` (new weights there would never rerun the stage),
+    ``./mt_models/x`` was refused, and a params file in a subfolder was not checked."""
     from click.testing import CliRunner
 
     from recipematch.cli import main
@@ -362,10 +366,24 @@ def test_a_translation_model_outside_the_hashed_folder_is_refused(tmp_path, mode
     shutil.copy(REPO / "dvc.yaml", tmp_path / "dvc.yaml")
     raw = yaml.safe_load((REPO / "params.yaml").read_text(encoding="utf-8"))
     raw["backtranslate"]["model_dir"] = model_dir
-    _params(tmp_path, raw)
-    r = CliRunner().invoke(main, ["params", "--check", str(tmp_path / "params.yaml")])
+    (tmp_path / where).mkdir(exist_ok=True)
+    _params(tmp_path / where, raw)
+    r = CliRunner().invoke(main, ["params", "--check", str(tmp_path / where / "params.yaml")])
     if ok:
         assert r.exit_code == 0, r.output
     else:
         assert r.exit_code == 2 and f"stage backtranslate reads {model_dir} (backtranslate.model_dir) but does not " \
                                    "list" in r.output and "put the model under mt_models/" in r.output, r.output
+
+
+@pytest.mark.parametrize("entry", ["{}", "{a.yaml: 5}", "{a.yaml: [], b.yaml: []}"])
+def test_a_params_entry_that_is_no_file_and_keys_is_one_line(tmp_path, monkeypatch, capsys, entry):
+    """Breaker, round six: ``- {}`` among a stage's params gave a StopIteration traceback."""
+    text = (REPO / "dvc.yaml").read_text(encoding="utf-8")
+    i = text.index("    params:\n", text.index("  corpus:\n")) + len("    params:\n")
+    (tmp_path / "dvc.yaml").write_text(text[:i] + f"      - {entry}\n" + text[i:], encoding="utf-8")
+    shutil.copy(REPO / "params.yaml", tmp_path / "params.yaml")
+    monkeypatch.chdir(tmp_path)
+    assert deps.main([]) == 2
+    err = capsys.readouterr().err
+    assert "stage corpus: `params` entry" in err and "is not a key or {file: [keys]}" in err and len(err.splitlines()) == 1

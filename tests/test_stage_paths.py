@@ -356,25 +356,24 @@ def test_every_dvc_yaml_stage_passes_the_door_against_the_declared_outputs():
     """The check below refuses nothing ``dvc repro`` runs: each stage's own paths pass it."""
     from recipematch.config import load_params
     from recipematch.pipeline.door import check_declared_outputs, check_stage_paths
-    from recipematch.pipeline.graph import listed_deps, project_stages
+    from recipematch.pipeline.graph import project_stages
 
-    stages = project_stages(REPO, load_params(REPO / "params.yaml"))
-    deps = listed_deps(REPO)
-    assert len(stages) >= 30 and "mt_models" in deps
+    stages = project_stages(REPO, load_params(REPO / "params.yaml"), deps=True)
+    assert len(stages) >= 30 and "mt_models" in stages["backtranslate"].deps
     for st in stages.values():
         main, opts = stage_options(st)
         given = {r: Path(opts[f"path_{r}"]) for r in main.path_roles}
         check_stage_paths(st.name, REPO, given, main.writes)
-        check_declared_outputs(st.module, REPO, given, main.writes, stages, deps=deps,
+        check_declared_outputs(st.module, REPO, given, main.writes, stages,
                                options={k: v for k, v in opts.items() if not k.startswith("path_")})
 
 
 @pytest.mark.parametrize(("module", "given", "writes", "match"), [
     ("recipematch.pipeline.external", {"out": "artifacts"}, ("out",), r"--out 'artifacts' holds artifacts/\S+"),
     ("recipematch.pipeline.external", {"out": "models"}, ("out",), r"--out 'models' holds models/\S+"),
-    ("recipematch.pipeline.external", {"out": "cache"}, ("out",), r"--out 'cache' holds cache/\S+, which dvc.yaml's "
+    ("recipematch.pipeline.external", {"out": "cache"}, ("out",), r"--out 'cache' holds cache/\S+, what dvc.yaml's "
      r"stage \S+ passes"),
-    ("recipematch.pipeline.external", {"out": "mine"}, ("out",), r"is the project's folder mine/, which no dvc"),
+    ("recipematch.pipeline.external", {"out": "mine"}, ("out",), r"is the project's folder mine/, in which no dvc.yaml stage writes or reads"),
     ("recipematch.pipeline.corpus", {"out": "artifacts/x", "metrics": "metrics/stats.json"}, ("out", "metrics"),
      r"--metrics 'metrics/stats.json' is metrics/stats.json, which dvc.yaml's stage stats writes"),
     ("recipematch.pipeline.external", {"out": "artifacts/corpus/sub"}, ("out",),
@@ -399,11 +398,13 @@ def test_a_stage_never_writes_over_another_stages_declared_output(tmp_path, modu
 
 @pytest.mark.parametrize(("module", "options", "given", "writes", "match"), [
     ("recipematch.pipeline.backtranslate", {}, {"out": "mt_models/nllb-200-distilled-600M"}, ("out",),
-     r"lies inside mt_models, which dvc.yaml lists as a dep and no stage declares as its output"),
+     r"lies inside mt_models, a dep of dvc.yaml's stage backtranslate, and no stage's output"),
     ("recipematch.pipeline.backtranslate", {}, {"out": "cache/cas"}, ("out",),
-     r"--out 'cache/cas' is cache/cas, which dvc.yaml's stage verified passes"),
+     r"--out 'cache/cas' is cache/cas, what dvc.yaml's stage verified passes as --scratch"),
     ("recipematch.pipeline.external", {}, {"out": "cache/embeddings/x"}, ("out",),
-     r"lies inside cache/embeddings, which dvc.yaml's stage \S+ passes"),
+     r"lies inside cache/embeddings, what dvc.yaml's stage \S+ passes as --cache"),
+    ("recipematch.pipeline.llm", {"prompt": "d1_recipe"}, {"out": "cache/llm"}, ("out",),
+     r"is cache/llm, what dvc.yaml's stage llm@\w+ passes as --scratch"),
     ("recipematch.pipeline.validate", {"arm": "recipe"},
      {"out": "artifacts/validated/verified.json", "metrics": "metrics/validate/verified.json"}, ("out", "metrics"),
      r"--out 'artifacts/validated/verified.json' is artifacts/validated/verified.json, which dvc.yaml's stage "
@@ -417,19 +418,84 @@ def test_a_stage_never_writes_into_an_input_or_a_matrix_siblings_output(module, 
     could replace ``validate@verified``'s files (only other modules were checked)."""
     from recipematch.config import load_params
     from recipematch.pipeline.door import check_declared_outputs
-    from recipematch.pipeline.graph import listed_deps, project_stages
+    from recipematch.pipeline.graph import project_stages
 
-    stages, deps = project_stages(REPO, load_params(REPO / "params.yaml")), listed_deps(REPO)
+    stages = project_stages(REPO, load_params(REPO / "params.yaml"), deps=True)
     with pytest.raises(RecipematchError, match=match):
-        check_declared_outputs(module, REPO, {k: Path(v) for k, v in given.items()}, writes, stages, options=options,
-                               deps=deps)
+        check_declared_outputs(module, REPO, {k: Path(v) for k, v in given.items()}, writes, stages, options=options)
     # the stage's own paths pass: the matrix member the options pick, verified's own scratch
-    arm = {"arm": "verified"} if "arm" in options else {"prompt": "d4_restatement"} if options else {}
-    if options:
-        check_declared_outputs(module, REPO, {k: Path(v) for k, v in given.items()}, writes, stages, options=arm,
-                               deps=deps)
-    check_declared_outputs("recipematch.pipeline.verified", REPO, {"scratch": Path("cache/cas")}, ("scratch",), stages,
-                           deps=deps)
+    arm = {"arm": "verified"} if "arm" in options else {"prompt": "d4_restatement"}
+    if "artifacts/" in str(given.get("out")):
+        check_declared_outputs(module, REPO, {k: Path(v) for k, v in given.items()}, writes, stages, options=arm)
+    check_declared_outputs("recipematch.pipeline.verified", REPO, {"scratch": Path("cache/cas")}, ("scratch",), stages)
+    check_declared_outputs("recipematch.pipeline.llm", REPO, {"scratch": Path("cache/llm")}, ("scratch",), stages,
+                           options={"prompt": "d1_recipe"})  # the llm@ stages' shared scratch
+
+
+def test_a_matrix_items_dep_and_a_folder_dvc_yaml_never_names_are_protected(tmp_path):
+    """Breaker, round six: a dep spelled ``${item.copy}`` (an external set's source copy) was not
+    protected, so ``report --out ext/impliret`` deleted it; and ``--out mlartifacts/1`` (MLflow's
+    artifact store, a folder no stage names) was replaced whole."""
+    from recipematch.config import load_params
+    from recipematch.pipeline.door import check_declared_outputs
+    from recipematch.pipeline.graph import project_stages
+
+    text = (REPO / "params.yaml").read_text(encoding="utf-8")
+    assert "copy: data/impliret " in text
+    (tmp_path / "params.yaml").write_text(text.replace("copy: data/impliret ", "copy: ext/impliret "), encoding="utf-8")
+    stages = project_stages(REPO, load_params(tmp_path / "params.yaml"), deps=True)
+    report = "recipematch.pipeline.report"
+    with pytest.raises(RecipematchError, match=r"--out 'ext/impliret' is ext/impliret, a dep of dvc.yaml's stage "
+                                               r"external@impliret"):
+        check_declared_outputs(report, tmp_path, {"out": Path("ext/impliret")}, ("out",), stages)
+    (tmp_path / "mlartifacts" / "1").mkdir(parents=True)
+    with pytest.raises(RecipematchError, match=r"--out 'mlartifacts/1' lies inside the project's folder mlartifacts/, "
+                                               r"in which no dvc.yaml stage writes or reads"):
+        check_declared_outputs(report, tmp_path, {"out": Path("mlartifacts/1")}, ("out",), stages)
+    check_declared_outputs(report, tmp_path, {"out": Path("newplace/1")}, ("out",), stages)  # a new folder is fine
+
+
+def test_a_cmd_with_a_shell_comment_or_a_stage_of_the_users_own_runs(tmp_path):
+    """Breaker, round six: ``# don't edit`` after a cmd (the shell drops it) gave every stage a
+    ``No closing quotation`` traceback, and a stage of the user's own (``bash scripts/x.sh``)
+    made every stage refuse to run."""
+    from recipematch.config import load_params
+    from recipematch.pipeline.door import check_declared_outputs
+    from recipematch.pipeline.graph import params_mapping, resolve
+
+    text = (REPO / "dvc.yaml").read_text(encoding="utf-8")
+    assert "      --metrics metrics/corpus.json\n" in text
+    text = text.replace("      --metrics metrics/corpus.json\n", "      --metrics metrics/corpus.json  # don't edit\n", 1)
+    text = text.replace("stages:\n", "stages:\n  mine:\n    cmd: bash scripts/x.sh\n    outs:\n      - mine_out\n", 1)
+    (tmp_path / "dvc.yaml").write_text(text, encoding="utf-8")
+    stages = resolve(tmp_path, params=params_mapping(load_params(REPO / "params.yaml")), deps=True)
+    assert stages["corpus"].module == "recipematch.pipeline.corpus" and stages["corpus"].args[-1] == "metrics/corpus.json"
+    check_declared_outputs("recipematch.pipeline.corpus", tmp_path, {"out": Path("artifacts/corpus"),
+                           "metrics": Path("metrics/corpus.json")}, ("out", "metrics"), stages)
+    with pytest.raises(RecipematchError, match=r"is mine_out, which dvc.yaml's stage mine writes"):
+        check_declared_outputs("recipematch.pipeline.corpus", tmp_path, {"out": Path("mine_out")}, ("out",), stages)
+    (tmp_path / "dvc.yaml").write_text("stages:\n  s:\n    cmd: python stages/corpus.py --out 'a\n", encoding="utf-8")
+    with pytest.raises(RecipematchError, match=r"dvc.yaml stage s: cmd cannot be split as the shell does"):
+        resolve(tmp_path, params={})["s"].module
+
+
+@pytest.mark.parametrize("kind", ["link", "file"])
+def test_an_output_that_is_a_link_or_a_file_is_replaced_without_leftovers(tmp_path, kind):
+    """Breaker, round six: ``reports`` as a symlink to a folder on another disk (which the door
+    allows), or as a plain file, failed with "Not a directory" and left ``reports.partial``."""
+    from recipematch.io import building_dir
+
+    out = tmp_path / "reports"
+    if kind == "link":
+        (tmp_path / "elsewhere").mkdir()
+        (tmp_path / "elsewhere" / "old.md").write_text("old")
+        out.symlink_to(tmp_path / "elsewhere")
+    else:
+        out.write_text("a file")
+    with building_dir(out) as tmp:
+        (tmp / "report.md").write_text("new")
+    assert (out / "report.md").read_text() == "new" and not (out / "old.md").exists()
+    assert out.is_symlink() == (kind == "link") and not list(tmp_path.glob("*.partial"))
 
 
 def _project_copy(root: Path) -> None:
@@ -551,7 +617,7 @@ def test_the_report_refuses_a_metrics_file_its_stage_did_not_write(tmp_path, nam
     ("style", lambda d: d.update(probe={}), r"in probe: 'train_prompt' is missing"),
     ("hits", lambda d: d.update(sets={k: [1] for k in d["sets"]}), r"in sets: '\w+' is a list"),
     ("hits", lambda d: d.update(skipped=[{"a": 1}]), r"in skipped.0: 'pair' is missing"),
-    ("hits", lambda d: d.update(k=-3), r"'k' is -3, not a rank cut-off of 1 or more"),
+    ("hits", lambda d: d.update(k=-3), r"'k' is -3, not a rank cut-off from 1"),
     ("stats", lambda d: d.update(evaluations={}), r"'evaluations' is \{\}, not at least one set"),
     ("stats", lambda d: d["evaluations"]["crosslingual"].pop("role"), r"in evaluations.crosslingual: 'role' is missing"),
     ("stats", lambda d: d["evaluations"]["crosslingual"].update(role=7), r"'role' is an int"),
@@ -569,6 +635,19 @@ def test_the_report_refuses_nested_garbage_with_one_line(tmp_path, name, edit, w
     r = _report(tmp_path, f"metrics/{name}.json", json.dumps(d))
     assert r.exit_code == 2 and "Traceback" not in r.output, r.output
     assert f"{name}.json: not the file its stage writes" in r.output and re.search(want, r.output), r.output
+
+
+@pytest.mark.parametrize(("name", "text", "want"), [
+    ("hits", lambda t: t.replace('"a_alone": ', '"a_alone": -5, "x": ', 1), r"'a_alone' is -5, not a count"),
+    ("hits", lambda t: t.replace('"auc": ', '"auc": Infinity, "x": ', 1), r"holds the number Infinity"),
+    ("style", lambda t: t.replace('"rho_mean": ', '"rho_mean": NaN, "x": ', 1), r"holds the number NaN"),
+    ("style", lambda t: t.replace('"rho_mean": ', '"rho_mean": 1e999, "x": ', 1), r"holds the number 1e999"),
+    ("hits", lambda t: t.replace('"k": ', '"k": 1' + '0' * 400 + ', "x": ', 1), r"'k' is 1000.*, not a rank cut-off"),
+])
+def test_the_report_refuses_numbers_no_stage_writes(tmp_path, name, text, want):
+    """Breaker, round six: a negative count, Infinity, NaN or a 400-digit cut-off were printed."""
+    r = _report(tmp_path, f"metrics/{name}.json", text((REPO / "metrics" / f"{name}.json").read_text(encoding="utf-8")))
+    assert r.exit_code == 2 and "Traceback" not in r.output and re.search(want, r.output), r.output
 
 
 def test_a_report_that_fails_while_writing_keeps_the_previous_one_whole(tmp_path):
@@ -603,6 +682,8 @@ def test_a_report_that_fails_while_writing_keeps_the_previous_one_whole(tmp_path
     ("[]", r"its top level is a list"), ("{}", r"'name' is missing"),
     ('{"name": "x", "spec": "abc"}', r"'spec' is a str"),
     ('{"name": "x", "spec": {"positives": "d1"}}', r"'negatives' is missing"),
+    ('{"name": "a|b\\n", "spec": {"positives": "d1", "negatives": "cas", "volume": "full"}}',
+     r"'name' is 'a\|b\\n', not a name of letters"),
 ])
 def test_the_report_refuses_a_cell_json_its_stage_did_not_write(tmp_path, text, want):
     arm = yaml.safe_load((REPO / "params.yaml").read_text())["arms"][0]

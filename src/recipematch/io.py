@@ -11,6 +11,7 @@ from __future__ import annotations
 import errno
 import hashlib
 import json
+import math
 import os
 import shutil
 import tempfile
@@ -138,9 +139,11 @@ def _unique_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def read_json(path: str | os.PathLike[str], *, unique_keys: bool = False) -> Any:
+def read_json(path: str | os.PathLike[str], *, unique_keys: bool = False, finite: bool = False) -> Any:
     """Read a JSON file written by :func:`write_json`. With ``unique_keys``, an object that
-    repeats a key is refused (JSON's parsers keep the last one without a word).
+    repeats a key is refused (JSON's parsers keep the last one without a word); with
+    ``finite``, a ``NaN``, ``Infinity`` or a number too large for a float (``1e999``), which
+    :func:`write_json` never writes.
 
     Raises:
         FileNotFoundError: the file does not exist (the stage door names the file and the
@@ -151,7 +154,10 @@ def read_json(path: str | os.PathLike[str], *, unique_keys: bool = False) -> Any
     """
     try:
         with open(path, encoding="utf-8") as f:
-            return json.load(f, object_pairs_hook=_unique_pairs if unique_keys else None)
+            return json.load(f, object_pairs_hook=_unique_pairs if unique_keys else None,
+                             **({"parse_constant": _no_constant, "parse_float": _finite_float} if finite else {}))
+    except _NotFinite as e:
+        raise FormatError(f"{path}: holds the number {str(e)[:40]}, which no stage writes; rebuild it (dvc repro)") from None
     except _RepeatedKey as e:
         raise FormatError(f"{path}: an object repeats the key {str(e)[:80]!r}; rebuild it (dvc repro)") from None
     except IsADirectoryError:
@@ -164,6 +170,21 @@ def read_json(path: str | os.PathLike[str], *, unique_keys: bool = False) -> Any
         if e.errno == errno.ELOOP:
             raise FormatError(f"{path}: a symlink loop, not a JSON file") from None
         raise
+
+
+class _NotFinite(Exception):
+    pass
+
+
+def _no_constant(text: str) -> float:
+    raise _NotFinite(text)
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise _NotFinite(text)
+    return value
 
 
 def write_jsonl(path: str | os.PathLike[str], rows: Iterable[Any]) -> int:
@@ -341,16 +362,31 @@ def id_problem(value: str) -> str | None:
 @contextmanager
 def building_dir(out: str | os.PathLike[str]) -> Iterator[Path]:
     """Build a stage's output folder whole or not at all: yields a fresh sibling
-    ``<out>.partial`` folder to write into; when the block ends normally it replaces ``out``,
-    and on any error it is removed and the previous ``out`` is kept."""
+    ``<out>.partial`` folder to write into; when the block ends normally it replaces ``out``
+    (whatever is there: a folder, a file; a symlink to a folder is followed and kept), and on
+    any error it is removed and the previous ``out`` is kept.
+
+    Raises:
+        OSError: the folder cannot be removed or renamed (``<out>.partial`` removed first).
+    """
     out = Path(out)
+    if out.is_symlink() and out.is_dir():  # a folder kept on another disk: built there, the link kept
+        out = out.resolve()
     tmp = out.with_name(out.name + ".partial")
-    shutil.rmtree(tmp, ignore_errors=True)
+    _remove(tmp)
     tmp.mkdir(parents=True)
     try:
         yield tmp
+        _remove(out)  # a folder, a file or a dangling link where the folder goes
+        tmp.rename(out)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    shutil.rmtree(out, ignore_errors=True)
-    tmp.rename(out)
+
+
+def _remove(path: Path) -> None:
+    """Remove ``path`` whatever it is (a folder, a file, a link, nothing)."""
+    if path.is_symlink() or path.is_file():
+        path.unlink()
+    elif path.exists():
+        shutil.rmtree(path)

@@ -375,6 +375,12 @@ def redundant_deps(root: Path, stage: Mapping) -> list[str]:
 _OK = object()  # no bad entry found
 
 
+def _params_file_entry(entry: Mapping) -> bool:
+    """``entry`` is DVC's ``{file: [keys]}`` (or ``{file: }``, every key of the file)."""
+    return len(entry) == 1 and all(isinstance(f, str) and f.strip() and (keys is None or isinstance(keys, list) and all(
+        isinstance(k, str) and k.strip() for k in keys)) for f, keys in entry.items())
+
+
 def _stage_table(doc: Any, path: Path) -> Mapping:
     """``doc["stages"]`` of a loaded ``dvc.yaml``, each stage a mapping with a ``cmd`` (under
     ``do`` for a foreach or matrix stage), whose ``deps`` list paths and ``params`` keys.
@@ -394,8 +400,8 @@ def _stage_table(doc: Any, path: Path) -> Mapping:
                 raise RecipematchError(f"{path}: stage {name}: `{key}` must be a list (one `- entry` a line), "
                                        f"not {type(st[key]).__name__}")
         for key, kinds, what in (("deps", (str,), "a path"), ("params", (str, Mapping), "a key or {file: [keys]}")):
-            bad = next((x for x in st.get(key) or [] if not isinstance(x, kinds) or isinstance(x, str) and not x.strip()),
-                       _OK)
+            bad = next((x for x in st.get(key) or [] if not isinstance(x, kinds) or isinstance(x, str) and not x.strip()
+                        or isinstance(x, Mapping) and not _params_file_entry(x)), _OK)
             if bad is not _OK:
                 raise RecipematchError(f"{path}: stage {name}: `{key}` entry {bad!r} is not {what} (DVC refuses it)")
     return doc["stages"]

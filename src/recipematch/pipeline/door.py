@@ -27,7 +27,7 @@ import os
 import platform
 import subprocess
 import sys
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -219,24 +219,26 @@ def _cmd_paths(args: list[str]) -> tuple[list[tuple[str, str]], dict[str, str]]:
 
 
 def check_declared_outputs(module: str, root: Path, given: Mapping[str, Path], writes: tuple[str, ...],
-                           stages: Mapping[str, Any], *, options: Mapping[str, Any] | None = None,
-                           deps: Iterable[str] = ()) -> None:
+                           stages: Mapping[str, Any], *, options: Mapping[str, Any] | None = None) -> None:
     """The paths a stage writes, checked against the paths the project's ``dvc.yaml`` names
-    (``stages``: :func:`recipematch.pipeline.graph.project_stages`; ``deps``: the deps it
-    lists), before any work. ``options`` are the stage's other options (``--arm``,
-    ``--prompt``). A path the stage writes (relative to ``root``)
+    (``stages``: :func:`recipematch.pipeline.graph.project_stages`, with their deps), before any
+    work. ``options`` are the stage's other options (``--arm``, ``--prompt``). A path the stage
+    writes (relative to ``root``)
 
     - is not another stage's output nor lies inside one: another module's, or one of a matrix
       sibling (``validate --arm recipe --out artifacts/validated/verified.json``): a hand run
       with ``--metrics metrics/stats.json`` would replace the stats stage's file;
     - holds no stage's output: ``--out artifacts`` would replace every stage's work;
-    - is, holds or lies inside no input ``dvc.yaml`` names that no stage writes (a dep such
-      as ``mt_models``, a path a ``cmd`` passes such as ``--cache cache/embeddings``), nor a
-      path another stage's ``cmd`` has it write (verified's ``--scratch cache/cas``);
-    - is no folder at the project's top that ``dvc.yaml`` does not declare (``cache``,
-      ``models``, a virtual environment): a stage replaces what it writes whole.
+    - is, holds or lies inside no other path ``dvc.yaml`` names that no stage writes: a dep
+      (``mt_models``, an external set's source copy), a path a ``cmd`` passes
+      (``--cache cache/embeddings``), or one a ``cmd`` has another role or stage write
+      (verified's ``--scratch cache/cas``; the ``llm@`` stages' shared ``--scratch cache/llm``
+      is each one's own scratch, never another's ``--out``);
+    - lies in no folder that exists and that ``dvc.yaml`` names nothing in (``cache``, a
+      virtual environment, MLflow's ``mlartifacts``): a stage replaces what it writes whole.
 
-    A path ``dvc.yaml`` does not name at all (a hand run into a new folder) is fine.
+    A path ``dvc.yaml`` does not name at all under a folder that holds stage outputs
+    (``artifacts/hand_run``), or in a new folder, is fine.
 
     Raises:
         RecipematchError: naming the option, the path and the stage whose output or input it is,
@@ -244,40 +246,52 @@ def check_declared_outputs(module: str, root: Path, given: Mapping[str, Path], w
     """
     options = options or {}
 
-    def mine(st: Any, chosen: Mapping[str, str]) -> bool:
-        return st.module == module and all(str(options[k]) == v for k, v in chosen.items() if k in options)
+    def module_of(st: Any) -> str | None:
+        try:
+            return st.module
+        except RecipematchError:  # a stage of the user's own (``bash scripts/x.sh``): never this one
+            return None
+
+    def picks(chosen: Mapping[str, str]) -> bool:
+        return all(str(options[k]) == v for k, v in chosen.items() if k in options)
 
     declared = {d: st for st in stages.values() for d in st.written}
-    named: dict[str, tuple[Any, bool]] = {}  # input or scratch path -> (its stage, whether it is this stage's own)
+    named: dict[str, list[tuple[Any, str | None, bool]]] = {}  # path -> [(stage, role or None for a dep, own?)]
     for st in stages.values():
         roles, chosen = _cmd_paths(st.args)
+        same = module_of(st) == module and picks(chosen)
         for role, path in roles:
-            path = Path(path).as_posix()
-            if not any(_overlap(Path(path), Path(d)) for d in declared):  # outputs or a folder of them: as above
-                own = role in writes and mine(st, chosen)
-                named[path] = (st, own or named.get(path, (st, False))[1])
-    for d in deps:
-        d = Path(d).as_posix()
-        if "${" not in d and d not in named and not any(_overlap(Path(d), Path(o)) for o in declared):
-            named[d] = (None, False)
+            named.setdefault(Path(path).as_posix(), []).append((st, role, same))
+        for d in st.deps:
+            named.setdefault(Path(d).as_posix(), []).append((st, None, False))
+    named = {d: v for d, v in named.items() if not any(_overlap(Path(d), Path(o)) for o in declared)}
     for role in writes:
         w = Path(str(given[role])).as_posix()
         flag = f"--{role.replace('_', '-')} {w!r}"
         for d, st in declared.items():
-            other = not mine(st, _cmd_paths(st.args)[1])
+            other = not (module_of(st) == module and picks(_cmd_paths(st.args)[1]))
             if d == w and other or d != w and (d.startswith(w + "/") or other and w.startswith(d + "/")):
                 how = "is" if d == w else "holds" if d.startswith(w + "/") else "lies inside"
                 raise RecipematchError(f"{flag} {how} {d}, which dvc.yaml's stage {st.name} writes: a stage writes "
                                        "only its own outputs (they are replaced whole)")
-        for d, (st, own) in named.items():
-            if not own and (d == w or d.startswith(w + "/") or w.startswith(d + "/")):
+        for d, uses in named.items():
+            if not (d == w or d.startswith(w + "/") or w.startswith(d + "/")):
+                continue
+            mine = any(own and r == role for _, r, own in uses)
+            foreign = next(((st, r) for st, r, _ in uses if r is None or r != role or module_of(st) != module), None)
+            if not mine or foreign:
+                st, r = foreign or uses[0]
                 how = "is" if d == w else "holds" if d.startswith(w + "/") else "lies inside"
-                whose = f"dvc.yaml's stage {st.name} passes" if st is not None else "dvc.yaml lists as a dep"
-                raise RecipematchError(f"{flag} {how} {d}, which {whose} and no stage declares as its output: a stage "
-                                       "writes only its own outputs (it replaces what it writes whole)")
-        if "/" not in w and w not in declared and (Path(root) / w).is_dir():
-            raise RecipematchError(f"{flag} is the project's folder {w}/, which no dvc.yaml stage writes: a stage "
-                                   "replaces what it writes whole; pass the path dvc.yaml's cmd names")
+                whose = f"a dep of dvc.yaml's stage {st.name}" if r is None else \
+                    f"what dvc.yaml's stage {st.name} passes as --{r.replace('_', '-')}"
+                raise RecipematchError(f"{flag} {how} {d}, {whose}, and no stage's output: a stage writes only its own "
+                                       "outputs (it replaces what it writes whole)")
+        top = w.split("/", 1)[0]
+        if (Path(root) / top).is_dir() and not any(_overlap(Path(top), Path(d)) for d in (*declared, *named)):
+            where = "is" if top == w else "lies inside"
+            raise RecipematchError(f"{flag} {where} the project's folder {top}/, in which no dvc.yaml stage writes or "
+                                   "reads: a stage replaces what it writes whole; pass the path dvc.yaml's cmd names, "
+                                   "or a new folder")
 
 
 def _committed_metrics_place(role: str, rel: Path) -> bool:
@@ -424,17 +438,16 @@ def stage(name: str, keys: tuple[str, ...], *options: Callable, runtime: tuple[s
                 given = {r: opts.pop(f"path_{r}") for r in paths}
                 check_stage_paths(name, at, given, writes)
                 if (at / "dvc.yaml").is_file():
-                    from recipematch.pipeline.graph import listed_deps, params_mapping, project_stages  # lazy: graph imports this module
+                    from recipematch.pipeline.graph import project_stages  # lazy: graph imports this module
 
                     own = at / "params.yaml"  # a hand run's other --params must not hide the project's stages
                     views = [whole, *([None] if own.is_file() and (at / params_path).resolve() != own.resolve() else [])]
                     for q in views:
                         try:
-                            stages = project_stages(at, q)
-                            deps = listed_deps(at, params_mapping(q) if q is not None else None)
+                            stages = project_stages(at, q, deps=True)
                         except RecipematchError as e:
                             raise RecipematchError(f"stage {name}: cannot read the paths dvc.yaml declares: {e}") from None
-                        check_declared_outputs(run.__module__, at, given, writes, stages, options=opts, deps=deps)
+                        check_declared_outputs(run.__module__, at, given, writes, stages, options=opts)
                 elif project := next((d for d in at.parents if (d / "dvc.yaml").is_file()), None):
                     raise RecipematchError(f"stage {name}: --root {at} lies inside the project {project} (it holds "
                                            f"dvc.yaml, {at} does not): pass --root {project} and paths relative to it")

@@ -10,6 +10,7 @@ a stage's paths outside ``dvc repro`` (the plan, the tests) reads them here:
 from __future__ import annotations
 
 import importlib
+import posixpath
 import re
 import shlex
 from collections.abc import Mapping
@@ -45,7 +46,7 @@ class Stage:
     def module(self) -> str:
         """``recipematch.pipeline.<m>`` for a ``python stages/<m>.py ...`` command, or for a
         ``recipematch <stage> ...`` one (an audit project's: :mod:`recipematch.audit.project`)."""
-        argv = shlex.split(self.cmd)
+        argv = self.argv
         if len(argv) >= 2 and argv[0] == "python" and argv[1].startswith("stages/") and argv[1].endswith(".py"):
             return "recipematch.pipeline." + argv[1][len("stages/"):-len(".py")]
         if len(argv) >= 2 and argv[0] == "recipematch":
@@ -56,8 +57,20 @@ class Stage:
                                "nor `recipematch <stage> ...`")
 
     @property
+    def argv(self) -> list[str]:
+        """``cmd`` split as the shell splits it (a ``# comment`` dropped).
+
+        Raises:
+            RecipematchError: quoting the shell cannot read either (naming the stage).
+        """
+        try:
+            return shlex.split(self.cmd, comments=True)
+        except ValueError as e:
+            raise RecipematchError(f"dvc.yaml stage {self.name}: cmd cannot be split as the shell does ({e})") from None
+
+    @property
     def args(self) -> list[str]:
-        return shlex.split(self.cmd)[2:]
+        return self.argv[2:]
 
 
 def under(path: str, folder: str) -> bool:
@@ -94,13 +107,14 @@ def read_dvc_yaml(path: Path) -> dict[str, Any]:
 
 
 def resolve(root: Path, *, dvc_yaml: Path | None = None, params: Mapping | None = None,
-            only: str | None = None) -> dict[str, Stage]:
+            only: str | None = None, deps: bool = False) -> dict[str, Stage]:
     """Every stage of ``dvc_yaml`` (default ``root/dvc.yaml``), by DVC's name (``cells@recipe``),
     or only the stage named ``only`` (then params the other stages read may be absent).
 
     ``${...}`` are filled from ``root/params.yaml`` or, when ``params`` is given, from that
     mapping instead (and the ``dvc.yaml``'s own inline ``vars``); then the stages come without
-    deps, which name the project's own evaluation sets.
+    deps, which name the project's own evaluation sets, or with ``deps`` with those deps whose
+    ``${...}`` the mapping can fill (a matrix's ``${item...}`` always).
 
     Raises:
         RecipematchError: no ``dvc.yaml``, one that is not YAML or not DVC's shape, no stage
@@ -117,7 +131,9 @@ def resolve(root: Path, *, dvc_yaml: Path | None = None, params: Mapping | None 
         def no_deps(st: Any) -> Any:
             if not isinstance(st, Mapping):
                 return st
-            return {k: (no_deps(v) if k == "do" else v) for k, v in st.items() if k != "deps"}
+            kept = {"deps": [x for x in st["deps"] if _fillable(x, params)]} if deps and isinstance(
+                st.get("deps"), list) else {}
+            return {**{k: (no_deps(v) if k == "do" else v) for k, v in st.items() if k != "deps"}, **kept}
 
         inline = [v for v in d.get("vars") or [] if isinstance(v, Mapping)]  # files named in vars are params files
         d = {**d, "vars": [*inline, dict(params)], "stages": {g: no_deps(st) for g, st in (d.get("stages") or {}).items()}}
@@ -196,11 +212,12 @@ def source_dvc_yaml() -> Path:
     return path
 
 
-def project_stages(root: Path, p: Any = None, *, only: str | None = None) -> dict[str, Stage]:
+def project_stages(root: Path, p: Any = None, *, only: str | None = None, deps: bool = False) -> dict[str, Stage]:
     """The stages ``dvc repro`` would run in the project at ``root``: its ``dvc.yaml``,
     resolved with the checked params ``p`` (a :class:`~recipematch.config.Params`, what the
     command read through ``--params``) or else the project's ``params.yaml``. Outside a project
     (no ``dvc.yaml``), the checkout's (:func:`source_dvc_yaml`) with ``p``, or no params.
+    With ``deps``, each stage's deps the params can fill (:func:`resolve`).
 
     Raises:
         RecipematchError: as :func:`resolve`; a ``params.yaml`` that is missing or not YAML.
@@ -223,48 +240,27 @@ def project_stages(root: Path, p: Any = None, *, only: str | None = None) -> dic
                                    "its root")
         params = {}
     dvc_yaml = root / "dvc.yaml" if (root / "dvc.yaml").is_file() else source_dvc_yaml()
-    return resolve(root, dvc_yaml=dvc_yaml, params=params, only=only)
+    return resolve(root, dvc_yaml=dvc_yaml, params=params, only=only, deps=deps)
 
 
 #: a DVC interpolation, ``${key}``
 TEMPLATE = re.compile(r"\$\{([^}]*)\}")
 
 
-def listed_deps(root: Path, params: Mapping | None = None) -> list[str]:
-    """Every dep ``root/dvc.yaml`` lists, each ``${key}`` filled from ``params`` (default the
-    project's ``params.yaml``); a dep naming a matrix ``${item...}`` or a key the params lack
-    is left out (the stages' outputs and cmd paths name those).
-
-    Raises:
-        RecipematchError: as :func:`read_dvc_yaml`; a ``params.yaml`` that is not YAML.
-    """
-    if params is None:
-        from recipematch.config import load_params_raw  # lazy: config imports the stage layer's neighbours
-
-        path = Path(root) / "params.yaml"
-        params = (load_params_raw(path) if path.is_file() else None) or {}
-    out = []
-    for st in (read_dvc_yaml(Path(root) / "dvc.yaml").get("stages") or {}).values():
-        st = st.get("do", st) if isinstance(st, Mapping) else {}
-        for dep in (st.get("deps") if isinstance(st, Mapping) else None) or []:
-            if isinstance(dep, str) and (filled := _fill(dep, params)) is not None:
-                out.append(filled)
-    return out
-
-
-def _fill(template: str, params: Mapping) -> str | None:
-    """``template`` with each ``${a.b}`` replaced by ``params[a][b]`` (a text or number), or
-    None where one is missing."""
-    parts, at = [], 0
-    for m in TEMPLATE.finditer(template):
+def _fillable(dep: Any, params: Mapping) -> bool:
+    """``dep`` is text whose every ``${key}`` is a matrix item or a key ``params`` holds."""
+    if not isinstance(dep, str):
+        return False
+    for m in TEMPLATE.finditer(dep):
+        key = m.group(1).strip()
+        if key == "item" or key.startswith("item.") or key == "key":
+            continue
         value: Any = params
-        for key in m.group(1).strip().split("."):
-            value = value.get(key) if isinstance(value, Mapping) else None
-        if isinstance(value, bool) or not isinstance(value, (str, int, float)):
-            return None
-        parts += [template[at:m.start()], str(value)]
-        at = m.end()
-    return "".join([*parts, template[at:]])
+        for part in key.split("."):
+            value = value.get(part) if isinstance(value, Mapping) else None
+        if value is None:
+            return False
+    return True
 
 
 def project_stage_paths(root: Path, name: str, p: Any = None) -> StagePaths:
@@ -313,7 +309,8 @@ def require_declared_dep(root: Path, stage_name: str, template: str, value: str,
         return
     stage = stage.get("do", stage)
     listed = {d for d in (stage.get("deps") if isinstance(stage, Mapping) else None) or [] if isinstance(d, str)}
-    if template not in listed and not any(under(str(value), d) for d in listed):
+    norm = posixpath.normpath
+    if template not in listed and not any(under(norm(str(value)), norm(d)) for d in listed):
         raise RecipematchError(f"{path}: stage {stage_name} reads {value} ({template[2:-1]}) but does not list "
                                f"{template} in its deps, so DVC would not hash it; "
                                + (fix or "run `python -m recipematch.pipeline.deps --write` (with these params in "

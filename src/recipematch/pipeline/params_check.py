@@ -33,7 +33,9 @@ def check_params_whole(path: Path):
         check_regen_targets(p)
         check_declared_measures(p)
         check_lengths(p)
-        check_model_dep(Path(path).parent, p.backtranslate.model_dir)
+        project = next((d for d in Path(path).resolve().parents if (d / "dvc.yaml").is_file()), None)
+        if project is not None:  # the project the file lies in (``configs/p.yaml`` too)
+            check_model_dep(project, p.backtranslate.model_dir)
     except RecipematchError as e:  # the file is named as the schema check names it
         raise RecipematchError(f"{path}: {e}") from None
     return p

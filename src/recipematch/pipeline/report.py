@@ -5,6 +5,7 @@ Tables 16, 17 and 23, and the hit accounting of Section 7 (``metrics/hits.json``
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -42,8 +43,11 @@ class Shape:
     what: str = ""
 
 
-_INT, _NUM, _TEXT, _OBJ = Shape(int), Shape((int, float)), Shape(str), Shape(Mapping)
-_NAME = Shape(str, test=bool, what="a non-empty name")
+_NUM, _TEXT, _OBJ = Shape((int, float)), Shape(str), Shape(Mapping)
+_COUNT = Shape(int, test=lambda n: 0 <= n <= _MOST, what="a count from 0 to 10^12")
+_NAME = Shape(str, test=lambda v: bool(re.fullmatch(r"[\w.@+-]{1,200}", v)),
+              what="a name of letters, digits and . @ + - _ (as the cells stage writes it)")
+_MOST = 10 ** 12  # more than any corpus, query set or cut-off this report shows
 
 #: what the report reads from each file its stages write (stats, style, hits, each arm's
 #: ``cell.json``); a file of another shape is refused, never shown as an empty or garbled section
@@ -52,15 +56,15 @@ SHAPES: dict[str, Shape] = {
         "evaluations": Shape(Mapping, test=bool, what="at least one set", each=Shape(Mapping, keys={
             "role": Shape(str, test=ROLE_ORDER.__contains__, what="one of " + ", ".join(ROLE_ORDER))})),
         "arms": Shape(Mapping, each=Shape(Mapping, each=_OBJ)), "gaps": Shape(Mapping, each=_OBJ),
-        "did": Shape(Mapping, each=_OBJ), "contrasts": Shape(list, each=_TEXT), "n_boot": _INT, "seed_scheme": _TEXT}),
+        "did": Shape(Mapping, each=_OBJ), "contrasts": Shape(list, each=_TEXT), "n_boot": _COUNT, "seed_scheme": _TEXT}),
     "style": Shape(Mapping, keys={
         "probe": Shape(Mapping, keys={"train_prompt": _NAME}),
         "tracking": Shape(Mapping, each=Shape(Mapping, keys={"rho_mean": _NUM, "top_k_percentile_mean": _NUM}))}),
     "hits": Shape(Mapping, keys={
-        "k": Shape(int, test=lambda k: k >= 1, what="a rank cut-off of 1 or more"), "seed": _INT,
+        "k": Shape(int, test=lambda k: 1 <= k <= _MOST, what="a rank cut-off from 1 to 10^12"), "seed": _COUNT,
         "sets": Shape(Mapping, each=Shape(Mapping, each=Shape(Mapping, keys={
-            "counts": Shape(Mapping, keys=dict.fromkeys(("a_alone", "b_alone", "both", "neither"), _INT)),
-            "n_queries": _INT, "missing_gold_text": _INT,
+            "counts": Shape(Mapping, keys=dict.fromkeys(("a_alone", "b_alone", "both", "neither"), _COUNT)),
+            "n_queries": _COUNT, "missing_gold_text": _COUNT,
             "features": Shape(Mapping, each=Shape(Mapping, keys={"auc": Shape((int, float, type(None)))}))}))),
         "skipped": Shape(list, each=Shape(Mapping, keys={"pair": _TEXT, "reason": _TEXT}))}),
     "cell": Shape(Mapping, keys={"name": _NAME, "spec": Shape(Mapping, keys=dict.fromkeys(
@@ -107,14 +111,14 @@ def run(p, lay: StagePaths) -> Path:
     from the arms that ran (each arm's cell read from its ``cell.json``)."""
     arms = list(p.arms)
     m = lay.metrics_dir
-    read = {name: _shaped(read_json(m / f"{name}.json"), name, m / f"{name}.json") for name in READS_FILES}
+    read = {name: _shaped(read_json(m / f"{name}.json", finite=True), name, m / f"{name}.json") for name in READS_FILES}
     stats = with_report_rows(read["stats"], p.report)
     if unused := sorted(set(p.report) - set(stats["evaluations"])):
         log.warning("report: rows for sets no evaluation declares, not shown: %s", ", ".join(unused))
     cells = {}
     for a in arms:
         path = lay.cells_root / a / "cell.json"
-        c = _shaped(read_json(path), "cell", path)
+        c = _shaped(read_json(path, finite=True), "cell", path)
         cells[a] = {"name": c["name"], "positives": c["spec"]["positives"], "negatives": c["spec"]["negatives"],
                     "volume": c["spec"]["volume"]}
     counts = {name: read_json(m / f"{name}.json") for name in COUNTS_FILES}
