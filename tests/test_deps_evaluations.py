@@ -376,7 +376,7 @@ def test_a_translation_model_outside_the_hashed_folder_is_refused(tmp_path, mode
                                    "list" in r.output and "put the model under mt_models/" in r.output, r.output
 
 
-@pytest.mark.parametrize("entry", ["{}", "{a.yaml: 5}", "{a.yaml: [], b.yaml: []}"])
+@pytest.mark.parametrize("entry", ["{}", "{a.yaml: 5}", "{a.yaml: [3]}"])
 def test_a_params_entry_that_is_no_file_and_keys_is_one_line(tmp_path, monkeypatch, capsys, entry):
     """Breaker, round six: ``- {}`` among a stage's params gave a StopIteration traceback."""
     text = (REPO / "dvc.yaml").read_text(encoding="utf-8")
@@ -387,3 +387,21 @@ def test_a_params_entry_that_is_no_file_and_keys_is_one_line(tmp_path, monkeypat
     assert deps.main([]) == 2
     err = capsys.readouterr().err
     assert "stage corpus: `params` entry" in err and "is not a key or {file: [keys]}" in err and len(err.splitlines()) == 1
+
+
+def test_dvcs_explicit_params_file_form_names_the_same_keys(tmp_path, monkeypatch, capsys):
+    """Breaker, round seven: ``- params.yaml: [data.source, data.path]`` (DVC's explicit form)
+    was read as the one key ``params.yaml``."""
+    doc = yaml.safe_load((REPO / "dvc.yaml").read_text(encoding="utf-8"))
+    keys = [k for k in doc["stages"]["corpus"]["params"] if isinstance(k, str)]
+    assert keys
+    text = (REPO / "dvc.yaml").read_text(encoding="utf-8")
+    i = text.index("    params:\n", text.index("  corpus:\n"))
+    j = text.index("\n    outs:", i)
+    (tmp_path / "dvc.yaml").write_text(text[:i] + f"    params:\n      - params.yaml: [{', '.join(keys)}]" + text[j:],
+                                       encoding="utf-8")
+    shutil.copy(REPO / "params.yaml", tmp_path / "params.yaml")
+    for folder in ("stages", "src"):
+        (tmp_path / folder).symlink_to(REPO / folder)
+    monkeypatch.chdir(tmp_path)
+    assert deps.main([]) == 0, capsys.readouterr()

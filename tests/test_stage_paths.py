@@ -373,7 +373,7 @@ def test_every_dvc_yaml_stage_passes_the_door_against_the_declared_outputs():
     ("recipematch.pipeline.external", {"out": "models"}, ("out",), r"--out 'models' holds models/\S+"),
     ("recipematch.pipeline.external", {"out": "cache"}, ("out",), r"--out 'cache' holds cache/\S+, what dvc.yaml's "
      r"stage \S+ passes"),
-    ("recipematch.pipeline.external", {"out": "mine"}, ("out",), r"is the project's folder mine/, in which no dvc.yaml stage writes or reads"),
+    ("recipematch.pipeline.external", {"out": "mine"}, ("out",), r"is the project's mine, which holds no dvc.yaml stage's output"),
     ("recipematch.pipeline.corpus", {"out": "artifacts/x", "metrics": "metrics/stats.json"}, ("out", "metrics"),
      r"--metrics 'metrics/stats.json' is metrics/stats.json, which dvc.yaml's stage stats writes"),
     ("recipematch.pipeline.external", {"out": "artifacts/corpus/sub"}, ("out",),
@@ -449,10 +449,50 @@ def test_a_matrix_items_dep_and_a_folder_dvc_yaml_never_names_are_protected(tmp_
                                                r"external@impliret"):
         check_declared_outputs(report, tmp_path, {"out": Path("ext/impliret")}, ("out",), stages)
     (tmp_path / "mlartifacts" / "1").mkdir(parents=True)
-    with pytest.raises(RecipematchError, match=r"--out 'mlartifacts/1' lies inside the project's folder mlartifacts/, "
-                                               r"in which no dvc.yaml stage writes or reads"):
+    with pytest.raises(RecipematchError, match=r"--out 'mlartifacts/1' lies inside the project's mlartifacts, "
+                                               r"which holds no dvc.yaml stage's output"):
         check_declared_outputs(report, tmp_path, {"out": Path("mlartifacts/1")}, ("out",), stages)
     check_declared_outputs(report, tmp_path, {"out": Path("newplace/1")}, ("out",), stages)  # a new folder is fine
+
+
+@pytest.mark.parametrize(("given", "options", "match"), [
+    ({"out": "mlflow.db"}, {}, r"--out 'mlflow.db' is the project's mlflow.db, which holds no dvc.yaml stage's output"),
+    ({"out": "src/recipematch.egg-info"}, {}, r"lies inside the project's src, which holds no"),
+    ({"out": "cache/x"}, {}, r"lies inside the project's cache, which holds no"),
+    ({"scratch": "cache/train-tmp/cell"}, {"arm": "recipe"}, r"is cache/train-tmp/cell, what dvc.yaml's stage train@cell "
+                                                              r"passes as --scratch"),
+    ({"scratch": "cache/train-tmp"}, {"arm": "recipe"}, r"holds cache/train-tmp/\w+, what dvc.yaml's stage train@"),
+])
+def test_a_file_or_folder_the_project_keeps_outside_dvc_is_never_written(tmp_path, given, options, match):
+    """Breaker, round seven: ``--out mlflow.db`` replaced MLflow's database with a folder, an
+    egg-info folder under ``src`` was accepted, and a matrix sibling's scratch gave a traceback."""
+    from recipematch.config import load_params
+    from recipematch.pipeline.door import check_declared_outputs
+    from recipematch.pipeline.graph import project_stages
+
+    stages = project_stages(REPO, load_params(REPO / "params.yaml"), deps=True)
+    (tmp_path / "mlflow.db").write_text("runs")
+    for folder in ("src/recipematch.egg-info", "cache/cas"):
+        (tmp_path / folder).mkdir(parents=True)
+    module = "recipematch.pipeline.train" if options else "recipematch.pipeline.report"
+    with pytest.raises(RecipematchError, match=match):
+        check_declared_outputs(module, tmp_path, {k: Path(v) for k, v in given.items()}, tuple(given), stages,
+                               options=options)
+    # the stage's own scratch under the same folder passes
+    check_declared_outputs("recipematch.pipeline.train", tmp_path, {"scratch": Path("cache/train-tmp/recipe")},
+                           ("scratch",), stages, options={"arm": "recipe"})
+
+
+def test_a_symlinked_output_that_holds_the_project_is_refused(tmp_path):
+    """Breaker, round seven: ``reports -> ..`` passed the door, and the report replaced the
+    folder above the project (the project with it)."""
+    from recipematch.pipeline.door import check_stage_paths
+
+    (tmp_path / "proj").mkdir()
+    (tmp_path / "proj" / "reports").symlink_to("..")
+    with pytest.raises(RecipematchError, match=r"--out 'reports' reaches \S+ through a symlink, a folder that holds "
+                                               r"the project"):
+        check_stage_paths("report", tmp_path / "proj", {"out": "reports"}, ("out",))
 
 
 def test_a_cmd_with_a_shell_comment_or_a_stage_of_the_users_own_runs(tmp_path):
@@ -643,6 +683,8 @@ def test_the_report_refuses_nested_garbage_with_one_line(tmp_path, name, edit, w
     ("style", lambda t: t.replace('"rho_mean": ', '"rho_mean": NaN, "x": ', 1), r"holds the number NaN"),
     ("style", lambda t: t.replace('"rho_mean": ', '"rho_mean": 1e999, "x": ', 1), r"holds the number 1e999"),
     ("hits", lambda t: t.replace('"k": ', '"k": 1' + '0' * 400 + ', "x": ', 1), r"'k' is 1000.*, not a rank cut-off"),
+    ("style", lambda t: t.replace('"rho_mean": ', '"rho_mean": 1' + '0' * 400 + ', "x": ', 1),
+     r"'rho_mean' is 1000.*, not a number of at most"),
 ])
 def test_the_report_refuses_numbers_no_stage_writes(tmp_path, name, text, want):
     """Breaker, round six: a negative count, Infinity, NaN or a 400-digit cut-off were printed."""

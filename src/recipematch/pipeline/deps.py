@@ -375,9 +375,18 @@ def redundant_deps(root: Path, stage: Mapping) -> list[str]:
 _OK = object()  # no bad entry found
 
 
+def _param_keys(entry: Any) -> list[str]:
+    """The params keys a ``dvc.yaml`` ``params:`` entry names: a key of ``params.yaml``, or
+    DVC's ``{file: [keys]}`` (keys of another file as ``file:key``; ``{file: }``, the whole
+    file, as ``file:*``)."""
+    if isinstance(entry, str):
+        return [entry]
+    return [k if f == "params.yaml" else f"{f}:{k}" for f, keys in entry.items() for k in (keys or ["*"])]
+
+
 def _params_file_entry(entry: Mapping) -> bool:
     """``entry`` is DVC's ``{file: [keys]}`` (or ``{file: }``, every key of the file)."""
-    return len(entry) == 1 and all(isinstance(f, str) and f.strip() and (keys is None or isinstance(keys, list) and all(
+    return len(entry) >= 1 and all(isinstance(f, str) and f.strip() and (keys is None or isinstance(keys, list) and all(
         isinstance(k, str) and k.strip() for k in keys)) for f, keys in entry.items())
 
 
@@ -460,7 +469,7 @@ def check(root: Path) -> list[str]:
             problems.append(f"stage {name}: deps list {redundant}, which hold evaluation folders: its generated "
                             f"${{evaluations.<name>.folder}} deps replace them (the module's KEEP_DEPS keeps "
                             f"one it reads other files in)")
-        have_p = [p if isinstance(p, str) else next(iter(p)) for p in st.get("params", [])]
+        have_p = [k for p in st.get("params", []) for k in _param_keys(p)]
         if sorted(have_p) != sorted(params):
             problems.append(f"stage {name}: params {sorted(have_p)} but the stage reads {sorted(params)}")
     return problems

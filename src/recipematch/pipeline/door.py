@@ -183,7 +183,10 @@ def check_stage_paths(name: str, root: Path, given: Mapping[str, Path], writes: 
             real = (top / rel[w]).resolve()
         except (RuntimeError, OSError):  # a symlink loop
             raise RecipematchError(f"stage {name}: {opt(w)} runs into a symlink loop") from None
-        if real != top / rel[w] and (real == top or top in real.parents):
+        if real == top or real in top.parents:
+            raise RecipematchError(f"stage {name}: {opt(w)} reaches {real} through a symlink, a folder that holds "
+                                   "the project: a stage replaces what it writes whole")
+        if real != top / rel[w] and top in real.parents:
             raise RecipematchError(f"stage {name}: {opt(w)} reaches {real.relative_to(top).as_posix() or '.'} through a "
                                    "symlink: pass the path itself (a symlink out of the project, to another disk, is "
                                    "fine)")
@@ -234,8 +237,10 @@ def check_declared_outputs(module: str, root: Path, given: Mapping[str, Path], w
       (``--cache cache/embeddings``), or one a ``cmd`` has another role or stage write
       (verified's ``--scratch cache/cas``; the ``llm@`` stages' shared ``--scratch cache/llm``
       is each one's own scratch, never another's ``--out``);
-    - lies in no folder that exists and that ``dvc.yaml`` names nothing in (``cache``, a
-      virtual environment, MLflow's ``mlartifacts``): a stage replaces what it writes whole.
+    - unless ``dvc.yaml`` has this stage write it in this role (verified's own scratch), is or
+      lies in no file or folder at the project's top that exists and holds no stage's output
+      (``mlflow.db``, ``src/...egg-info``, ``cache/x``, MLflow's ``mlartifacts``): a stage
+      replaces what it writes whole.
 
     A path ``dvc.yaml`` does not name at all under a folder that holds stage outputs
     (``artifacts/hand_run``), or in a new folder, is fine.
@@ -274,24 +279,27 @@ def check_declared_outputs(module: str, root: Path, given: Mapping[str, Path], w
                 how = "is" if d == w else "holds" if d.startswith(w + "/") else "lies inside"
                 raise RecipematchError(f"{flag} {how} {d}, which dvc.yaml's stage {st.name} writes: a stage writes "
                                        "only its own outputs (they are replaced whole)")
+        covered = False  # w is, or lies inside, a path dvc.yaml has this stage write in this role
         for d, uses in named.items():
             if not (d == w or d.startswith(w + "/") or w.startswith(d + "/")):
                 continue
             mine = any(own and r == role for _, r, own in uses)
-            foreign = next(((st, r) for st, r, _ in uses if r is None or r != role or module_of(st) != module), None)
+            foreign = next(((st, r) for st, r, own in uses if r is None or r != role or module_of(st) != module
+                            or not own and d.startswith(w + "/")), None)
+            covered = covered or mine and not d.startswith(w + "/")
             if not mine or foreign:
-                st, r = foreign or uses[0]
+                st, r = foreign or next((st, r) for st, r, own in uses if not own)
                 how = "is" if d == w else "holds" if d.startswith(w + "/") else "lies inside"
                 whose = f"a dep of dvc.yaml's stage {st.name}" if r is None else \
                     f"what dvc.yaml's stage {st.name} passes as --{r.replace('_', '-')}"
                 raise RecipematchError(f"{flag} {how} {d}, {whose}, and no stage's output: a stage writes only its own "
                                        "outputs (it replaces what it writes whole)")
         top = w.split("/", 1)[0]
-        if (Path(root) / top).is_dir() and not any(_overlap(Path(top), Path(d)) for d in (*declared, *named)):
+        if not covered and (Path(root) / top).exists() and not any(_overlap(Path(top), Path(d)) for d in declared):
             where = "is" if top == w else "lies inside"
-            raise RecipematchError(f"{flag} {where} the project's folder {top}/, in which no dvc.yaml stage writes or "
-                                   "reads: a stage replaces what it writes whole; pass the path dvc.yaml's cmd names, "
-                                   "or a new folder")
+            raise RecipematchError(f"{flag} {where} the project's {top}, which holds no dvc.yaml stage's output: a "
+                                   "stage replaces what it writes whole; pass the path dvc.yaml's cmd names, a path "
+                                   "under a folder of stage outputs, or a new folder")
 
 
 def _committed_metrics_place(role: str, rel: Path) -> bool:

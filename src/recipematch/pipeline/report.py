@@ -43,7 +43,9 @@ class Shape:
     what: str = ""
 
 
-_NUM, _TEXT, _OBJ = Shape((int, float)), Shape(str), Shape(Mapping)
+_TEXT, _OBJ = Shape(str), Shape(Mapping)
+_NUM = Shape((int, float), test=lambda v: isinstance(v, float) or -_MOST <= v <= _MOST,
+             what="a number of at most 10^12")  # a float is finite: read_json(finite=True)
 _COUNT = Shape(int, test=lambda n: 0 <= n <= _MOST, what="a count from 0 to 10^12")
 _NAME = Shape(str, test=lambda v: bool(re.fullmatch(r"[\w.@+-]{1,200}", v)),
               what="a name of letters, digits and . @ + - _ (as the cells stage writes it)")
@@ -135,7 +137,7 @@ def run(p, lay: StagePaths) -> Path:
         with building_dir(lay.out) as tmp:  # a failed run keeps the previous report whole
             path = write_report(stats, cells, counts, tmp, params=_report_params(p), style=read["style"],
                                 hits=read["hits"])
-    except (KeyError, TypeError, AttributeError, ValueError, IndexError, StopIteration) as e:
+    except (KeyError, TypeError, AttributeError, ValueError, IndexError, StopIteration, ArithmeticError) as e:
         # what SHAPES does not spell out; --debug shows where
         raise RecipematchError(f"{m}: a metrics file does not have the shape its stage writes ({type(e).__name__}: "
                                f"{short_repr(str(e), 120)}, while writing the report); rerun them (dvc repro)") from e
