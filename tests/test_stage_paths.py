@@ -705,8 +705,12 @@ def test_a_report_that_fails_while_writing_keeps_the_previous_one_whole(tmp_path
         (tmp_path / "artifacts" / "cells" / a / "cell.json").write_text(json.dumps(
             {"name": a, "spec": {"positives": "d1", "negatives": "cas", "volume": "full"}}))
     d = json.loads((REPO / "metrics" / "stats.json").read_text(encoding="utf-8"))
+    d["contrasts_skipped"] = ["recipe-reference", "reference-verified"]
     ok = _report(tmp_path, "metrics/stats.json", json.dumps(d))
     assert ok.exit_code == 0, ok.output
+    # newcomer: declared contrasts of arms not run were left out without a word
+    assert ("`contrasts` not shown, an arm of each not run (add it to `arms`): recipe − reference, reference − verified."
+            in (tmp_path / "reports" / "report.md").read_text(encoding="utf-8"))
     before = {f.name: f.read_bytes() for f in (tmp_path / "reports").iterdir()}
     metric = next(iter(d["arms"]["base"]))
     d["arms"]["base"][metric]["mean"] = "x"

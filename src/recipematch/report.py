@@ -430,6 +430,9 @@ def write_report(stats: Mapping[str, Any], cells: Mapping[str, Mapping[str, str]
              "resample clusters, then queries within them.", "",
              "Parameters: " + ", ".join(f"`{k}={v}`" for k, v in params.items()), "",
              "## Table 1 (shape of the paper's Table 1)", "", table_markdown(stats, cells), "",
+             *([f"Contrasts in params.yaml `contrasts` not shown, an arm of each not run (add it to `arms`): "
+                + ", ".join(c.replace("-", " − ", 1) for c in stats["contrasts_skipped"]) + ".", ""]
+               if stats.get("contrasts_skipped") else []),
              "### Resampling scheme of each gap", "", schemes_markdown(stats), "",
              *(["### The DiD on three scales (Appendix A)", "", scales, ""] if scales else []),
              "## Figure 1", "", "![benchmark score against real retrieval](figure1.png)", "",
